@@ -1,0 +1,102 @@
+// Package canary loads a BPF program whose every run is one genuine
+// recursion miss: a known answer for testing and self-checking bpfleet's
+// miss accounting on a real kernel.
+package canary
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+)
+
+// Canary is a loaded and attached recursion canary.
+type Canary struct {
+	objs canaryObjects
+	link link.Link
+}
+
+// Load loads the canary, armed for the calling process, and attaches it.
+// It fails with an error wrapping ebpf.ErrNotSupported or the kernel's errno
+// when the kernel refuses tp_btf or the bpf_trace_printk tracepoint.
+func Load() (*Canary, error) {
+	spec, err := loadCanary()
+	if err != nil {
+		return nil, fmt.Errorf("reading canary spec: %w", err)
+	}
+	if err := spec.Variables["target_tgid"].Set(uint32(os.Getpid())); err != nil {
+		return nil, fmt.Errorf("arming canary: %w", err)
+	}
+	c := &Canary{}
+	if err := spec.LoadAndAssign(&c.objs, nil); err != nil {
+		return nil, fmt.Errorf("loading canary: %w", err)
+	}
+	c.link, err = link.AttachTracing(link.TracingOptions{Program: c.objs.Canary, AttachType: ebpf.AttachTraceRawTp})
+	if err != nil {
+		c.objs.Close()
+		return nil, fmt.Errorf("attaching canary to tp_btf/bpf_trace_printk: %w", err)
+	}
+	return c, nil
+}
+
+// Trigger fires the canary n times from the calling thread: each time is
+// one run and one recursion miss.
+func (c *Canary) Trigger(n int) error {
+	in := make([]byte, 14) // the smallest packet a socket filter test run accepts
+	for i := 0; i < n; i++ {
+		if _, err := c.objs.Trigger.Run(&ebpf.RunOptions{Data: in}); err != nil {
+			return fmt.Errorf("triggering canary: %w", err)
+		}
+	}
+	return nil
+}
+
+// ProgramID is the kernel's id of the canary program (not of the trigger).
+func (c *Canary) ProgramID() (uint32, error) {
+	info, err := c.objs.Canary.Info()
+	if err != nil {
+		return 0, fmt.Errorf("reading canary info: %w", err)
+	}
+	id, ok := info.ID()
+	if !ok {
+		return 0, errors.New("kernel does not report program ids")
+	}
+	return uint32(id), nil
+}
+
+// TriggerProgramID is the kernel's id of the trigger program.
+func (c *Canary) TriggerProgramID() (uint32, error) {
+	info, err := c.objs.Trigger.Info()
+	if err != nil {
+		return 0, fmt.Errorf("reading trigger info: %w", err)
+	}
+	id, _ := info.ID()
+	return uint32(id), nil
+}
+
+// KernelMisses is the kernel's own recursion_misses of the canary, read
+// directly with BPF_OBJ_GET_INFO_BY_FD: the answer bpfleet must match.
+func (c *Canary) KernelMisses() (uint64, error) {
+	st, err := c.objs.Canary.Stats()
+	if err != nil {
+		return 0, fmt.Errorf("reading canary stats: %w", err)
+	}
+	return st.RecursionMisses, nil
+}
+
+// TargetRuns is how many times the canary ran in this process, counted by
+// the program itself.
+func (c *Canary) TargetRuns() (uint64, error) {
+	var n uint64
+	if err := c.objs.TargetRuns.Get(&n); err != nil {
+		return 0, fmt.Errorf("reading canary run counter: %w", err)
+	}
+	return n, nil
+}
+
+// Close detaches and unloads the canary.
+func (c *Canary) Close() error {
+	return errors.Join(c.link.Close(), c.objs.Close())
+}
