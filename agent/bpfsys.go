@@ -112,8 +112,8 @@ const (
 	// netns: netns_ino, attach_type
 	luNetnsAttachType = 4
 	// xdp / tcx / netkit: ifindex (, attach_type)
-	luIfindex       = 0
-	luIfAttachType  = 4
+	luIfindex      = 0
+	luIfAttachType = 4
 	// kprobe_multi: addrs, count, flags, missed
 	luKMultiCount  = 8
 	luKMultiFlags  = 12

@@ -86,7 +86,9 @@ func cpuModel(cpuinfo []byte) string {
 // was built, and the uname version string names PREEMPT_RT / PREEMPT_DYNAMIC
 // / PREEMPT. Returns model, dynamic mode (if any) and the source used.
 func preemptModel(version string, config, debugPreempt []byte) (model, mode, source string) {
-	cfg := func(opt string) bool { return bytes.Contains(config, []byte("\n"+opt+"=y")) || bytes.HasPrefix(config, []byte(opt+"=y")) }
+	cfg := func(opt string) bool {
+		return bytes.Contains(config, []byte("\n"+opt+"=y")) || bytes.HasPrefix(config, []byte(opt+"=y"))
+	}
 	if m := currentDynamicMode(debugPreempt); m != "" {
 		mode = m
 	}

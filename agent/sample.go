@@ -156,6 +156,8 @@ func aggregateOwners(progs []ProgramStat, dt time.Duration) []OwnerStat {
 	for i := range out {
 		out[i].Delta = withRates(out[i].Delta, dt)
 	}
-	sort.Slice(out, func(a, b int) bool { return out[a].Delta.RunTimeNs > out[b].Delta.RunTimeNs || (out[a].Delta.RunTimeNs == out[b].Delta.RunTimeNs && out[a].Key < out[b].Key) })
+	sort.Slice(out, func(a, b int) bool {
+		return out[a].Delta.RunTimeNs > out[b].Delta.RunTimeNs || (out[a].Delta.RunTimeNs == out[b].Delta.RunTimeNs && out[a].Key < out[b].Key)
+	})
 	return out
 }
