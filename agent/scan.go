@@ -389,7 +389,9 @@ func (r *reader) join(progs []Program, links []Link) {
 			p.Sleepable = &v
 		}
 		p.Links = byProg[p.ID]
+		p.Owners = []Owner{} // JSON readers get [] rather than null
 		if len(p.Links) == 0 {
+			p.Links = []Link{}
 			continue
 		}
 		for j := range p.Links {
