@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"runtime"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -155,8 +156,19 @@ type getIDAttr struct {
 	Flags  uint32
 }
 
+// syscallCount counts bpf() and close() calls made by scans, so benchmarks
+// can report syscalls per program.
+var syscallCount atomic.Uint64
+
+// closeFD closes an fd opened by a scan.
+func closeFD(fd int) {
+	syscallCount.Add(1)
+	unix.Close(fd)
+}
+
 // bpfCall issues one bpf() command. Errno 0 is success.
 func bpfCall(cmd int, attr unsafe.Pointer, size uintptr) (uintptr, error) {
+	syscallCount.Add(1)
 	r, _, errno := unix.Syscall(unix.SYS_BPF, uintptr(cmd), uintptr(attr), size)
 	if errno != 0 {
 		return 0, errno

@@ -147,7 +147,7 @@ func (r *reader) readProg(id uint32, bootWall time.Time) (Program, error) {
 	if err != nil {
 		return Program{}, fmt.Errorf("opening prog %d: %w", id, err)
 	}
-	defer unix.Close(fd)
+	defer closeFD(fd)
 
 	cached := r.progs[id]
 	var info progInfo
@@ -257,7 +257,7 @@ func (r *reader) readLink(id uint32, c *linkStatic) (Link, error) {
 	if err != nil {
 		return Link{}, fmt.Errorf("opening link %d: %w", id, err)
 	}
-	defer unix.Close(fd)
+	defer closeFD(fd)
 
 	var info linkInfo
 	n, err := objInfo(fd, unsafe.Pointer(&info), uint32(unsafe.Sizeof(info)))
