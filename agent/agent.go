@@ -62,11 +62,10 @@ type Agent struct {
 	prev     map[uint32]counters
 	prevLink map[uint32]uint64 // kprobe missed by link id
 
-	owners       OwnerResolver
-	ownerCache   map[uint32][]Owner
-	ownersAt     time.Time
-	ownerKnown   map[uint32]bool
-	ownerErrOnce bool
+	owners     OwnerResolver
+	ownerCache map[uint32][]Owner
+	ownersAt   time.Time
+	ownerKnown map[uint32]bool
 
 	calibration []Calibration
 	closed      bool

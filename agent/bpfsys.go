@@ -69,7 +69,6 @@ type progInfo struct {
 // Offsets of the end of fields that not every kernel has: a kernel reports
 // its own struct size in info_len, and a field beyond it is absent.
 var (
-	progInfoEndRunCnt          = uint32(unsafe.Offsetof(progInfo{}.RunCnt) + 8)
 	progInfoEndRecursionMisses = uint32(unsafe.Offsetof(progInfo{}.RecursionMisses) + 8)
 	progInfoEndVerifiedInsns   = uint32(unsafe.Offsetof(progInfo{}.VerifiedInsns) + 4)
 	progInfoEndAttachBTFID     = uint32(unsafe.Offsetof(progInfo{}.AttachBTFID) + 4)
