@@ -29,6 +29,11 @@ type Config struct {
 	BPFFS []string
 	// Now is the clock; tests inject one. Default time.Now.
 	Now func() time.Time
+	// Parallel is how many goroutines read programs seen for the first
+	// time (default 1). One-shot commands set it to the CPU count; the
+	// long-running agent keeps one, since after its first scan nearly
+	// everything is cached.
+	Parallel int
 }
 
 // Scanner is what the exporter, the API and the TUI need from the agent.
@@ -100,6 +105,7 @@ func New(cfg Config) (*Agent, error) {
 		prev:       map[uint32]counters{},
 		ownerKnown: map[uint32]bool{},
 	}
+	a.r.parallel = cfg.Parallel
 	if _, _, err := nextID(cmdProgGetNextID, 0); err != nil {
 		return nil, fmt.Errorf("%w (%v)", errPrivilege, err)
 	}
@@ -268,6 +274,7 @@ func (a *Agent) Close() []Episode {
 	}
 	a.closed = true
 	a.stats.close()
+	a.r.fdinfo.close()
 	if a.r.source != nil {
 		a.r.source.Close()
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -233,7 +234,7 @@ func TestFieldsAndNoFdKept(t *testing.T) {
 	before := countFDs(t)
 	s := scan(t, a)
 	if after := countFDs(t); after != before {
-		t.Errorf("scan left fds open: %d before, %d after", before, after)
+		t.Errorf("scan left BPF fds open: %d before, %d after", before, after)
 	}
 	p := findProg(s, id)
 	if p == nil {
@@ -253,10 +254,17 @@ func TestFieldsAndNoFdKept(t *testing.T) {
 	}
 }
 
+// countFDs counts this process's BPF program and link fds.
 func countFDs(t *testing.T) int {
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(ents)
+	n := 0
+	for _, e := range ents {
+		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(target, "anon_inode:bpf") {
+			n++
+		}
+	}
+	return n
 }
