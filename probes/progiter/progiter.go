@@ -101,7 +101,10 @@ func refusal(err error) error {
 		return err
 	case errors.Is(err, btf.ErrNotFound), errors.Is(err, btf.ErrNotSupported):
 		return fmt.Errorf("%w: kernel BTF has no bpf_prog iterator target: %w", ebpf.ErrNotSupported, err)
-	case errors.As(err, &verr):
+	case errors.As(err, &verr) && (errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EACCES)):
+		// The verifier refusing a CO-RE read or the target on this
+		// kernel; other errnos (EPERM, EBADF, ...) are not a kernel
+		// capability and are returned as they are.
 		return fmt.Errorf("%w: verifier rejected the iterator: %w", ebpf.ErrNotSupported, err)
 	case errors.Is(err, unix.EINVAL), errors.Is(err, errnoENOTSUPP), errors.Is(err, unix.EOPNOTSUPP):
 		return fmt.Errorf("%w: %w", ebpf.ErrNotSupported, err)
