@@ -34,8 +34,10 @@ extern void bpf_prog_fops __ksym __weak;
 extern void bpf_link_fops __ksym __weak;
 extern void bpf_link_fops_poll __ksym __weak;
 
-// Set before load by tests to exercise the fallback on kernels with ksyms.
+// Set before load by tests to exercise the fallbacks: ignore_ksyms on
+// kernels with the symbols, links_by_name for the name match below.
 volatile const bool ignore_ksyms = false;
+volatile const bool links_by_name = false;
 
 // The fallback: while learning is set, the program notes the file
 // operations and inode of the reader's own program and link fds (the
@@ -106,9 +108,9 @@ int dump_task_file(struct bpf_iter__task_file *ctx)
 
 	if (prog_fops && fop == prog_fops) {
 		kind = KIND_PROG;
-	} else if (link_fops && fop == link_fops) {
+	} else if (link_fops && fop == link_fops && !(links_by_name && !ksyms)) {
 		kind = KIND_LINK;
-	} else if (ksyms && !ignore_ksyms && &bpf_link_fops_poll && fop == (__u64)&bpf_link_fops_poll) {
+	} else if (ksyms && &bpf_link_fops_poll && fop == (__u64)&bpf_link_fops_poll) {
 		kind = KIND_LINK;
 	} else if (!ksyms && learned_anon_inode && (__u64)file->f_inode == learned_anon_inode &&
 		   named_bpf_link(file)) {

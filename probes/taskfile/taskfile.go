@@ -73,15 +73,18 @@ type Iter struct {
 // Load loads the iterator and attaches it. When the kernel refuses it the
 // error wraps ebpf.ErrNotSupported and says why; missing privileges are
 // reported as the kernel's EPERM.
-func Load() (*Iter, error) { return load(false) }
+func Load() (*Iter, error) { return load(false, false) }
 
-func load(ignoreKsyms bool) (*Iter, error) {
+// load with test switches for the fallbacks (see taskfile.bpf.c).
+func load(ignoreKsyms, linksByName bool) (*Iter, error) {
 	spec, err := loadTaskfile()
 	if err != nil {
 		return nil, fmt.Errorf("reading task_file iterator spec: %w", err)
 	}
-	if err := spec.Variables["ignore_ksyms"].Set(ignoreKsyms); err != nil {
-		return nil, fmt.Errorf("configuring task_file iterator: %w", err)
+	for name, v := range map[string]bool{"ignore_ksyms": ignoreKsyms, "links_by_name": linksByName} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return nil, fmt.Errorf("configuring task_file iterator: %w", err)
+		}
 	}
 	it := &Iter{buf: make([]byte, bufSize), comms: make(map[string]string)}
 	if err := spec.LoadAndAssign(&it.objs, nil); err != nil {

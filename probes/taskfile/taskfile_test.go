@@ -33,9 +33,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func loadIter(tb testing.TB, ignoreKsyms bool) *Iter {
+func loadIter(tb testing.TB, ignoreKsyms, linksByName bool) *Iter {
 	tb.Helper()
-	it, err := load(ignoreKsyms)
+	it, err := load(ignoreKsyms, linksByName)
 	if errors.Is(err, ebpf.ErrNotSupported) {
 		tb.Skipf("kernel refuses iter/task_file: %v", err)
 	}
@@ -93,15 +93,20 @@ func startHolder(t *testing.T, f *os.File) int {
 
 func TestFindsHolders(t *testing.T) {
 	for _, c := range []struct {
-		name   string
-		ignore bool
-	}{{"ksyms-or-learned", false}, {"learned", true}} {
-		t.Run(c.name, func(t *testing.T) { testFindsHolders(t, c.ignore) })
+		name                string
+		ignoreKsyms, byName bool
+	}{
+		{"ksyms-or-learned", false, false},
+		{"learned", true, false},
+		// Links whose fops cannot be learned (bpf_link_fops_poll) are
+		// found by their anonymous-inode name.
+		{"learned-links-by-name", true, true},
+	} {
+		t.Run(c.name, func(t *testing.T) { testFindsHolders(t, loadIter(t, c.ignoreKsyms, c.byName)) })
 	}
 }
 
-func testFindsHolders(t *testing.T, ignoreKsyms bool) {
-	it := loadIter(t, ignoreKsyms)
+func testFindsHolders(t *testing.T, it *Iter) {
 	t.Logf("bpf files recognised by kernel symbols: %v", it.ksyms)
 
 	filter, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "tf_filter", Type: ebpf.SocketFilter, Instructions: returnZero, License: "GPL"})
@@ -275,7 +280,7 @@ func holdFds(b *testing.B, n int) {
 }
 
 func BenchmarkRead(b *testing.B) {
-	it := loadIter(b, false)
+	it := loadIter(b, false, false)
 	holdFds(b, 1000)
 	n := 0
 	b.ReportAllocs()
@@ -298,7 +303,7 @@ func BenchmarkReadVsProcfs(b *testing.B) {
 }
 
 func benchReadVsProcfs(b *testing.B, fds int) {
-	it := loadIter(b, false)
+	it := loadIter(b, false, false)
 	holdFds(b, fds)
 	var iterTime, procTime time.Duration
 	var nIter, nProc int

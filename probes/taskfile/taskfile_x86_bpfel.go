@@ -25,6 +25,7 @@ const (
 	taskfileVarLearnedLinkFops  = "learned_link_fops"
 	taskfileVarLearnedProgFops  = "learned_prog_fops"
 	taskfileVarLearning         = "learning"
+	taskfileVarLinksByName      = "links_by_name"
 )
 
 // loadTaskfile returns the embedded CollectionSpec for taskfile.
@@ -90,6 +91,7 @@ type taskfileVariableSpecs struct {
 	LearnedLinkFops  *ebpf.VariableSpec `ebpf:"learned_link_fops"`
 	LearnedProgFops  *ebpf.VariableSpec `ebpf:"learned_prog_fops"`
 	Learning         *ebpf.VariableSpec `ebpf:"learning"`
+	LinksByName      *ebpf.VariableSpec `ebpf:"links_by_name"`
 }
 
 // taskfileObjects contains all objects after they have been loaded into the kernel.
@@ -130,6 +132,7 @@ type taskfileVariables struct {
 	LearnedLinkFops  *ebpf.Variable `ebpf:"learned_link_fops"`
 	LearnedProgFops  *ebpf.Variable `ebpf:"learned_prog_fops"`
 	Learning         *ebpf.Variable `ebpf:"learning"`
+	LinksByName      *ebpf.Variable `ebpf:"links_by_name"`
 }
 
 // taskfilePrograms contains all programs after they have been loaded into the kernel.
