@@ -188,6 +188,48 @@ func TestSleepableFentry(t *testing.T) {
 	}
 }
 
+// TestTargetProgram checks the target of a program that traces another
+// BPF program: fentry on a socket filter with BTF, loaded and not attached,
+// names it as DstProgID and its function as AttachFunc. Trampolines are
+// refused on the CI host (EPERM); VMs run it.
+func TestTargetProgram(t *testing.T) {
+	it := loadIter(t)
+	// The target needs BTF (func info) to be traceable; fentry on a
+	// tracing program such as the iterator is refused as recursive.
+	fn := &btf.Func{Name: "pi_target", Linkage: btf.GlobalFunc, Type: &btf.FuncProto{
+		Return: &btf.Int{Name: "int", Size: 4, Encoding: btf.Signed},
+		Params: []btf.FuncParam{{Name: "skb", Type: &btf.Pointer{Target: &btf.Struct{Name: "__sk_buff"}}}},
+	}}
+	insns := asm.Instructions{btf.WithFuncMetadata(asm.Mov.Imm(asm.R0, 0).WithSymbol("pi_target"), fn), asm.Return()}
+	target, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "pi_target", Type: ebpf.SocketFilter, Instructions: insns, License: "GPL"})
+	if err != nil {
+		t.Fatalf("loading target program: %v", err)
+	}
+	defer target.Close()
+	tinfo, err := target.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	targetID, _ := tinfo.ID()
+
+	spec := &ebpf.ProgramSpec{Name: "pi_fentry_bpf", Type: ebpf.Tracing, AttachType: ebpf.AttachTraceFEntry, AttachTarget: target, AttachTo: "pi_target"}
+	l, err := load(t, spec)
+	if err != nil {
+		t.Skipf("kernel refuses fentry on a BPF program: %v", err)
+	}
+	got := make(map[uint32]Record)
+	if err := it.Read(got); err != nil {
+		t.Fatal(err)
+	}
+	r := got[l.id]
+	t.Logf("%+v", r)
+	// The target's BTF is the target program's own, so, as in
+	// bpf_prog_info, no attach BTF object is named.
+	if r.DstProgID != uint32(targetID) || r.AttachFunc != "pi_target" || r.AttachBTFID == 0 {
+		t.Errorf("fentry on program %d (pi_target): got dst prog %d attach func %q btf id %d", targetID, r.DstProgID, r.AttachFunc, r.AttachBTFID)
+	}
+}
+
 // TestReadReplaces checks that Read clears what the last pass left: a
 // program unloaded between two reads is gone from the map.
 func TestReadReplaces(t *testing.T) {
