@@ -29,6 +29,9 @@ type Config struct {
 	BPFFS []string
 	// Now is the clock; tests inject one. Default time.Now.
 	Now func() time.Time
+	// NoIterator disables the bpf_prog iterator (probes/progiter) that
+	// tells sleepable programs and expected attach types.
+	NoIterator bool
 	// Parallel is how many goroutines read programs seen for the first
 	// time (default 1). One-shot commands set it to the CPU count; the
 	// long-running agent keeps one, since after its first scan nearly
@@ -106,6 +109,9 @@ func New(cfg Config) (*Agent, error) {
 		ownerKnown: map[uint32]bool{},
 	}
 	a.r.parallel = cfg.Parallel
+	if !cfg.NoIterator {
+		a.r.loadFacts = loadProgIter
+	}
 	if _, _, err := nextID(cmdProgGetNextID, 0); err != nil {
 		return nil, fmt.Errorf("%w (%v)", errPrivilege, err)
 	}
@@ -173,6 +179,7 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 		Interval: dt,
 		Kernel:   a.kernel,
 		Stats:    a.stats.state(a.cfg.ProcRoot),
+		Degraded: a.degraded(),
 		Programs: make([]ProgramStat, len(progs)),
 	}
 	next := make(map[uint32]counters, len(progs))
@@ -263,6 +270,18 @@ func (a *Agent) attachOwners(progs []Program, now time.Time, st *ScanStats) bool
 		}
 	}
 	return refresh
+}
+
+// degraded lists, one line each, what the agent cannot do on this node.
+func (a *Agent) degraded() []string {
+	var out []string
+	if a.stats != nil && a.stats.err != nil {
+		out = append(out, a.stats.err.Error())
+	}
+	if a.r.factsErr != nil {
+		out = append(out, a.r.factsErr.Error())
+	}
+	return out
 }
 
 // Close releases the stats fd and the iterator, and ends open episodes.

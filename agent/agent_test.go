@@ -231,6 +231,7 @@ func TestFieldsAndNoFdKept(t *testing.T) {
 	a := newTestAgent(t)
 	c := loadCanary(t)
 	id, _ := c.ProgramID()
+	scan(t, a) // the first scan may load the agent's own iterator (its fds stay)
 	before := countFDs(t)
 	s := scan(t, a)
 	if after := countFDs(t); after != before {
@@ -251,6 +252,14 @@ func TestFieldsAndNoFdKept(t *testing.T) {
 	}
 	if len(p.Links) != 1 || p.Links[0].Type != "raw_tracepoint" {
 		t.Errorf("links = %+v", p.Links)
+	}
+	// The bpf_prog iterator loads here (tp_btf is a tracing program) and
+	// knows the canary is not sleepable.
+	if len(s.Degraded) > 0 {
+		t.Errorf("agent degraded on the host: %v", s.Degraded)
+	}
+	if p.Sleepable == nil || *p.Sleepable {
+		t.Errorf("canary sleepable = %v, want known false", p.Sleepable)
 	}
 }
 

@@ -24,6 +24,8 @@ const (
 	progTypeRawTracepoint = 17
 	progTypeRawTPWritable = 24
 	progTypeTracing       = 26
+	progTypeStructOps     = 27
+	progTypeExt           = 28
 	progTypeLSM           = 29
 )
 

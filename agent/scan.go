@@ -53,15 +53,19 @@ type linkStatic struct {
 // reader reads every program and link in the kernel. It is not safe for
 // concurrent use; the Agent serialises scans.
 type reader struct {
-	seq     uint64
-	progs   map[uint32]*progStatic
-	links   map[uint32]*linkStatic
-	facts   map[uint32]ProgFacts
-	source  FactsSource
-	btf     *btfNames
-	mapBuf  []uint32
-	nameBuf []byte
-	fdinfo  fdinfoDir
+	seq    uint64
+	progs  map[uint32]*progStatic
+	links  map[uint32]*linkStatic
+	facts  map[uint32]ProgFacts
+	source FactsSource
+	// loadFacts loads the FactsSource on first need; factsErr remembers
+	// why it could not.
+	loadFacts func() (FactsSource, error)
+	factsErr  error
+	btf       *btfNames
+	mapBuf    []uint32
+	nameBuf   []byte
+	fdinfo    fdinfoDir
 	// parallel is how many goroutines read first-seen programs.
 	parallel int
 }
@@ -133,6 +137,12 @@ func (r *reader) read(now time.Time) ([]Program, ScanStats, error) {
 		return nil, st, err
 	}
 
+	for i := range progs {
+		if needsFacts(r.progs[progs[i].ID].progTypeID) {
+			r.ensureFacts()
+			break
+		}
+	}
 	if r.source != nil {
 		if err := r.source.ReadFacts(r.facts); err != nil {
 			st.Errors++

@@ -256,6 +256,9 @@ type Snapshot struct {
 	Kernel   KernelInfo    `json:"kernel"`
 	Stats    StatsState    `json:"stats"`
 	Scan     ScanStats     `json:"scan"`
+	// Degraded says, one line each, what the agent cannot do on this node
+	// and why (stats refused, no bpf_prog iterator, ...).
+	Degraded []string `json:"degraded,omitempty"`
 
 	Programs    []ProgramStat    `json:"programs"`
 	AttachTypes []AttachTypeStat `json:"attach_types"`
