@@ -160,7 +160,10 @@ func (s *ProcSource) walkPID(procfd int, pidName []byte, pid int32, dst []Holdin
 			// The name is NUL-terminated inside the dirent buffer.
 			ln, err := readlinkat(fdDir, &s.fdDents[nameOff], s.link)
 			if err != nil {
-				st.count(err, "reading fd link")
+				st.count(err, "reading fd links of pid "+string(pidName))
+				if err == unix.EACCES || err == unix.EPERM {
+					return dst // the same answer for every fd of this process
+				}
 				continue
 			}
 			if ln >= len(s.link) {

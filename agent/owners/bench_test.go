@@ -1,0 +1,69 @@
+package owners
+
+import (
+	"os"
+	"testing"
+
+	"github.com/cilium/ebpf"
+)
+
+// BenchmarkProcWalk compares the owner walk with two floors measured in the
+// same run: listing every /proc/PID/fd directory without looking at the fds
+// (ReadDirOnly), and the obvious implementation with os.ReadDir and
+// os.Readlink per fd (Naive). Each reports ns per process and per fd.
+func BenchmarkProcWalk(b *testing.B) {
+	prog, _ := loadProg(b, ebpf.SocketFilter)
+	_ = prog
+	var st Stats
+	if _, err := NewProcSource("").Holdings(nil, &st); err != nil {
+		b.Fatal(err)
+	}
+	report := func(b *testing.B) {
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(st.Procs), "ns/proc")
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(st.FDs), "ns/fd")
+	}
+	b.Logf("%d processes, %d fds, %d bpf fds, %d denied", st.Procs, st.FDs, st.BPFFDs, st.Denied)
+
+	b.Run("ReadDirOnly", func(b *testing.B) {
+		for b.Loop() {
+			ents, _ := os.ReadDir("/proc")
+			for _, e := range ents {
+				os.ReadDir("/proc/" + e.Name() + "/fd")
+			}
+		}
+		report(b)
+	})
+	b.Run("Naive", func(b *testing.B) {
+		for b.Loop() {
+			ents, _ := os.ReadDir("/proc")
+			for _, e := range ents {
+				dir := "/proc/" + e.Name() + "/fd/"
+				fds, _ := os.ReadDir(dir)
+				for _, fd := range fds {
+					if l, err := os.Readlink(dir + fd.Name()); err == nil && (l == linkBPFProg || l == linkBPFLink) {
+						os.ReadFile("/proc/" + e.Name() + "/fdinfo/" + fd.Name())
+					}
+				}
+			}
+		}
+		report(b)
+	})
+	b.Run("ProcSource", func(b *testing.B) {
+		src := NewProcSource("")
+		var h []Holding
+		b.ReportAllocs()
+		for b.Loop() {
+			var st Stats
+			h, _ = src.Holdings(h[:0], &st)
+		}
+		report(b)
+	})
+	b.Run("Scanner", func(b *testing.B) {
+		s := NewScanner("", nil)
+		b.ReportAllocs()
+		for b.Loop() {
+			s.Scan(nil)
+		}
+		report(b)
+	})
+}
