@@ -1,0 +1,274 @@
+package owners
+
+import (
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"syscall"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+)
+
+func loadReturning(t *testing.T, typ ebpf.ProgramType, at ebpf.AttachType, ret int32) (*ebpf.Program, uint32) {
+	t.Helper()
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: "owners_attach", Type: typ, AttachType: at, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, ret), asm.Return()},
+	})
+	if err != nil {
+		t.Fatalf("loading a %v program: %v", typ, err)
+	}
+	info, err := prog.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := info.ID()
+	return prog, uint32(id)
+}
+
+func findAttachment(as []Attachment, id uint32) *Attachment {
+	for i := range as {
+		if as[i].ProgID == id {
+			return &as[i]
+		}
+	}
+	return nil
+}
+
+func TestCgroupAttachments(t *testing.T) {
+	mount, err := CgroupV2Mount()
+	if err != nil {
+		t.Skipf("no cgroup v2: %v", err)
+	}
+	root := filepath.Join(mount, "bpfleet-owners-test-"+strconv.Itoa(os.Getpid()))
+	child := filepath.Join(root, "child")
+	if err := os.MkdirAll(child, 0o755); err != nil {
+		t.Skipf("creating a cgroup: %v", err)
+	}
+	t.Cleanup(func() { os.Remove(child); os.Remove(root) })
+	dir, err := os.Open(child)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+
+	// Attach with the legacy API and close every fd: nothing holds the
+	// programs but the cgroup, as with runc's device programs.
+	skb, skbID := loadReturning(t, ebpf.CGroupSKB, ebpf.AttachCGroupInetIngress, 1)
+	if err := link.RawAttachProgram(link.RawAttachProgramOptions{Target: int(dir.Fd()), Program: skb, Attach: ebpf.AttachCGroupInetIngress}); err != nil {
+		t.Fatalf("attaching cgroup_skb: %v", err)
+	}
+	skb.Close()
+	dev, devID := loadReturning(t, ebpf.CGroupDevice, ebpf.AttachCGroupDevice, 1)
+	if err := link.RawAttachProgram(link.RawAttachProgramOptions{Target: int(dir.Fd()), Program: dev, Attach: ebpf.AttachCGroupDevice}); err != nil {
+		t.Fatalf("attaching cgroup_device: %v", err)
+	}
+	dev.Close()
+
+	// The whole hierarchy, as the agent walks it.
+	as, st := CgroupAttachments(mount, CgroupOptions{})
+	t.Logf("%d attachments, stats %+v", len(as), st)
+	a := findAttachment(as, skbID)
+	if a == nil || a.Target != child || a.AttachType != "cgroup_inet_ingress" || a.LinkID != 0 {
+		t.Fatalf("cgroup_skb prog %d: attachment %+v, want on %s", skbID, a, child)
+	}
+	if got, want := a.String(), "cgroup:"+child+":cgroup_inet_ingress"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+	if a := findAttachment(as, devID); a == nil || a.Target != child || a.AttachType != "cgroup_device" {
+		t.Errorf("cgroup_device prog %d: attachment %+v, want on %s", devID, a, child)
+	}
+	if st.Errors != 0 {
+		t.Errorf("stats %+v", st)
+	}
+
+	// Limited to device programs: the skb program is not asked for, and
+	// far fewer queries are made.
+	as2, st2 := CgroupAttachments(root, CgroupOptions{ProgTypes: []ebpf.ProgramType{ebpf.CGroupDevice}})
+	if findAttachment(as2, skbID) != nil || findAttachment(as2, devID) == nil {
+		t.Errorf("device-only walk: %+v", as2)
+	}
+	if st2.Queries != st2.Targets {
+		t.Errorf("device-only walk made %d queries on %d cgroups", st2.Queries, st2.Targets)
+	}
+	// One level below the mount reaches the test's cgroup but not its child.
+	as3, st3 := CgroupAttachments(mount, CgroupOptions{MaxDepth: 1})
+	if findAttachment(as3, skbID) != nil || !st3.Truncated {
+		t.Errorf("MaxDepth 1 from %s: %+v %+v, want the child unseen and truncated", mount, as3, st3)
+	}
+	as4, st4 := CgroupAttachments(root, CgroupOptions{MaxCgroups: 1})
+	if findAttachment(as4, skbID) != nil || !st4.Truncated {
+		t.Errorf("MaxCgroups 1: %+v %+v", as4, st4)
+	}
+}
+
+func TestMountinfoCgroup2(t *testing.T) {
+	for _, tc := range []struct {
+		line, want string
+		ok         bool
+	}{
+		{"41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw", "/sys/fs/cgroup/unified", true},
+		{"30 23 0:27 / /sys/fs/cgroup rw,nosuid shared:9 - cgroup2 cgroup2 rw,nsdelegate", "/sys/fs/cgroup", true},
+		{`30 23 0:27 / /mnt/my\040cg rw - cgroup2 none rw`, "/mnt/my cg", true},
+		{"32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu", "", false},
+		{"garbage", "", false},
+	} {
+		got, ok := mountinfoCgroup2(tc.line)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("mountinfoCgroup2(%q) = %q, %v", tc.line, got, ok)
+		}
+	}
+}
+
+// inNewNetns runs f on a thread in a fresh network namespace. The thread is
+// never unlocked, so Go destroys it when f returns and the namespace, with
+// everything attached to its interfaces, goes away.
+func inNewNetns(t *testing.T, f func()) {
+	t.Helper()
+	done := make(chan error)
+	go func() {
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			done <- err
+			return
+		}
+		defer close(done)
+		f()
+	}()
+	if err := <-done; err != nil {
+		t.Skipf("creating a network namespace: %v", err)
+	}
+}
+
+// setXDP attaches prog to ifindex in generic (skb) mode with the legacy
+// netlink API, which leaves no bpf_link and no fd behind.
+func setXDP(ifindex int, fd int) error {
+	s, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(s)
+	attr := func(typ uint16, v []byte) []byte {
+		b := make([]byte, 4, 4+len(v)+3)
+		binary.NativeEndian.PutUint16(b[0:], uint16(4+len(v)))
+		binary.NativeEndian.PutUint16(b[2:], typ)
+		b = append(b, v...)
+		for len(b)%4 != 0 {
+			b = append(b, 0)
+		}
+		return b
+	}
+	u32 := func(v uint32) []byte { return binary.NativeEndian.AppendUint32(nil, v) }
+	xdp := append(attr(1 /* IFLA_XDP_FD */, u32(uint32(fd))), attr(3 /* IFLA_XDP_FLAGS */, u32(2 /* XDP_FLAGS_SKB_MODE */))...)
+	body := make([]byte, unix.SizeofIfInfomsg)
+	binary.NativeEndian.PutUint32(body[4:], uint32(ifindex))
+	body = append(body, attr(iflaXDP|unix.NLA_F_NESTED, xdp)...)
+	msg := make([]byte, unix.SizeofNlMsghdr, unix.SizeofNlMsghdr+len(body))
+	binary.NativeEndian.PutUint32(msg[0:], uint32(unix.SizeofNlMsghdr+len(body)))
+	binary.NativeEndian.PutUint16(msg[4:], unix.RTM_SETLINK)
+	binary.NativeEndian.PutUint16(msg[6:], unix.NLM_F_REQUEST|unix.NLM_F_ACK)
+	binary.NativeEndian.PutUint32(msg[8:], 1)
+	msg = append(msg, body...)
+	if err := unix.Sendto(s, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return err
+	}
+	buf := make([]byte, 4096)
+	n, _, err := unix.Recvfrom(s, buf, 0)
+	if err != nil {
+		return err
+	}
+	if n >= unix.SizeofNlMsghdr+4 && binary.NativeEndian.Uint16(buf[4:]) == unix.NLMSG_ERROR {
+		if e := int32(binary.NativeEndian.Uint32(buf[unix.SizeofNlMsghdr:])); e != 0 {
+			return syscall.Errno(-e)
+		}
+	}
+	return nil
+}
+
+func TestNetdevAttachments(t *testing.T) {
+	xdp, xdpID := loadReturning(t, ebpf.XDP, ebpf.AttachXDP, 2 /* XDP_PASS */)
+	defer xdp.Close()
+	tcxLegacy, tcxLegacyID := loadReturning(t, ebpf.SchedCLS, ebpf.AttachTCXIngress, -1 /* TCX_NEXT */)
+	defer tcxLegacy.Close()
+	tcxLink, tcxLinkID := loadReturning(t, ebpf.SchedCLS, ebpf.AttachTCXEgress, -1)
+	defer tcxLink.Close()
+
+	var as []Attachment
+	var st AttachStats
+	var linkID uint32
+	var setupErr error
+	inNewNetns(t, func() {
+		const lo = 1 // the loopback device is ifindex 1 in every namespace
+		if setupErr = setXDP(lo, xdp.FD()); setupErr != nil {
+			return
+		}
+		if setupErr = link.RawAttachProgram(link.RawAttachProgramOptions{Target: lo, Program: tcxLegacy, Attach: ebpf.AttachTCXIngress}); setupErr != nil {
+			return
+		}
+		l, err := link.AttachTCX(link.TCXOptions{Interface: lo, Program: tcxLink, Attach: ebpf.AttachTCXEgress})
+		if err != nil {
+			setupErr = err
+			return
+		}
+		defer l.Close()
+		info, err := l.Info()
+		if err != nil {
+			setupErr = err
+			return
+		}
+		linkID = uint32(info.ID)
+		as, st = NetdevAttachments()
+	})
+	if errors.Is(setupErr, unix.EINVAL) || errors.Is(setupErr, ebpf.ErrNotSupported) {
+		t.Skipf("attaching XDP/tcx in a network namespace: %v", setupErr)
+	}
+	if setupErr != nil {
+		t.Fatalf("attaching XDP/tcx in a network namespace: %v", setupErr)
+	}
+	t.Logf("attachments %+v stats %+v", as, st)
+	if a := findAttachment(as, xdpID); a == nil || a.String() != "xdp:lo" || a.Mode != "generic" || a.Ifindex != 1 {
+		t.Errorf("xdp prog %d: attachment %+v, want xdp:lo generic", xdpID, a)
+	}
+	if a := findAttachment(as, tcxLegacyID); a == nil || a.String() != "tcx_ingress:lo" || a.LinkID != 0 {
+		t.Errorf("tcx prog %d: attachment %+v, want tcx_ingress:lo without link", tcxLegacyID, a)
+	}
+	if a := findAttachment(as, tcxLinkID); a == nil || a.String() != "tcx_egress:lo" || a.LinkID != linkID {
+		t.Errorf("tcx link prog %d: attachment %+v, want tcx_egress:lo with link %d", tcxLinkID, a, linkID)
+	}
+	if st.Errors != 0 || st.Targets != 1 {
+		t.Errorf("stats %+v: want one interface, no errors", st)
+	}
+}
+
+func TestParseXDP(t *testing.T) {
+	nla := func(typ uint16, v ...byte) []byte {
+		b := binary.NativeEndian.AppendUint16(nil, uint16(4+len(v)))
+		b = binary.NativeEndian.AppendUint16(b, typ)
+		b = append(b, v...)
+		for len(b)%4 != 0 {
+			b = append(b, 0)
+		}
+		return b
+	}
+	u32 := func(v uint32) []byte { return binary.NativeEndian.AppendUint32(nil, v) }
+	multi := append(append(append(nla(iflaXDPAttached, xdpAttachedMulti), nla(iflaXDPDrvProgID, u32(5)...)...), nla(iflaXDPSkbProgID, u32(6)...)...), nla(iflaXDPProgID, u32(5)...)...)
+	got := parseXDP(multi, "eth0", 2)
+	if len(got) != 2 || got[0].ProgID != 5 || got[0].Mode != "driver" || got[1].ProgID != 6 || got[1].Mode != "generic" {
+		t.Errorf("multi: %+v", got)
+	}
+	if got := parseXDP(nla(iflaXDPAttached, 0), "eth0", 2); len(got) != 0 {
+		t.Errorf("none attached: %+v", got)
+	}
+	// Truncated and garbage input never panics.
+	for i := range multi {
+		parseXDP(multi[:i], "x", 1)
+	}
+	parseXDP([]byte{0xff, 0xff, 0, 0, 1}, "x", 1)
+}
