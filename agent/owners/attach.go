@@ -273,8 +273,9 @@ const (
 	xdpAttachedMulti = 4
 )
 
-// NetdevAttachments lists the XDP (from an RTM_GETLINK dump) and tcx
-// (BPF_PROG_QUERY per interface) programs on the interfaces of the calling
+// NetdevAttachments lists the XDP (from an RTM_GETLINK dump), tc cls_bpf
+// (RTM_GETTFILTER dumps of the clsact/ingress qdisc) and tcx (BPF_PROG_QUERY
+// per interface) programs on the interfaces of the calling
 // thread's network namespace. Programs in other namespaces (pods' own
 // interfaces) need the caller to enter them first.
 func NetdevAttachments() ([]Attachment, AttachStats) {
@@ -316,6 +317,22 @@ func NetdevAttachments() ([]Attachment, AttachStats) {
 			}
 		}
 		out = append(out, parseXDP(xdp, name, ifindex)...)
+		for _, tc := range []struct {
+			parent uint32
+			name   string
+		}{{tcHClsactIngress, "tc_ingress"}, {tcHClsactEgress, "tc_egress"}} {
+			st.Queries++
+			ids, err := tcFilters(ifindex, tc.parent)
+			if err != nil {
+				if !errors.Is(err, unix.ENODEV) {
+					st.fail(fmt.Errorf("listing %s filters of %s: %w", tc.name, name, err))
+				}
+				continue
+			}
+			for _, id := range ids {
+				out = append(out, Attachment{ProgID: id, AttachType: tc.name, Target: name, Ifindex: ifindex})
+			}
+		}
 		for i := 0; i < len(tcx); i++ {
 			st.Queries++
 			res, err := link.QueryPrograms(link.QueryOptions{Target: ifindex, Attach: tcx[i].at})
@@ -346,25 +363,14 @@ func NetdevAttachments() ([]Attachment, AttachStats) {
 func parseXDP(b []byte, name string, ifindex int) []Attachment {
 	var attached byte
 	ids := map[uint16]uint32{}
-	for len(b) >= 4 {
-		l := int(nativeUint16(b[0:2]))
-		typ := nativeUint16(b[2:4]) &^ unix.NLA_F_NESTED
-		if l < 4 || l > len(b) {
-			break
-		}
-		v := b[4:l]
+	nlAttrs(b, func(typ uint16, v []byte) {
 		switch {
 		case typ == iflaXDPAttached && len(v) >= 1:
 			attached = v[0]
 		case typ >= iflaXDPProgID && typ <= iflaXDPHwProgID && len(v) >= 4:
 			ids[typ] = nativeUint32(v)
 		}
-		l = (l + 3) &^ 3
-		if l > len(b) {
-			break
-		}
-		b = b[l:]
-	}
+	})
 	mode := map[byte]string{xdpAttachedDrv: "driver", xdpAttachedSkb: "generic", xdpAttachedHw: "offload"}
 	var out []Attachment
 	add := func(id uint32, m string) {

@@ -3,6 +3,7 @@ package owners
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -147,33 +148,30 @@ func inNewNetns(t *testing.T, f func()) {
 	}
 }
 
-// setXDP attaches prog to ifindex in generic (skb) mode with the legacy
-// netlink API, which leaves no bpf_link and no fd behind.
-func setXDP(ifindex int, fd int) error {
+func nlAttr(typ uint16, v []byte) []byte {
+	b := make([]byte, 4, 4+len(v)+3)
+	binary.NativeEndian.PutUint16(b[0:], uint16(4+len(v)))
+	binary.NativeEndian.PutUint16(b[2:], typ)
+	b = append(b, v...)
+	for len(b)%4 != 0 {
+		b = append(b, 0)
+	}
+	return b
+}
+
+func u32(v uint32) []byte { return binary.NativeEndian.AppendUint32(nil, v) }
+
+// nlRequest sends one NETLINK_ROUTE request and waits for its ack.
+func nlRequest(typ, flags uint16, body []byte) error {
 	s, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(s)
-	attr := func(typ uint16, v []byte) []byte {
-		b := make([]byte, 4, 4+len(v)+3)
-		binary.NativeEndian.PutUint16(b[0:], uint16(4+len(v)))
-		binary.NativeEndian.PutUint16(b[2:], typ)
-		b = append(b, v...)
-		for len(b)%4 != 0 {
-			b = append(b, 0)
-		}
-		return b
-	}
-	u32 := func(v uint32) []byte { return binary.NativeEndian.AppendUint32(nil, v) }
-	xdp := append(attr(1 /* IFLA_XDP_FD */, u32(uint32(fd))), attr(3 /* IFLA_XDP_FLAGS */, u32(2 /* XDP_FLAGS_SKB_MODE */))...)
-	body := make([]byte, unix.SizeofIfInfomsg)
-	binary.NativeEndian.PutUint32(body[4:], uint32(ifindex))
-	body = append(body, attr(iflaXDP|unix.NLA_F_NESTED, xdp)...)
 	msg := make([]byte, unix.SizeofNlMsghdr, unix.SizeofNlMsghdr+len(body))
 	binary.NativeEndian.PutUint32(msg[0:], uint32(unix.SizeofNlMsghdr+len(body)))
-	binary.NativeEndian.PutUint16(msg[4:], unix.RTM_SETLINK)
-	binary.NativeEndian.PutUint16(msg[6:], unix.NLM_F_REQUEST|unix.NLM_F_ACK)
+	binary.NativeEndian.PutUint16(msg[4:], typ)
+	binary.NativeEndian.PutUint16(msg[6:], unix.NLM_F_REQUEST|unix.NLM_F_ACK|flags)
 	binary.NativeEndian.PutUint32(msg[8:], 1)
 	msg = append(msg, body...)
 	if err := unix.Sendto(s, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
@@ -192,6 +190,43 @@ func setXDP(ifindex int, fd int) error {
 	return nil
 }
 
+// setXDP attaches prog to ifindex in generic (skb) mode with the legacy
+// netlink API, which leaves no bpf_link and no fd behind.
+func setXDP(ifindex int, fd int) error {
+	xdp := append(nlAttr(1 /* IFLA_XDP_FD */, u32(uint32(fd))), nlAttr(3 /* IFLA_XDP_FLAGS */, u32(2 /* XDP_FLAGS_SKB_MODE */))...)
+	body := make([]byte, unix.SizeofIfInfomsg)
+	binary.NativeEndian.PutUint32(body[4:], uint32(ifindex))
+	body = append(body, nlAttr(iflaXDP|unix.NLA_F_NESTED, xdp)...)
+	return nlRequest(unix.RTM_SETLINK, 0, body)
+}
+
+func tcmsg(ifindex int, handle, parent, info uint32) []byte {
+	b := make([]byte, sizeofTcmsg)
+	binary.NativeEndian.PutUint32(b[4:], uint32(ifindex))
+	binary.NativeEndian.PutUint32(b[8:], handle)
+	binary.NativeEndian.PutUint32(b[12:], parent)
+	binary.NativeEndian.PutUint32(b[16:], info)
+	return b
+}
+
+// addClsBPF adds a clsact qdisc to ifindex and prog as a direct-action
+// cls_bpf filter on its ingress, as `tc filter add ... bpf da` does.
+func addClsBPF(ifindex int, fd int) error {
+	q := append(tcmsg(ifindex, 0xFFFF0000, 0xFFFFFFF1 /* TC_H_CLSACT */, 0), nlAttr(tcaKind, []byte("clsact\x00"))...)
+	if err := nlRequest(unix.RTM_NEWQDISC, unix.NLM_F_CREATE|unix.NLM_F_EXCL, q); err != nil {
+		return fmt.Errorf("adding clsact: %w", err)
+	}
+	opts := append(append(nlAttr(6 /* TCA_BPF_FD */, u32(uint32(fd))), nlAttr(7 /* TCA_BPF_NAME */, []byte("owners_test\x00"))...),
+		nlAttr(8 /* TCA_BPF_FLAGS */, u32(1 /* TCA_BPF_FLAG_ACT_DIRECT */))...)
+	const ethPAll = 0x0300 // htons(ETH_P_ALL)
+	f := append(tcmsg(ifindex, 1, tcHClsactIngress, 1<<16|ethPAll), nlAttr(tcaKind, []byte("bpf\x00"))...)
+	f = append(f, nlAttr(tcaOptions|unix.NLA_F_NESTED, opts)...)
+	if err := nlRequest(unix.RTM_NEWTFILTER, unix.NLM_F_CREATE|unix.NLM_F_EXCL, f); err != nil {
+		return fmt.Errorf("adding cls_bpf filter: %w", err)
+	}
+	return nil
+}
+
 func TestNetdevAttachments(t *testing.T) {
 	xdp, xdpID := loadReturning(t, ebpf.XDP, ebpf.AttachXDP, 2 /* XDP_PASS */)
 	defer xdp.Close()
@@ -199,6 +234,8 @@ func TestNetdevAttachments(t *testing.T) {
 	defer tcxLegacy.Close()
 	tcxLink, tcxLinkID := loadReturning(t, ebpf.SchedCLS, ebpf.AttachTCXEgress, -1)
 	defer tcxLink.Close()
+	cls, clsID := loadReturning(t, ebpf.SchedCLS, ebpf.AttachNone, 0 /* TC_ACT_OK */)
+	defer cls.Close()
 
 	var as []Attachment
 	var st AttachStats
@@ -210,6 +247,9 @@ func TestNetdevAttachments(t *testing.T) {
 			return
 		}
 		if setupErr = link.RawAttachProgram(link.RawAttachProgramOptions{Target: lo, Program: tcxLegacy, Attach: ebpf.AttachTCXIngress}); setupErr != nil {
+			return
+		}
+		if setupErr = addClsBPF(lo, cls.FD()); setupErr != nil {
 			return
 		}
 		l, err := link.AttachTCX(link.TCXOptions{Interface: lo, Program: tcxLink, Attach: ebpf.AttachTCXEgress})
@@ -242,6 +282,9 @@ func TestNetdevAttachments(t *testing.T) {
 	if a := findAttachment(as, tcxLinkID); a == nil || a.String() != "tcx_egress:lo" || a.LinkID != linkID {
 		t.Errorf("tcx link prog %d: attachment %+v, want tcx_egress:lo with link %d", tcxLinkID, a, linkID)
 	}
+	if a := findAttachment(as, clsID); a == nil || a.String() != "tc_ingress:lo" {
+		t.Errorf("cls_bpf prog %d: attachment %+v, want tc_ingress:lo", clsID, a)
+	}
 	if st.Errors != 0 || st.Targets != 1 {
 		t.Errorf("stats %+v: want one interface, no errors", st)
 	}
@@ -271,4 +314,14 @@ func TestParseXDP(t *testing.T) {
 		parseXDP(multi[:i], "x", 1)
 	}
 	parseXDP([]byte{0xff, 0xff, 0, 0, 1}, "x", 1)
+}
+
+// The host's own interfaces (no test programs there): the walk must see
+// them and make no errors, whatever qdiscs they have.
+func TestNetdevAttachmentsHost(t *testing.T) {
+	as, st := NetdevAttachments()
+	t.Logf("host attachments %v stats %+v", as, st)
+	if st.Targets < 1 || st.Errors != 0 {
+		t.Errorf("stats %+v: want at least lo and no errors", st)
+	}
 }
