@@ -94,3 +94,16 @@ func FuzzParseProcCgroup(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParseXDP(f *testing.F) {
+	f.Add([]byte{5, 0, 2, 0, 1, 0, 0, 0, 8, 0, 4, 0, 7, 0, 0, 0})
+	f.Add([]byte{5, 0, 2, 0, 4, 0, 0, 0, 8, 0, 5, 0, 7, 0, 0, 0, 8, 0, 6, 0, 9, 0, 0, 0})
+	f.Add([]byte{0xff, 0xff, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, a := range parseXDP(b, "x", 1) {
+			if a.ProgID == 0 || a.AttachType != "xdp" {
+				t.Errorf("bad attachment %+v", a)
+			}
+		}
+	})
+}

@@ -285,3 +285,33 @@ func TestParseStatStart(t *testing.T) {
 		}
 	}
 }
+
+// The fact cache: a holder's facts are read once while its start time stays
+// the same, and read afresh when the pid's start time changes (pid reuse).
+func TestScanFactCache(t *testing.T) {
+	_, id := loadProg(t, ebpf.SocketFilter)
+	s := NewScanner("", nil)
+	if _, err := s.Scan(nil); err != nil {
+		t.Fatal(err)
+	}
+	pf := s.cache[int32(os.Getpid())]
+	if pf == nil {
+		t.Fatal("test process not cached after a scan")
+	}
+	pf.comm = "cached"
+	r, err := s.Scan(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := ownerByPID(r.Programs[id], os.Getpid()); o == nil || o.Comm != "cached" {
+		t.Fatalf("same start time: owner %+v, want the cached comm", o)
+	}
+	pf.start-- // as if the pid now named another process
+	r, err = s.Scan(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := ownerByPID(r.Programs[id], os.Getpid()); o == nil || o.Comm != selfComm(t) {
+		t.Fatalf("changed start time: owner %+v, want comm re-read as %q", o, selfComm(t))
+	}
+}
