@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -145,6 +144,7 @@ type cgroupWalker struct {
 	types []cgroupAttach
 	st    AttachStats
 	out   []Attachment
+	dents []byte
 }
 
 func (w *cgroupWalker) dir(dir string, depth int) {
@@ -153,34 +153,61 @@ func (w *cgroupWalker) dir(dir string, depth int) {
 		return
 	}
 	w.st.Targets++
-	w.query(dir)
-	if depth >= w.opt.MaxDepth {
-		w.st.Truncated = true
-		return
-	}
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		if !errors.Is(err, os.ErrNotExist) { // removed mid-walk
-			w.st.fail(fmt.Errorf("reading cgroup directory: %w", err))
-		}
-		return
-	}
-	for _, e := range ents {
-		if e.IsDir() {
-			w.dir(filepath.Join(dir, e.Name()), depth+1)
-		}
-	}
-}
-
-func (w *cgroupWalker) query(dir string) {
+	// One fd serves the queries and the listing of sub-cgroups.
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		if err != unix.ENOENT {
+		if err != unix.ENOENT { // removed mid-walk
 			w.st.fail(fmt.Errorf("opening cgroup %s: %w", dir, err))
 		}
 		return
 	}
-	defer unix.Close(fd)
+	w.query(fd, dir)
+	var subs []string
+	if depth >= w.opt.MaxDepth {
+		w.st.Truncated = true
+	} else {
+		subs, err = w.subdirs(fd)
+		if err != nil && err != unix.ENOENT {
+			w.st.fail(fmt.Errorf("reading cgroup directory %s: %w", dir, err))
+		}
+	}
+	unix.Close(fd) // before descending: the depth must not cost fds
+	for _, sub := range subs {
+		w.dir(dir+"/"+sub, depth+1)
+	}
+}
+
+// subdirs lists the child cgroups of a cgroup directory: the entries whose
+// dirent type is a directory (cgroupfs always fills d_type).
+func (w *cgroupWalker) subdirs(fd int) ([]string, error) {
+	if w.dents == nil {
+		w.dents = make([]byte, 32<<10)
+	}
+	var subs []string
+	for {
+		n, err := unix.Getdents(fd, w.dents)
+		if err != nil {
+			return subs, err
+		}
+		if n <= 0 {
+			return subs, nil
+		}
+		for off := 0; off < n; {
+			nameOff, next := direntNameOff(w.dents, off)
+			if next > n {
+				break
+			}
+			isDir := w.dents[off+18] == unix.DT_DIR
+			off = next
+			name := cstr(w.dents[nameOff:next])
+			if isDir && string(name) != "." && string(name) != ".." {
+				subs = append(subs, string(name))
+			}
+		}
+	}
+}
+
+func (w *cgroupWalker) query(fd int, dir string) {
 	for i := 0; i < len(w.types); i++ {
 		ca := w.types[i]
 		w.st.Queries++

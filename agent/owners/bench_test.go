@@ -2,6 +2,8 @@ package owners
 
 import (
 	"os"
+	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -66,4 +68,38 @@ func BenchmarkProcWalk(b *testing.B) {
 		}
 		report(b)
 	})
+}
+
+// BenchmarkCgroupAttachments walks 50 empty cgroups: all 28 cgroup attach
+// types against only those of cgroup_device programs.
+func BenchmarkCgroupAttachments(b *testing.B) {
+	mount, err := CgroupV2Mount()
+	if err != nil {
+		b.Skipf("no cgroup v2: %v", err)
+	}
+	root := filepath.Join(mount, "bpfleet-owners-bench-"+strconv.Itoa(os.Getpid()))
+	for i := range 50 {
+		if err := os.MkdirAll(filepath.Join(root, strconv.Itoa(i)), 0o755); err != nil {
+			b.Skipf("creating cgroups: %v", err)
+		}
+	}
+	b.Cleanup(func() {
+		for i := range 50 {
+			os.Remove(filepath.Join(root, strconv.Itoa(i)))
+		}
+		os.Remove(root)
+	})
+	for _, tc := range []struct {
+		name  string
+		types []ebpf.ProgramType
+	}{{"AllTypes", nil}, {"DeviceOnly", []ebpf.ProgramType{ebpf.CGroupDevice}}} {
+		b.Run(tc.name, func(b *testing.B) {
+			var st AttachStats
+			for b.Loop() {
+				_, st = CgroupAttachments(root, CgroupOptions{ProgTypes: tc.types})
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(st.Targets), "ns/cgroup")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(st.Queries), "ns/query")
+		})
+	}
 }
