@@ -2,6 +2,7 @@ package owners
 
 import (
 	"os"
+	"time"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -102,4 +103,54 @@ func BenchmarkCgroupAttachments(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(st.Queries), "ns/query")
 		})
 	}
+}
+
+func readDirOnly() {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		os.ReadDir("/proc/" + e.Name() + "/fd")
+	}
+}
+
+func naiveWalk() {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		dir := "/proc/" + e.Name() + "/fd/"
+		fds, _ := os.ReadDir(dir)
+		for _, fd := range fds {
+			if l, err := os.Readlink(dir + fd.Name()); err == nil && (l == linkBPFProg || l == linkBPFLink) {
+				os.ReadFile("/proc/" + e.Name() + "/fdinfo/" + fd.Name())
+			}
+		}
+	}
+}
+
+// BenchmarkProcWalkRatio interleaves the three walks in every iteration, so
+// load from other work on the machine hits them alike, and reports
+// ProcSource's time as a ratio of each floor.
+func BenchmarkProcWalkRatio(b *testing.B) {
+	src := NewProcSource("")
+	var h []Holding
+	var st Stats
+	var tRead, tNaive, tOurs time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		readDirOnly()
+		t1 := time.Now()
+		naiveWalk()
+		t2 := time.Now()
+		st = Stats{}
+		h, _ = src.Holdings(h[:0], &st)
+		t3 := time.Now()
+		tRead += t1.Sub(t0)
+		tNaive += t2.Sub(t1)
+		tOurs += t3.Sub(t2)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(tOurs.Nanoseconds())/n/float64(st.Procs), "ours-ns/proc")
+	b.ReportMetric(float64(tOurs.Nanoseconds())/n/float64(st.FDs), "ours-ns/fd")
+	b.ReportMetric(float64(tRead.Nanoseconds())/n/float64(st.Procs), "readdir-ns/proc")
+	b.ReportMetric(float64(tOurs)/float64(tRead), "ours/readdir")
+	b.ReportMetric(float64(tOurs)/float64(tNaive), "ours/naive")
+	b.Logf("%d processes, %d fds, %d bpf fds", st.Procs, st.FDs, st.BPFFDs)
 }
