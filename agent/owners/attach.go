@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -415,4 +416,82 @@ func parseXDP(b []byte, name string, ifindex int) []Attachment {
 		add(ids[iflaXDPProgID], mode[attached])
 	}
 	return out
+}
+
+// Container says which container or pod a cgroup attachment belongs to, from
+// its cgroup path: runc and crun attach a cgroup_device program to every
+// container's cgroup and keep no fd, so this is the only owner such a
+// program has. Zero for interface attachments.
+func (a Attachment) Container() Container {
+	if !strings.HasPrefix(a.AttachType, "cgroup_") {
+		return Container{}
+	}
+	return ParseCgroupPath(a.Target)
+}
+
+// NetdevAttachmentsIn is NetdevAttachments in the network namespace at
+// nsPath (/proc/PID/ns/net, /run/netns/NAME). It enters the namespace on a
+// locked thread that is thrown away afterwards, so no other goroutine ever
+// runs in it. Needs CAP_SYS_ADMIN.
+func NetdevAttachmentsIn(nsPath string) ([]Attachment, AttachStats) {
+	type result struct {
+		as []Attachment
+		st AttachStats
+	}
+	ch := make(chan result, 1)
+	go func() {
+		// Never unlocked: the runtime ends the thread with the goroutine.
+		runtime.LockOSThread()
+		var r result
+		defer func() { ch <- r }()
+		fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			r.st.fail(fmt.Errorf("opening network namespace: %w", err))
+			return
+		}
+		defer unix.Close(fd)
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			r.st.fail(fmt.Errorf("entering network namespace %s: %w", nsPath, err))
+			return
+		}
+		r.as, r.st = NetdevAttachments()
+	}()
+	r := <-ch
+	return r.as, r.st
+}
+
+// NetNamespaces returns one /proc/PID/ns/net path per network namespace that
+// some process is in, other than the caller's own, for NetdevAttachmentsIn.
+// Processes that vanish or deny access are skipped.
+func NetNamespaces(procRoot string) ([]string, error) {
+	if procRoot == "" {
+		procRoot = "/proc"
+	}
+	var self unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &self); err != nil {
+		return nil, fmt.Errorf("reading own network namespace: %w", err)
+	}
+	type nsKey struct{ dev, ino uint64 }
+	seen := map[nsKey]bool{{self.Dev, self.Ino}: true}
+	ents, err := os.ReadDir(procRoot)
+	if err != nil {
+		return nil, fmt.Errorf("listing processes: %w", err)
+	}
+	var out []string
+	for _, e := range ents {
+		if _, ok := parseUint32([]byte(e.Name())); !ok {
+			continue
+		}
+		p := procRoot + "/" + e.Name() + "/ns/net"
+		var st unix.Stat_t
+		if unix.Stat(p, &st) != nil {
+			continue
+		}
+		k := nsKey{st.Dev, st.Ino}
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, p)
+		}
+	}
+	return out, nil
 }

@@ -5,11 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -323,5 +327,85 @@ func TestNetdevAttachmentsHost(t *testing.T) {
 	t.Logf("host attachments %v stats %+v", as, st)
 	if st.Targets < 1 || st.Errors != 0 {
 		t.Errorf("stats %+v: want at least lo and no errors", st)
+	}
+}
+
+func TestNetdevAttachmentsIn(t *testing.T) {
+	xdp, xdpID := loadReturning(t, ebpf.XDP, ebpf.AttachXDP, 2)
+	defer xdp.Close()
+	ready := make(chan string)
+	release := make(chan struct{})
+	defer close(release)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread and its namespace die with the goroutine
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			ready <- "error: creating a network namespace: " + err.Error()
+			return
+		}
+		if err := setXDP(1, xdp.FD()); err != nil {
+			ready <- "error: " + err.Error()
+			return
+		}
+		ready <- "/proc/" + strconv.Itoa(os.Getpid()) + "/task/" + strconv.Itoa(unix.Gettid()) + "/ns/net"
+		<-release
+	}()
+	ns := <-ready
+	if strings.HasPrefix(ns, "error: ") {
+		t.Fatal(ns)
+	}
+	as, st := NetdevAttachmentsIn(ns)
+	if a := findAttachment(as, xdpID); a == nil || a.String() != "xdp:lo" {
+		t.Errorf("in %s: attachments %v stats %+v, want xdp:lo prog %d", ns, as, st, xdpID)
+	}
+	// The calling thread stayed in the host namespace.
+	host, _ := NetdevAttachments()
+	if findAttachment(host, xdpID) != nil {
+		t.Errorf("the test's XDP program shows up in the host namespace")
+	}
+	_, st = NetdevAttachmentsIn("/nonexistent")
+	if st.Errors != 1 {
+		t.Errorf("missing namespace: stats %+v, want one error", st)
+	}
+}
+
+func TestAttachmentContainer(t *testing.T) {
+	a := Attachment{ProgID: 1, AttachType: "cgroup_device", Target: "/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + strings.ReplaceAll(pod1, "-", "_") + ".slice/cri-containerd-" + id1 + ".scope"}
+	if c := a.Container(); c.ID != id1 || c.PodUID != pod1 || c.Runtime != RuntimeContainerd {
+		t.Errorf("Container() = %+v", c)
+	}
+	if c := (Attachment{AttachType: "xdp", Target: "docker"}).Container(); c != (Container{}) {
+		t.Errorf("interface attachment has a container: %+v", c)
+	}
+}
+
+func TestNetNamespaces(t *testing.T) {
+	cmd := exec.Command("unshare", "--net", "sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Skipf("starting unshare --net: %v", err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	want := "/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/net"
+	// unshare enters the namespace and then execs sleep: wait for the exec.
+	for i := 0; i < 200; i++ {
+		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/comm"); strings.TrimSpace(string(b)) == "sleep" {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	nss, err := NetNamespaces("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(nss, want) {
+		t.Errorf("namespaces %v lack the child's %s", nss, want)
+	}
+	for _, ns := range nss {
+		if ns == "/proc/"+strconv.Itoa(os.Getpid())+"/ns/net" {
+			t.Errorf("own namespace listed: %v", nss)
+		}
+	}
+	as, st := NetdevAttachmentsIn(want)
+	if st.Targets != 1 || st.Errors != 0 || len(as) != 0 {
+		t.Errorf("child's fresh namespace: %v %+v, want lo only and nothing attached", as, st)
 	}
 }

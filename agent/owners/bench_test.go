@@ -2,10 +2,10 @@ package owners
 
 import (
 	"os"
-	"time"
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 )
