@@ -431,8 +431,12 @@ func (a Attachment) Container() Container {
 
 // NetdevAttachmentsIn is NetdevAttachments in the network namespace at
 // nsPath (/proc/PID/ns/net, /run/netns/NAME). It enters the namespace on a
-// locked thread that is thrown away afterwards, so no other goroutine ever
-// runs in it. Needs CAP_SYS_ADMIN.
+// locked thread and returns the thread to its own namespace afterwards; if
+// that fails the thread stays locked and the runtime discards it, so no
+// other goroutine ever runs in the foreign namespace. (Restoring matters: a
+// locked goroutine that exits on the main thread wedges it instead of ending
+// it, which would pin the namespace for the agent's lifetime.) Needs
+// CAP_SYS_ADMIN.
 func NetdevAttachmentsIn(nsPath string) ([]Attachment, AttachStats) {
 	type result struct {
 		as []Attachment
@@ -440,21 +444,32 @@ func NetdevAttachmentsIn(nsPath string) ([]Attachment, AttachStats) {
 	}
 	ch := make(chan result, 1)
 	go func() {
-		// Never unlocked: the runtime ends the thread with the goroutine.
 		runtime.LockOSThread()
 		var r result
 		defer func() { ch <- r }()
+		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			r.st.fail(fmt.Errorf("opening own network namespace: %w", err))
+			return
+		}
+		defer unix.Close(orig)
 		fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
+			runtime.UnlockOSThread()
 			r.st.fail(fmt.Errorf("opening network namespace: %w", err))
 			return
 		}
 		defer unix.Close(fd)
 		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
 			r.st.fail(fmt.Errorf("entering network namespace %s: %w", nsPath, err))
 			return
 		}
 		r.as, r.st = NetdevAttachments()
+		if unix.Setns(orig, unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
 	}()
 	r := <-ch
 	return r.as, r.st

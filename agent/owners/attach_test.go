@@ -132,24 +132,38 @@ func TestMountinfoCgroup2(t *testing.T) {
 	}
 }
 
-// inNewNetns runs f on a thread in a fresh network namespace. The thread is
-// never unlocked, so Go destroys it when f returns and the namespace, with
-// everything attached to its interfaces, goes away.
+// inNewNetns runs f on a locked thread in a fresh network namespace and
+// then returns the thread to the test's namespace, which frees the fresh one
+// and everything attached to its interfaces.
 func inNewNetns(t *testing.T, f func()) {
 	t.Helper()
+	if err := withNewNetns(f); err != nil {
+		t.Skipf("creating a network namespace: %v", err)
+	}
+}
+
+func withNewNetns(f func()) error {
 	done := make(chan error)
 	go func() {
 		runtime.LockOSThread()
+		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer unix.Close(orig)
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 			done <- err
 			return
 		}
-		defer close(done)
 		f()
+		// Only a thread back in its own namespace may run other goroutines.
+		if unix.Setns(orig, unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		done <- nil
 	}()
-	if err := <-done; err != nil {
-		t.Skipf("creating a network namespace: %v", err)
-	}
+	return <-done
 }
 
 func nlAttr(typ uint16, v []byte) []byte {
@@ -337,17 +351,17 @@ func TestNetdevAttachmentsIn(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	go func() {
-		runtime.LockOSThread() // never unlocked: the thread and its namespace die with the goroutine
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		err := withNewNetns(func() {
+			if err := setXDP(1, xdp.FD()); err != nil {
+				ready <- "error: " + err.Error()
+				return
+			}
+			ready <- "/proc/" + strconv.Itoa(os.Getpid()) + "/task/" + strconv.Itoa(unix.Gettid()) + "/ns/net"
+			<-release
+		})
+		if err != nil {
 			ready <- "error: creating a network namespace: " + err.Error()
-			return
 		}
-		if err := setXDP(1, xdp.FD()); err != nil {
-			ready <- "error: " + err.Error()
-			return
-		}
-		ready <- "/proc/" + strconv.Itoa(os.Getpid()) + "/task/" + strconv.Itoa(unix.Gettid()) + "/ns/net"
-		<-release
 	}()
 	ns := <-ready
 	if strings.HasPrefix(ns, "error: ") {
@@ -399,9 +413,14 @@ func TestNetNamespaces(t *testing.T) {
 	if !slices.Contains(nss, want) {
 		t.Errorf("namespaces %v lack the child's %s", nss, want)
 	}
+	var self unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &self); err != nil {
+		t.Fatal(err)
+	}
 	for _, ns := range nss {
-		if ns == "/proc/"+strconv.Itoa(os.Getpid())+"/ns/net" {
-			t.Errorf("own namespace listed: %v", nss)
+		var st unix.Stat_t
+		if unix.Stat(ns, &st) == nil && st.Ino == self.Ino && st.Dev == self.Dev {
+			t.Errorf("own namespace listed as %s", ns)
 		}
 	}
 	as, st := NetdevAttachmentsIn(want)
