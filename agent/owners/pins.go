@@ -32,7 +32,8 @@ type PinOptions struct {
 type PinStats struct {
 	Files int `json:"files"`
 	// Skipped counts pinned objects that are neither programs nor links
-	// (maps) and files past MaxFiles.
+	// (maps), files BPF_OBJ_GET does not open (the preloaded iterators
+	// maps.debug and progs.debug answer ENOENT), and files past MaxFiles.
 	Skipped   int    `json:"skipped"`
 	Errors    int    `json:"errors"`
 	LastError string `json:"last_error,omitempty"`
@@ -103,6 +104,12 @@ func (w *pinWalker) dir(dir string, depth int) {
 
 func (w *pinWalker) file(path string) {
 	fd, err := objGet(path)
+	if err == unix.ENOENT {
+		// Unpinned mid-walk, or a file BPF_OBJ_GET does not open: the
+		// kernel's preloaded iterators (maps.debug, progs.debug).
+		w.st.Skipped++
+		return
+	}
 	if err != nil {
 		w.fail(fmt.Errorf("opening pin %s: %w", path, err))
 		return
