@@ -1,6 +1,7 @@
 package owners
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -78,6 +79,9 @@ func (w *pinWalker) fail(err error) {
 func (w *pinWalker) dir(dir string, depth int) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
+		if depth > 0 && errors.Is(err, os.ErrNotExist) {
+			return // removed mid-walk
+		}
 		w.fail(fmt.Errorf("reading bpffs directory: %w", err))
 		return
 	}
