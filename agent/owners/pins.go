@@ -118,7 +118,7 @@ func (w *pinWalker) file(path string) {
 		w.fail(fmt.Errorf("opening pin %s: %w", path, err))
 		return
 	}
-	b, err := readFile("/proc/self/fdinfo/"+strconv.Itoa(fd), w.info)
+	b, err := readFile("/proc/self/fdinfo/"+strconv.Itoa(fd), &w.info)
 	unix.Close(fd)
 	if err != nil {
 		w.fail(fmt.Errorf("reading fdinfo of pin %s: %w", path, err))
@@ -152,23 +152,6 @@ func objGet(path string) (int, error) {
 		return -1, e
 	}
 	return int(r), nil
-}
-
-func readFile(path string, buf []byte) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	n := 0
-	for n < len(buf) {
-		m, err := f.Read(buf[n:])
-		n += m
-		if err != nil || m == 0 {
-			break
-		}
-	}
-	return buf[:n], nil
 }
 
 // PinsByProg groups pin paths by program id; a link's pin counts for its

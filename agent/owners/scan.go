@@ -195,27 +195,33 @@ func (s *Scanner) facts(pid int32, st *Stats) *procFacts {
 	return pf
 }
 
-func (s *Scanner) read(path string) ([]byte, error) {
+func (s *Scanner) read(path string) ([]byte, error) { return readFile(path, &s.buf) }
+
+// readFile reads a small file into *buf, growing it as needed, and returns
+// the bytes read. procfs and bpffs files are read with one buffer per
+// scanner, never one allocation per file.
+func readFile(path string, buf *[]byte) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	b := *buf
 	n := 0
 	for {
-		if n == len(s.buf) {
-			s.buf = append(s.buf, make([]byte, len(s.buf))...)
+		if n == len(b) {
+			b = append(b, make([]byte, max(len(b), 512))...)
+			*buf = b
 		}
-		m, err := f.Read(s.buf[n:])
+		m, err := f.Read(b[n:])
 		n += m
 		if err == io.EOF || m == 0 && err == nil {
-			break
+			return b[:n], nil
 		}
 		if err != nil {
 			return nil, err
 		}
 	}
-	return s.buf[:n], nil
 }
 
 // parseStatStart returns field 22 of /proc/PID/stat, the start time in clock
