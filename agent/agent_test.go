@@ -277,3 +277,46 @@ func countFDs(t *testing.T) int {
 	}
 	return n
 }
+
+// TestOwnerIsTestProcess: the process holding the canary (this test) is
+// found as its owner, through the task_file iterator and through the
+// /proc walk alike.
+func TestOwnerIsTestProcess(t *testing.T) {
+	c := loadCanary(t)
+	id, _ := c.ProgramID()
+	comm, err := os.ReadFile("/proc/self/comm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, noIter := range []bool{false, true} {
+		a := newTestAgentWith(t, Config{Owners: true, OwnerIterator: !noIter})
+		s := scan(t, a)
+		if !s.Scan.OwnersRefreshed {
+			t.Error("first scan did not read owners")
+		}
+		if len(s.Degraded) > 0 {
+			t.Errorf("noIterator=%v: degraded: %v", noIter, s.Degraded)
+		}
+		p := findProg(s, id)
+		if p == nil {
+			t.Fatal("canary missing")
+		}
+		var found *Owner
+		for i := range p.Owners {
+			if p.Owners[i].PID == os.Getpid() {
+				found = &p.Owners[i]
+			}
+		}
+		if found == nil {
+			t.Fatalf("noIterator=%v: test process %d not among owners %+v", noIter, os.Getpid(), p.Owners)
+		}
+		if found.Comm != strings.TrimSpace(string(comm)) || found.Via != "fd" {
+			t.Errorf("owner = %+v, want comm %q via fd", found, strings.TrimSpace(string(comm)))
+		}
+		// Later scans (refreshed or from the cache: other tools' programs
+		// come and go on this kernel) keep the owner.
+		if p2 := findProg(scan(t, a), id); p2 == nil || len(p2.Owners) != len(p.Owners) {
+			t.Error("owners lost on the second scan")
+		}
+	}
+}

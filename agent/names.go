@@ -18,6 +18,7 @@ var progTypeNames = [...]string{
 const (
 	progTypeKprobe        = 2
 	progTypeSchedCls      = 3
+	progTypeSchedAct      = 4
 	progTypeTracepoint    = 5
 	progTypeXDP           = 6
 	progTypePerfEvent     = 7

@@ -499,16 +499,25 @@ func (r *reader) join(progs []Program, links []Link) {
 
 // joinTargets names up to three distinct targets of a program's links.
 func joinTargets(links []Link) string {
+	ts := make([]string, len(links))
+	for i, l := range links {
+		ts[i] = l.Target
+	}
+	return joinStrings(ts)
+}
+
+// joinStrings joins up to three distinct non-empty strings.
+func joinStrings(ss []string) string {
 	var out []string
-	for _, l := range links {
-		if l.Target == "" || contains(out, l.Target) {
+	for _, s := range ss {
+		if s == "" || contains(out, s) {
 			continue
 		}
 		if len(out) == 3 {
 			out = append(out, "…")
 			break
 		}
-		out = append(out, l.Target)
+		out = append(out, s)
 	}
 	return strings.Join(out, ",")
 }

@@ -73,7 +73,9 @@ type Owner struct {
 	PodName       string `json:"pod_name,omitempty"`
 	PodNamespace  string `json:"pod_namespace,omitempty"`
 	ContainerName string `json:"container_name,omitempty"`
-	// Via says how the ownership was found: "fd" or "link".
+	// Via says how the ownership was found: "fd" (holds the program's fd),
+	// "link" (holds only a link of it) or "attachment" (no process holds
+	// it; the container is the one whose cgroup it is attached to).
 	Via string `json:"via"`
 }
 

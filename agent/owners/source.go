@@ -209,17 +209,17 @@ func (s *ProcSource) readAt(dirfd int, path []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer unix.Close(fd)
+	defer unix.RawSyscall(unix.SYS_CLOSE, uintptr(fd), 0, 0)
 	n := 0
 	for n < len(s.info) {
-		m, err := unix.Read(fd, s.info[n:])
-		if err != nil {
-			return nil, err
+		m, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&s.info[n])), uintptr(len(s.info)-n))
+		if e != 0 {
+			return nil, errnoErr(e)
 		}
-		if m <= 0 {
+		if m == 0 {
 			break
 		}
-		n += m
+		n += int(m)
 	}
 	return s.info[:n], nil
 }
@@ -253,9 +253,12 @@ func cstr(b []byte) []byte {
 }
 
 // openat and readlinkat take NUL-terminated byte paths: the x/sys wrappers
-// take strings and allocate a copy per call.
+// take strings and allocate a copy per call. They, and the small reads of
+// procfs files, go through RawSyscall: each is a few µs in memory, and an
+// ordinary Syscall lets the scheduler hand off the P on every one of the
+// thousands a walk makes.
 func openat(dirfd int, path []byte, flags int) (int, error) {
-	r, _, e := unix.Syscall6(unix.SYS_OPENAT, uintptr(dirfd), uintptr(unsafe.Pointer(&path[0])), uintptr(flags), 0, 0, 0)
+	r, _, e := unix.RawSyscall6(unix.SYS_OPENAT, uintptr(dirfd), uintptr(unsafe.Pointer(&path[0])), uintptr(flags), 0, 0, 0)
 	if e != 0 {
 		return -1, errnoErr(e)
 	}
@@ -263,7 +266,7 @@ func openat(dirfd int, path []byte, flags int) (int, error) {
 }
 
 func readlinkat(dirfd int, path *byte, buf []byte) (int, error) {
-	r, _, e := unix.Syscall6(unix.SYS_READLINKAT, uintptr(dirfd), uintptr(unsafe.Pointer(path)), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), 0, 0)
+	r, _, e := unix.RawSyscall6(unix.SYS_READLINKAT, uintptr(dirfd), uintptr(unsafe.Pointer(path)), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), 0, 0)
 	if e != 0 {
 		return 0, errnoErr(e)
 	}
