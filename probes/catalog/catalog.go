@@ -170,6 +170,16 @@ const (
 	DriverKfunc Driver = "drive_kfunc"
 )
 
+// errNoTrigger: the attach type has no attach point an in-kernel driver reaches.
+var errNoTrigger = notSupported("no in-kernel trigger")
+
+// notSupported is an error that wraps ebpf.ErrNotSupported without saying so
+// in its text.
+type notSupported string
+
+func (e notSupported) Error() string        { return string(e) }
+func (e notSupported) Is(target error) bool { return target == ebpf.ErrNotSupported }
+
 // target is where a probe attaches in one mode.
 type target struct {
 	prog   string // program name in catalog.bpf.c
@@ -193,7 +203,7 @@ func targetOf(t AttachType, m Mode) (target, error) {
 		case Tracepoint:
 			return target{prog: progName(t), group: "bpf_test_run", fn: "bpf_trigger_tp", driver: DriverKfunc}, nil
 		}
-		return target{}, fmt.Errorf("no in-kernel trigger for %s: %w", t, ebpf.ErrNotSupported)
+		return target{}, errNoTrigger
 	}
 	switch t {
 	case Fentry, Fexit, FmodRet, FentryS, Kprobe, Kretprobe, KprobeMulti:
