@@ -15,8 +15,10 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"regexp"
 	"runtime"
 	"strings"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -93,6 +95,8 @@ const (
 	StageTarget Stage = "target" // no attach point for this attach type in this mode
 	StageLoad   Stage = "load"
 	StageAttach Stage = "attach"
+	// StageTrigger: the in-kernel driver that fires the probe was refused.
+	StageTrigger Stage = "trigger"
 )
 
 // Error is a probe the kernel refused, with the step that failed.
@@ -120,7 +124,9 @@ func (e *Error) Reason() string {
 func shortError(err error) string {
 	var errno unix.Errno
 	if !errors.As(err, &errno) {
-		return err.Error()
+		// cilium/ebpf names the version that introduced a missing feature;
+		// the kernel's own refusal is the fact, a version is not.
+		return requiresVersion.ReplaceAllString(err.Error(), "")
 	}
 	msg := errno.Error()
 	var ve *ebpf.VerifierError
@@ -134,6 +140,8 @@ func shortError(err error) string {
 	}
 	return msg
 }
+
+var requiresVersion = regexp.MustCompile(` \(requires >= v[0-9.]+\)`)
 
 // Reason is err's one-line kernel answer when err is a probe *Error, and
 // the whole error otherwise.
@@ -254,9 +262,9 @@ func Load(t AttachType, m Mode, tid int) (*Probe, error) {
 	if err != nil {
 		return nil, &Error{AttachType: t, Mode: m, Stage: StageTarget, Err: err}
 	}
-	spec, err := loadCatalog()
+	spec, err := catalogSpec()
 	if err != nil {
-		return nil, fmt.Errorf("reading catalog spec: %w", err)
+		return nil, err
 	}
 	ps, ok := spec.Programs[tg.prog]
 	if !ok {
@@ -276,6 +284,17 @@ func Load(t AttachType, m Mode, tid int) (*Probe, error) {
 		target = tg.group + ":" + tg.fn
 	}
 	return &Probe{Type: t, Mode: m, Target: target, tg: tg, coll: coll, prog: coll.Programs[tg.prog], hits: coll.Variables["hits"]}, nil
+}
+
+// parsedSpec parses the embedded ELF once; every load works on a copy.
+var parsedSpec = sync.OnceValues(loadCatalog)
+
+func catalogSpec() (*ebpf.CollectionSpec, error) {
+	spec, err := parsedSpec()
+	if err != nil {
+		return nil, fmt.Errorf("reading catalog spec: %w", err)
+	}
+	return spec.Copy(), nil
 }
 
 // loadOne loads only program name (and the maps it uses) from spec.

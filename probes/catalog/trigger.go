@@ -62,18 +62,18 @@ type KernelTrigger struct {
 
 // NewKernelTrigger loads driver d with batch calls per run (0: DefaultBatch).
 // A kernel without the driver's helper, kfunc or bpf_loop refuses it with
-// a *Error at StageLoad.
+// a *Error at StageTrigger.
 func NewKernelTrigger(d Driver, batch int) (*KernelTrigger, error) {
 	if batch <= 0 {
 		batch = DefaultBatch
 	}
-	spec, err := loadCatalog()
+	spec, err := catalogSpec()
 	if err != nil {
-		return nil, fmt.Errorf("reading catalog spec: %w", err)
+		return nil, err
 	}
 	coll, err := loadOne(spec, string(d), map[string]any{"batch_iters": uint32(batch)})
 	if err != nil {
-		return nil, &Error{AttachType: AttachType(d), Mode: Kernel, Stage: StageLoad, Err: err}
+		return nil, &Error{AttachType: AttachType(d), Mode: Kernel, Stage: StageTrigger, Err: err}
 	}
 	return &KernelTrigger{Driver: d, Batch: batch, coll: coll, prog: coll.Programs[string(d)]}, nil
 }
