@@ -431,3 +431,17 @@ func fileOffset(path string, addr uint64) (uint64, error) {
 	}
 	return 0, fmt.Errorf("address %#x is in no executable segment of %s", addr, path)
 }
+
+// ID is the kernel's id of the probe's program, so a scan can tell the
+// agent's own probes from everyone else's.
+func (p *Probe) ID() (ebpf.ProgramID, error) {
+	info, err := p.prog.Info()
+	if err != nil {
+		return 0, fmt.Errorf("reading %s probe info: %w", p.Type, err)
+	}
+	id, ok := info.ID()
+	if !ok {
+		return 0, fmt.Errorf("kernel reports no id for the %s probe", p.Type)
+	}
+	return id, nil
+}

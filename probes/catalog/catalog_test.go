@@ -32,6 +32,9 @@ func TestProbesCountTheirThread(t *testing.T) {
 				if err := p.Attach(); err != nil {
 					t.Skipf("kernel refused: %s", Reason(err))
 				}
+				if id, err := p.ID(); err != nil || id == 0 {
+					t.Errorf("probe id %d, %v", id, err)
+				}
 				for _, n := range []int{1000, 5000} {
 					if err := p.ResetHits(); err != nil {
 						t.Fatal(err)
