@@ -227,7 +227,10 @@ type KernelInfo struct {
 
 // Calibration is the agent's own measured cost of one attach type.
 type Calibration struct {
-	AttachType string  `json:"attach_type"`
+	AttachType string `json:"attach_type"`
+	// Mode is how the probe was triggered: "syscall" (getpgid from user
+	// space) or "kernel" (an in-kernel driver, as selftests' bench does).
+	Mode       string  `json:"mode"`
 	Supported  bool    `json:"supported"`
 	Reason     string  `json:"reason,omitempty"`
 	OverheadNs float64 `json:"overhead_ns"`
