@@ -382,7 +382,8 @@ func (j *Jaeger) Spans(ctx context.Context, service string, tags map[string]stri
 				ProcessID     string `json:"processID"`
 			} `json:"spans"`
 			Processes map[string]struct {
-				Tags []kv `json:"tags"`
+				ServiceName string `json:"serviceName"`
+				Tags        []kv   `json:"tags"`
 			} `json:"processes"`
 		} `json:"data"`
 		Errors any `json:"errors"`
@@ -402,7 +403,9 @@ func (j *Jaeger) Spans(ctx context.Context, service string, tags map[string]stri
 			for _, t := range s.Tags {
 				sp.Tags[t.Key] = t.Value
 			}
-			for _, t := range tr.Processes[s.ProcessID].Tags {
+			proc := tr.Processes[s.ProcessID]
+			sp.Process["service.name"] = proc.ServiceName
+			for _, t := range proc.Tags {
 				sp.Process[t.Key] = t.Value
 			}
 			out = append(out, sp)
