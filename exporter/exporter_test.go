@@ -192,7 +192,7 @@ func value(t *testing.T, pts []point, key string, want attribute.Value) float64 
 			return p.value
 		}
 	}
-	t.Fatalf("no point with %s=%v in %v", key, want.Emit(), pts)
+	t.Fatalf("no point with %s=%v in %v", key, want.String(), pts)
 	return 0
 }
 
@@ -249,13 +249,13 @@ func TestProgramMetrics(t *testing.T) {
 				continue
 			}
 			if v, ok := pt.attrs.Value(attribute.Key(k)); !ok || v != want {
-				t.Errorf("attribute %s = %v, want %v", k, v.Emit(), want.Emit())
+				t.Errorf("attribute %s = %v, want %v", k, v.String(), want.String())
 			}
 		}
 	}
 	res := map[string]string{}
 	for _, kv := range rm.Resource.Attributes() {
-		res[string(kv.Key)] = kv.Value.Emit()
+		res[string(kv.Key)] = kv.Value.String()
 	}
 	for k, want := range map[string]string{"service.name": "bpfleet-agent", "os.version": "6.18.0-test", "host.arch": "amd64",
 		"host.cpu.model.name": "Test CPU", "k8s.node.name": "node-a", "service.instance.id": "node-a", "os.type": "linux"} {
@@ -290,7 +290,7 @@ func TestResourceFromEnvWins(t *testing.T) {
 	_, rm := collect(t, r)
 	res := map[string]string{}
 	for _, kv := range rm.Resource.Attributes() {
-		res[string(kv.Key)] = kv.Value.Emit()
+		res[string(kv.Key)] = kv.Value.String()
 	}
 	for k, want := range map[string]string{"service.name": "custom", "k8s.cluster.name": "from-env", "deployment.environment.name": "prod"} {
 		if res[k] != want {
@@ -400,7 +400,7 @@ func TestEpisodeSpans(t *testing.T) {
 		"bpf.episode.ended_by":   attribute.StringValue("quiet"),
 	} {
 		if v, _ := attrs.Value(attribute.Key(k)); v != want {
-			t.Errorf("span %s = %v, want %v", k, v.Emit(), want.Emit())
+			t.Errorf("span %s = %v, want %v", k, v.String(), want.String())
 		}
 	}
 	if n := len(sp.Events()); n != 2 {
@@ -417,7 +417,7 @@ func TestEpisodeSpans(t *testing.T) {
 	}
 	attrs = attribute.NewSet(spans[1].Attributes()...)
 	if v, _ := attrs.Value("bpf.episode.ended_by"); v.AsString() != "shutdown" {
-		t.Errorf("shutdown episode ended_by = %q", v.Emit())
+		t.Errorf("shutdown episode ended_by = %q", v.String())
 	}
 }
 
