@@ -196,14 +196,16 @@ func (e *Exporter) ExportErrors() (metrics, traces int64) {
 // agent calls it once per interval so a dead backend is said once per
 // interval, not once per failed request.
 func (e *Exporter) LogErrors() {
-	if n, last := e.errs.take(); n > 0 {
-		e.log.Warn("telemetry errors since last interval", "count", n, "last", last)
+	if n, last := e.errs.take(); last != "" {
+		e.log.Warn("telemetry errors since last interval", "failures", n, "last", last)
 	}
 }
 
 // HandleError takes the OpenTelemetry SDK's internal errors (pass it to
 // otel.SetErrorHandler) into the once-per-interval log line.
-func (e *Exporter) HandleError(err error) { e.errs.add("otel", err) }
+// They repeat what the counted export failures already say, so they set
+// the line's message without adding to its count.
+func (e *Exporter) HandleError(err error) { e.errs.note("otel", err) }
 
 // Shutdown exports what is pending (the last snapshot's metrics, queued
 // spans) and stops the SDK.
@@ -243,6 +245,15 @@ func (l *errorLog) add(what string, err error) {
 	}
 	l.mu.Lock()
 	l.n++
+	l.last = what + ": " + err.Error()
+	l.mu.Unlock()
+}
+
+func (l *errorLog) note(what string, err error) {
+	if err == nil {
+		return
+	}
+	l.mu.Lock()
 	l.last = what + ": " + err.Error()
 	l.mu.Unlock()
 }

@@ -352,7 +352,7 @@ func TestPrometheusRestart(t *testing.T) {
 
 	ctx := context.Background()
 	// The samples from before the outage are still there, on the same series.
-	q := fmt.Sprintf(`bpf_program_recursion_misses_total{bpf_program_id="%d"} @ %d`, id, beforeStop.Unix())
+	q := fmt.Sprintf(`bpf_program_recursion_misses_total{bpf_program_id="%d"} @ %.3f`, id, float64(beforeStop.UnixMilli())/1000)
 	ss, err := prom.Query(ctx, q)
 	if err != nil || len(ss) != 1 || ss[0].Value != float64(first) {
 		t.Errorf("%s = %v, %v; want %d (the value before the outage)", q, ss, err, first)
