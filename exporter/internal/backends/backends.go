@@ -361,7 +361,7 @@ type Span struct {
 // Spans returns the spans of service's traces that carry every given tag
 // (Jaeger's tags filter, values as strings).
 func (j *Jaeger) Spans(ctx context.Context, service string, tags map[string]string) ([]Span, error) {
-	q := url.Values{"service": {service}, "limit": {"100"}, "lookback": {"1h"}}
+	q := url.Values{"service": {service}, "limit": {"100"}}
 	if len(tags) > 0 {
 		b, _ := json.Marshal(tags)
 		q.Set("tags", string(b))
