@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -151,9 +152,9 @@ var metricDefs = []metricDef{
 		"Links the latest scan saw."},
 	{"bpf.agent.scan.errors", "{error}", kindCounter, intValue, allLevels, noAttrs,
 		"Objects a scan could not read (not counting objects that vanished), plus failed scans."},
-	{"bpf.agent.stats.enabled", "1", kindGauge, intValue, allLevels, noAttrs,
+	{"bpf.agent.stats.enabled", "", kindGauge, intValue, allLevels, noAttrs,
 		"1 while the kernel accrues run counts and run time (BPF_ENABLE_STATS fd or kernel.bpf_stats_enabled), else 0."},
-	{"bpf.agent.stats.held", "1", kindGauge, intValue, allLevels, noAttrs,
+	{"bpf.agent.stats.held", "", kindGauge, intValue, allLevels, noAttrs,
 		"1 while this agent holds a BPF_ENABLE_STATS fd."},
 	{"bpf.agent.programs.dropped", "{program}", kindGauge, intValue, allLevels, noAttrs,
 		"Programs left out of the latest export by --max-programs."},
@@ -184,11 +185,42 @@ Each interval with misses is a span event ` + "`bpf.miss.interval`" + ` with ` +
 ` + "`bpf.episode.runs`" + ` and ` + "`bpf.episode.rate`" + ` (misses per second).
 `
 
+// prometheusName is the name Prometheus' OTLP receiver gives the metric
+// with its default translation (underscores, unit suffix, _total on
+// counters); exporter/e2e checks these against a real Prometheus.
+func (d metricDef) prometheusName() string {
+	n := strings.ReplaceAll(d.Name, ".", "_")
+	if d.Unit == "s" {
+		n += "_seconds"
+	}
+	if d.Kind == kindCounter {
+		n += "_total"
+	}
+	return n
+}
+
+// PrometheusNames returns the Prometheus names of the metrics exported at
+// level l (a histogram by its _count series).
+func PrometheusNames(l Level) []string {
+	var out []string
+	for _, d := range metricDefs {
+		if !slices.Contains(d.Levels, l) {
+			continue
+		}
+		n := d.prometheusName()
+		if d.Kind == kindHistogram {
+			n += "_count"
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
 // MetricsDoc renders METRICS.md from the table.
 func MetricsDoc() string {
 	var b strings.Builder
 	b.WriteString(metricsDocHead)
-	b.WriteString("## Metrics\n\n| name | unit | instrument | levels | attributes | description |\n| --- | --- | --- | --- | --- | --- |\n")
+	b.WriteString("## Metrics\n\n| name | Prometheus name | unit | instrument | levels | attributes | description |\n| --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, d := range metricDefs {
 		levels := make([]string, len(d.Levels))
 		for i, l := range d.Levels {
@@ -198,7 +230,11 @@ func MetricsDoc() string {
 		if len(d.Attrs) > 0 {
 			attrs = "`" + strings.Join(d.Attrs, "`, `") + "`"
 		}
-		fmt.Fprintf(&b, "| `%s` | `%s` | %s | %s | %s | %s |\n", d.Name, d.Unit, d.Kind, strings.Join(levels, ", "), attrs, d.Description)
+		unit := "—"
+		if d.Unit != "" {
+			unit = "`" + d.Unit + "`"
+		}
+		fmt.Fprintf(&b, "| `%s` | `%s` | %s | %s | %s | %s | %s |\n", d.Name, d.prometheusName(), unit, d.Kind, strings.Join(levels, ", "), attrs, d.Description)
 	}
 	b.WriteString("\n")
 	b.WriteString(spanDoc)

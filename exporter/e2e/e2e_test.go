@@ -18,6 +18,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/bpfleet/bpfleet/exporter"
 	"github.com/bpfleet/bpfleet/exporter/internal/backends"
 	"github.com/bpfleet/bpfleet/probes/canary"
 )
@@ -299,6 +300,16 @@ func checkNames(t *testing.T, prom *backends.Prometheus) {
 		}
 		if !names[n] {
 			t.Errorf("the rules use %s, which Prometheus does not have from the agent", n)
+		}
+	}
+	// Every metric of the level, as METRICS.md names it, except those this
+	// node cannot have (no calibration run, no kprobe links).
+	for _, n := range exporter.PrometheusNames(exporter.LevelProgram) {
+		if n == "bpf_attach_type_overhead_seconds" || n == "bpf_link_missed_total" {
+			continue
+		}
+		if !names[n] {
+			t.Errorf("METRICS.md names %s, which Prometheus does not have from the agent", n)
 		}
 	}
 	ctx := context.Background()
