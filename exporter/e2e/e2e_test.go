@@ -1,0 +1,394 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/bpfleet/bpfleet/exporter"
+	"github.com/bpfleet/bpfleet/exporter/internal/backends"
+	"github.com/bpfleet/bpfleet/probes/canary"
+)
+
+var bpfleetBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "bpfleet-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bpfleetBin = dir + "/bpfleet"
+	build := exec.Command("go", "build", "-o", bpfleetBin, "github.com/bpfleet/bpfleet/cmd/bpfleet")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building bpfleet:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// agentProc is a running `bpfleet agent`.
+type agentProc struct {
+	cmd  *exec.Cmd
+	out  *lockedBuffer
+	done chan error
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+const interval = 500 * time.Millisecond
+
+func startAgent(t *testing.T, env []string, args ...string) *agentProc {
+	t.Helper()
+	a := &agentProc{out: &lockedBuffer{}, done: make(chan error, 1)}
+	a.cmd = exec.Command(bpfleetBin, append([]string{"agent", "--interval", interval.String(), "--max-programs", "0"}, args...)...)
+	// Only our own OTEL_* settings: the test must not pick up the caller's.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "OTEL_") {
+			a.cmd.Env = append(a.cmd.Env, kv)
+		}
+	}
+	a.cmd.Env = append(a.cmd.Env, "OTEL_METRIC_EXPORT_INTERVAL=500", "OTEL_BSP_SCHEDULE_DELAY=200")
+	a.cmd.Env = append(a.cmd.Env, env...)
+	a.cmd.Stdout, a.cmd.Stderr = a.out, a.out
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { a.done <- a.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = a.cmd.Process.Kill()
+		<-a.done
+		if t.Failed() {
+			t.Logf("agent output:\n%s", a.out.String())
+		}
+	})
+	return a
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (a *agentProc) stop(t *testing.T) {
+	t.Helper()
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-a.done:
+		a.done <- err // for the cleanup
+		if err != nil {
+			t.Fatalf("agent exited with %v after SIGTERM:\n%s", err, a.out.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("agent did not stop within 20s of SIGTERM:\n%s", a.out.String())
+	}
+}
+
+func loadCanary(t *testing.T) (*canary.Canary, uint32) {
+	t.Helper()
+	c, err := canary.Load()
+	if errors.Is(err, ebpf.ErrNotSupported) {
+		t.Skipf("kernel refuses the recursion canary: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	id, err := c.ProgramID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, id
+}
+
+func kernelMisses(t *testing.T, c *canary.Canary) uint64 {
+	t.Helper()
+	m, err := c.KernelMisses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func trigger(t *testing.T, c *canary.Canary, n int) {
+	t.Helper()
+	if err := c.Trigger(n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitMisses waits until Prometheus' misses series for the program equals
+// want: the value the kernel reported, one export interval later at most.
+func waitMisses(t *testing.T, prom *backends.Prometheus, id uint32, want uint64) {
+	t.Helper()
+	q := fmt.Sprintf(`bpf_program_recursion_misses_total{bpf_program_id="%d"}`, id)
+	err := backends.Eventually(30*time.Second, func() error {
+		ss, err := prom.Query(context.Background(), q)
+		if err != nil {
+			return err
+		}
+		if len(ss) != 1 {
+			return fmt.Errorf("%s: %d series, want 1", q, len(ss))
+		}
+		if ss[0].Value != float64(want) {
+			return fmt.Errorf("%s = %v, kernel says %d", q, ss[0].Value, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// episodeSpan waits for Jaeger to return a bpf.recursion_miss span of the
+// program that ended the given way.
+func episodeSpan(t *testing.T, jg *backends.Jaeger, id uint32, endedBy string) backends.Span {
+	t.Helper()
+	var found backends.Span
+	err := backends.Eventually(30*time.Second, func() error {
+		spans, err := jg.Spans(context.Background(), "bpfleet-agent", nil)
+		if err != nil {
+			return err
+		}
+		for _, s := range spans {
+			if s.OperationName == "bpf.recursion_miss" && num(s.Tags["bpf.program.id"]) == float64(id) && s.Tags["bpf.episode.ended_by"] == endedBy {
+				found = s
+				return nil
+			}
+		}
+		return fmt.Errorf("no bpf.recursion_miss span for program %d ended by %s among %d spans", id, endedBy, len(spans))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return found
+}
+
+func num(v any) float64 {
+	switch x := v.(type) {
+	case float64:
+		return x
+	case string:
+		f, _ := strconv.ParseFloat(x, 64)
+		return f
+	}
+	return -1
+}
+
+func release(t *testing.T) string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
+
+// The canary's genuine misses reach Prometheus (metrics over OTLP/HTTP) as
+// exactly the kernel's count, and Jaeger (spans over OTLP/gRPC) as an
+// episode span with that count; an episode open at SIGTERM is ended,
+// flagged and flushed.
+func TestAgentToPrometheusAndJaeger(t *testing.T) {
+	c, id := loadCanary(t)
+	prom := backends.StartPrometheus(t)
+	jg := backends.StartJaeger(t)
+	start := time.Now()
+	agent := startAgent(t, []string{
+		"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=" + prom.OTLPEndpoint(),
+		"OTEL_EXPORTER_OTLP_METRICS_PROTOCOL=http/protobuf",
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://" + jg.OTLPGRPC,
+		"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=grpc",
+		"K8S_NODE_NAME=e2e-node",
+	}, "--quiet-intervals", "6", "--metrics-level", "program")
+
+	// The agent has seen the canary before any miss: the episode below
+	// then holds every miss.
+	before := kernelMisses(t, c)
+	waitMisses(t, prom, id, before)
+
+	trigger(t, c, 30)
+	time.Sleep(interval / 2)
+	trigger(t, c, 20)
+	want := kernelMisses(t, c)
+	if want-before != 50 {
+		t.Fatalf("kernel counted %d misses for 50 triggers", want-before)
+	}
+	waitMisses(t, prom, id, want)
+	t.Logf("Prometheus has %d misses for program %d, as the kernel, %v after the agent started", want, id, time.Since(start).Round(time.Millisecond))
+
+	sp := episodeSpan(t, jg, id, "quiet")
+	if got := num(sp.Tags["bpf.episode.misses"]); got != float64(want-before) {
+		t.Errorf("episode span has %v misses, want %d", got, want-before)
+	}
+	runs := num(sp.Tags["bpf.episode.runs"])
+	if runs < 50 {
+		t.Errorf("episode span has %v runs, want at least 50 (the canary's own)", runs)
+	}
+	if r := num(sp.Tags["bpf.episode.miss_ratio"]); r <= 0 || r > 0.5 {
+		t.Errorf("miss ratio %v, want (0, 0.5] with one miss per run", r)
+	}
+	if sp.Tags["bpf.miss.kind"] == nil || sp.Tags["bpf.program.name"] != "canary" || sp.Tags["bpf.attach.type"] != "tp_btf" {
+		t.Errorf("span attributes: %v", sp.Tags)
+	}
+	if sp.Events < 1 {
+		t.Errorf("span has %d events, want one per interval with misses", sp.Events)
+	}
+	for k, want := range map[string]string{"service.name": "bpfleet-agent", "os.version": release(t), "k8s.node.name": "e2e-node", "os.type": "linux"} {
+		if got := fmt.Sprint(sp.Process[k]); got != want {
+			t.Errorf("span resource %s = %q, want %q", k, got, want)
+		}
+	}
+
+	checkNames(t, prom)
+
+	// An episode still open when the agent stops is ended and flushed.
+	trigger(t, c, 10)
+	final := kernelMisses(t, c)
+	waitMisses(t, prom, id, final)
+	agent.stop(t)
+	sp = episodeSpan(t, jg, id, "shutdown")
+	if got := num(sp.Tags["bpf.episode.misses"]); got != float64(final-want) {
+		t.Errorf("shutdown episode has %v misses, want %d", got, final-want)
+	}
+	t.Logf("e2e: %v", time.Since(start).Round(time.Millisecond))
+}
+
+// checkNames checks the metric and label names the alert rules use against
+// what Prometheus' OTLP receiver made of the agent's metrics.
+func checkNames(t *testing.T, prom *backends.Prometheus) {
+	t.Helper()
+	rules, err := os.ReadFile("../../charts/bpfleet/files/bpfleet.rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := prom.MetricNames(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range regexp.MustCompile(`\bbpf_[a-z_]+(_total|_seconds)\b|\bbpf_agent_[a-z_]+\b|\btarget_info\b`).FindAllString(string(rules), -1) {
+		switch n {
+		case "bpf_attach_type_overhead_seconds": // only with --calibrate
+			continue
+		case "bpf_link_missed_total": // only with kprobe links, which this kernel has none of
+			continue
+		}
+		if !names[n] {
+			t.Errorf("the rules use %s, which Prometheus does not have from the agent", n)
+		}
+	}
+	// Every metric of the level, as METRICS.md names it, except those this
+	// node cannot have (no calibration run, no kprobe links).
+	for _, n := range exporter.PrometheusNames(exporter.LevelProgram) {
+		if n == "bpf_attach_type_overhead_seconds" || n == "bpf_link_missed_total" {
+			continue
+		}
+		if !names[n] {
+			t.Errorf("METRICS.md names %s, which Prometheus does not have from the agent", n)
+		}
+	}
+	ctx := context.Background()
+	ti, err := prom.Query(ctx, `target_info{job="bpfleet-agent", instance="e2e-node"}`)
+	if err != nil || len(ti) != 1 {
+		t.Fatalf("target_info for the node: %v, %v", ti, err)
+	}
+	for _, l := range []string{"os_version", "host_cpu_model_name", "host_arch", "bpf_kernel_preempt"} {
+		if ti[0].Labels[l] == "" {
+			t.Errorf("target_info has no %s: %v", l, ti[0].Labels)
+		}
+	}
+	for _, q := range []string{
+		`bpf_program_run_time_seconds_total{job="bpfleet-agent", bpf_program_name="canary"}`,
+		`bpf_attach_type_programs{bpf_attach_type="tp_btf"}`,
+		`bpf_agent_stats_enabled == 1`,
+		`bpf_agent_scans_total > 0`,
+	} {
+		ss, err := prom.Query(ctx, q)
+		if err != nil || len(ss) == 0 {
+			t.Errorf("%s: %v, %v", q, ss, err)
+		}
+	}
+}
+
+// Prometheus stopped mid-run and restarted on the same data directory: the
+// agent keeps scanning, counts and logs the failed exports, and the series
+// continues with the kernel's value.
+func TestPrometheusRestart(t *testing.T) {
+	c, id := loadCanary(t)
+	prom := backends.StartPrometheus(t)
+	start := time.Now()
+	agent := startAgent(t, []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + prom.Addr + "/api/v1/otlp", "OTEL_EXPORTER_OTLP_TIMEOUT=1000", "OTEL_TRACES_EXPORTER=none"},
+		"--metrics-level", "program")
+
+	trigger(t, c, 5)
+	first := kernelMisses(t, c)
+	waitMisses(t, prom, id, first)
+	beforeStop := time.Now()
+
+	prom.Stop()
+	trigger(t, c, 7)
+	outage := 3 * time.Second
+	time.Sleep(outage)
+	if err := prom.Start(); err != nil {
+		t.Fatal(err)
+	}
+	trigger(t, c, 3)
+	last := kernelMisses(t, c)
+	waitMisses(t, prom, id, last)
+
+	ctx := context.Background()
+	// The samples from before the outage are still there, on the same series.
+	q := fmt.Sprintf(`bpf_program_recursion_misses_total{bpf_program_id="%d"} @ %.3f`, id, float64(beforeStop.UnixMilli())/1000)
+	ss, err := prom.Query(ctx, q)
+	if err != nil || len(ss) != 1 || ss[0].Value != float64(first) {
+		t.Errorf("%s = %v, %v; want %d (the value before the outage)", q, ss, err, first)
+	}
+	q = fmt.Sprintf(`changes(bpf_program_recursion_misses_total{bpf_program_id="%d"}[5m])`, id)
+	ss, err = prom.Query(ctx, q)
+	if err != nil || len(ss) != 1 || ss[0].Value < 1 {
+		t.Errorf("%s = %v, %v; want one series that changed", q, ss, err)
+	}
+	// The agent counted the failed exports and says so now that it can.
+	err = backends.Eventually(10*time.Second, func() error {
+		ss, err := prom.Query(ctx, `bpf_agent_export_errors_total{signal="metrics"} > 0`)
+		if err != nil || len(ss) != 1 {
+			return fmt.Errorf("bpf_agent_export_errors_total{signal=metrics} > 0: %v, %v", ss, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+	agent.stop(t)
+	// Once per interval at most, not once per failed request.
+	lines := strings.Count(agent.out.String(), "telemetry errors since last interval")
+	if maxLines := int(time.Since(beforeStop)/interval) + 1; lines == 0 || lines > maxLines {
+		t.Errorf("%d error lines during a %v outage, want 1..%d:\n%s", lines, outage, maxLines, agent.out.String())
+	}
+	t.Logf("restart e2e: %v", time.Since(start).Round(time.Millisecond))
+}

@@ -1,0 +1,267 @@
+// Package exporter maps the agent's snapshots to OpenTelemetry: cumulative
+// metrics read by asynchronous instruments from the latest snapshot, and one
+// span per miss episode. OTLP (gRPC or HTTP) is set up from the standard
+// OTEL_* environment variables, which flags may override.
+package exporter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/bpfleet/bpfleet/agent"
+)
+
+// Config configures an Exporter. The zero value exports nothing but is valid.
+type Config struct {
+	// Level is the metrics detail (--metrics-level).
+	Level Level
+	// MaxPrograms caps the programs exported at LevelProgram; 0: no cap.
+	MaxPrograms int
+	// Interval is the metric export interval used when
+	// OTEL_METRIC_EXPORT_INTERVAL is unset; 0: the SDK default (60s).
+	Interval time.Duration
+
+	// Kernel describes the node for the resource (os.version, host.arch,
+	// host.cpu.model.name); take it from the first snapshot.
+	Kernel agent.KernelInfo
+	// NodeName is k8s.node.name; empty: $K8S_NODE_NAME.
+	NodeName string
+	// ClusterName is k8s.cluster.name, omitted when empty.
+	ClusterName string
+
+	// Endpoint overrides OTEL_EXPORTER_OTLP_ENDPOINT (a base URL such as
+	// http://collector:4318 or http://collector:4317 for gRPC).
+	Endpoint string
+	// Protocol overrides OTEL_EXPORTER_OTLP_PROTOCOL: grpc or http/protobuf.
+	Protocol string
+	// Console adds exporters that print metrics and spans to ConsoleOut.
+	Console    bool
+	ConsoleOut io.Writer
+
+	// Log receives the exporter's messages; nil: slog.Default().
+	Log *slog.Logger
+
+	// Readers and SpanProcessors are added to the OTLP ones: an in-process
+	// consumer (tests use the SDK's ManualReader and span recorder).
+	Readers        []sdkmetric.Reader
+	SpanProcessors []sdktrace.SpanProcessor
+}
+
+// Exporter turns snapshots into metrics and spans. Update and EndEpisodes
+// never block on the backend: metrics are pulled by the SDK's periodic
+// reader, spans go through a bounded batch queue.
+type Exporter struct {
+	cfg Config
+	log *slog.Logger
+
+	mp           *sdkmetric.MeterProvider
+	tp           *sdktrace.TracerProvider // nil when no span consumer is configured
+	tracer       trace.Tracer
+	registration metric.Registration
+	scanDuration metric.Float64Histogram
+
+	mu        sync.Mutex
+	view      *view
+	progCache map[uint32]cachedAttrs
+	owners    map[string]*aggSeries
+	attach    map[string]*aggSeries
+	scans     int64
+	// scanErrors counts unreadable objects and failed scans.
+	scanErrors int64
+
+	metricErrs, traceErrs atomic.Int64
+	errs                  errorLog
+
+	// Where metrics and spans go, for the agent's start-up line.
+	MetricsTarget, TracesTarget string
+}
+
+// New sets up the OpenTelemetry SDK: resource, OTLP exporters from the
+// environment and cfg, instruments from the metrics table.
+func New(ctx context.Context, cfg Config) (*Exporter, error) {
+	if cfg.Level < LevelAttachType || cfg.Level > LevelProgram {
+		return nil, fmt.Errorf("metrics level %d: out of range", cfg.Level)
+	}
+	if cfg.MaxPrograms < 0 {
+		return nil, fmt.Errorf("max programs %d: must not be negative", cfg.MaxPrograms)
+	}
+	e := &Exporter{
+		cfg:       cfg,
+		log:       cfg.Log,
+		progCache: map[uint32]cachedAttrs{},
+		owners:    map[string]*aggSeries{},
+		attach:    map[string]*aggSeries{},
+	}
+	if e.log == nil {
+		e.log = slog.Default()
+	}
+	res, err := newResource(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	sig, err := e.signals(ctx)
+	if err != nil {
+		return nil, err
+	}
+
+	mopts := []sdkmetric.Option{sdkmetric.WithResource(res)}
+	for _, r := range append(sig.readers, cfg.Readers...) {
+		mopts = append(mopts, sdkmetric.WithReader(r))
+	}
+	e.mp = sdkmetric.NewMeterProvider(mopts...)
+	if err := e.registerInstruments(e.mp.Meter("github.com/bpfleet/bpfleet/exporter")); err != nil {
+		_ = e.mp.Shutdown(ctx)
+		return nil, err
+	}
+
+	procs := append(sig.spanProcessors, cfg.SpanProcessors...)
+	if len(procs) > 0 {
+		topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+		for _, p := range procs {
+			topts = append(topts, sdktrace.WithSpanProcessor(p))
+		}
+		e.tp = sdktrace.NewTracerProvider(topts...)
+		e.tracer = e.tp.Tracer("github.com/bpfleet/bpfleet/exporter")
+	} else {
+		e.tracer = noop.NewTracerProvider().Tracer("")
+	}
+	e.MetricsTarget, e.TracesTarget = sig.metricsTarget, sig.tracesTarget
+	return e, nil
+}
+
+// Update makes snap the snapshot the next metric collection reads and emits
+// a span for every episode that closed in it. It never blocks on export.
+func (e *Exporter) Update(ctx context.Context, snap *agent.Snapshot) {
+	e.mu.Lock()
+	e.scans++
+	e.scanErrors += int64(snap.Scan.Errors)
+	e.view = e.buildView(snap)
+	e.mu.Unlock()
+
+	if e.scanDuration != nil {
+		e.scanDuration.Record(ctx, snap.Scan.Duration.Seconds())
+	}
+	for i := range snap.Episodes {
+		if !snap.Episodes[i].Open {
+			e.episodeSpan(ctx, &snap.Episodes[i], false)
+		}
+	}
+}
+
+// ScanFailed counts a scan that returned an error (the agent keeps going).
+func (e *Exporter) ScanFailed(err error) {
+	e.mu.Lock()
+	e.scanErrors++
+	if e.view != nil {
+		v := *e.view
+		v.scanErrors = e.scanErrors
+		e.view = &v
+	}
+	e.mu.Unlock()
+	e.errs.add("scan", err)
+}
+
+// EndEpisodes emits the spans of the episodes still open when the agent
+// stopped (agent.Scanner.Close returns them), flagged as ended by shutdown.
+func (e *Exporter) EndEpisodes(ctx context.Context, eps []agent.Episode) {
+	for i := range eps {
+		e.episodeSpan(ctx, &eps[i], true)
+	}
+}
+
+func (e *Exporter) latest() *view {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.view
+}
+
+// ExportErrors returns the failed metric and trace exports so far.
+func (e *Exporter) ExportErrors() (metrics, traces int64) {
+	return e.metricErrs.Load(), e.traceErrs.Load()
+}
+
+// LogErrors logs, in one line, the errors since the previous call: the
+// agent calls it once per interval so a dead backend is said once per
+// interval, not once per failed request.
+func (e *Exporter) LogErrors() {
+	if n, last := e.errs.take(); last != "" {
+		e.log.Warn("telemetry errors since last interval", "failures", n, "last", last)
+	}
+}
+
+// HandleError takes the OpenTelemetry SDK's internal errors (pass it to
+// otel.SetErrorHandler) into the once-per-interval log line.
+// They repeat what the counted export failures already say, so they set
+// the line's message without adding to its count.
+func (e *Exporter) HandleError(err error) { e.errs.note("otel", err) }
+
+// Shutdown exports what is pending (the last snapshot's metrics, queued
+// spans) and stops the SDK.
+func (e *Exporter) Shutdown(ctx context.Context) error {
+	var errs []error
+	// Spans first: the metric shutdown may wait out a dead backend's
+	// timeout and spans carry the more precious episodes.
+	if e.tp != nil {
+		errs = append(errs, e.tp.Shutdown(ctx))
+	}
+	// The meter provider's shutdown runs a last collection, through the
+	// still registered callback, and exports it.
+	errs = append(errs, e.mp.Shutdown(ctx))
+	return errors.Join(errs...)
+}
+
+// ForceFlush exports the current metrics and queued spans now.
+func (e *Exporter) ForceFlush(ctx context.Context) error {
+	var errs []error
+	if e.tp != nil {
+		errs = append(errs, e.tp.ForceFlush(ctx))
+	}
+	errs = append(errs, e.mp.ForceFlush(ctx))
+	return errors.Join(errs...)
+}
+
+// errorLog collects errors between two LogErrors calls.
+type errorLog struct {
+	mu   sync.Mutex
+	n    int
+	last string
+}
+
+func (l *errorLog) add(what string, err error) {
+	if err == nil {
+		return
+	}
+	l.mu.Lock()
+	l.n++
+	l.last = what + ": " + err.Error()
+	l.mu.Unlock()
+}
+
+func (l *errorLog) note(what string, err error) {
+	if err == nil {
+		return
+	}
+	l.mu.Lock()
+	l.last = what + ": " + err.Error()
+	l.mu.Unlock()
+}
+
+func (l *errorLog) take() (int, string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n, last := l.n, l.last
+	l.n, l.last = 0, ""
+	return n, last
+}

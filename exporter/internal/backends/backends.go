@@ -1,0 +1,434 @@
+// Package backends starts the real OTLP backends the exporter's tests talk
+// to — Prometheus (with its OTLP receiver), promtool and Jaeger v2 — from the
+// binaries scripts/build-backends.sh puts in ${BPFLEET_CACHE}/bin, each on
+// free loopback ports, and queries them through their own HTTP APIs.
+package backends
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Pinned versions; scripts/build-backends.sh builds exactly these.
+const (
+	PrometheusVersion = "v0.316.0"
+	JaegerVersion     = "v1.75.0"
+)
+
+// Bin returns the path of a cached backend binary, or fails the test with
+// what to run: a missing backend is a broken setup, never a skip.
+func Bin(t testing.TB, name, version string) string {
+	t.Helper()
+	cache := os.Getenv("BPFLEET_CACHE")
+	if cache == "" {
+		cache = "/var/cache/bpfleet"
+	}
+	p := filepath.Join(cache, "bin", name+"-"+version)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("%s %s not found at %s: run scripts/build-backends.sh", name, version, p)
+	}
+	return p
+}
+
+// FreePort returns a loopback port nothing listens on right now.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// process is a backend child process whose output is kept for failure
+// messages.
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func start(name string, bin string, args ...string) (*process, error) {
+	p := &process{name: name, out: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	return p, nil
+}
+
+// stop ends the process with SIGTERM (a clean shutdown: Prometheus writes
+// its head), SIGKILL after 20s.
+func (p *process) stop() {
+	if p == nil {
+		return
+	}
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// waitHTTP polls url until it answers 200, the process dies or 60s pass.
+func (p *process) waitHTTP(u string) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.done:
+			return fmt.Errorf("%s exited: %s", p.name, tail(p.out.String()))
+		default:
+		}
+		resp, err := http.Get(u)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("%s not ready at %s after 60s: %s", p.name, u, tail(p.out.String()))
+}
+
+func tail(s string) string {
+	if len(s) > 2000 {
+		return "..." + s[len(s)-2000:]
+	}
+	return s
+}
+
+// Prometheus is a running Prometheus with its OTLP receiver on.
+type Prometheus struct {
+	Addr    string
+	dataDir string
+	config  string
+	bin     string
+	proc    *process
+}
+
+// prometheusConfig keeps the OTLP receiver's defaults except that it
+// promotes the node facts to labels and accepts slightly late samples (an
+// agent retrying after an outage).
+const prometheusConfig = `global:
+  evaluation_interval: 1s
+otlp:
+  promote_resource_attributes: [service.instance.id, host.name, os.version, host.cpu.model.name, k8s.node.name]
+storage:
+  tsdb:
+    out_of_order_time_window: 30m
+`
+
+// StartPrometheus starts Prometheus on a free loopback port with a data
+// directory in t.TempDir(); it is stopped when the test ends.
+func StartPrometheus(t testing.TB) *Prometheus {
+	t.Helper()
+	dir := t.TempDir()
+	p := &Prometheus{
+		Addr:    "127.0.0.1:" + strconv.Itoa(FreePort(t)),
+		dataDir: filepath.Join(dir, "data"),
+		config:  filepath.Join(dir, "prometheus.yml"),
+		bin:     Bin(t, "prometheus", PrometheusVersion),
+	}
+	if err := os.WriteFile(p.config, []byte(prometheusConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Stop)
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Start (re)starts Prometheus on the same address and data directory.
+func (p *Prometheus) Start() error {
+	proc, err := start("prometheus", p.bin,
+		"--config.file="+p.config,
+		"--storage.tsdb.path="+p.dataDir,
+		"--web.listen-address="+p.Addr,
+		"--web.enable-otlp-receiver",
+		"--log.level=warn",
+	)
+	if err != nil {
+		return err
+	}
+	p.proc = proc
+	return proc.waitHTTP("http://" + p.Addr + "/-/ready")
+}
+
+// Stop shuts Prometheus down cleanly.
+func (p *Prometheus) Stop() { p.proc.stop() }
+
+// Log is Prometheus' output so far.
+func (p *Prometheus) Log() string { return p.proc.out.String() }
+
+// OTLPEndpoint is the OTLP/HTTP metrics URL (OTEL_EXPORTER_OTLP_METRICS_ENDPOINT).
+func (p *Prometheus) OTLPEndpoint() string {
+	return "http://" + p.Addr + "/api/v1/otlp/v1/metrics"
+}
+
+// Sample is one series of an instant query's result.
+type Sample struct {
+	Labels map[string]string
+	Value  float64
+}
+
+// Query runs an instant PromQL query.
+func (p *Prometheus) Query(ctx context.Context, q string) ([]Sample, error) {
+	var body struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+		Data   struct {
+			Result []struct {
+				Metric map[string]string `json:"metric"`
+				Value  [2]any            `json:"value"`
+			} `json:"result"`
+		} `json:"data"`
+	}
+	if err := getJSON(ctx, "http://"+p.Addr+"/api/v1/query?query="+url.QueryEscape(q), &body); err != nil {
+		return nil, err
+	}
+	if body.Status != "success" {
+		return nil, fmt.Errorf("query %q: %s", q, body.Error)
+	}
+	var out []Sample
+	for _, r := range body.Data.Result {
+		s, _ := r.Value[1].(string)
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return nil, fmt.Errorf("query %q: value %v: %w", q, r.Value[1], err)
+		}
+		out = append(out, Sample{Labels: r.Metric, Value: v})
+	}
+	return out, nil
+}
+
+// MetricNames returns every metric name Prometheus has.
+func (p *Prometheus) MetricNames(ctx context.Context) (map[string]bool, error) {
+	var body struct {
+		Data []string `json:"data"`
+	}
+	if err := getJSON(ctx, "http://"+p.Addr+"/api/v1/label/__name__/values", &body); err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, n := range body.Data {
+		out[n] = true
+	}
+	return out, nil
+}
+
+func getJSON(ctx context.Context, u string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return fmt.Errorf("decoding %s (HTTP %d): %w", u, resp.StatusCode, err)
+	}
+	return nil
+}
+
+// Jaeger is a running Jaeger v2 all-in-one with in-memory storage.
+type Jaeger struct {
+	OTLPGRPC, OTLPHTTP, QueryAddr string
+	proc                          *process
+}
+
+const jaegerConfig = `service:
+  extensions: [jaeger_storage, jaeger_query]
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: [batch]
+      exporters: [jaeger_storage_exporter]
+  telemetry:
+    metrics:
+      level: none
+    logs:
+      level: warn
+extensions:
+  jaeger_query:
+    storage:
+      traces: mem
+    http:
+      endpoint: %s
+    grpc:
+      endpoint: %s
+  jaeger_storage:
+    backends:
+      mem:
+        memory:
+          max_traces: 10000
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: %s
+      http:
+        endpoint: %s
+processors:
+  batch:
+    timeout: 100ms
+exporters:
+  jaeger_storage_exporter:
+    trace_storage: mem
+`
+
+// StartJaeger starts Jaeger on free loopback ports; it is stopped when the
+// test ends.
+func StartJaeger(t testing.TB) *Jaeger {
+	t.Helper()
+	port := func() string { return "127.0.0.1:" + strconv.Itoa(FreePort(t)) }
+	j := &Jaeger{OTLPGRPC: port(), OTLPHTTP: port(), QueryAddr: port()}
+	cfg := filepath.Join(t.TempDir(), "jaeger.yaml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, jaegerConfig, j.QueryAddr, port(), j.OTLPGRPC, j.OTLPHTTP), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	proc, err := start("jaeger", Bin(t, "jaeger", JaegerVersion), "--config", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.proc = proc
+	t.Cleanup(proc.stop)
+	if err := proc.waitHTTP("http://" + j.QueryAddr + "/api/services"); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// Log is Jaeger's output so far.
+func (j *Jaeger) Log() string { return j.proc.out.String() }
+
+// Span is a span as Jaeger's query API returns it, tags flattened.
+type Span struct {
+	TraceID       string
+	OperationName string
+	Start         time.Time
+	Duration      time.Duration
+	Tags          map[string]any
+	Events        int
+	Process       map[string]any
+}
+
+// Spans returns the spans of service's traces that carry every given tag
+// (Jaeger's tags filter, values as strings).
+func (j *Jaeger) Spans(ctx context.Context, service string, tags map[string]string) ([]Span, error) {
+	q := url.Values{"service": {service}, "limit": {"100"}}
+	if len(tags) > 0 {
+		b, _ := json.Marshal(tags)
+		q.Set("tags", string(b))
+	}
+	type kv struct {
+		Key   string `json:"key"`
+		Value any    `json:"value"`
+	}
+	var body struct {
+		Data []struct {
+			TraceID string `json:"traceID"`
+			Spans   []struct {
+				OperationName string `json:"operationName"`
+				StartTime     int64  `json:"startTime"` // µs
+				Duration      int64  `json:"duration"`  // µs
+				Tags          []kv   `json:"tags"`
+				Logs          []any  `json:"logs"`
+				ProcessID     string `json:"processID"`
+			} `json:"spans"`
+			Processes map[string]struct {
+				ServiceName string `json:"serviceName"`
+				Tags        []kv   `json:"tags"`
+			} `json:"processes"`
+		} `json:"data"`
+		Errors any `json:"errors"`
+	}
+	if err := getJSON(ctx, "http://"+j.QueryAddr+"/api/traces?"+q.Encode(), &body); err != nil {
+		return nil, err
+	}
+	if body.Errors != nil {
+		return nil, fmt.Errorf("jaeger: %v", body.Errors)
+	}
+	var out []Span
+	for _, tr := range body.Data {
+		for _, s := range tr.Spans {
+			sp := Span{TraceID: tr.TraceID, OperationName: s.OperationName,
+				Start: time.UnixMicro(s.StartTime), Duration: time.Duration(s.Duration) * time.Microsecond,
+				Tags: map[string]any{}, Events: len(s.Logs), Process: map[string]any{}}
+			for _, t := range s.Tags {
+				sp.Tags[t.Key] = t.Value
+			}
+			proc := tr.Processes[s.ProcessID]
+			sp.Process["service.name"] = proc.ServiceName
+			for _, t := range proc.Tags {
+				sp.Process[t.Key] = t.Value
+			}
+			out = append(out, sp)
+		}
+	}
+	return out, nil
+}
+
+// ErrTimeout is returned by Eventually when the condition never held.
+var ErrTimeout = errors.New("condition not met in time")
+
+// Eventually polls f every 250ms until it returns nil or timeout passes,
+// then returns f's last error.
+func Eventually(timeout time.Duration, f func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w after %v: %v", ErrTimeout, timeout, err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}

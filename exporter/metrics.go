@@ -1,0 +1,242 @@
+package exporter
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Level is how much detail the exporter sends: the operator's cardinality
+// choice (a 10k-node fleet with 200 programs per node needs attach-type).
+type Level int
+
+const (
+	// LevelAttachType exports per-attach-type aggregates and agent health.
+	LevelAttachType Level = iota
+	// LevelOwner adds per-owner (process / container / pod) aggregates.
+	LevelOwner
+	// LevelProgram exports every program (up to MaxPrograms) and link.
+	LevelProgram
+)
+
+func (l Level) String() string {
+	switch l {
+	case LevelAttachType:
+		return "attach-type"
+	case LevelOwner:
+		return "owner"
+	case LevelProgram:
+		return "program"
+	}
+	return fmt.Sprintf("Level(%d)", int(l))
+}
+
+// ParseLevel parses the --metrics-level value.
+func ParseLevel(s string) (Level, error) {
+	for _, l := range []Level{LevelAttachType, LevelOwner, LevelProgram} {
+		if s == l.String() {
+			return l, nil
+		}
+	}
+	return 0, fmt.Errorf("metrics level %q: want program, owner or attach-type", s)
+}
+
+type instrumentKind int
+
+const (
+	kindCounter instrumentKind = iota // cumulative, monotonic
+	kindGauge
+	kindHistogram
+)
+
+func (k instrumentKind) String() string {
+	return [...]string{"counter", "gauge", "histogram"}[k]
+}
+
+// Attribute sets shared by several metrics, named once so the doc and the
+// code cannot disagree.
+var (
+	programAttrs = []string{
+		"bpf.program.id", "bpf.program.name", "bpf.program.tag", "bpf.program.type",
+		"bpf.attach.type", "bpf.attach.target", "bpf.program.sleepable",
+		"process.pid", "process.executable.name", "container.id", "k8s.pod.name", "k8s.namespace.name",
+	}
+	linkAttrs      = append([]string{"bpf.link.id", "bpf.link.type"}, programAttrs...)
+	ownerAttrs     = []string{"bpf.owner.key", "process.pid", "process.executable.name", "container.id", "k8s.pod.name", "k8s.namespace.name"}
+	attachAttrs    = []string{"bpf.attach.type"}
+	exportAttrs    = []string{"signal"}
+	noAttrs        = []string(nil)
+	allLevels      = []Level{LevelAttachType, LevelOwner, LevelProgram}
+	ownerLevels    = []Level{LevelOwner}
+	programLevels  = []Level{LevelProgram}
+	floatValue     = true
+	intValue       = false
+	metricsDocHead = `# bpfleet metrics
+
+Generated from the table in ` + "`exporter/metrics.go`" + ` by
+` + "`go test ./exporter -run TestMetricsDoc -update`" + `; a test fails when this file and
+the table disagree. There is no OpenTelemetry semantic convention for BPF: the
+` + "`bpf.*`" + ` namespace is bpfleet's own. All counters are cumulative. Prometheus'
+OTLP receiver turns ` + "`.`" + ` into ` + "`_`" + `, appends the unit (` + "`_seconds`" + `) and
+` + "`_total`" + ` to counters, e.g. ` + "`bpf.program.run.time`" + ` →
+` + "`bpf_program_run_time_seconds_total`" + `.
+
+Levels (` + "`--metrics-level`" + `): ` + "`attach-type`" + ` exports the attach-type and agent
+metrics only; ` + "`owner`" + ` adds the owner metrics; ` + "`program`" + ` adds the program and
+link metrics instead (they carry the owner attributes), capped by ` + "`--max-programs`" + `.
+
+Resource attributes: ` + "`service.name`" + ` (bpfleet-agent), ` + "`service.instance.id`" + ` (node
+name, else host name: Prometheus keys series by it), ` + "`host.name`" + `, ` + "`host.arch`" + `,
+` + "`host.cpu.model.name`" + `, ` + "`os.type`" + `, ` + "`os.version`" + ` (kernel release),
+` + "`bpf.kernel.preempt`" + `, ` + "`k8s.node.name`" + ` (` + "`K8S_NODE_NAME`" + `),
+` + "`k8s.cluster.name`" + ` (` + "`--cluster-name`" + `), then ` + "`OTEL_RESOURCE_ATTRIBUTES`" + ` /
+` + "`OTEL_SERVICE_NAME`" + `, which win.
+
+`
+)
+
+// metricDef is one row of the metrics table: everything the exporter
+// registers and everything METRICS.md says.
+type metricDef struct {
+	Name        string
+	Unit        string
+	Kind        instrumentKind
+	Float       bool
+	Levels      []Level
+	Attrs       []string
+	Description string
+}
+
+// metricDefs is the one table of bpfleet's metrics. The exporter creates
+// its instruments from it (see instruments.go) and METRICS.md is rendered
+// from it.
+var metricDefs = []metricDef{
+	{"bpf.program.run.count", "{run}", kindCounter, intValue, programLevels, programAttrs,
+		"Times the program ran (run_cnt); accrues only while BPF stats are enabled."},
+	{"bpf.program.run.time", "s", kindCounter, floatValue, programLevels, programAttrs,
+		"Time the program ran (run_time_ns), excluding trampoline / kprobe dispatch; accrues only while BPF stats are enabled."},
+	{"bpf.program.recursion_misses", "{miss}", kindCounter, intValue, programLevels, programAttrs,
+		"Runs the kernel skipped because the program's per-CPU recursion guard was held (recursion_misses, Linux 5.12+)."},
+	{"bpf.link.missed", "{miss}", kindCounter, intValue, programLevels, linkAttrs,
+		"Events a kprobe / kprobe.multi link missed (link info missed, Linux 6.7+)."},
+
+	{"bpf.owner.run.count", "{run}", kindCounter, intValue, ownerLevels, ownerAttrs,
+		"Runs of the owner's programs since the agent started."},
+	{"bpf.owner.run.time", "s", kindCounter, floatValue, ownerLevels, ownerAttrs,
+		"Run time of the owner's programs since the agent started."},
+	{"bpf.owner.recursion_misses", "{miss}", kindCounter, intValue, ownerLevels, ownerAttrs,
+		"Recursion misses of the owner's programs since the agent started."},
+	{"bpf.owner.programs", "{program}", kindGauge, intValue, ownerLevels, ownerAttrs,
+		"Programs the owner holds."},
+
+	{"bpf.attach_type.run.count", "{run}", kindCounter, intValue, allLevels, attachAttrs,
+		"Runs of all programs of the attach type since the agent started."},
+	{"bpf.attach_type.run.time", "s", kindCounter, floatValue, allLevels, attachAttrs,
+		"Run time of all programs of the attach type since the agent started."},
+	{"bpf.attach_type.recursion_misses", "{miss}", kindCounter, intValue, allLevels, attachAttrs,
+		"Recursion misses of all programs of the attach type since the agent started."},
+	{"bpf.attach_type.link.missed", "{miss}", kindCounter, intValue, allLevels, attachAttrs,
+		"kprobe link misses of all programs of the attach type since the agent started."},
+	{"bpf.attach_type.programs", "{program}", kindGauge, intValue, allLevels, attachAttrs,
+		"Programs of the attach type loaded now."},
+	{"bpf.attach_type.overhead", "s", kindGauge, floatValue, allLevels, attachAttrs,
+		"Cost the attach type adds to one triggered call on this node, measured by the agent's own calibration probes."},
+
+	{"bpf.agent.scan.duration", "s", kindHistogram, floatValue, allLevels, noAttrs,
+		"Time one scan of the kernel's programs, links and owners took."},
+	{"bpf.agent.scans", "{scan}", kindCounter, intValue, allLevels, noAttrs,
+		"Scans completed; stops growing when the agent is stuck."},
+	{"bpf.agent.programs", "{program}", kindGauge, intValue, allLevels, noAttrs,
+		"Programs the latest scan saw."},
+	{"bpf.agent.links", "{link}", kindGauge, intValue, allLevels, noAttrs,
+		"Links the latest scan saw."},
+	{"bpf.agent.scan.errors", "{error}", kindCounter, intValue, allLevels, noAttrs,
+		"Objects a scan could not read (not counting objects that vanished), plus failed scans."},
+	{"bpf.agent.stats.enabled", "", kindGauge, intValue, allLevels, noAttrs,
+		"1 while the kernel accrues run counts and run time (BPF_ENABLE_STATS fd or kernel.bpf_stats_enabled), else 0."},
+	{"bpf.agent.stats.held", "", kindGauge, intValue, allLevels, noAttrs,
+		"1 while this agent holds a BPF_ENABLE_STATS fd."},
+	{"bpf.agent.programs.dropped", "{program}", kindGauge, intValue, allLevels, noAttrs,
+		"Programs left out of the latest export by --max-programs."},
+	{"bpf.agent.export.errors", "{error}", kindCounter, intValue, allLevels, exportAttrs,
+		"Failed exports to the OTLP backend, by signal (metrics, traces)."},
+}
+
+// spanDoc documents the miss-episode span in METRICS.md.
+const spanDoc = `## Spans
+
+` + "`bpf.recursion_miss`" + `: one span per miss episode, from the first scan interval in which a
+program's ` + "`recursion_misses`" + ` (source ` + "`recursion_misses`" + `) or a kprobe link's ` + "`missed`" + `
+(source ` + "`link_missed`" + `) grew to the end of the last interval before it went quiet.
+
+| attribute | meaning |
+| --- | --- |
+| ` + "`bpf.program.id`, `bpf.program.name`, `bpf.program.tag`, `bpf.program.type`, `bpf.attach.type`, `bpf.attach.target`, `bpf.program.sleepable`" + ` | the program as the episode opened |
+| ` + "`bpf.link.id`" + ` | the link, for link_missed episodes |
+| ` + "`bpf.episode.source`" + ` | recursion_misses or link_missed |
+| ` + "`bpf.miss.kind`" + ` | recursion, contention-possible (sleepable program or PREEMPT_RT kernel: another task on the CPU held the guard) or unknown |
+| ` + "`bpf.episode.misses`, `bpf.episode.runs`" + ` | misses and runs in the episode |
+| ` + "`bpf.episode.miss_ratio`" + ` | misses / (misses + runs) |
+| ` + "`bpf.episode.peak_rate`" + ` | highest misses per second in one interval |
+| ` + "`bpf.episode.intervals`, `bpf.episode.truncated`" + ` | intervals with misses, and how many of them were dropped from the events |
+| ` + "`bpf.episode.ended_by`" + ` | quiet, vanished (program unloaded) or shutdown (the agent stopped while the episode was open) |
+
+Each interval with misses is a span event ` + "`bpf.miss.interval`" + ` with ` + "`bpf.episode.misses`" + `,
+` + "`bpf.episode.runs`" + ` and ` + "`bpf.episode.rate`" + ` (misses per second).
+`
+
+// prometheusName is the name Prometheus' OTLP receiver gives the metric
+// with its default translation (underscores, unit suffix, _total on
+// counters); exporter/e2e checks these against a real Prometheus.
+func (d metricDef) prometheusName() string {
+	n := strings.ReplaceAll(d.Name, ".", "_")
+	if d.Unit == "s" {
+		n += "_seconds"
+	}
+	if d.Kind == kindCounter {
+		n += "_total"
+	}
+	return n
+}
+
+// PrometheusNames returns the Prometheus names of the metrics exported at
+// level l (a histogram by its _count series).
+func PrometheusNames(l Level) []string {
+	var out []string
+	for _, d := range metricDefs {
+		if !slices.Contains(d.Levels, l) {
+			continue
+		}
+		n := d.prometheusName()
+		if d.Kind == kindHistogram {
+			n += "_count"
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// MetricsDoc renders METRICS.md from the table.
+func MetricsDoc() string {
+	var b strings.Builder
+	b.WriteString(metricsDocHead)
+	b.WriteString("## Metrics\n\n| name | Prometheus name | unit | instrument | levels | attributes | description |\n| --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, d := range metricDefs {
+		levels := make([]string, len(d.Levels))
+		for i, l := range d.Levels {
+			levels[i] = l.String()
+		}
+		attrs := "—"
+		if len(d.Attrs) > 0 {
+			attrs = "`" + strings.Join(d.Attrs, "`, `") + "`"
+		}
+		unit := "—"
+		if d.Unit != "" {
+			unit = "`" + d.Unit + "`"
+		}
+		fmt.Fprintf(&b, "| `%s` | `%s` | %s | %s | %s | %s | %s |\n", d.Name, d.prometheusName(), unit, d.Kind, strings.Join(levels, ", "), attrs, d.Description)
+	}
+	b.WriteString("\n")
+	b.WriteString(spanDoc)
+	return b.String()
+}

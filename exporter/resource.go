@@ -1,0 +1,76 @@
+package exporter
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/resource"
+)
+
+// hostArch maps uname's machine to the host.arch values of the OTel
+// semantic conventions.
+func hostArch(machine string) string {
+	switch machine {
+	case "x86_64":
+		return "amd64"
+	case "aarch64", "arm64":
+		return "arm64"
+	case "i386", "i686":
+		return "x86"
+	case "ppc64le":
+		return "ppc64"
+	case "s390x":
+		return "s390x"
+	case "armv7l", "armv6l":
+		return "arm32"
+	}
+	return machine
+}
+
+// newResource builds the node's resource. The SDK's detectors give
+// host.name and os.type but not host.arch, os.version or the CPU model, so
+// those come from the agent's KernelInfo. OTEL_RESOURCE_ATTRIBUTES and
+// OTEL_SERVICE_NAME are applied last and win.
+func newResource(ctx context.Context, cfg Config) (*resource.Resource, error) {
+	node := cfg.NodeName
+	if node == "" {
+		node = os.Getenv("K8S_NODE_NAME")
+	}
+	host, _ := os.Hostname()
+	// Prometheus' OTLP receiver keys series by job (service.name) and
+	// instance (service.instance.id): without a per-node instance id every
+	// node's series would collide.
+	instance := node
+	if instance == "" {
+		instance = host
+	}
+	kv := []attribute.KeyValue{
+		attribute.String("service.name", "bpfleet-agent"),
+		attribute.String("os.type", "linux"),
+	}
+	add := func(k, v string) {
+		if v != "" {
+			kv = append(kv, attribute.String(k, v))
+		}
+	}
+	add("service.instance.id", instance)
+	add("host.name", host)
+	add("host.arch", hostArch(cfg.Kernel.Arch))
+	add("host.cpu.model.name", cfg.Kernel.CPUModel)
+	add("os.version", cfg.Kernel.Release)
+	add("bpf.kernel.preempt", cfg.Kernel.Preempt)
+	add("k8s.node.name", node)
+	add("k8s.cluster.name", cfg.ClusterName)
+
+	res, err := resource.New(ctx,
+		resource.WithAttributes(kv...),
+		resource.WithTelemetrySDK(),
+		resource.WithFromEnv(),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("building OpenTelemetry resource: %w", err)
+	}
+	return res, nil
+}

@@ -1,0 +1,297 @@
+package exporter
+
+import (
+	"path/filepath"
+	"sort"
+
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/bpfleet/bpfleet/agent"
+)
+
+// view is what the metric callback reads: one snapshot reduced to the
+// series of the configured level, attribute sets already built. It is
+// built once per snapshot in Update and never mutated afterwards, so a
+// collection never races with a scan.
+type view struct {
+	programs []programSeries
+	links    []linkSeries
+	owners   []aggSeries
+	attach   []aggSeries
+
+	programsSeen, linksSeen int
+	dropped                 int
+	statsEnabled, statsHeld bool
+	scans, scanErrors       int64
+}
+
+type programSeries struct {
+	attrs     attribute.Set
+	runs      uint64
+	runTimeNs uint64
+	misses    *uint64
+}
+
+type linkSeries struct {
+	attrs  attribute.Set
+	missed uint64
+}
+
+// aggSeries is an aggregate (owner or attach type) whose counters are the
+// sum of the snapshots' interval deltas since the exporter started: summing
+// the programs' cumulative counters instead would go down whenever a
+// program unloads, which a backend reads as a counter reset.
+type aggSeries struct {
+	attrs    attribute.Set
+	acc      accumulator
+	programs int
+	overhead *float64 // seconds; attach types only
+}
+
+type accumulator struct {
+	runs, runTimeNs, misses, linkMissed uint64
+}
+
+func (a *accumulator) add(r agent.Rates) {
+	a.runs += r.Runs
+	a.runTimeNs += r.RunTimeNs
+	a.misses += r.Misses
+	a.linkMissed += r.LinkMissed
+}
+
+// programKey identifies a program's attribute set: the identity never
+// changes for an id, the owner may.
+type programKey struct {
+	owner agent.Owner
+	at    string
+	tgt   string
+}
+
+type cachedAttrs struct {
+	key   programKey
+	attrs []attribute.KeyValue
+	set   attribute.Set
+}
+
+// primaryOwner picks the owner the program's series carry: a process that
+// holds the program's own fd before one that holds only a link.
+func primaryOwner(p *agent.Program) agent.Owner {
+	for _, o := range p.Owners {
+		if o.Via == "fd" {
+			return o
+		}
+	}
+	if len(p.Owners) > 0 {
+		return p.Owners[0]
+	}
+	return agent.Owner{}
+}
+
+func ownerKVs(kv []attribute.KeyValue, pid int, comm, exe, container, pod, ns string) []attribute.KeyValue {
+	if pid > 0 {
+		kv = append(kv, attribute.Int("process.pid", pid))
+	}
+	name := comm
+	if exe != "" {
+		name = filepath.Base(exe)
+	}
+	if name != "" {
+		kv = append(kv, attribute.String("process.executable.name", name))
+	}
+	if container != "" {
+		kv = append(kv, attribute.String("container.id", container))
+	}
+	if pod != "" {
+		kv = append(kv, attribute.String("k8s.pod.name", pod))
+	}
+	if ns != "" {
+		kv = append(kv, attribute.String("k8s.namespace.name", ns))
+	}
+	return kv
+}
+
+// identityKVs are the attributes naming a program, shared by metrics and
+// episode spans.
+func identityKVs(kv []attribute.KeyValue, id uint32, name, tag, typ, at, target string, sleepable *bool) []attribute.KeyValue {
+	kv = append(kv,
+		attribute.Int64("bpf.program.id", int64(id)),
+		attribute.String("bpf.program.name", name),
+		attribute.String("bpf.program.tag", tag),
+		attribute.String("bpf.program.type", typ),
+		attribute.String("bpf.attach.type", at),
+	)
+	if target != "" {
+		kv = append(kv, attribute.String("bpf.attach.target", target))
+	}
+	if sleepable != nil {
+		kv = append(kv, attribute.Bool("bpf.program.sleepable", *sleepable))
+	}
+	return kv
+}
+
+func (e *Exporter) programAttrs(p *agent.Program) cachedAttrs {
+	k := programKey{owner: primaryOwner(p), at: p.AttachType, tgt: p.AttachTarget}
+	// Owner has no slices, so the key compares with ==.
+	if c, ok := e.progCache[p.ID]; ok && c.key == k {
+		return c
+	}
+	kv := identityKVs(nil, p.ID, p.Name, p.Tag, p.Type, p.AttachType, p.AttachTarget, p.Sleepable)
+	o := k.owner
+	kv = ownerKVs(kv, o.PID, o.Comm, o.Exe, o.ContainerID, o.PodName, o.PodNamespace)
+	c := cachedAttrs{key: k, attrs: kv, set: attribute.NewSet(kv...)}
+	e.progCache[p.ID] = c
+	return c
+}
+
+// selectPrograms returns the indexes of the programs to export, at most max
+// (0: all). Programs that ever missed come first, then the most expensive by
+// cumulative run time, then the lowest id: an order that changes rarely, so
+// the exported set does not churn from one interval to the next.
+func selectPrograms(progs []agent.ProgramStat, max int) []int {
+	idx := make([]int, len(progs))
+	for i := range idx {
+		idx[i] = i
+	}
+	if max <= 0 || len(progs) <= max {
+		return idx
+	}
+	missed := func(p *agent.ProgramStat) bool {
+		if p.RecursionMisses != nil && *p.RecursionMisses > 0 {
+			return true
+		}
+		for _, l := range p.Links {
+			if l.Missed != nil && *l.Missed > 0 {
+				return true
+			}
+		}
+		return false
+	}
+	sort.Slice(idx, func(a, b int) bool {
+		pa, pb := &progs[idx[a]], &progs[idx[b]]
+		ma, mb := missed(pa), missed(pb)
+		if ma != mb {
+			return ma
+		}
+		if pa.RunTimeNs != pb.RunTimeNs {
+			return pa.RunTimeNs > pb.RunTimeNs
+		}
+		return pa.ID < pb.ID
+	})
+	idx = idx[:max]
+	sort.Ints(idx)
+	return idx
+}
+
+// buildView reduces a snapshot to the configured level. Called with e.mu held.
+func (e *Exporter) buildView(s *agent.Snapshot) *view {
+	v := &view{
+		programsSeen: len(s.Programs),
+		linksSeen:    s.Scan.Links,
+		statsEnabled: s.Stats.Enabled,
+		statsHeld:    s.Stats.HeldByAgent,
+		scans:        e.scans,
+		scanErrors:   e.scanErrors,
+	}
+
+	if e.cfg.Level == LevelProgram {
+		sel := selectPrograms(s.Programs, e.cfg.MaxPrograms)
+		v.dropped = len(s.Programs) - len(sel)
+		seen := make(map[uint32]bool, len(sel))
+		v.programs = make([]programSeries, 0, len(sel))
+		for _, i := range sel {
+			p := &s.Programs[i].Program
+			seen[p.ID] = true
+			c := e.programAttrs(p)
+			v.programs = append(v.programs, programSeries{attrs: c.set, runs: p.RunCount, runTimeNs: p.RunTimeNs, misses: p.RecursionMisses})
+			for _, l := range p.Links {
+				if l.Missed == nil {
+					continue
+				}
+				kv := append([]attribute.KeyValue{attribute.Int64("bpf.link.id", int64(l.ID)), attribute.String("bpf.link.type", l.Type)}, c.attrs...)
+				v.links = append(v.links, linkSeries{attrs: attribute.NewSet(kv...), missed: *l.Missed})
+			}
+		}
+		// Forget programs no longer exported so the cache stays bounded.
+		for id := range e.progCache {
+			if !seen[id] {
+				delete(e.progCache, id)
+			}
+		}
+	}
+
+	if e.cfg.Level == LevelOwner {
+		live := make(map[string]bool, len(s.Owners))
+		for i := range s.Owners {
+			o := &s.Owners[i]
+			live[o.Key] = true
+			a := e.owners[o.Key]
+			if a == nil {
+				kv := ownerKVs([]attribute.KeyValue{attribute.String("bpf.owner.key", o.Key)}, o.PID, o.Comm, "", o.ContainerID, o.PodName, o.Namespace)
+				a = &aggSeries{attrs: attribute.NewSet(kv...)}
+				e.owners[o.Key] = a
+			}
+			a.acc.add(o.Delta)
+			a.programs = len(o.ProgramIDs)
+			v.owners = append(v.owners, *a)
+		}
+		for k := range e.owners {
+			if !live[k] {
+				delete(e.owners, k)
+			}
+		}
+	}
+
+	overhead := make(map[string]float64, len(s.Calibration))
+	for _, c := range s.Calibration {
+		if c.Supported {
+			overhead[c.AttachType] = c.OverheadNs / 1e9
+		}
+	}
+	seenAT := make(map[string]bool, len(s.AttachTypes))
+	for i := range s.AttachTypes {
+		at := &s.AttachTypes[i]
+		seenAT[at.AttachType] = true
+		a := e.attach[at.AttachType]
+		if a == nil {
+			a = &aggSeries{attrs: attribute.NewSet(attribute.String("bpf.attach.type", at.AttachType))}
+			e.attach[at.AttachType] = a
+		}
+		a.acc.add(at.Delta)
+		a.programs = at.Programs
+		a.overhead = nil
+		if o, ok := overhead[at.AttachType]; ok {
+			a.overhead = &o
+		} else if at.OverheadNs != nil {
+			o := *at.OverheadNs / 1e9
+			a.overhead = &o
+		}
+	}
+	// An attach type with no program loaded now keeps its counters (they
+	// are cumulative since the agent started) and reports zero programs;
+	// calibrated types without programs still report their overhead.
+	for name, o := range overhead {
+		if !seenAT[name] {
+			a := e.attach[name]
+			if a == nil {
+				a = &aggSeries{attrs: attribute.NewSet(attribute.String("bpf.attach.type", name))}
+				e.attach[name] = a
+			}
+			seenAT[name] = true
+			o := o
+			a.overhead = &o
+		}
+	}
+	names := make([]string, 0, len(e.attach))
+	for name, a := range e.attach {
+		if !seenAT[name] {
+			a.programs = 0
+			a.overhead = nil
+		}
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		v.attach = append(v.attach, *e.attach[name])
+	}
+	return v
+}
