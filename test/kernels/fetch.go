@@ -84,6 +84,11 @@ Acquire::Check-Valid-Until "false";
 `, dir, arch),
 	}
 	for name, content := range files {
+		// Rewriting an unchanged file would make apt rebuild its package
+		// cache (seconds) on every run.
+		if old, err := os.ReadFile(filepath.Join(dir, name)); err == nil && string(old) == content {
+			continue
+		}
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 			return nil, fmt.Errorf("writing apt %s: %w", name, err)
 		}
