@@ -1,9 +1,27 @@
-# KERNELS selects matrix entries (comma separated; default all):
+# bpfleet: `make run` builds and starts the agent, `make test` runs every test.
+BIN := bin/bpfleet
+GO_LDFLAGS := -s -w -X main.version=$(shell git describe --always --dirty 2>/dev/null || echo dev)
+
+# KERNELS selects kernel-matrix entries (comma separated; default all):
 #   make test-kernels KERNELS=sid-arm64
 # KERNEL_FLAGS passes more harness flags, e.g. KERNEL_FLAGS="-cmd 'bpfleet probe -o json'".
 KERNELS ?=
 KERNEL_FLAGS ?=
 
-.PHONY: test-kernels
+.PHONY: build run test generate test-kernels
+
+build:
+	CGO_ENABLED=0 go build -trimpath -ldflags '$(GO_LDFLAGS)' -o $(BIN) ./cmd/bpfleet
+
+run: build
+	scripts/install-deps.sh
+	$(BIN) agent
+
+test:
+	scripts/test.sh
+
+generate:
+	go generate ./...
+
 test-kernels:
 	go run ./test/kernels -kernels "$(KERNELS)" $(KERNEL_FLAGS)

@@ -64,11 +64,11 @@ type Owner struct {
 	Comm        string `json:"comm"`
 	Exe         string `json:"exe,omitempty"`
 	Cgroup      string `json:"cgroup,omitempty"`
-	ContainerID string `json:"container_id,omitempty"`
+	ContainerID string `json:"container_id"`
 	// Runtime is the container runtime the cgroup path names:
 	// containerd, cri-o, docker, podman.
 	Runtime string `json:"runtime,omitempty"`
-	PodUID  string `json:"pod_uid,omitempty"`
+	PodUID  string `json:"pod_uid"`
 	// Pod fields are filled by an optional Kubernetes resolver.
 	PodName       string `json:"pod_name,omitempty"`
 	PodNamespace  string `json:"pod_namespace,omitempty"`

@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/bpfleet/bpfleet/agent"
+	"github.com/spf13/cobra"
+)
+
+// listOutput is `bpfleet list -o json`: the programs and the per-attach-type
+// summary of one scan, plus the facts a reader needs to trust the numbers.
+type listOutput struct {
+	Time        time.Time              `json:"time"`
+	Kernel      agent.KernelInfo       `json:"kernel"`
+	Stats       agent.StatsState       `json:"stats"`
+	Programs    []agent.ProgramStat    `json:"programs"`
+	AttachTypes []agent.AttachTypeStat `json:"attach_types"`
+	Episodes    []agent.Episode        `json:"episodes,omitempty"`
+	Scan        agent.ScanStats        `json:"scan"`
+}
+
+func newListOutput(s *agent.Snapshot) listOutput {
+	return listOutput{Time: s.Time, Kernel: s.Kernel, Stats: s.Stats, Programs: s.Programs,
+		AttachTypes: s.AttachTypes, Episodes: s.Episodes, Scan: s.Scan}
+}
+
+func init() {
+	var (
+		output string
+		watch  bool
+		every  time.Duration
+		count  int
+		common agentFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List every BPF program on this node with its cost, misses, links and owners",
+		Long: `list scans the kernel once and prints every BPF program: attach type and
+target (from its links), run count, run time, recursion misses, kprobe link
+misses, and the processes holding it.
+
+With --watch it keeps scanning and prints one JSON object per interval
+(-o jsonl), with per-interval deltas and rates: a headless bpftop for
+scripts and log pipelines.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch output {
+			case "table", "json", "jsonl":
+			default:
+				return fmt.Errorf("unknown output %q: use table, json or jsonl", output)
+			}
+			if watch && output == "json" {
+				output = "jsonl"
+			}
+			cfg := common.config()
+			cfg.EnableStats = watch // a single scan shows counters as they are
+			a, err := newAgent(cfg)
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			out := cmd.OutOrStdout()
+			if !watch {
+				s, err := a.Scan(ctx)
+				if err != nil {
+					return err
+				}
+				return printList(out, output, s)
+			}
+			return watchList(ctx, a, out, output, every, count)
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, json or jsonl")
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "keep scanning and print every interval (deltas and rates)")
+	cmd.Flags().DurationVarP(&every, "interval", "i", time.Second, "scan interval with --watch")
+	cmd.Flags().IntVarP(&count, "count", "n", 0, "with --watch, stop after this many intervals (0: until interrupted)")
+	common.register(cmd)
+	rootCmd.AddCommand(cmd)
+}
+
+func watchList(ctx context.Context, a *agent.Agent, out io.Writer, output string, every time.Duration, count int) error {
+	if every <= 0 {
+		return fmt.Errorf("--interval must be positive, got %v", every)
+	}
+	if _, err := a.Scan(ctx); err != nil { // baseline for the first delta
+		return err
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for n := 0; count == 0 || n < count; n++ {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		s, err := a.Scan(ctx)
+		if err != nil {
+			return err
+		}
+		if err := printList(out, output, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func printList(w io.Writer, output string, s *agent.Snapshot) error {
+	switch output {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(newListOutput(s))
+	case "jsonl":
+		return json.NewEncoder(w).Encode(newListOutput(s))
+	}
+	return printTable(w, s)
+}
+
+func printTable(w io.Writer, s *agent.Snapshot) error {
+	progs := append([]agent.ProgramStat(nil), s.Programs...)
+	sort.Slice(progs, func(i, j int) bool { return progs[i].ID < progs[j].ID })
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tTYPE\tATTACH\tTARGET\tRUNS\tRUN TIME\tNS/RUN\tMISSES\tOWNER\tNAME")
+	for i := range progs {
+		p := &progs[i]
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Type, p.AttachType, trunc(p.AttachTarget, 32),
+			p.RunCount, time.Duration(p.RunTimeNs).Round(time.Microsecond), nsPerRun(p.RunTimeNs, p.RunCount),
+			missesCell(&p.Program), ownerCell(p.Owners), p.Name)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ATTACH TYPE\tPROGRAMS\tRUNS\tRUN TIME\tNS/RUN\tRECURSION MISSES\tLINK MISSED")
+	for _, a := range s.AttachTypes {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%d\t%d\n", a.AttachType, a.Programs, a.RunCount,
+			time.Duration(a.RunTimeNs).Round(time.Microsecond), nsPerRun(a.RunTimeNs, a.RunCount), a.RecursionMisses, a.LinkMissed)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\n%d programs, %d links; %s\n", s.Scan.Programs, s.Scan.Links, statsLine(s.Stats))
+	return nil
+}
+
+func statsLine(st agent.StatsState) string {
+	switch {
+	case st.HeldByAgent:
+		return "run-time stats on (held by bpfleet)"
+	case st.Sysctl > 0:
+		return "run-time stats on (kernel.bpf_stats_enabled=1)"
+	case st.Error != "":
+		return "run-time stats unavailable: " + st.Error
+	}
+	return "run-time stats may be off: run counts and run time only grow while a tool holds BPF_ENABLE_STATS or kernel.bpf_stats_enabled=1 (bpfleet agent and list --watch hold it)"
+}
+
+func nsPerRun(ns, runs uint64) string {
+	if runs == 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(float64(ns)/float64(runs), 'f', 1, 64)
+}
+
+func missesCell(p *agent.Program) string {
+	var parts []string
+	if p.RecursionMisses == nil {
+		parts = append(parts, "n/a")
+	} else {
+		parts = append(parts, strconv.FormatUint(*p.RecursionMisses, 10))
+	}
+	for _, l := range p.Links {
+		if l.Missed != nil && *l.Missed > 0 {
+			parts = append(parts, "link "+strconv.FormatUint(*l.Missed, 10))
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func ownerCell(owners []agent.Owner) string {
+	if len(owners) == 0 {
+		return "-"
+	}
+	o := owners[0]
+	s := o.Comm + "(" + strconv.Itoa(o.PID) + ")"
+	if o.PodName != "" {
+		s += " " + o.PodNamespace + "/" + o.PodName
+	} else if o.ContainerID != "" {
+		s += " " + trunc(o.ContainerID, 12)
+	}
+	if len(owners) > 1 {
+		s += " +" + strconv.Itoa(len(owners)-1)
+	}
+	return s
+}
+
+func trunc(s string, n int) string {
+	if len([]rune(s)) <= n {
+		return s
+	}
+	return string([]rune(s)[:n-1]) + "…"
+}
