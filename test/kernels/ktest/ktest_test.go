@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
+	"github.com/bpfleet/bpfleet/agent"
 	"github.com/bpfleet/bpfleet/probes/canary"
 )
 
@@ -140,6 +141,7 @@ func testDeleteRecursion(t *testing.T, feature string, prog *ebpf.Program, o *de
 		}
 	}
 	t.Logf("%s on htab_map_delete_elem: runs %d, recursion_misses %d", feature, s2.RunCount-s0.RunCount, s2.RecursionMisses-s0.RecursionMisses)
+	checkScan(t, prog, feature)
 }
 
 func TestFentryRecursion(t *testing.T) {
@@ -189,6 +191,16 @@ func TestTpBtfRecursion(t *testing.T) {
 	if runs != n || m1-m0 != n {
 		t.Errorf("canary: %d runs and %d recursion misses after %d triggers, want %d of each", runs, m1-m0, n, n)
 	}
+	id, err := c.ProgramID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := ebpf.NewProgramFromID(ebpf.ProgramID(id))
+	if err != nil {
+		t.Fatalf("opening canary %d: %v", id, err)
+	}
+	closeAll(t, p)
+	checkScan(t, p, FeatTpBtf)
 }
 
 // TestFmodRet runs the fmod_ret program on bpf_modify_return_test, which
@@ -214,6 +226,7 @@ func TestFmodRet(t *testing.T) {
 	}
 	s1 := stats(t, objs.Prog)
 	checkRuns(t, FeatFmodRet, get(t, objs.Runs), n, s0, s1)
+	checkScan(t, objs.Prog, FeatFmodRet)
 }
 
 // checkRuns holds the program's own count and the kernel's run_cnt against
@@ -254,6 +267,7 @@ func TestFentrySleepable(t *testing.T) {
 	}
 	s1 := stats(t, objs.Prog)
 	checkRuns(t, FeatFentrySleep, get(t, objs.Runs), n, s0, s1)
+	checkScan(t, objs.Prog, FeatFentrySleep)
 }
 
 // TestLSM attaches to the file_open hook and opens files.
@@ -286,6 +300,7 @@ func TestLSM(t *testing.T) {
 		t.Skipf("lsm/file_open attached but never ran: the bpf LSM is not enabled (lsm=)")
 	}
 	checkRuns(t, FeatLSM, own, n, s0, s1)
+	checkScan(t, objs.Prog, FeatLSM)
 }
 
 // TestKprobeMissed attaches a kprobe to htab_map_update_elem and updates a
@@ -339,6 +354,8 @@ func TestKprobeMissed(t *testing.T) {
 		lm = fmt.Sprint(*linkMissed)
 	}
 	t.Logf("kprobe on htab_map_update_elem (%s): %d updates, recursion_misses +%d, link missed %s", runtime.GOARCH, n, misses, lm)
+	p := checkScan(t, objs.Prog, FeatKprobe)
+	checkLinkMissed(t, p, linkMissed)
 	switch {
 	case misses == n && linkMissed != nil:
 		// 6.7+: counted and reported.
@@ -348,5 +365,25 @@ func TestKprobeMissed(t *testing.T) {
 		t.Skipf("kprobe missed: absent on this kernel (skipped runs not counted, no missed field in link info)")
 	default:
 		t.Errorf("inconsistent: recursion_misses +%d for %d skipped runs, link missed %s", misses, n, lm)
+	}
+}
+
+// checkLinkMissed holds bpfleet's kprobe link missed against the kernel's
+// link info: the same number where the kernel has the field, absent (nil)
+// where it has none.
+func checkLinkMissed(t *testing.T, p agent.ProgramStat, kernel *uint64) {
+	t.Helper()
+	if len(p.Links) != 1 {
+		t.Errorf("bpfleet shows %d links for the kprobe program, want 1", len(p.Links))
+		return
+	}
+	got := p.Links[0].Missed
+	switch {
+	case kernel == nil && got != nil:
+		t.Errorf("bpfleet reports link missed %d where the kernel has no such field", *got)
+	case kernel != nil && got == nil:
+		t.Errorf("bpfleet reports link missed absent; the kernel says %d", *kernel)
+	case kernel != nil && *got != *kernel:
+		t.Errorf("bpfleet reports link missed %d; the kernel says %d", *got, *kernel)
 	}
 }
