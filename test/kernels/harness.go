@@ -50,12 +50,15 @@ type Result struct {
 	Entry    Entry
 	Kernel   *Kernel
 	Outcomes []Outcome
-	Err      error // the run as a whole failed: timeout, panic, missing results
-	Log      string
-	Fetch    time.Duration
-	Boot     time.Duration // qemu start to the first test starting
-	Tests    time.Duration // first test starting to done
-	Total    time.Duration // qemu start to exit
+	// Metrics are the "metric name=value" lines the tests logged: the
+	// numbers compared across architectures.
+	Metrics map[string]string
+	Err     error // the run as a whole failed: timeout, panic, missing results
+	Log     string
+	Fetch   time.Duration
+	Boot    time.Duration // qemu start to the first test starting
+	Tests   time.Duration // first test starting to done
+	Total   time.Duration // qemu start to exit
 }
 
 // Failed says whether the entry must make the harness exit non-zero.
@@ -239,7 +242,7 @@ func RunEntry(ctx context.Context, e Entry, o *Options, base *initramfs) *Result
 		res.Err = err
 		return res
 	}
-	res.Outcomes, err = parseConsole(log, o)
+	res.Outcomes, res.Metrics, err = parseConsole(log, o)
 	res.Err = errors.Join(bootErr, err)
 	return res
 }
@@ -259,7 +262,7 @@ type segment struct {
 
 // parseConsole splits the console log into the framed segments and turns
 // each into outcomes. An error says the run as a whole is broken.
-func parseConsole(log []byte, o *Options) ([]Outcome, error) {
+func parseConsole(log []byte, o *Options) ([]Outcome, map[string]string, error) {
 	log = bytes.ReplaceAll(log, []byte("\r"), nil)
 	var segs []*segment
 	var cur *segment
@@ -291,12 +294,13 @@ func parseConsole(log []byte, o *Options) ([]Outcome, error) {
 		}
 	}
 	var outs []Outcome
+	metrics := map[string]string{}
 	nTests := 0
 	for _, s := range segs {
 		switch s.kind {
 		case "test":
 			nTests++
-			tos, err := testOutcomes(s)
+			tos, err := testOutcomes(s, metrics)
 			outs = append(outs, tos...)
 			if err != nil {
 				errs = append(errs, err)
@@ -331,8 +335,11 @@ func parseConsole(log []byte, o *Options) ([]Outcome, error) {
 	if !doneSeen {
 		errs = append(errs, errors.New("guest never reported done: it crashed, hung or was killed"))
 	}
-	return outs, errors.Join(errs...)
+	return outs, metrics, errors.Join(errs...)
 }
+
+// metricRe matches what ktest logs for cross-kernel comparison.
+var metricRe = regexp.MustCompile(`\bmetric ([A-Za-z0-9_.]+)=(\S+)`)
 
 type testEvent struct {
 	Action string
@@ -342,7 +349,7 @@ type testEvent struct {
 
 // testOutcomes converts one test binary's -test.v=test2json stream with
 // `go tool test2json` and collects each test's result and its reason.
-func testOutcomes(s *segment) ([]Outcome, error) {
+func testOutcomes(s *segment, metrics map[string]string) ([]Outcome, error) {
 	cmd := exec.Command("go", "tool", "test2json", "-p", s.name)
 	cmd.Stdin = bytes.NewReader(s.out.Bytes())
 	out, err := cmd.Output()
@@ -368,6 +375,9 @@ func testOutcomes(s *segment) ([]Outcome, error) {
 				byName[ev.Test] = &Outcome{Name: ev.Test, Status: Missing, Reason: "started, never finished"}
 			}
 		case "output":
+			if m := metricRe.FindStringSubmatch(ev.Output); m != nil {
+				metrics[m[1]] = m[2]
+			}
 			if t := strings.TrimSpace(ev.Output); t != "" && !strings.HasPrefix(t, "=== ") && !strings.HasPrefix(t, "--- ") {
 				outputs[ev.Test] = append(outputs[ev.Test], t)
 			}

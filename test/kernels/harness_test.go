@@ -54,7 +54,7 @@ func TestParseConsole(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			outs, err := parseConsole(tt.log, &Options{Commands: tt.cmds})
+			outs, _, err := parseConsole(tt.log, &Options{Commands: tt.cmds})
 			if tt.wantErr == "" && err != nil {
 				t.Fatalf("unexpected error: %v", err)
 			}
@@ -115,5 +115,27 @@ func TestHarnessReportsFailure(t *testing.T) {
 	}
 	if r.Err != nil {
 		t.Errorf("a clean failing run should not be a harness error: %v", r.Err)
+	}
+}
+
+func TestParityErrors(t *testing.T) {
+	res := func(name, suite string, m map[string]string) *Result {
+		return &Result{Entry: Entry{Name: name, Suite: suite}, Metrics: m}
+	}
+	same := []*Result{
+		res("sid-amd64", "sid", map[string]string{"fentry.recursion_misses": "2"}),
+		res("sid-arm64", "sid", map[string]string{"fentry.recursion_misses": "2"}),
+		res("bookworm-amd64", "bookworm", map[string]string{"fentry.recursion_misses": "0"}),
+	}
+	if errs := parityErrors(same); len(errs) != 0 {
+		t.Errorf("equal counts within a suite reported as different: %v", errs)
+	}
+	differ := []*Result{
+		res("sid-amd64", "sid", map[string]string{"fentry.recursion_misses": "2"}),
+		res("sid-arm64", "sid", map[string]string{"fentry.recursion_misses": "1"}),
+	}
+	errs := parityErrors(differ)
+	if len(errs) != 1 || !strings.Contains(errs[0], "fentry.recursion_misses") {
+		t.Errorf("different counts on amd64 and arm64 not reported: %v", errs)
 	}
 }

@@ -16,6 +16,10 @@ import (
 	"time"
 )
 
+// defaultCommands run in every VM after the tests unless -cmd is given
+// (-cmd none runs none): each must exit 0 on every kernel.
+var defaultCommands = []string{"bpfleet list"}
+
 type listFlag []string
 
 func (l *listFlag) String() string     { return strings.Join(*l, ", ") }
@@ -28,7 +32,7 @@ func main() {
 	timeout := flag.Duration("timeout", 8*time.Minute, "wall-clock limit of one boot")
 	work := flag.String("work", "", "directory for builds and console logs (default: a temporary one)")
 	pkgs := flag.String("packages", "./test/kernels/ktest", "comma separated test packages to run in the VMs")
-	flag.Var(&cmds, "cmd", "extra command run in every VM after the tests, e.g. 'bpfleet probe -o json' (repeatable)")
+	flag.Var(&cmds, "cmd", "command run in every VM after the tests, e.g. 'bpfleet probe -o json' (repeatable; default: "+strings.Join(defaultCommands, ", ")+"; none: no commands)")
 	flag.Parse()
 
 	logf := func(f string, a ...any) { fmt.Fprintf(os.Stderr, "kernels: "+f+"\n", a...) }
@@ -56,8 +60,21 @@ func main() {
 		}
 	}
 	o := &Options{Packages: strings.Split(*pkgs, ","), Commands: cmds, Timeout: *timeout, WorkDir: *work, Logf: logf}
+	if len(o.Commands) == 1 && o.Commands[0] == "none" {
+		o.Commands = nil
+	} else if len(o.Commands) == 0 {
+		o.Commands = defaultCommands
+	}
 	results := RunMatrix(context.Background(), entries, o)
 	printTable(os.Stdout, results)
+	fmt.Println()
+	printMetrics(os.Stdout, results)
+	if errs := parityErrors(results); len(errs) > 0 {
+		for _, e := range errs {
+			fmt.Println("PARITY:", e)
+		}
+		os.Exit(1)
+	}
 	for _, r := range results {
 		if r.Failed() {
 			os.Exit(1)

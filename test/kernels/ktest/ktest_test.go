@@ -140,7 +140,8 @@ func testDeleteRecursion(t *testing.T, feature string, prog *ebpf.Program, o *de
 			t.Errorf("kernel counted %d runs, want 4 (2 outer + 2 inner, nested runs skipped)", d)
 		}
 	}
-	t.Logf("%s on htab_map_delete_elem: runs %d, recursion_misses %d", feature, s2.RunCount-s0.RunCount, s2.RecursionMisses-s0.RecursionMisses)
+	metric(t, feature+".recursion_misses", s2.RecursionMisses-s0.RecursionMisses)
+	metric(t, feature+".runs", s2.RunCount-s0.RunCount)
 	checkScan(t, prog, feature)
 }
 
@@ -191,6 +192,7 @@ func TestTpBtfRecursion(t *testing.T) {
 	if runs != n || m1-m0 != n {
 		t.Errorf("canary: %d runs and %d recursion misses after %d triggers, want %d of each", runs, m1-m0, n, n)
 	}
+	metric(t, "tp_btf.recursion_misses", m1-m0)
 	id, err := c.ProgramID()
 	if err != nil {
 		t.Fatal(err)
@@ -242,7 +244,7 @@ func checkRuns(t *testing.T, feature string, own, n uint64, s0, s1 *ebpf.Program
 	if d := s1.RecursionMisses - s0.RecursionMisses; d != 0 {
 		t.Errorf("kernel counted %d recursion misses, want 0", d)
 	}
-	t.Logf("%s: program counted %d, kernel run_cnt +%d", feature, own, s1.RunCount-s0.RunCount)
+	metric(t, feature+".runs", s1.RunCount-s0.RunCount)
 }
 
 // TestFentrySleepable attaches fentry.s to the arch's getpgid syscall.
@@ -354,6 +356,8 @@ func TestKprobeMissed(t *testing.T) {
 		lm = fmt.Sprint(*linkMissed)
 	}
 	t.Logf("kprobe on htab_map_update_elem (%s): %d updates, recursion_misses +%d, link missed %s", runtime.GOARCH, n, misses, lm)
+	metric(t, "kprobe.recursion_misses", misses)
+	metric(t, "kprobe.link_missed", lm)
 	p := checkScan(t, objs.Prog, FeatKprobe)
 	checkLinkMissed(t, p, linkMissed)
 	switch {
@@ -386,4 +390,11 @@ func checkLinkMissed(t *testing.T, p agent.ProgramStat, kernel *uint64) {
 	case kernel != nil && *got != *kernel:
 		t.Errorf("bpfleet reports link missed %d; the kernel says %d", *got, *kernel)
 	}
+}
+
+// metric logs a number the harness compares across the kernels of one
+// release (amd64 against arm64): "metric <name>=<value>".
+func metric(t *testing.T, name string, v any) {
+	t.Helper()
+	t.Logf("metric %s=%v", name, v)
 }

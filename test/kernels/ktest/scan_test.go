@@ -77,6 +77,8 @@ func checkScan(t *testing.T, prog *ebpf.Program, wantAttach string) agent.Progra
 		t.Errorf("bpfleet classifies program %d as %q (sleepable %s), want %q", id, p.AttachType, sl, wantAttach)
 	}
 	t.Logf("bpfleet scan of %d: attach %q target %q runs %d misses %v", id, p.AttachType, p.AttachTarget, p.RunCount, deref(p.RecursionMisses))
+	metric(t, wantAttach+".bpfleet_attach_type", p.AttachType)
+	metric(t, wantAttach+".bpfleet_recursion_misses", deref(p.RecursionMisses))
 	return p
 }
 
