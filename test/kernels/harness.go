@@ -88,6 +88,11 @@ func moduleRoot() (string, error) {
 }
 
 func goBuild(root, goarch string, args ...string) error {
+	// Stripped binaries make a smaller initramfs, which the kernel unpacks
+	// at emulated speed on every boot.
+	if len(args) > 0 && (args[0] == "build" || args[0] == "test") {
+		args = append([]string{args[0], "-ldflags=-s -w"}, args[1:]...)
+	}
 	cmd := exec.Command("go", args...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch)
@@ -378,7 +383,7 @@ func testOutcomes(s *segment, metrics map[string]string) ([]Outcome, error) {
 			if m := metricRe.FindStringSubmatch(ev.Output); m != nil {
 				metrics[m[1]] = m[2]
 			}
-			if t := strings.TrimSpace(ev.Output); t != "" && !strings.HasPrefix(t, "=== ") && !strings.HasPrefix(t, "--- ") {
+			if t := strings.TrimSpace(ev.Output); t != "" && !strings.HasPrefix(t, "=== ") && !strings.HasPrefix(t, "--- ") && !metricRe.MatchString(t) {
 				outputs[ev.Test] = append(outputs[ev.Test], t)
 			}
 		case "pass", "fail", "skip":
@@ -391,7 +396,7 @@ func testOutcomes(s *segment, metrics map[string]string) ([]Outcome, error) {
 			oc.Status = map[string]Status{"pass": Pass, "fail": Fail, "skip": Skip}[ev.Action]
 			oc.Reason = ""
 			if ev.Action != "pass" {
-				oc.Reason = lastLines(strings.Join(outputs[ev.Test], "\n"), 4)
+				oc.Reason = lastLines(strings.Join(outputs[ev.Test], "\n"), 5)
 			}
 		}
 	}

@@ -126,3 +126,31 @@ struct {
 	__type(key, __u32);
 	__type(value, __u32);
 } hash_kprobe SEC(".maps");
+
+// A kprobe whose program re-enters another kprobe: the getpgid kprobe
+// deletes from a hash map, which runs htab_map_delete_elem, where a second
+// kprobe sits. The kprobe framework does not nest kprobes, so the second one
+// is skipped and its own missed counter (kprobe link info, 6.7+) grows by one
+// per getpgid of the test process.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} hash_nested SEC(".maps");
+
+SEC("kprobe/" SYSCALL_GETPGID)
+int kprobe_getpgid(void *ctx)
+{
+	__u32 key = 0;
+
+	if (from_target())
+		bpf_map_delete_elem(&hash_nested, &key);
+	return 0;
+}
+
+SEC("kprobe/htab_map_delete_elem")
+int kprobe_delete(void *ctx)
+{
+	return 0;
+}

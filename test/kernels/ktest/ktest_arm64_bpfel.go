@@ -18,11 +18,14 @@ import (
 const (
 	ktestMapHashInner        = "hash_inner"
 	ktestMapHashKprobe       = "hash_kprobe"
+	ktestMapHashNested       = "hash_nested"
 	ktestMapHashOuter        = "hash_outer"
 	ktestProgFentryDelete    = "fentry_delete"
 	ktestProgFentryS_getpgid = "fentry_s_getpgid"
 	ktestProgFexitDelete     = "fexit_delete"
 	ktestProgFmodRetTest     = "fmod_ret_test"
+	ktestProgKprobeDelete    = "kprobe_delete"
+	ktestProgKprobeGetpgid   = "kprobe_getpgid"
 	ktestProgKprobeUpdate    = "kprobe_update"
 	ktestProgLsmFileOpen     = "lsm_file_open"
 	ktestVarFileOpenRuns     = "file_open_runs"
@@ -80,6 +83,8 @@ type ktestProgramSpecs struct {
 	FentryS_getpgid *ebpf.ProgramSpec `ebpf:"fentry_s_getpgid"`
 	FexitDelete     *ebpf.ProgramSpec `ebpf:"fexit_delete"`
 	FmodRetTest     *ebpf.ProgramSpec `ebpf:"fmod_ret_test"`
+	KprobeDelete    *ebpf.ProgramSpec `ebpf:"kprobe_delete"`
+	KprobeGetpgid   *ebpf.ProgramSpec `ebpf:"kprobe_getpgid"`
 	KprobeUpdate    *ebpf.ProgramSpec `ebpf:"kprobe_update"`
 	LsmFileOpen     *ebpf.ProgramSpec `ebpf:"lsm_file_open"`
 }
@@ -90,6 +95,7 @@ type ktestProgramSpecs struct {
 type ktestMapSpecs struct {
 	HashInner  *ebpf.MapSpec `ebpf:"hash_inner"`
 	HashKprobe *ebpf.MapSpec `ebpf:"hash_kprobe"`
+	HashNested *ebpf.MapSpec `ebpf:"hash_nested"`
 	HashOuter  *ebpf.MapSpec `ebpf:"hash_outer"`
 }
 
@@ -128,6 +134,7 @@ func (o *ktestObjects) Close() error {
 type ktestMaps struct {
 	HashInner  *ebpf.Map `ebpf:"hash_inner"`
 	HashKprobe *ebpf.Map `ebpf:"hash_kprobe"`
+	HashNested *ebpf.Map `ebpf:"hash_nested"`
 	HashOuter  *ebpf.Map `ebpf:"hash_outer"`
 }
 
@@ -135,6 +142,7 @@ func (m *ktestMaps) Close() error {
 	return _KtestClose(
 		m.HashInner,
 		m.HashKprobe,
+		m.HashNested,
 		m.HashOuter,
 	)
 }
@@ -160,6 +168,8 @@ type ktestPrograms struct {
 	FentryS_getpgid *ebpf.Program `ebpf:"fentry_s_getpgid"`
 	FexitDelete     *ebpf.Program `ebpf:"fexit_delete"`
 	FmodRetTest     *ebpf.Program `ebpf:"fmod_ret_test"`
+	KprobeDelete    *ebpf.Program `ebpf:"kprobe_delete"`
+	KprobeGetpgid   *ebpf.Program `ebpf:"kprobe_getpgid"`
 	KprobeUpdate    *ebpf.Program `ebpf:"kprobe_update"`
 	LsmFileOpen     *ebpf.Program `ebpf:"lsm_file_open"`
 }
@@ -170,6 +180,8 @@ func (p *ktestPrograms) Close() error {
 		p.FentryS_getpgid,
 		p.FexitDelete,
 		p.FmodRetTest,
+		p.KprobeDelete,
+		p.KprobeGetpgid,
 		p.KprobeUpdate,
 		p.LsmFileOpen,
 	)

@@ -398,3 +398,65 @@ func metric(t *testing.T, name string, v any) {
 	t.Helper()
 	t.Logf("metric %s=%v", name, v)
 }
+
+// kprobeMissed reads the kprobe's own missed counter from its link info;
+// nil when the kernel's link info has no kprobe details (before 6.6) .
+func kprobeMissed(t *testing.T, l link.Link) *uint64 {
+	t.Helper()
+	info, err := l.Info()
+	if err != nil {
+		t.Logf("reading kprobe link info: %v", err)
+		return nil
+	}
+	if pe := info.PerfEvent(); pe != nil {
+		if kp := pe.Kprobe(); kp != nil {
+			return &kp.Missed
+		}
+	}
+	return nil
+}
+
+// TestKprobeLinkMissed provokes the kprobe link's own missed counter: a
+// kprobe program on getpgid deletes from a hash map, re-entering a second
+// kprobe on htab_map_delete_elem, which the kprobe framework skips.
+func TestKprobeLinkMissed(t *testing.T) {
+	var objs struct {
+		Outer *ebpf.Program `ebpf:"kprobe_getpgid"`
+		Inner *ebpf.Program `ebpf:"kprobe_delete"`
+		Map   *ebpf.Map     `ebpf:"hash_nested"`
+	}
+	load(t, FeatKprobe, &objs)
+	closeAll(t, objs.Outer, objs.Inner, objs.Map)
+	inner, err := link.Kprobe("htab_map_delete_elem", objs.Inner, nil)
+	if err != nil {
+		refused(t, FeatKprobe, fmt.Errorf("attaching: %w", err))
+	}
+	closeAll(t, inner)
+	sym := map[string]string{"amd64": "__x64_sys_getpgid", "arm64": "__arm64_sys_getpgid"}[runtime.GOARCH]
+	outer, err := link.Kprobe(sym, objs.Outer, nil)
+	if err != nil {
+		refused(t, FeatKprobe, fmt.Errorf("attaching to %s: %w", sym, err))
+	}
+	closeAll(t, outer)
+	m0 := kprobeMissed(t, inner)
+	const n = 4
+	for i := 0; i < n; i++ {
+		if _, err := unix.Getpgid(0); err != nil {
+			t.Fatalf("getpgid: %v", err)
+		}
+	}
+	m1 := kprobeMissed(t, inner)
+	if m0 == nil || m1 == nil {
+		metric(t, "kprobe_nested.link_missed", "absent")
+		if Expected(FeatKprobeMissed) {
+			t.Fatalf("%s: kprobe link info has no missed field", Entry())
+		}
+		t.Skipf("kprobe link missed: absent on this kernel (no kprobe details in link info)")
+	}
+	metric(t, "kprobe_nested.link_missed", *m1-*m0)
+	if *m1-*m0 != n {
+		t.Errorf("nested kprobe: link missed +%d for %d re-entries, want %d", *m1-*m0, n, n)
+	}
+	p := checkScan(t, objs.Inner, FeatKprobe)
+	checkLinkMissed(t, p, m1)
+}
