@@ -142,7 +142,7 @@ func testDeleteRecursion(t *testing.T, feature string, prog *ebpf.Program, o *de
 	}
 	metric(t, feature+".recursion_misses", s2.RecursionMisses-s0.RecursionMisses)
 	metric(t, feature+".runs", s2.RunCount-s0.RunCount)
-	checkScan(t, prog, feature)
+	checkScan(t, feature, prog, feature)
 }
 
 func TestFentryRecursion(t *testing.T) {
@@ -202,7 +202,7 @@ func TestTpBtfRecursion(t *testing.T) {
 		t.Fatalf("opening canary %d: %v", id, err)
 	}
 	closeAll(t, p)
-	checkScan(t, p, FeatTpBtf)
+	checkScan(t, FeatTpBtf, p, FeatTpBtf)
 }
 
 // TestFmodRet runs the fmod_ret program on bpf_modify_return_test, which
@@ -228,7 +228,7 @@ func TestFmodRet(t *testing.T) {
 	}
 	s1 := stats(t, objs.Prog)
 	checkRuns(t, FeatFmodRet, get(t, objs.Runs), n, s0, s1)
-	checkScan(t, objs.Prog, FeatFmodRet)
+	checkScan(t, FeatFmodRet, objs.Prog, FeatFmodRet)
 }
 
 // checkRuns holds the program's own count and the kernel's run_cnt against
@@ -269,7 +269,7 @@ func TestFentrySleepable(t *testing.T) {
 	}
 	s1 := stats(t, objs.Prog)
 	checkRuns(t, FeatFentrySleep, get(t, objs.Runs), n, s0, s1)
-	checkScan(t, objs.Prog, FeatFentrySleep)
+	checkScan(t, FeatFentrySleep, objs.Prog, FeatFentrySleep)
 }
 
 // TestLSM attaches to the file_open hook and opens files.
@@ -302,7 +302,7 @@ func TestLSM(t *testing.T) {
 		t.Skipf("lsm/file_open attached but never ran: the bpf LSM is not enabled (lsm=)")
 	}
 	checkRuns(t, FeatLSM, own, n, s0, s1)
-	checkScan(t, objs.Prog, FeatLSM)
+	checkScan(t, FeatLSM, objs.Prog, FeatLSM)
 }
 
 // TestKprobeMissed attaches a kprobe to htab_map_update_elem and updates a
@@ -358,7 +358,7 @@ func TestKprobeMissed(t *testing.T) {
 	t.Logf("kprobe on htab_map_update_elem (%s): %d updates, recursion_misses +%d, link missed %s", runtime.GOARCH, n, misses, lm)
 	metric(t, "kprobe.recursion_misses", misses)
 	metric(t, "kprobe.link_missed", lm)
-	p := checkScan(t, objs.Prog, FeatKprobe)
+	p := checkScan(t, FeatKprobe, objs.Prog, FeatKprobe)
 	checkLinkMissed(t, p, linkMissed)
 	switch {
 	case misses == n && linkMissed != nil:
@@ -457,6 +457,6 @@ func TestKprobeLinkMissed(t *testing.T) {
 	if *m1-*m0 != n {
 		t.Errorf("nested kprobe: link missed +%d for %d re-entries, want %d", *m1-*m0, n, n)
 	}
-	p := checkScan(t, objs.Inner, FeatKprobe)
+	p := checkScan(t, "kprobe_nested", objs.Inner, FeatKprobe)
 	checkLinkMissed(t, p, m1)
 }

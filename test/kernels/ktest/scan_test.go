@@ -44,12 +44,12 @@ func scan(t *testing.T, id uint32) agent.ProgramStat {
 	return agent.ProgramStat{}
 }
 
-// checkScan holds bpfleet's scan of prog against the kernel's own counters,
+// checkScan holds bpfleet's scan of prog (called name in metric lines) against the kernel's own counters,
 // read just before and after it, and against the attach type the test
 // attached. Without a bpf_prog iterator plugged in the agent cannot tell a
 // sleepable tracing program from a plain one and must say so ("fentry?",
 // sleepable unknown) rather than guess.
-func checkScan(t *testing.T, prog *ebpf.Program, wantAttach string) agent.ProgramStat {
+func checkScan(t *testing.T, name string, prog *ebpf.Program, wantAttach string) agent.ProgramStat {
 	t.Helper()
 	id := programID(t, prog)
 	before := stats(t, prog)
@@ -77,8 +77,8 @@ func checkScan(t *testing.T, prog *ebpf.Program, wantAttach string) agent.Progra
 		t.Errorf("bpfleet classifies program %d as %q (sleepable %s), want %q", id, p.AttachType, sl, wantAttach)
 	}
 	t.Logf("bpfleet scan of %d: attach %q target %q runs %d misses %v", id, p.AttachType, p.AttachTarget, p.RunCount, deref(p.RecursionMisses))
-	metric(t, wantAttach+".bpfleet_attach_type", p.AttachType)
-	metric(t, wantAttach+".bpfleet_recursion_misses", deref(p.RecursionMisses))
+	metric(t, name+".bpfleet_attach_type", p.AttachType)
+	metric(t, name+".bpfleet_recursion_misses", deref(p.RecursionMisses))
 	return p
 }
 
