@@ -67,6 +67,7 @@ When stdout is not a terminal, top prints plain lines, one block per interval.`,
 			} else {
 				cfg := common.config()
 				cfg.EnableStats = true
+				cfg.OwnerIterator = !common.noIter
 				a, err := newAgent(cfg)
 				if err != nil {
 					return err
