@@ -18,7 +18,9 @@ import (
 
 // defaultCommands run in every VM after the tests unless -cmd is given
 // (-cmd none runs none): each must exit 0 on every kernel.
-var defaultCommands = []string{"bpfleet list"}
+// bench is kept short: under TCG its numbers are emulation time, only that
+// every attach type loads, attaches and measures is checked here.
+var defaultCommands = []string{"bpfleet list", "bpfleet probe -o json", "bpfleet bench --rounds 3 --calls 20000 --no-progress"}
 
 type listFlag []string
 
