@@ -473,6 +473,11 @@ func (r *reader) join(progs []Program, links []Link) {
 		for j := range p.Links {
 			l := &p.Links[j]
 			switch {
+			case l.Type == "perf_event" && l.AttachType == "perf_event" && s.progTypeID != progTypePerfEvent:
+				// Kernels before 6.6 give no perf_event link details: the
+				// program type is all there is (a kprobe-type program may
+				// also be a kretprobe or uprobe; the kernel does not say).
+				l.AttachType = ProgTypeName(s.progTypeID)
 			case l.Type == "raw_tracepoint" && s.progTypeID == progTypeTracing:
 				l.AttachType = tracingAttachName(attachTraceRawTP, p.Sleepable)
 			case l.Type == "tracing":
