@@ -1,0 +1,242 @@
+//go:build linux
+
+package contention
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/test/kernels/ktest"
+)
+
+// preempts says, per matrix entry, whether a SCHED_FIFO thread woken on a
+// CPU runs while a SCHED_OTHER thread there is inside a plain fentry
+// program: what the kernels were measured to do. An entry not listed is
+// only held to consistency.
+var preempts = map[string]bool{
+	"sid-rt-amd64": true,
+}
+
+// spinFor bounds how long the armed thread stays inside the program where
+// nothing preempts it (TCG is slow; the wait is this long only there).
+const spinFor = 4 * time.Second
+
+type spinObjs struct {
+	Prog    *ebpf.Program  `ebpf:"spin_getppid"`
+	SpinTid *ebpf.Variable `ebpf:"spin_tid"`
+	Release *ebpf.Variable `ebpf:"release"`
+	Inside  *ebpf.Variable `ebpf:"inside"`
+	Outcome *ebpf.Variable `ebpf:"outcome"`
+	SpinNs  *ebpf.Variable `ebpf:"spin_ns"`
+	Runs    *ebpf.Variable `ebpf:"spin_runs"`
+}
+
+// spinRun is what the threads of one preemption attempt saw.
+type spinRun struct {
+	insideBefore, insideAfter uint32 // "inside" as B read it around its triggers
+	outcome                   uint32 // 1: A released by the test, 2: A ran out of time
+}
+
+// TestPreemptedInsideProgram: thread A (SCHED_OTHER) enters a plain fentry
+// program on getppid on CPU 0 and busy-waits in it; thread B (SCHED_FIFO,
+// CPU 0) is woken and triggers the program nSame times; meanwhile the
+// controller triggers it nOther times on CPU 1. Where the kernel runs
+// trampoline programs preemptible (PREEMPT_RT, or preempt=full/lazy), B
+// runs while A holds the per-CPU guard and each of its triggers is a
+// recursion miss; elsewhere B runs only after A left the program and
+// nothing is missed. Either way the counts must match what the threads saw,
+// and bpfleet's kernel facts must agree with what happened.
+func TestPreemptedInsideProgram(t *testing.T) {
+	needCPUs(t)
+	var objs spinObjs
+	load(t, ktest.FeatFentry, &objs)
+	attach(t, ktest.FeatFentry, objs.Prog)
+	set(t, objs.SpinNs, uint64(spinFor))
+
+	sc := newScanner(t, objs.Prog)
+	s0 := stats(t, objs.Prog)
+	r, err := spinScenario(&objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1 := stats(t, objs.Prog)
+	misses := s1.RecursionMisses - s0.RecursionMisses
+	own := get[uint64](t, objs.Runs)
+	runs := s1.RunCount - s0.RunCount
+	t.Logf("%s: B (SCHED_FIFO, CPU 0) saw A inside=%d before and %d after its %d triggers; A %s; kernel recursion misses +%d, runs +%d, program's own count %d (incl. %d on CPU 1)",
+		ktest.Entry(), r.insideBefore, r.insideAfter, nSame, map[uint32]string{1: "was released by the test", 2: "ran out of time"}[r.outcome],
+		misses, runs, own, nOther)
+
+	var preempted bool
+	switch {
+	case r.insideBefore == 1 && r.insideAfter == 1 && r.outcome == 1:
+		preempted = true
+		if misses != nSame || own != 1+nOther {
+			t.Errorf("B ran all %d triggers while A was inside: kernel counted %d misses and the program ran %d times, want %d and %d", nSame, misses, own, nSame, 1+nOther)
+		}
+	case r.insideBefore == 0 && r.insideAfter == 0 && r.outcome == 2:
+		if misses != 0 || own != 1+nSame+nOther {
+			t.Errorf("B ran only after A left the program: kernel counted %d misses and the program ran %d times, want 0 and %d", misses, own, 1+nSame+nOther)
+		}
+	default:
+		t.Fatalf("not deterministic on %s: B saw inside=%d before and %d after its triggers, A outcome %d, %d misses: B overlapped A only partly",
+			ktest.Entry(), r.insideBefore, r.insideAfter, r.outcome, misses)
+	}
+	if statsOn && runs != own {
+		t.Errorf("kernel counted %d runs, the program %d", runs, own)
+	}
+	kern, kind := sc.check(t, objs.Prog, misses, false)
+	preemptible := kern.Preempt == "PREEMPT_RT" || kern.PreemptMode == "full" || kern.PreemptMode == "lazy"
+	switch {
+	case kern.Preempt == "unknown" || kern.Preempt == "":
+		t.Logf("bpfleet cannot tell this kernel's preemption model (source %q)", kern.PreemptSource)
+	case preempted != preemptible:
+		t.Errorf("bpfleet reads the preemption model as %s %q (from %s), yet a fentry program was preempted=%v",
+			kern.Preempt, kern.PreemptMode, kern.PreemptSource, preempted)
+	}
+	if want, ok := preempts[ktest.Entry()]; ok && want != preempted {
+		t.Errorf("%s was measured to preempt trampoline programs=%v, now %v", ktest.Entry(), want, preempted)
+	}
+	metric(t, "contention.fentry_preempted."+modelName(kern)+".recursion_misses", misses)
+	metric(t, "contention.fentry_preempted."+modelName(kern)+".kind", kindOrNone(kind))
+}
+
+// modelName keys the preemption metrics by the kernel's model: the counts
+// are comparable only between kernels of one model, so kernels of one
+// release with different models must not be compared by the harness.
+func modelName(k agent.KernelInfo) string {
+	if k.PreemptMode != "" {
+		return k.Preempt + "_" + k.PreemptMode
+	}
+	return k.Preempt
+}
+
+func spinScenario(o *spinObjs) (spinRun, error) {
+	type result struct {
+		r   spinRun
+		err error
+	}
+	resc := make(chan result, 1)
+	go func() {
+		r, err := spinControl(o)
+		resc <- result{r, err}
+	}()
+	res := <-resc
+	return res.r, res.err
+}
+
+// spinControl runs on CPU 1, so it is never stuck behind A.
+func spinControl(o *spinObjs) (spinRun, error) {
+	var r spinRun
+	if err := pin(1); err != nil {
+		return r, err
+	}
+	var wake [2]int
+	if err := unix.Pipe2(wake[:], unix.O_CLOEXEC); err != nil {
+		return r, fmt.Errorf("pipe: %w", err)
+	}
+	defer unix.Close(wake[0])
+	defer unix.Close(wake[1])
+
+	type bResult struct {
+		before, after uint32
+		err           error
+	}
+	bReady := make(chan error, 1)
+	bDone := make(chan bResult, 1)
+	go func() {
+		if err := pin(0); err != nil {
+			bReady <- err
+			return
+		}
+		attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: 50}
+		if err := unix.SchedSetAttr(0, &attr, 0); err != nil {
+			bReady <- fmt.Errorf("making thread B SCHED_FIFO: %w", err)
+			return
+		}
+		bReady <- nil
+		var b [1]byte
+		if _, err := unix.Read(wake[0], b[:]); err != nil {
+			bDone <- bResult{err: fmt.Errorf("thread B waiting: %w", err)}
+			return
+		}
+		var res bResult
+		res.err = o.Inside.Get(&res.before)
+		for i := 0; i < nSame; i++ {
+			getppid()
+		}
+		if err := o.Inside.Get(&res.after); res.err == nil {
+			res.err = err
+		}
+		bDone <- res
+	}()
+	if err := <-bReady; err != nil {
+		return r, err
+	}
+
+	aDone := make(chan error, 1)
+	go func() {
+		if err := pin(0); err != nil {
+			aDone <- err
+			return
+		}
+		if err := o.SpinTid.Set(uint32(unix.Gettid())); err != nil {
+			aDone <- err
+			return
+		}
+		aDone <- getppid()
+	}()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(time.Millisecond) {
+		var in uint32
+		if err := o.Inside.Get(&in); err != nil {
+			return r, fmt.Errorf("reading inside: %w", err)
+		}
+		if in == 1 {
+			break
+		}
+		select {
+		case err := <-aDone:
+			return r, fmt.Errorf("thread A returned (%v) without entering the program's wait", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return r, fmt.Errorf("thread A did not enter the program within 60s")
+		}
+	}
+	for i := 0; i < nOther; i++ {
+		getppid()
+	}
+	if _, err := unix.Write(wake[1], []byte{1}); err != nil {
+		return r, fmt.Errorf("waking B: %w", err)
+	}
+	var b bResult
+	select {
+	case b = <-bDone:
+	case <-time.After(spinFor + 60*time.Second):
+		return r, fmt.Errorf("thread B did not finish its triggers")
+	}
+	if b.err != nil {
+		return r, b.err
+	}
+	r.insideBefore, r.insideAfter = b.before, b.after
+	if err := o.Release.Set(uint32(1)); err != nil {
+		return r, err
+	}
+	select {
+	case err := <-aDone:
+		if err != nil {
+			return r, fmt.Errorf("thread A: %w", err)
+		}
+	case <-time.After(spinFor + 60*time.Second):
+		return r, fmt.Errorf("thread A never left the program")
+	}
+	if err := o.Outcome.Get(&r.outcome); err != nil {
+		return r, err
+	}
+	return r, nil
+}
