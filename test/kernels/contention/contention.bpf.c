@@ -24,10 +24,10 @@ static __always_inline __u32 current_tid(void)
 // The syscall symbols carry the arch's wrapper prefix.
 #if defined(__TARGET_ARCH_x86)
 #define SYSCALL_GETPGID "__x64_sys_getpgid"
-#define SYSCALL_GETPPID "__x64_sys_getppid"
+#define SYSCALL_GETSID "__x64_sys_getsid"
 #elif defined(__TARGET_ARCH_arm64)
 #define SYSCALL_GETPGID "__arm64_sys_getpgid"
-#define SYSCALL_GETPPID "__arm64_sys_getppid"
+#define SYSCALL_GETSID "__arm64_sys_getsid"
 #else
 #error "unsupported target arch"
 #endif
@@ -83,8 +83,8 @@ static long spin_step(__u64 i, void *data)
 	return 0;
 }
 
-SEC("fentry/" SYSCALL_GETPPID)
-int BPF_PROG(spin_getppid)
+SEC("fentry/" SYSCALL_GETSID)
+int BPF_PROG(spin_getsid)
 {
 	struct spin_ctx c;
 	int i;

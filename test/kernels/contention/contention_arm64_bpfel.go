@@ -17,7 +17,7 @@ import (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	contentionProgBlockGetpgid = "block_getpgid"
-	contentionProgSpinGetppid  = "spin_getppid"
+	contentionProgSpinGetsid   = "spin_getsid"
 	contentionVarBlockRuns     = "block_runs"
 	contentionVarBlockTid      = "block_tid"
 	contentionVarCopied        = "copied"
@@ -75,7 +75,7 @@ type contentionSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type contentionProgramSpecs struct {
 	BlockGetpgid *ebpf.ProgramSpec `ebpf:"block_getpgid"`
-	SpinGetppid  *ebpf.ProgramSpec `ebpf:"spin_getppid"`
+	SpinGetsid   *ebpf.ProgramSpec `ebpf:"spin_getsid"`
 }
 
 // contentionMapSpecs contains maps before they are loaded into the kernel.
@@ -151,13 +151,13 @@ type contentionVariables struct {
 // It can be passed to loadContentionObjects or ebpf.CollectionSpec.LoadAndAssign.
 type contentionPrograms struct {
 	BlockGetpgid *ebpf.Program `ebpf:"block_getpgid"`
-	SpinGetppid  *ebpf.Program `ebpf:"spin_getppid"`
+	SpinGetsid   *ebpf.Program `ebpf:"spin_getsid"`
 }
 
 func (p *contentionPrograms) Close() error {
 	return _ContentionClose(
 		p.BlockGetpgid,
-		p.SpinGetppid,
+		p.SpinGetsid,
 	)
 }
 

@@ -27,7 +27,7 @@ var preempts = map[string]bool{
 const spinFor = 4 * time.Second
 
 type spinObjs struct {
-	Prog    *ebpf.Program  `ebpf:"spin_getppid"`
+	Prog    *ebpf.Program  `ebpf:"spin_getsid"`
 	SpinTid *ebpf.Variable `ebpf:"spin_tid"`
 	Release *ebpf.Variable `ebpf:"release"`
 	Inside  *ebpf.Variable `ebpf:"inside"`
@@ -43,7 +43,7 @@ type spinRun struct {
 }
 
 // TestPreemptedInsideProgram: thread A (SCHED_OTHER) enters a plain fentry
-// program on getppid on CPU 0 and busy-waits in it; thread B (SCHED_FIFO,
+// program on getsid on CPU 0 and busy-waits in it; thread B (SCHED_FIFO,
 // CPU 0) is woken and triggers the program nSame times; meanwhile the
 // controller triggers it nOther times on CPU 1. Where the kernel runs
 // trampoline programs preemptible (PREEMPT_RT, or preempt=full/lazy), B
@@ -168,7 +168,7 @@ func spinControl(o *spinObjs) (spinRun, error) {
 		var res bResult
 		res.err = o.Inside.Get(&res.before)
 		for i := 0; i < nSame; i++ {
-			getppid()
+			getsid()
 		}
 		if err := o.Inside.Get(&res.after); res.err == nil {
 			res.err = err
@@ -189,7 +189,7 @@ func spinControl(o *spinObjs) (spinRun, error) {
 			aDone <- err
 			return
 		}
-		aDone <- getppid()
+		aDone <- getsid()
 	}()
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(time.Millisecond) {
 		var in uint32
@@ -209,7 +209,7 @@ func spinControl(o *spinObjs) (spinRun, error) {
 		}
 	}
 	for i := 0; i < nOther; i++ {
-		getppid()
+		getsid()
 	}
 	if _, err := unix.Write(wake[1], []byte{1}); err != nil {
 		return r, fmt.Errorf("waking B: %w", err)
