@@ -136,7 +136,7 @@ func onCPU(cpu, n int, fn func() error) error {
 }
 
 func getpgid() error { _, err := unix.Getpgid(0); return err }
-func getsid() error { _, err := unix.Getsid(0); return err }
+func getsid() error  { _, err := unix.Getsid(0); return err }
 
 func programID(t *testing.T, p *ebpf.Program) uint32 {
 	t.Helper()

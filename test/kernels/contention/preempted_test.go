@@ -4,6 +4,8 @@ package contention
 
 import (
 	"fmt"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 // only held to consistency.
 var preempts = map[string]bool{
 	"sid-rt-amd64": true,
+	"sid-amd64":    true, // PREEMPT_DYNAMIC, lazy by default
 }
 
 // spinFor bounds how long the armed thread stays inside the program where
@@ -52,6 +55,73 @@ type spinRun struct {
 // nothing is missed. Either way the counts must match what the threads saw,
 // and bpfleet's kernel facts must agree with what happened.
 func TestPreemptedInsideProgram(t *testing.T) {
+	preempted, _ := preemptScenario(t)
+	if want, ok := preempts[ktest.Entry()]; ok && want != preempted {
+		t.Errorf("%s was measured to preempt trampoline programs=%v, now %v", ktest.Entry(), want, preempted)
+	}
+}
+
+// debugPreempt selects PREEMPT_DYNAMIC's mode at run time.
+const debugPreempt = "/sys/kernel/debug/sched/preempt"
+
+// TestPreemptModes repeats the scenario in every mode a PREEMPT_DYNAMIC
+// kernel offers, the control for the preemptible modes: in none and
+// voluntary nothing preempts a program, so nothing may be missed, and
+// bpfleet must read the mode that was set. (Debian's 7.2 kernels offer only
+// full and lazy, on PREEMPT_RT too: both preempt.) It changes a node-wide setting, so it
+// runs only inside the matrix VMs, and puts the mode back.
+func TestPreemptModes(t *testing.T) {
+	if ktest.Entry() == "" {
+		t.Skipf("switches the kernel's preemption mode: only inside the kernel-matrix VMs (%s unset)", ktest.EntryEnv)
+	}
+	b, err := os.ReadFile(debugPreempt)
+	if err != nil {
+		t.Skipf("no run-time preemption mode to switch (%v): not a PREEMPT_DYNAMIC kernel, or debugfs is not mounted", err)
+	}
+	var modes []string
+	current := ""
+	for _, f := range strings.Fields(string(b)) {
+		m := strings.Trim(f, "()")
+		if m != f {
+			current = m
+		}
+		modes = append(modes, m)
+	}
+	if current == "" {
+		t.Fatalf("%s reads %q: no current mode in parentheses", debugPreempt, strings.TrimSpace(string(b)))
+	}
+	t.Logf("%s: preemption modes %v, current %s", ktest.Entry(), modes, current)
+	t.Cleanup(func() {
+		if err := os.WriteFile(debugPreempt, []byte(current), 0); err != nil {
+			t.Errorf("restoring preemption mode %s: %v", current, err)
+		}
+	})
+	for _, m := range modes {
+		t.Run(m, func(t *testing.T) {
+			if err := os.WriteFile(debugPreempt, []byte(m), 0); err != nil {
+				t.Fatalf("%s lists mode %s but refuses it: %v", debugPreempt, m, err)
+			}
+			preempted, kern := preemptScenario(t)
+			switch {
+			case kern.Preempt == "PREEMPT_RT" && kern.PreemptMode == "":
+				// PREEMPT_RT preempts in every mode; bpfleet reports
+				// the model alone there.
+				t.Logf("bpfleet reports PREEMPT_RT without its run-time mode (the kernel is in %s)", m)
+			case kern.PreemptMode != m:
+				t.Errorf("bpfleet reads preemption mode %q (%s), the kernel is in %q", kern.PreemptMode, kern.Preempt, m)
+			}
+			if want := m == "full" || m == "lazy"; preempted != want {
+				t.Errorf("mode %s: fentry program preempted=%v, want %v", m, preempted, want)
+			}
+		})
+	}
+}
+
+// preemptScenario loads and attaches a fresh spin program, runs one
+// preemption attempt, holds the counters against what the threads saw and
+// bpfleet against both, and says whether A was preempted inside the program.
+func preemptScenario(t *testing.T) (bool, agent.KernelInfo) {
+	t.Helper()
 	needCPUs(t)
 	var objs spinObjs
 	load(t, ktest.FeatFentry, &objs)
@@ -99,11 +169,9 @@ func TestPreemptedInsideProgram(t *testing.T) {
 		t.Errorf("bpfleet reads the preemption model as %s %q (from %s), yet a fentry program was preempted=%v",
 			kern.Preempt, kern.PreemptMode, kern.PreemptSource, preempted)
 	}
-	if want, ok := preempts[ktest.Entry()]; ok && want != preempted {
-		t.Errorf("%s was measured to preempt trampoline programs=%v, now %v", ktest.Entry(), want, preempted)
-	}
 	metric(t, "contention.fentry_preempted."+modelName(kern)+".recursion_misses", misses)
 	metric(t, "contention.fentry_preempted."+modelName(kern)+".kind", kindOrNone(kind))
+	return preempted, kern
 }
 
 // modelName keys the preemption metrics by the kernel's model: the counts
