@@ -23,6 +23,9 @@ import (
 var preempts = map[string]bool{
 	"sid-rt-amd64": true,
 	"sid-amd64":    true, // PREEMPT_DYNAMIC, lazy by default
+	// uname says PREEMPT, yet B did not run within waitB while A spun in
+	// the program (7.2.13 under TCG): not explained yet, recorded as seen.
+	"sid-arm64": false,
 }
 
 // waitB is how long the controller gives B to run while A is inside the
