@@ -30,6 +30,7 @@ func TestSleepableBlocked(t *testing.T) {
 		Runs     *ebpf.Variable `ebpf:"block_runs"`
 	}
 	load(t, ktest.FeatFentrySleep, &objs)
+	t.Cleanup(func() { objs.Prog.Close() })
 	attach(t, ktest.FeatFentrySleep, objs.Prog)
 
 	page, err := newUffdPage()

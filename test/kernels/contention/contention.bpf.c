@@ -83,11 +83,24 @@ static long spin_step(__u64 i, void *data)
 	return 0;
 }
 
-SEC("fentry/" SYSCALL_GETSID)
-int BPF_PROG(spin_getsid)
+// spin_outer nests a second loop so the wait is bounded by time, not by
+// the iteration limit of one bpf_loop (2^23), which a fast CPU runs in
+// well under a second.
+static long spin_outer(__u64 i, void *data)
+{
+	struct spin_ctx *c = data;
+
+	bpf_loop(1 << 20, spin_step, c, 0);
+	if (release || bpf_ktime_get_ns() > c->deadline)
+		return 1;
+	return 0;
+}
+
+// spin holds the calling thread inside its program when it is spin_tid,
+// until the test sets release or spin_ns pass.
+static __always_inline int spin(void)
 {
 	struct spin_ctx c;
-	int i;
 
 	if (!from_target())
 		return 0;
@@ -96,12 +109,25 @@ int BPF_PROG(spin_getsid)
 		return 0;
 	c.deadline = bpf_ktime_get_ns() + spin_ns;
 	inside = 1;
-	for (i = 0; i < 64; i++) {
-		if (release || bpf_ktime_get_ns() > c.deadline)
-			break;
-		bpf_loop(1 << 20, spin_step, &c, 0);
-	}
+	bpf_loop(1 << 23, spin_outer, &c, 0);
 	outcome = release ? 1 : 2;
 	inside = 0;
 	return 0;
+}
+
+// A trampoline program: it runs with migration disabled, not preemption.
+SEC("fentry/" SYSCALL_GETSID)
+int BPF_PROG(spin_getsid)
+{
+	return spin();
+}
+
+// A raw tracepoint program on task_rename (prctl PR_SET_NAME), which the
+// kernel fires with the task's task_lock held: a spinlock, so nothing
+// preempts the program, except on PREEMPT_RT where the lock sleeps and the
+// program runs preemptible.
+SEC("tp_btf/task_rename")
+int BPF_PROG(spin_task_rename, struct task_struct *task, const char *comm)
+{
+	return spin();
 }

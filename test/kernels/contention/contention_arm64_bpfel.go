@@ -16,20 +16,21 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	contentionProgBlockGetpgid = "block_getpgid"
-	contentionProgSpinGetsid   = "spin_getsid"
-	contentionVarBlockRuns     = "block_runs"
-	contentionVarBlockTid      = "block_tid"
-	contentionVarCopied        = "copied"
-	contentionVarCopyErr       = "copy_err"
-	contentionVarInside        = "inside"
-	contentionVarOutcome       = "outcome"
-	contentionVarRelease       = "release"
-	contentionVarSpinNs        = "spin_ns"
-	contentionVarSpinRuns      = "spin_runs"
-	contentionVarSpinTid       = "spin_tid"
-	contentionVarTargetTgid    = "target_tgid"
-	contentionVarUaddr         = "uaddr"
+	contentionProgBlockGetpgid   = "block_getpgid"
+	contentionProgSpinGetsid     = "spin_getsid"
+	contentionProgSpinTaskRename = "spin_task_rename"
+	contentionVarBlockRuns       = "block_runs"
+	contentionVarBlockTid        = "block_tid"
+	contentionVarCopied          = "copied"
+	contentionVarCopyErr         = "copy_err"
+	contentionVarInside          = "inside"
+	contentionVarOutcome         = "outcome"
+	contentionVarRelease         = "release"
+	contentionVarSpinNs          = "spin_ns"
+	contentionVarSpinRuns        = "spin_runs"
+	contentionVarSpinTid         = "spin_tid"
+	contentionVarTargetTgid      = "target_tgid"
+	contentionVarUaddr           = "uaddr"
 )
 
 // loadContention returns the embedded CollectionSpec for contention.
@@ -74,8 +75,9 @@ type contentionSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type contentionProgramSpecs struct {
-	BlockGetpgid *ebpf.ProgramSpec `ebpf:"block_getpgid"`
-	SpinGetsid   *ebpf.ProgramSpec `ebpf:"spin_getsid"`
+	BlockGetpgid   *ebpf.ProgramSpec `ebpf:"block_getpgid"`
+	SpinGetsid     *ebpf.ProgramSpec `ebpf:"spin_getsid"`
+	SpinTaskRename *ebpf.ProgramSpec `ebpf:"spin_task_rename"`
 }
 
 // contentionMapSpecs contains maps before they are loaded into the kernel.
@@ -150,14 +152,16 @@ type contentionVariables struct {
 //
 // It can be passed to loadContentionObjects or ebpf.CollectionSpec.LoadAndAssign.
 type contentionPrograms struct {
-	BlockGetpgid *ebpf.Program `ebpf:"block_getpgid"`
-	SpinGetsid   *ebpf.Program `ebpf:"spin_getsid"`
+	BlockGetpgid   *ebpf.Program `ebpf:"block_getpgid"`
+	SpinGetsid     *ebpf.Program `ebpf:"spin_getsid"`
+	SpinTaskRename *ebpf.Program `ebpf:"spin_task_rename"`
 }
 
 func (p *contentionPrograms) Close() error {
 	return _ContentionClose(
 		p.BlockGetpgid,
 		p.SpinGetsid,
+		p.SpinTaskRename,
 	)
 }
 

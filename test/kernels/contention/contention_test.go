@@ -70,7 +70,6 @@ func load(t *testing.T, feature string, objs any) {
 
 func attach(t *testing.T, feature string, p *ebpf.Program) {
 	t.Helper()
-	t.Cleanup(func() { p.Close() })
 	l, err := link.AttachTracing(link.TracingOptions{Program: p})
 	if err != nil {
 		refused(t, feature, fmt.Errorf("attaching: %w", err))
