@@ -122,10 +122,10 @@ int BPF_PROG(spin_getsid)
 	return spin();
 }
 
-// A raw tracepoint program on task_rename (prctl PR_SET_NAME), which the
-// kernel fires with the task's task_lock held: a spinlock, so nothing
-// preempts the program, except on PREEMPT_RT where the lock sleeps and the
-// program runs preemptible.
+// A raw tracepoint program on task_rename (prctl PR_SET_NAME), which only
+// the test's threads fire while it runs in the VM. Whether it can be
+// preempted is what the test measures: on PREEMPT_RT it was, and on
+// Debian's 7.2 PREEMPT_DYNAMIC (lazy) kernel it was too.
 SEC("tp_btf/task_rename")
 int BPF_PROG(spin_task_rename, struct task_struct *task, const char *comm)
 {
