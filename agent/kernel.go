@@ -99,9 +99,9 @@ func preemptModel(version string, config, debugPreempt []byte) (model, mode, sou
 	}
 	switch {
 	case len(config) > 0 && cfg("CONFIG_PREEMPT_RT"):
-		return "PREEMPT_RT", "", "config"
+		return "PREEMPT_RT", mode, sourceWithMode("config", mode)
 	case strings.Contains(version, "PREEMPT_RT"):
-		return "PREEMPT_RT", "", "uname"
+		return "PREEMPT_RT", mode, sourceWithMode("uname", mode)
 	case len(config) > 0 && cfg("CONFIG_PREEMPT_DYNAMIC"):
 		return "PREEMPT_DYNAMIC", mode, sourceWithMode("config", mode)
 	case strings.Contains(version, "PREEMPT_DYNAMIC"):
@@ -138,9 +138,7 @@ func currentDynamicMode(b []byte) string {
 	return string(b[i+1 : j])
 }
 
-// fullyPreemptible says whether ordinary kernel code can be preempted: a
-// trampoline program (which disables migration, not preemption) can then
-// be interrupted by another task on its CPU that hits the same program.
+// fullyPreemptible says whether ordinary kernel code can be preempted.
 func fullyPreemptible(k *KernelInfo) bool {
 	switch k.Preempt {
 	case "PREEMPT_RT", "PREEMPT", "PREEMPT_LAZY":
@@ -151,12 +149,30 @@ func fullyPreemptible(k *KernelInfo) bool {
 	return false
 }
 
+// guardedAttach reports whether an attach type runs behind the per-CPU
+// recursion guard that counts recursion_misses: the trampoline family and
+// the raw tracepoint family (raw_tp, tp_btf). Both take the guard with
+// migration disabled, not preemption, so on a fully preemptible kernel
+// the holder can be switched out mid-run: the kernel matrix measured tp_btf
+// and fentry programs preempted on 7.2 full/lazy and PREEMPT_RT kernels.
+func guardedAttach(name string) bool {
+	if trampolineAttach(name) {
+		return true
+	}
+	switch name {
+	case "raw_tp", "tp_btf", "tp_btf.s", "raw_tp.w":
+		return true
+	}
+	return false
+}
+
 // missKind says what a program's misses most likely are on this kernel.
 //
 //   - contention-possible: the per-CPU recursion guard can be held by a task
 //     that is not running: a sleepable program, any program on PREEMPT_RT,
-//     or a trampoline program on a fully preemptible kernel. Another task on
-//     that CPU is then counted as a "recursion" miss though nothing recursed.
+//     or a guarded program (trampoline, raw_tp, tp_btf) on a fully
+//     preemptible kernel. Another task on that CPU is then counted as a
+//     "recursion" miss though nothing recursed.
 //   - recursion: none of that applies and the facts are known.
 //   - unknown: the sleepable flag or the preemption model is unknown.
 func missKind(p *Program, k *KernelInfo) string {
@@ -166,10 +182,11 @@ func missKind(p *Program, k *KernelInfo) string {
 	if k.Preempt == "PREEMPT_RT" {
 		return MissKindContentionPossible
 	}
-	if trampolineAttach(p.AttachType) && fullyPreemptible(k) {
+	guarded := guardedAttach(p.AttachType)
+	if guarded && fullyPreemptible(k) {
 		return MissKindContentionPossible
 	}
-	if k.Preempt == "unknown" || (k.Preempt == "PREEMPT_DYNAMIC" && k.PreemptMode == "" && trampolineAttach(p.AttachType)) {
+	if k.Preempt == "unknown" || (k.Preempt == "PREEMPT_DYNAMIC" && k.PreemptMode == "" && guarded) {
 		return MissKindUnknown
 	}
 	if p.Sleepable == nil && (trampolineAttach(p.AttachType) || strings.HasSuffix(p.AttachType, "?")) {

@@ -8,6 +8,7 @@ func TestPreemptModel(t *testing.T) {
 		model, mode, source          string
 	}{
 		{"rt from uname", "#1 SMP PREEMPT_RT Debian 7.2", "", "", "PREEMPT_RT", "", "uname"},
+		{"rt with its dynamic mode", "#1 SMP PREEMPT_RT Debian 7.2", "", "full (lazy)\n", "PREEMPT_RT", "lazy", "uname+debugfs"},
 		{"rt from config beats uname", "#1 SMP", "CONFIG_X=y\nCONFIG_PREEMPT_RT=y\n", "", "PREEMPT_RT", "", "config"},
 		{"dynamic with mode", "#1 SMP PREEMPT_DYNAMIC", "", "none voluntary (full) lazy\n", "PREEMPT_DYNAMIC", "full", "uname+debugfs"},
 		{"dynamic without debugfs", "#1 SMP PREEMPT_DYNAMIC @0", "", "", "PREEMPT_DYNAMIC", "", "uname"},
@@ -46,7 +47,10 @@ func TestMissKind(t *testing.T) {
 		{"fentry on dynamic full", Program{AttachType: "fentry", Sleepable: &no}, full, MissKindContentionPossible},
 		{"fentry on dynamic none", Program{AttachType: "fentry", Sleepable: &no}, dynNone, MissKindRecursion},
 		{"fentry on dynamic, mode unreadable", Program{AttachType: "fentry", Sleepable: &no}, dynUnknown, MissKindUnknown},
-		{"tp_btf on dynamic, mode unreadable", Program{AttachType: "tp_btf", Sleepable: &no}, dynUnknown, MissKindRecursion},
+		{"tp_btf on dynamic, mode unreadable", Program{AttachType: "tp_btf", Sleepable: &no}, dynUnknown, MissKindUnknown},
+		{"tp_btf on dynamic full (measured preemptible on 7.2)", Program{AttachType: "tp_btf", Sleepable: &no}, full, MissKindContentionPossible},
+		{"raw_tp on voluntary", Program{AttachType: "raw_tp", Sleepable: &no}, vol, MissKindRecursion},
+		{"kprobe on dynamic full (runs with preemption off)", Program{AttachType: "kprobe"}, full, MissKindRecursion},
 		{"fentry with unknown sleepable", Program{AttachType: "fentry"}, vol, MissKindUnknown},
 		{"unknown preemption", Program{AttachType: "raw_tp", Sleepable: &no}, unk, MissKindUnknown},
 	}
