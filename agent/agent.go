@@ -2,6 +2,9 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync"
 	"time"
 )
 
@@ -36,4 +39,238 @@ type Scanner interface {
 	// Close releases the stats fd and returns every miss episode still
 	// open, ended with Reason "shutdown".
 	Close() []Episode
+}
+
+// OwnerResolver finds the processes that hold programs, directly or through
+// one of their links. linkProg maps each link id to its program id.
+type OwnerResolver interface {
+	Owners(linkProg map[uint32]uint32) (map[uint32][]Owner, error)
+}
+
+// Agent reads the kernel's BPF programs and turns successive reads into
+// snapshots. Its methods are safe for concurrent use; scans are serialised.
+type Agent struct {
+	mu     sync.Mutex
+	cfg    Config
+	r      *reader
+	stats  *statsHolder
+	kernel KernelInfo
+	eps    *episodeTracker
+
+	seq      uint64
+	prevTime time.Time
+	prev     map[uint32]counters
+	prevLink map[uint32]uint64 // kprobe missed by link id
+
+	owners       OwnerResolver
+	ownerCache   map[uint32][]Owner
+	ownersAt     time.Time
+	ownerKnown   map[uint32]bool
+	ownerErrOnce bool
+
+	calibration []Calibration
+	closed      bool
+}
+
+var _ Scanner = (*Agent)(nil)
+
+// New prepares an agent. It fails only when the kernel refuses to list BPF
+// programs at all; a missing optional capability (stats, iterator, owners)
+// is reported in the snapshots instead.
+func New(cfg Config) (*Agent, error) {
+	if cfg.QuietIntervals <= 0 {
+		cfg.QuietIntervals = 2
+	}
+	if cfg.OwnerRefresh <= 0 {
+		cfg.OwnerRefresh = 30 * time.Second
+	}
+	if cfg.ProcRoot == "" {
+		cfg.ProcRoot = "/proc"
+	}
+	if len(cfg.BPFFS) == 0 {
+		cfg.BPFFS = []string{"/sys/fs/bpf"}
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	a := &Agent{
+		cfg:        cfg,
+		r:          newReader(),
+		kernel:     ReadKernelInfo(cfg.ProcRoot),
+		eps:        newEpisodeTracker(cfg.QuietIntervals),
+		prev:       map[uint32]counters{},
+		ownerKnown: map[uint32]bool{},
+	}
+	if _, _, err := nextID(cmdProgGetNextID, 0); err != nil {
+		return nil, fmt.Errorf("%w (%v)", errPrivilege, err)
+	}
+	if cfg.EnableStats {
+		a.stats = enableStats()
+	}
+	return a, nil
+}
+
+// Kernel returns the node's kernel description.
+func (a *Agent) Kernel() KernelInfo { return a.kernel }
+
+// SetFactsSource plugs in a bpf_prog iterator (probes/progiter) that tells
+// expected attach types and sleepable flags. The agent closes it.
+func (a *Agent) SetFactsSource(src FactsSource) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.r.source = src
+}
+
+// SetOwnerResolver plugs in owner attribution.
+func (a *Agent) SetOwnerResolver(o OwnerResolver) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.owners = o
+}
+
+// SetCalibration records the agent's own per-attach-type overhead
+// measurements, carried in every later snapshot.
+func (a *Agent) SetCalibration(c []Calibration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.calibration = append([]Calibration(nil), c...)
+}
+
+// ErrClosed is returned by Scan after Close.
+var ErrClosed = errors.New("agent closed")
+
+// Scan reads every program and link once and returns the snapshot.
+func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil, ErrClosed
+	}
+	start := a.cfg.Now()
+	progs, st, err := a.r.read(start)
+	if err != nil {
+		return nil, err
+	}
+	now := a.cfg.Now()
+	var dt time.Duration
+	if !a.prevTime.IsZero() {
+		dt = now.Sub(a.prevTime)
+	}
+
+	st.OwnersRefreshed = a.attachOwners(progs, now, &st)
+
+	snap := &Snapshot{
+		Seq:      a.seq + 1,
+		Time:     now,
+		Interval: dt,
+		Kernel:   a.kernel,
+		Stats:    a.stats.state(a.cfg.ProcRoot),
+		Programs: make([]ProgramStat, len(progs)),
+	}
+	next := make(map[uint32]counters, len(progs))
+	nextLink := make(map[uint32]uint64, len(a.prevLink))
+	obs := make([]missObservation, 0, 4)
+	for i := range progs {
+		p := &progs[i]
+		cur := progCounters(p)
+		prev, havePrev := a.prev[p.ID]
+		d := withRates(programDelta(cur, prev, havePrev, p.LoadTime, a.prevTime), dt)
+		next[p.ID] = cur
+		snap.Programs[i] = ProgramStat{Program: *p, Delta: d, New: !havePrev}
+		kind := missKind(p, &a.kernel)
+		if d.Misses > 0 {
+			obs = append(obs, missObservation{key: episodeKey{SourceRecursionMisses, p.ID, 0}, misses: d.Misses, runs: d.Runs, prog: &snap.Programs[i].Program, kind: kind})
+		}
+		for _, l := range p.Links {
+			if l.Missed == nil {
+				continue
+			}
+			prev, ok := a.prevLink[l.ID]
+			nextLink[l.ID] = *l.Missed
+			if m := sub(*l.Missed, prev); ok && m > 0 {
+				obs = append(obs, missObservation{key: episodeKey{SourceLinkMissed, p.ID, l.ID}, misses: m, runs: d.Runs, prog: &snap.Programs[i].Program, kind: kind})
+			}
+		}
+	}
+	a.prevLink = nextLink
+	present := func(k episodeKey) bool { _, ok := next[k.prog]; return ok }
+	snap.Episodes = a.eps.observe(now, dt, obs, present)
+
+	overhead := map[string]float64{}
+	for _, c := range a.calibration {
+		if c.Supported {
+			overhead[c.AttachType] = c.OverheadNs
+		}
+	}
+	snap.AttachTypes = aggregateAttachTypes(snap.Programs, dt, overhead)
+	snap.Owners = aggregateOwners(snap.Programs, dt)
+	snap.Calibration = append([]Calibration(nil), a.calibration...)
+
+	st.Duration = a.cfg.Now().Sub(start)
+	snap.Scan = st
+	a.prev = next
+	a.prevTime = now
+	a.seq++
+	return snap, nil
+}
+
+// attachOwners joins owners to programs, re-reading /proc only when a
+// program appeared that has not been attributed yet or the refresh period
+// passed: walking every process's fds is the most expensive part of a scan.
+func (a *Agent) attachOwners(progs []Program, now time.Time, st *ScanStats) bool {
+	if a.owners == nil {
+		return false
+	}
+	refresh := now.Sub(a.ownersAt) >= a.cfg.OwnerRefresh
+	for i := range progs {
+		if !a.ownerKnown[progs[i].ID] {
+			refresh = true
+			break
+		}
+	}
+	if refresh {
+		linkProg := map[uint32]uint32{}
+		for i := range progs {
+			for _, l := range progs[i].Links {
+				linkProg[l.ID] = l.ProgID
+			}
+		}
+		owners, err := a.owners.Owners(linkProg)
+		if err != nil {
+			st.Errors++
+			st.addError(fmt.Errorf("reading owners: %w", err))
+		}
+		if owners != nil {
+			a.ownerCache = owners
+		}
+		a.ownersAt = now
+		clear(a.ownerKnown)
+		for i := range progs {
+			a.ownerKnown[progs[i].ID] = true
+		}
+	}
+	for i := range progs {
+		if o := a.ownerCache[progs[i].ID]; len(o) > 0 {
+			progs[i].Owners = o
+		}
+	}
+	return refresh
+}
+
+// Close releases the stats fd and the iterator, and ends open episodes.
+func (a *Agent) Close() []Episode {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil
+	}
+	a.closed = true
+	a.stats.close()
+	if a.r.source != nil {
+		a.r.source.Close()
+	}
+	return a.eps.closeAll("shutdown")
 }

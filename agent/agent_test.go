@@ -1,0 +1,262 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/bpfleet/bpfleet/probes/canary"
+	testcounters "github.com/bpfleet/bpfleet/probes/counters"
+	"github.com/cilium/ebpf"
+)
+
+func newTestAgent(t *testing.T) *Agent {
+	t.Helper()
+	return newTestAgentWith(t, Config{EnableStats: true})
+}
+
+func newTestAgentWith(t *testing.T, cfg Config) *Agent {
+	t.Helper()
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return a
+}
+
+func scan(t *testing.T, a *Agent) *Snapshot {
+	t.Helper()
+	s, err := a.Scan(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func findProg(s *Snapshot, id uint32) *ProgramStat {
+	for i := range s.Programs {
+		if s.Programs[i].ID == id {
+			return &s.Programs[i]
+		}
+	}
+	return nil
+}
+
+func progID(t *testing.T, p *ebpf.Program) uint32 {
+	t.Helper()
+	info, err := p.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, ok := info.ID()
+	if !ok {
+		t.Fatal("kernel gives no program id")
+	}
+	return uint32(id)
+}
+
+func loadCanary(t *testing.T) *canary.Canary {
+	t.Helper()
+	c, err := canary.Load()
+	if errors.Is(err, ebpf.ErrNotSupported) {
+		t.Skipf("kernel refuses the recursion canary: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestGenuineRecursionMiss: each canary trigger is one genuine recursion
+// miss; bpfleet must report exactly the kernel's own counter, as a delta, a
+// cumulative value and an episode.
+func TestGenuineRecursionMiss(t *testing.T) {
+	// Quiet episodes must not close while we wait for the unload below.
+	a := newTestAgentWith(t, Config{EnableStats: true, QuietIntervals: 1000})
+	c := loadCanary(t)
+	id, err := c.ProgramID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s0 := scan(t, a)
+	p0 := findProg(s0, id)
+	if p0 == nil {
+		t.Fatalf("canary prog %d not in scan", id)
+	}
+	if p0.AttachType != "tp_btf" || p0.AttachTarget != "bpf_trace_printk" {
+		t.Errorf("canary attach = %q %q, want tp_btf bpf_trace_printk", p0.AttachType, p0.AttachTarget)
+	}
+	if p0.Type != "tracing" {
+		t.Errorf("canary type = %q, want tracing", p0.Type)
+	}
+
+	const n = 7
+	if err := c.Trigger(n); err != nil {
+		t.Fatal(err)
+	}
+	s1 := scan(t, a)
+	kernel, err := c.KernelMisses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1 := findProg(s1, id)
+	if p1 == nil {
+		t.Fatalf("canary prog %d not in second scan", id)
+	}
+	if p1.RecursionMisses == nil {
+		t.Fatal("recursion_misses reported absent on a kernel that has it")
+	}
+	if *p1.RecursionMisses != kernel || kernel != n {
+		t.Errorf("recursion_misses = %d, kernel says %d, triggers %d", *p1.RecursionMisses, kernel, n)
+	}
+	if p1.Delta.Misses != n {
+		t.Errorf("interval misses = %d, want %d", p1.Delta.Misses, n)
+	}
+	if p1.Delta.Runs < n {
+		t.Errorf("interval runs = %d, want at least %d (stats on)", p1.Delta.Runs, n)
+	}
+	var ep *Episode
+	for i := range s1.Episodes {
+		if s1.Episodes[i].ProgID == id {
+			ep = &s1.Episodes[i]
+		}
+	}
+	if ep == nil || !ep.Open || ep.Misses != n || ep.Kind != MissKindRecursion && s1.Kernel.Preempt != "PREEMPT_RT" {
+		t.Fatalf("episode for canary = %+v, want open with %d misses, kind recursion", ep, n)
+	}
+	var at *AttachTypeStat
+	for i := range s1.AttachTypes {
+		if s1.AttachTypes[i].AttachType == "tp_btf" {
+			at = &s1.AttachTypes[i]
+		}
+	}
+	if at == nil || at.Delta.Misses < n || at.RecursionMisses < kernel {
+		t.Errorf("tp_btf aggregate = %+v, want at least the canary's misses", at)
+	}
+
+	// Unload between scans: the program disappears and its episode closes.
+	// The kernel frees a detached program after an RCU grace period, so
+	// the id may linger for a few scans.
+	c.Close()
+	var s2 *Snapshot
+	for i := 0; i < 100; i++ {
+		if s2 = scan(t, a); findProg(s2, id) == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if findProg(s2, id) != nil {
+		t.Fatalf("unloaded canary %d still reported after 2s", id)
+	}
+	var closed *Episode
+	for i := range s2.Episodes {
+		if s2.Episodes[i].ProgID == id {
+			closed = &s2.Episodes[i]
+		}
+	}
+	if closed == nil || closed.Open || closed.Reason != "vanished" || closed.Misses != n {
+		t.Errorf("episode after unload = %+v, want closed, vanished, %d misses", closed, n)
+	}
+}
+
+// TestExactRunCounts: raw_tp, tp_btf and tracepoint programs on a
+// tracepoint only this process fires; bpfleet's run counts and deltas must
+// equal the kernel's and the triggers.
+func TestExactRunCounts(t *testing.T) {
+	a := newTestAgent(t)
+	if !scan(t, a).Stats.Enabled {
+		t.Fatal("stats not enabled although the agent asked for them")
+	}
+	set, err := testcounters.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	ids := map[string]uint32{}
+	for name, p := range set.Programs() {
+		ids[name] = progID(t, p)
+	}
+	trig := progID(t, set.TriggerProgram())
+	s0 := scan(t, a)
+	const n = 40
+	if err := set.Trigger(n); err != nil {
+		t.Fatal(err)
+	}
+	s1 := scan(t, a)
+	hits, err := set.Hits()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, id := range ids {
+		p0, p1 := findProg(s0, id), findProg(s1, id)
+		if p0 == nil || p1 == nil {
+			t.Fatalf("%s prog %d missing from scans", name, id)
+		}
+		if p1.AttachType != name {
+			t.Errorf("prog %d attach type = %q, want %q", id, p1.AttachType, name)
+		}
+		if p1.AttachTarget != "bpf_test_finish" && !(name == "tracepoint" && p1.AttachTarget == "bpf_test_run:bpf_test_finish") {
+			t.Errorf("%s target = %q", name, p1.AttachTarget)
+		}
+		if hits[name] != n {
+			t.Errorf("%s: program counted %d hits from this process, want %d", name, hits[name], n)
+		}
+		// Another process's skb test runs would add runs too; on a quiet
+		// kernel the delta is exact, and never less than the triggers.
+		if p1.Delta.Runs < n {
+			t.Errorf("%s: delta runs %d < %d triggers", name, p1.Delta.Runs, n)
+		}
+		st, err := set.Programs()[name].Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p1.RunCount > st.RunCount || p1.RunCount < p0.RunCount+n {
+			t.Errorf("%s: run_count %d, kernel now %d, before %d", name, p1.RunCount, st.RunCount, p0.RunCount)
+		}
+		if p1.Delta.Runs > 0 && p1.RunTimeNs == 0 {
+			t.Errorf("%s: runs without run time while stats are on", name)
+		}
+	}
+	if p := findProg(s1, trig); p == nil || p.Delta.Runs != n || p.Type != "socket_filter" {
+		t.Errorf("trigger program = %+v, want exactly %d runs", p, n)
+	}
+}
+
+func TestFieldsAndNoFdKept(t *testing.T) {
+	a := newTestAgent(t)
+	c := loadCanary(t)
+	id, _ := c.ProgramID()
+	before := countFDs(t)
+	s := scan(t, a)
+	if after := countFDs(t); after != before {
+		t.Errorf("scan left fds open: %d before, %d after", before, after)
+	}
+	p := findProg(s, id)
+	if p == nil {
+		t.Fatal("canary missing")
+	}
+	if p.Name != "canary" || len(p.Tag) != 16 || p.VerifiedInsns == nil || p.Memlock == nil || *p.Memlock == 0 || p.UID == nil || p.JitedSize == 0 {
+		t.Errorf("program fields incomplete: %+v", p.Program)
+	}
+	if len(p.MapIDs) == 0 {
+		t.Errorf("canary uses a .bss map, no map ids reported")
+	}
+	if p.LoadTime.IsZero() || s.Time.Sub(p.LoadTime) < 0 || s.Time.Sub(p.LoadTime).Minutes() > 5 {
+		t.Errorf("load time %v not within the test's run (scan at %v)", p.LoadTime, s.Time)
+	}
+	if len(p.Links) != 1 || p.Links[0].Type != "raw_tracepoint" {
+		t.Errorf("links = %+v", p.Links)
+	}
+}
+
+func countFDs(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}

@@ -1,0 +1,84 @@
+package agent
+
+import "testing"
+
+func TestPreemptModel(t *testing.T) {
+	cases := []struct {
+		name, version, config, debug string
+		model, mode, source          string
+	}{
+		{"rt from uname", "#1 SMP PREEMPT_RT Debian 7.2", "", "", "PREEMPT_RT", "", "uname"},
+		{"rt from config beats uname", "#1 SMP", "CONFIG_X=y\nCONFIG_PREEMPT_RT=y\n", "", "PREEMPT_RT", "", "config"},
+		{"dynamic with mode", "#1 SMP PREEMPT_DYNAMIC", "", "none voluntary (full) lazy\n", "PREEMPT_DYNAMIC", "full", "uname+debugfs"},
+		{"dynamic without debugfs", "#1 SMP PREEMPT_DYNAMIC @0", "", "", "PREEMPT_DYNAMIC", "", "uname"},
+		{"voluntary from config", "#1 SMP Debian", "# c\nCONFIG_PREEMPT_VOLUNTARY=y\n# CONFIG_PREEMPT is not set\n", "", "PREEMPT_VOLUNTARY", "", "config"},
+		{"none from config", "#1 SMP", "CONFIG_PREEMPT_NONE=y\n", "", "PREEMPT_NONE", "", "config"},
+		{"plain preempt in uname", "#1 SMP PREEMPT Tue", "", "", "PREEMPT", "", "uname"},
+		{"nothing known", "#1 SMP Debian", "", "", "unknown", "", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m, mode, src := preemptModel(c.version, []byte(c.config), []byte(c.debug))
+			if m != c.model || mode != c.mode || src != c.source {
+				t.Errorf("got %q %q %q, want %q %q %q", m, mode, src, c.model, c.mode, c.source)
+			}
+		})
+	}
+}
+
+func TestMissKind(t *testing.T) {
+	yes, no := true, false
+	rt := KernelInfo{Preempt: "PREEMPT_RT"}
+	vol := KernelInfo{Preempt: "PREEMPT_VOLUNTARY"}
+	full := KernelInfo{Preempt: "PREEMPT_DYNAMIC", PreemptMode: "full"}
+	dynNone := KernelInfo{Preempt: "PREEMPT_DYNAMIC", PreemptMode: "none"}
+	dynUnknown := KernelInfo{Preempt: "PREEMPT_DYNAMIC"}
+	unk := KernelInfo{Preempt: "unknown"}
+	cases := []struct {
+		name string
+		p    Program
+		k    KernelInfo
+		want string
+	}{
+		{"sleepable anywhere", Program{AttachType: "fentry.s", Sleepable: &yes}, vol, MissKindContentionPossible},
+		{"raw_tp on RT", Program{AttachType: "raw_tp", Sleepable: &no}, rt, MissKindContentionPossible},
+		{"fentry on voluntary", Program{AttachType: "fentry", Sleepable: &no}, vol, MissKindRecursion},
+		{"fentry on dynamic full", Program{AttachType: "fentry", Sleepable: &no}, full, MissKindContentionPossible},
+		{"fentry on dynamic none", Program{AttachType: "fentry", Sleepable: &no}, dynNone, MissKindRecursion},
+		{"fentry on dynamic, mode unreadable", Program{AttachType: "fentry", Sleepable: &no}, dynUnknown, MissKindUnknown},
+		{"tp_btf on dynamic, mode unreadable", Program{AttachType: "tp_btf", Sleepable: &no}, dynUnknown, MissKindRecursion},
+		{"fentry with unknown sleepable", Program{AttachType: "fentry"}, vol, MissKindUnknown},
+		{"unknown preemption", Program{AttachType: "raw_tp", Sleepable: &no}, unk, MissKindUnknown},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := missKind(&c.p, &c.k); got != c.want {
+				t.Errorf("got %q, want %q", got, c.want)
+			}
+		})
+	}
+}
+
+func TestCPUModel(t *testing.T) {
+	x86 := "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) CPU @ 2.20GHz\n"
+	arm := "processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\nCPU part\t: 0xd4f\n"
+	if got := cpuModel([]byte(x86)); got != "Intel(R) Xeon(R) CPU @ 2.20GHz" {
+		t.Errorf("x86: %q", got)
+	}
+	if got := cpuModel([]byte(arm)); got != "implementer 0x41 part 0xd4f" {
+		t.Errorf("arm64: %q", got)
+	}
+}
+
+func TestFdinfoField(t *testing.T) {
+	b := []byte("pos:\t0\nflags:\t02000002\nmnt_id:\t15\nino:\t1057\nlink_type:\traw_tracepoint\nlink_id:\t5\nprog_tag:\tabc\nprog_id:\t42\nmemlock:\t4096")
+	if v, ok := fdinfoField(b, "prog_id:"); !ok || v != 42 {
+		t.Errorf("prog_id = %d %v", v, ok)
+	}
+	if v, ok := fdinfoField(b, "memlock:"); !ok || v != 4096 {
+		t.Errorf("memlock (last line, no newline) = %d %v", v, ok)
+	}
+	if _, ok := fdinfoField(b, "missing:"); ok {
+		t.Error("found a missing key")
+	}
+}

@@ -1,0 +1,470 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// ProgFacts are what a bpf_prog iterator tells about a program beyond
+// bpf_prog_info, which has no expected attach type and no sleepable flag.
+type ProgFacts struct {
+	ExpectedAttachType uint32
+	Sleepable          bool
+	SleepableKnown     bool
+	AttachFunc         string
+}
+
+// FactsSource reads ProgFacts for every program in one go (a BPF iterator).
+type FactsSource interface {
+	ReadFacts(dst map[uint32]ProgFacts) error
+	Close() error
+}
+
+// progStatic is what never changes for a program id: read once, reused by
+// every later scan until the program is gone.
+type progStatic struct {
+	prog           Program // counters and joins left zero
+	attachBTFObjID uint32
+	attachBTFID    uint32
+	progTypeID     uint32
+	seen           uint64
+}
+
+// linkStatic is the immutable part of a link; dynamic says whether the link
+// has a counter (kprobe missed) that must be re-read every scan.
+type linkStatic struct {
+	link    Link
+	dynamic bool
+	// missedKnown says the kernel's link info has the missed field.
+	missedKnown bool
+	seen        uint64
+}
+
+// reader reads every program and link in the kernel. It is not safe for
+// concurrent use; the Agent serialises scans.
+type reader struct {
+	seq     uint64
+	progs   map[uint32]*progStatic
+	links   map[uint32]*linkStatic
+	facts   map[uint32]ProgFacts
+	source  FactsSource
+	btf     *btfNames
+	mapBuf  []uint32
+	nameBuf []byte
+	memlock func(fd int) (uint64, bool)
+}
+
+func newReader() *reader {
+	return &reader{
+		progs:   map[uint32]*progStatic{},
+		links:   map[uint32]*linkStatic{},
+		facts:   map[uint32]ProgFacts{},
+		btf:     newBTFNames(),
+		mapBuf:  make([]uint32, 64),
+		nameBuf: make([]byte, 512),
+		memlock: readMemlock,
+	}
+}
+
+// errPrivilege is returned when the kernel refuses to enumerate programs.
+var errPrivilege = errors.New("the kernel refused to list BPF programs: bpfleet needs CAP_SYS_ADMIN (GET_NEXT_ID/GET_FD_BY_ID), CAP_BPF and CAP_PERFMON; run as root or grant them")
+
+// read returns every program in the kernel, with links and iterator facts
+// joined, plus the scan's own accounting.
+func (r *reader) read(now time.Time) ([]Program, ScanStats, error) {
+	r.seq++
+	var st ScanStats
+	bootWall := bootTimeWall(now)
+
+	progs := make([]Program, 0, len(r.progs)+8)
+	var id uint32
+	for {
+		next, ok, err := nextID(cmdProgGetNextID, id)
+		if err != nil {
+			if errors.Is(err, unix.EPERM) {
+				return nil, st, errPrivilege
+			}
+			return nil, st, fmt.Errorf("listing programs after id %d: %w", id, err)
+		}
+		if !ok {
+			break
+		}
+		id = next
+		p, err := r.readProg(id, bootWall)
+		switch {
+		case errors.Is(err, unix.ENOENT):
+			st.Vanished++ // unloaded between GET_NEXT_ID and GET_FD_BY_ID
+			continue
+		case errors.Is(err, unix.EPERM) && len(progs) == 0:
+			return nil, st, errPrivilege
+		case err != nil:
+			st.Errors++
+			st.addError(err)
+			continue
+		}
+		progs = append(progs, p)
+	}
+
+	links, err := r.readLinks(&st)
+	if err != nil {
+		return nil, st, err
+	}
+
+	if r.source != nil {
+		if err := r.source.ReadFacts(r.facts); err != nil {
+			st.Errors++
+			st.addError(fmt.Errorf("reading bpf_prog iterator: %w", err))
+			clear(r.facts)
+		}
+	}
+
+	r.join(progs, links)
+	r.evict()
+	st.Programs = len(progs)
+	st.Links = len(links)
+	return progs, st, nil
+}
+
+func (st *ScanStats) addError(err error) {
+	const maxMsgs = 8
+	if len(st.ErrorMsgs) < maxMsgs {
+		st.ErrorMsgs = append(st.ErrorMsgs, err.Error())
+	}
+}
+
+// readProg is GET_FD_BY_ID → OBJ_GET_INFO_BY_FD → close: the fd never
+// outlives the call, so the agent never keeps another tool's program alive.
+func (r *reader) readProg(id uint32, bootWall time.Time) (Program, error) {
+	fd, err := fdByID(cmdProgGetFDByID, id)
+	if err != nil {
+		return Program{}, fmt.Errorf("opening prog %d: %w", id, err)
+	}
+	defer unix.Close(fd)
+
+	cached := r.progs[id]
+	var info progInfo
+	if cached == nil {
+		info.NrMapIDs = uint32(len(r.mapBuf))
+		info.MapIDs = uint64(uintptr(unsafe.Pointer(&r.mapBuf[0])))
+	}
+	n, err := objInfo(fd, unsafe.Pointer(&info), uint32(unsafe.Sizeof(info)))
+	if err != nil {
+		return Program{}, fmt.Errorf("reading prog %d info: %w", id, err)
+	}
+	if cached == nil {
+		if int(info.NrMapIDs) > len(r.mapBuf) {
+			// More maps than the buffer held: grow it and ask again.
+			r.mapBuf = make([]uint32, info.NrMapIDs)
+			info = progInfo{NrMapIDs: uint32(len(r.mapBuf)), MapIDs: uint64(uintptr(unsafe.Pointer(&r.mapBuf[0])))}
+			if n, err = objInfo(fd, unsafe.Pointer(&info), uint32(unsafe.Sizeof(info))); err != nil {
+				return Program{}, fmt.Errorf("reading prog %d map ids: %w", id, err)
+			}
+		}
+		cached = r.newProgStatic(fd, &info, n, bootWall)
+		r.progs[id] = cached
+	}
+	cached.seen = r.seq
+
+	p := cached.prog
+	p.RunCount = info.RunCnt
+	p.RunTimeNs = info.RunTimeNs
+	if n >= progInfoEndRecursionMisses {
+		m := info.RecursionMisses
+		p.RecursionMisses = &m
+	}
+	return p, nil
+}
+
+func (r *reader) newProgStatic(fd int, info *progInfo, n uint32, bootWall time.Time) *progStatic {
+	s := &progStatic{prog: Program{
+		ID:         info.ID,
+		Name:       unix.ByteSliceToString(info.Name[:]),
+		Tag:        fmt.Sprintf("%x", info.Tag[:]),
+		Type:       ProgTypeName(info.Type),
+		LoadTime:   bootWall.Add(time.Duration(info.LoadTime)),
+		BTFID:      info.BTFID,
+		JitedSize:  info.JitedProgLen,
+		XlatedSize: info.XlatedProgLen,
+		AttachType: Unattached,
+	}}
+	// created_by_uid and map ids arrived together (4.15); a kernel without
+	// them reports zero map ids and uid 0, indistinguishable from root.
+	uid := info.CreatedByUID
+	s.prog.UID = &uid
+	s.prog.MapIDs = append([]uint32{}, r.mapBuf[:min(int(info.NrMapIDs), len(r.mapBuf))]...)
+	if n >= progInfoEndVerifiedInsns {
+		v := info.VerifiedInsns
+		s.prog.VerifiedInsns = &v
+	}
+	if n >= progInfoEndAttachBTFID {
+		s.attachBTFObjID, s.attachBTFID = info.AttachBTFObjID, info.AttachBTFID
+	}
+	if m, ok := r.memlock(fd); ok {
+		s.prog.Memlock = &m
+	}
+	s.progTypeID = info.Type
+	return s
+}
+
+// readLinks lists every link. A link's attachment never changes, so only
+// links with a counter (kprobe missed) are opened again on later scans;
+// the rest cost one GET_NEXT_ID each.
+func (r *reader) readLinks(st *ScanStats) ([]Link, error) {
+	links := make([]Link, 0, len(r.links)+4)
+	var id uint32
+	for {
+		next, ok, err := nextID(cmdLinkGetNextID, id)
+		if errors.Is(err, unix.EINVAL) && id == 0 {
+			return links, nil // kernel without BPF links (< 5.8)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("listing links after id %d: %w", id, err)
+		}
+		if !ok {
+			return links, nil
+		}
+		id = next
+		c := r.links[id]
+		if c != nil && !c.dynamic {
+			c.seen = r.seq
+			links = append(links, c.link)
+			continue
+		}
+		l, err := r.readLink(id, c)
+		switch {
+		case errors.Is(err, unix.ENOENT):
+			st.Vanished++
+			continue
+		case err != nil:
+			st.Errors++
+			st.addError(err)
+			continue
+		}
+		links = append(links, l)
+	}
+}
+
+func (r *reader) readLink(id uint32, c *linkStatic) (Link, error) {
+	fd, err := fdByID(cmdLinkGetFDByID, id)
+	if err != nil {
+		return Link{}, fmt.Errorf("opening link %d: %w", id, err)
+	}
+	defer unix.Close(fd)
+
+	var info linkInfo
+	n, err := objInfo(fd, unsafe.Pointer(&info), uint32(unsafe.Sizeof(info)))
+	if err != nil {
+		return Link{}, fmt.Errorf("reading link %d info: %w", id, err)
+	}
+	if c == nil {
+		c = r.newLinkStatic(fd, &info, n)
+		r.links[id] = c
+	}
+	c.seen = r.seq
+	l := c.link
+	if c.missedKnown {
+		var m uint64
+		switch info.Type {
+		case linkTypePerfEvent:
+			m = info.u64(luPerfKprobeMissed)
+		case linkTypeKprobeMulti:
+			m = info.u64(luKMultiMissed)
+		}
+		l.Missed = &m
+	}
+	return l, nil
+}
+
+func (r *reader) newLinkStatic(fd int, info *linkInfo, n uint32) *linkStatic {
+	c := &linkStatic{link: Link{ID: info.ID, ProgID: info.ProgID, Type: LinkTypeName(info.Type)}}
+	l := &c.link
+	switch info.Type {
+	case linkTypeRawTracepoint:
+		l.AttachType = "raw_tp" // tp_btf is told apart in join, by program type
+		l.Target = r.linkName(fd, luRawTPName, luRawTPNameLen)
+	case linkTypeTracing:
+		l.AttachType = AttachTypeName(info.u32(luTracingAttachType))
+		obj, typ := info.u32(luTracingTargetObj), info.u32(luTracingTargetBTF)
+		l.Target = r.btf.name(obj, typ)
+	case linkTypeCgroup:
+		l.AttachType = AttachTypeName(info.u32(luCgroupAttachType))
+		l.Target = "cgroup:" + strconv.FormatUint(info.u64(luCgroupID), 10)
+	case linkTypeIter:
+		l.AttachType = "iter"
+		l.Target = r.linkName(fd, luIterName, luIterNameLen)
+	case linkTypeNetns:
+		l.AttachType = AttachTypeName(info.u32(luNetnsAttachType))
+	case linkTypeXDP:
+		l.AttachType = "xdp"
+		l.Target = ifName(info.u32(luIfindex))
+	case linkTypeTCX, linkTypeNetkit:
+		l.AttachType = AttachTypeName(info.u32(luIfAttachType))
+		l.Target = ifName(info.u32(luIfindex))
+	case linkTypeKprobeMulti:
+		l.AttachType = "kprobe.multi"
+		if info.u32(luKMultiFlags)&1 != 0 { // BPF_F_KPROBE_MULTI_RETURN
+			l.AttachType = "kretprobe.multi"
+		}
+		l.Target = strconv.FormatUint(uint64(info.u32(luKMultiCount)), 10) + " functions"
+		c.dynamic = true
+		c.missedKnown = n >= linkInfoEndKprobeMissed
+	case linkTypeUprobeMulti:
+		l.AttachType = "uprobe.multi"
+		if info.u32(luUMultiFlags)&1 != 0 { // BPF_F_UPROBE_MULTI_RETURN
+			l.AttachType = "uretprobe.multi"
+		}
+		l.Target = r.linkName(fd, luUMultiPath, luUMultiPathSize)
+	case linkTypePerfEvent:
+		pt := info.u32(luPerfType)
+		l.AttachType = "perf_event"
+		if int(pt) < len(perfEventAttachNames) {
+			l.AttachType = perfEventAttachNames[pt]
+		}
+		if pt >= 1 && pt <= 5 { // uprobe, uretprobe, kprobe, kretprobe, tracepoint
+			l.Target = r.linkName(fd, luPerfName, luPerfNameLen)
+		}
+		if pt == perfEventKprobe || pt == perfEventKretprobe {
+			if off := info.u32(luPerfOffset); off != 0 && l.Target != "" {
+				l.Target += "+0x" + strconv.FormatUint(uint64(off), 16)
+			}
+			c.dynamic = true
+			c.missedKnown = n >= linkInfoEndKprobeMissed
+		}
+	case linkTypeNetfilter:
+		l.AttachType = "netfilter"
+		l.Target = fmt.Sprintf("pf %d hook %d prio %d", info.u32(luNFPf), info.u32(luNFHooknum), int32(info.u32(luNFPriority)))
+	case linkTypeStructOps:
+		l.AttachType = "struct_ops"
+	case linkTypeSockmap:
+		l.AttachType = AttachTypeName(info.u32(luIfAttachType))
+	default:
+		l.AttachType = l.Type
+	}
+	return c
+}
+
+// linkName asks the kernel for a link's name string (tracepoint, function,
+// path) with a second OBJ_GET_INFO call that hands it a buffer.
+func (r *reader) linkName(fd int, ptrOff, lenOff int) string {
+	var info linkInfo
+	info.setU64(ptrOff, uint64(uintptr(unsafe.Pointer(&r.nameBuf[0]))))
+	info.setU32(lenOff, uint32(len(r.nameBuf)))
+	if _, err := objInfo(fd, unsafe.Pointer(&info), uint32(unsafe.Sizeof(info))); err != nil {
+		return ""
+	}
+	return unix.ByteSliceToString(r.nameBuf)
+}
+
+func ifName(index uint32) string {
+	if index == 0 {
+		return ""
+	}
+	if iface, err := net.InterfaceByIndex(int(index)); err == nil {
+		return iface.Name
+	}
+	return "ifindex " + strconv.FormatUint(uint64(index), 10)
+}
+
+// join attaches links and iterator facts to programs and derives each
+// program's attach type, target and sleepable flag.
+func (r *reader) join(progs []Program, links []Link) {
+	byProg := make(map[uint32][]Link, len(links))
+	for _, l := range links {
+		byProg[l.ProgID] = append(byProg[l.ProgID], l)
+	}
+	for i := range progs {
+		p := &progs[i]
+		s := r.progs[p.ID]
+		f, haveFacts := r.facts[p.ID]
+		if haveFacts && f.SleepableKnown {
+			v := f.Sleepable
+			p.Sleepable = &v
+		}
+		p.Links = byProg[p.ID]
+		if len(p.Links) == 0 {
+			continue
+		}
+		for j := range p.Links {
+			l := &p.Links[j]
+			switch {
+			case l.Type == "raw_tracepoint" && s.progTypeID == progTypeTracing:
+				l.AttachType = tracingAttachName(attachTraceRawTP, p.Sleepable)
+			case l.Type == "tracing":
+				if haveFacts {
+					l.AttachType = tracingAttachName(f.ExpectedAttachType, p.Sleepable)
+				} else if l.AttachType != "" && p.Sleepable == nil {
+					// Without the iterator a sleepable program cannot be
+					// told from a plain one; say so rather than guess.
+					l.AttachType += "?"
+				}
+				if l.Target == "" {
+					l.Target = f.AttachFunc
+				}
+				if l.Target == "" {
+					l.Target = r.btf.name(s.attachBTFObjID, s.attachBTFID)
+				}
+			}
+		}
+		sort.Slice(p.Links, func(a, b int) bool { return p.Links[a].ID < p.Links[b].ID })
+		p.AttachType = p.Links[0].AttachType
+		p.AttachTarget = joinTargets(p.Links)
+	}
+}
+
+// joinTargets names up to three distinct targets of a program's links.
+func joinTargets(links []Link) string {
+	var out []string
+	for _, l := range links {
+		if l.Target == "" || contains(out, l.Target) {
+			continue
+		}
+		if len(out) == 3 {
+			out = append(out, "…")
+			break
+		}
+		out = append(out, l.Target)
+	}
+	return strings.Join(out, ",")
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// evict forgets programs and links not seen in this scan: ids are never
+// reused within a boot, so a gone id is gone for good.
+func (r *reader) evict() {
+	for id, s := range r.progs {
+		if s.seen != r.seq {
+			delete(r.progs, id)
+		}
+	}
+	for id, c := range r.links {
+		if c.seen != r.seq {
+			delete(r.links, id)
+		}
+	}
+}
+
+// bootTimeWall is the wall-clock time of boot, so that load_time (ns since
+// boot) becomes a timestamp.
+func bootTimeWall(now time.Time) time.Time {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return time.Time{}
+	}
+	return now.Add(-time.Duration(ts.Nano()))
+}

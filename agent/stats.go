@@ -1,0 +1,63 @@
+package agent
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// statsHolder holds a BPF_ENABLE_STATS(BPF_STATS_RUN_TIME) fd. The kernel
+// counts holders: stats stay on while any fd is open or the sysctl is 1, so
+// the agent never writes the sysctl (which would switch stats off under
+// another tool when we stop) and a killed agent leaves nothing behind, since
+// the kernel drops the fd with the process.
+type statsHolder struct {
+	fd  io.Closer
+	err error
+}
+
+func enableStats() *statsHolder {
+	fd, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		return &statsHolder{err: fmt.Errorf("enabling BPF run-time stats (BPF_ENABLE_STATS needs CAP_SYS_ADMIN, Linux 5.8+): %w", err)}
+	}
+	return &statsHolder{fd: fd}
+}
+
+func (s *statsHolder) close() {
+	if s != nil && s.fd != nil {
+		s.fd.Close()
+		s.fd = nil
+	}
+}
+
+// readStatsSysctl reads kernel.bpf_stats_enabled, -1 when unreadable. The
+// value is the sysctl's own setting; BPF_ENABLE_STATS fds do not show in it.
+func readStatsSysctl(procRoot string) int {
+	b, err := os.ReadFile(procRoot + "/sys/kernel/bpf_stats_enabled")
+	if err != nil {
+		return -1
+	}
+	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return -1
+	}
+	return v
+}
+
+func (s *statsHolder) state(procRoot string) StatsState {
+	st := StatsState{Sysctl: readStatsSysctl(procRoot)}
+	if s != nil {
+		st.HeldByAgent = s.fd != nil
+		if s.err != nil {
+			st.Error = s.err.Error()
+		}
+	}
+	st.Enabled = st.HeldByAgent || st.Sysctl > 0
+	return st
+}
