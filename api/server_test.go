@@ -372,3 +372,32 @@ func TestTokenOverTCP(t *testing.T) {
 		t.Errorf("oversized header answered %q, %v; want HTTP/1.1 431", line, err)
 	}
 }
+
+func fetchJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("GET %s = %s: %s", url, resp.Status, b)
+	}
+	dec := json.NewDecoder(resp.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		t.Fatalf("GET %s: decoding %T: %v", url, v, err)
+	}
+}
+
+func itoa(id uint32) string { return fmt.Sprint(id) }
+
+func hasProgram(ps []agent.ProgramStat, id uint32) bool {
+	for _, p := range ps {
+		if p.ID == id {
+			return true
+		}
+	}
+	return false
+}
