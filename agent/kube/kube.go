@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
@@ -55,17 +54,17 @@ func NewInCluster(node string) (*Pods, error) {
 	// One list and one long watch: a low rate is plenty and spares the
 	// API server across thousands of nodes.
 	cfg.QPS, cfg.Burst = 5, 10
-	client, err := corev1client.NewForConfig(cfg)
+	client, err := newRESTPods(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes API client: %w", err)
+		return nil, err
 	}
 	return New(client, node, 0)
 }
 
-// New watches the pods of node through client. Only the pods API is used:
-// the typed core/v1 client rather than the whole clientset keeps the agent
-// binary small. resync 0 means never (watch events keep the cache current).
-func New(client corev1client.PodsGetter, node string, resync time.Duration) (*Pods, error) {
+// New watches the pods of node through client, the pods of all namespaces
+// (client-go's Pods(metav1.NamespaceAll), or NewInCluster's own). resync 0
+// means never: watch events keep the cache current.
+func New(client PodClient, node string, resync time.Duration) (*Pods, error) {
 	if node == "" {
 		return nil, fmt.Errorf("no node name: set %s from the downward API (spec.nodeName)", NodeNameEnv)
 	}
@@ -73,11 +72,11 @@ func New(client corev1client.PodsGetter, node string, resync time.Duration) (*Po
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = sel
-			return client.Pods(metav1.NamespaceAll).List(ctx, o)
+			return client.List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = sel
-			return client.Pods(metav1.NamespaceAll).Watch(ctx, o)
+			return client.Watch(ctx, o)
 		},
 	}
 	p := &Pods{node: node}

@@ -55,15 +55,17 @@ func systemdCgroup(uid, scope string) string {
 // statement that it cannot stream watch-list (so the reflector lists and
 // watches instead of waiting for a bookmark that never comes).
 type fakePods struct {
-	corev1client.PodsGetter
+	corev1client.PodInterface
 	cs *fake.Clientset
 }
 
-func (f fakePods) IsWatchListSemanticsUnSupported() bool { return f.cs.IsWatchListSemanticsUnSupported() }
+func (f fakePods) IsWatchListSemanticsUnSupported() bool {
+	return f.cs.IsWatchListSemanticsUnSupported()
+}
 
 func start(t *testing.T, client *fake.Clientset) *Pods {
 	t.Helper()
-	p, err := New(fakePods{client.CoreV1(), client}, node1, 0)
+	p, err := New(fakePods{client.CoreV1().Pods(metav1.NamespaceAll), client}, node1, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +201,7 @@ func TestNoAPIAccess(t *testing.T) {
 	if o.ContainerID != idA || o.PodUID != uidA {
 		t.Errorf("nil Pods: %+v", o)
 	}
-	if _, err := New(client.CoreV1(), "", 0); err == nil || !strings.Contains(err.Error(), NodeNameEnv) {
+	if _, err := New(client.CoreV1().Pods(""), "", 0); err == nil || !strings.Contains(err.Error(), NodeNameEnv) {
 		t.Errorf("New without a node name: %v", err)
 	}
 }
