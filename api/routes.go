@@ -183,21 +183,27 @@ func (s *Server) getPrograms(w http.ResponseWriter, r *http.Request, q url.Value
 	if snap == nil {
 		return
 	}
-	out := ProgramList{Seq: snap.Seq, Time: snap.Time, Interval: snap.Interval, Total: len(snap.Programs), Programs: []agent.ProgramStat{}}
+	// Filter and sort pointers: a ProgramStat is large, and only the
+	// first limit of them are copied into the answer.
+	matched := make([]*agent.ProgramStat, 0, len(snap.Programs))
 	for i := range snap.Programs {
 		if f.match(&snap.Programs[i]) {
-			out.Programs = append(out.Programs, snap.Programs[i])
+			matched = append(matched, &snap.Programs[i])
 		}
 	}
 	less := programSorts[f.sort]
-	slices.SortStableFunc(out.Programs, func(a, b agent.ProgramStat) int {
-		if c := less(&a, &b); c != 0 {
+	slices.SortStableFunc(matched, func(a, b *agent.ProgramStat) int {
+		if c := less(a, b); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.ID, b.ID)
 	})
-	if f.limit > 0 && len(out.Programs) > f.limit {
-		out.Programs = out.Programs[:f.limit]
+	if f.limit > 0 && len(matched) > f.limit {
+		matched = matched[:f.limit]
+	}
+	out := ProgramList{Seq: snap.Seq, Time: snap.Time, Interval: snap.Interval, Total: len(snap.Programs), Programs: make([]agent.ProgramStat, len(matched))}
+	for i, p := range matched {
+		out.Programs[i] = *p
 	}
 	writeJSON(w, r, q, out)
 }
