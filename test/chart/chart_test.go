@@ -1,0 +1,543 @@
+// Package chart tests the Helm chart in charts/bpfleet: rendered with the
+// real Helm library, every document decoded strictly into Kubernetes API
+// types, the DaemonSet's privileges and mounts asserted, bad values refused.
+package chart
+
+import (
+	"bytes"
+	"fmt"
+
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/lint/support"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"sigs.k8s.io/yaml"
+)
+
+func chartDir(t testing.TB) string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "charts", "bpfleet")
+}
+
+func loadChart(t testing.TB) *chart.Chart {
+	t.Helper()
+	c, err := loader.Load(chartDir(t))
+	if err != nil {
+		t.Fatalf("loading chart: %v", err)
+	}
+	return c
+}
+
+// rendered is one release's documents, decoded.
+type rendered struct {
+	DaemonSet          *appsv1.DaemonSet
+	ServiceAccount     *corev1.ServiceAccount
+	ClusterRole        *rbacv1.ClusterRole
+	ClusterRoleBinding *rbacv1.ClusterRoleBinding
+	Service            *corev1.Service
+	Secret             *corev1.Secret
+	ServiceMonitor     *serviceMonitor
+	PrometheusRule     *prometheusRule
+	Notes              string
+	kinds              []string
+}
+
+// render installs the chart client-side (dry run, no cluster), which runs
+// schema validation and every template exactly as `helm install` does.
+func render(t testing.TB, values string) (*rendered, error) {
+	t.Helper()
+	vals := map[string]any{}
+	if err := yaml.Unmarshal([]byte(values), &vals); err != nil {
+		t.Fatalf("test values: %v", err)
+	}
+	inst := action.NewInstall(&action.Configuration{})
+	inst.DryRun = true
+	inst.ClientOnly = true
+	inst.ReleaseName = "bpfleet"
+	inst.Namespace = "bpfleet-system"
+	inst.KubeVersion = &chartutil.KubeVersion{Version: "v1.33.0", Major: "1", Minor: "33"}
+	rel, err := inst.Run(loadChart(t), vals)
+	if err != nil {
+		return nil, err
+	}
+	r := &rendered{Notes: rel.Info.Notes}
+	for _, doc := range splitDocs(rel.Manifest) {
+		var meta struct {
+			Kind string `json:"kind"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			t.Fatalf("rendered document is not YAML: %v\n%s", err, doc)
+		}
+		var into any
+		switch meta.Kind {
+		case "DaemonSet":
+			r.DaemonSet = &appsv1.DaemonSet{}
+			into = r.DaemonSet
+		case "ServiceAccount":
+			r.ServiceAccount = &corev1.ServiceAccount{}
+			into = r.ServiceAccount
+		case "ClusterRole":
+			r.ClusterRole = &rbacv1.ClusterRole{}
+			into = r.ClusterRole
+		case "ClusterRoleBinding":
+			r.ClusterRoleBinding = &rbacv1.ClusterRoleBinding{}
+			into = r.ClusterRoleBinding
+		case "Service":
+			r.Service = &corev1.Service{}
+			into = r.Service
+		case "Secret":
+			r.Secret = &corev1.Secret{}
+			into = r.Secret
+		case "ServiceMonitor":
+			r.ServiceMonitor = &serviceMonitor{}
+			into = r.ServiceMonitor
+		case "PrometheusRule":
+			r.PrometheusRule = &prometheusRule{}
+			into = r.PrometheusRule
+		default:
+			t.Fatalf("chart renders an unexpected kind %q:\n%s", meta.Kind, doc)
+		}
+		if slices.Contains(r.kinds, meta.Kind) {
+			t.Fatalf("chart renders two %s documents", meta.Kind)
+		}
+		r.kinds = append(r.kinds, meta.Kind)
+		// Strict: a misspelt or misplaced field fails here instead of
+		// being silently dropped by the API server.
+		if err := yaml.UnmarshalStrict([]byte(doc), into); err != nil {
+			t.Fatalf("%s does not decode strictly into its API type: %v\n%s", meta.Kind, err, doc)
+		}
+	}
+	return r, nil
+}
+
+func splitDocs(manifest string) []string {
+	var out []string
+	for _, d := range strings.Split(manifest, "\n---") {
+		// Drop the "# Source:" comment lines Helm adds; keep the rest.
+		var b bytes.Buffer
+		for _, line := range strings.Split(d, "\n") {
+			if strings.HasPrefix(line, "# Source:") {
+				continue
+			}
+			b.WriteString(line + "\n")
+		}
+		if strings.TrimSpace(stripComments(b.String())) != "" {
+			out = append(out, b.String())
+		}
+	}
+	return out
+}
+
+func stripComments(s string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(s, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "#") {
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.String()
+}
+
+func mustRender(t *testing.T, values string) *rendered {
+	t.Helper()
+	r, err := render(t, values)
+	if err != nil {
+		t.Fatalf("rendering with values %q: %v", values, err)
+	}
+	if r.DaemonSet == nil {
+		t.Fatal("no DaemonSet rendered")
+	}
+	return r
+}
+
+func agentContainer(t *testing.T, r *rendered) corev1.Container {
+	t.Helper()
+	cs := r.DaemonSet.Spec.Template.Spec.Containers
+	if len(cs) != 1 || cs[0].Name != "agent" {
+		t.Fatalf("want one container named agent, got %d", len(cs))
+	}
+	return cs[0]
+}
+
+func env(c corev1.Container, name string) (corev1.EnvVar, bool) {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return e, true
+		}
+	}
+	return corev1.EnvVar{}, false
+}
+
+func hasArg(c corev1.Container, arg string) bool { return slices.Contains(c.Args, arg) }
+
+func TestDefaultsLeastPrivilege(t *testing.T) {
+	r := mustRender(t, "")
+	ps := r.DaemonSet.Spec.Template.Spec
+	c := agentContainer(t, r)
+
+	if !ps.HostPID {
+		t.Error("hostPID is off: owners in other containers are invisible")
+	}
+	if ps.HostNetwork {
+		t.Error("hostNetwork is on by default")
+	}
+	sc := c.SecurityContext
+	if sc == nil || sc.Capabilities == nil {
+		t.Fatal("no securityContext.capabilities")
+	}
+	if sc.Privileged == nil || *sc.Privileged {
+		t.Error("privileged is not explicitly false")
+	}
+	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Error("allowPrivilegeEscalation is not false")
+	}
+	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Error("root filesystem is writable")
+	}
+	if fmt.Sprint(sc.Capabilities.Drop) != "[ALL]" {
+		t.Errorf("capabilities.drop = %v, want [ALL]", sc.Capabilities.Drop)
+	}
+	var add []string
+	for _, c := range sc.Capabilities.Add {
+		add = append(add, string(c))
+	}
+	slices.Sort(add)
+	if want := []string{"BPF", "DAC_READ_SEARCH", "PERFMON", "SYS_ADMIN", "SYS_PTRACE"}; !slices.Equal(add, want) {
+		t.Errorf("capabilities.add = %v, want exactly %v", add, want)
+	}
+	if ps.SecurityContext != nil && ps.SecurityContext.SeccompProfile != nil && ps.SecurityContext.SeccompProfile.Type == corev1.SeccompProfileTypeUnconfined {
+		t.Error("pod seccomp is Unconfined by default")
+	}
+	if sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("container seccomp = %v, want RuntimeDefault", sc.SeccompProfile)
+	}
+
+	// Every host path is mounted read-only, where the agent's flags expect it.
+	vols := map[string]*corev1.HostPathVolumeSource{}
+	for _, v := range ps.Volumes {
+		if v.HostPath != nil {
+			vols[v.Name] = v.HostPath
+		}
+	}
+	want := map[string][2]string{ // host path -> mount path
+		"/proc":           {"/proc", "/host/proc"},
+		"/sys/fs/bpf":     {"/sys/fs/bpf", "/sys/fs/bpf"},
+		"/sys/kernel/btf": {"/sys/kernel/btf", "/sys/kernel/btf"},
+		"/sys/fs/cgroup":  {"/sys/fs/cgroup", "/sys/fs/cgroup"},
+	}
+	seen := map[string]bool{}
+	for _, m := range c.VolumeMounts {
+		hp, ok := vols[m.Name]
+		if !ok {
+			continue
+		}
+		if !m.ReadOnly {
+			t.Errorf("host path %s is mounted writable at %s", hp.Path, m.MountPath)
+		}
+		w, ok := want[hp.Path]
+		if !ok {
+			t.Errorf("unexpected host path %s mounted at %s", hp.Path, m.MountPath)
+			continue
+		}
+		if m.MountPath != w[1] {
+			t.Errorf("host %s mounted at %s, want %s", hp.Path, m.MountPath, w[1])
+		}
+		seen[hp.Path] = true
+	}
+	for p := range want {
+		if !seen[p] {
+			t.Errorf("host path %s is not mounted", p)
+		}
+	}
+	if len(vols) != len(want) {
+		t.Errorf("%d host path volumes, want %d", len(vols), len(want))
+	}
+	for _, a := range []string{"agent", "--proc-root=/host/proc", "--bpffs=/sys/fs/bpf", "--interval=10s", "--metrics-level=program", "--calibrate=false", "--api-addr=127.0.0.1:9808", "--max-programs=0"} {
+		if !hasArg(c, a) {
+			t.Errorf("args %v lack %s", c.Args, a)
+		}
+	}
+	if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--api-token-file") }) {
+		t.Error("--api-token-file without a token secret")
+	}
+
+	// Node name from the downward API.
+	if e, ok := env(c, "K8S_NODE_NAME"); !ok || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+		t.Errorf("K8S_NODE_NAME is not from the downward API spec.nodeName: %+v", e)
+	}
+	if e, _ := env(c, "OTEL_RESOURCE_ATTRIBUTES"); !strings.Contains(e.Value, "k8s.node.name=$(K8S_NODE_NAME)") || strings.Contains(e.Value, "k8s.cluster.name") {
+		t.Errorf("OTEL_RESOURCE_ATTRIBUTES = %q", e.Value)
+	}
+
+	// Runs everywhere, evicted last, rolls out gradually.
+	if !slices.ContainsFunc(ps.Tolerations, func(tl corev1.Toleration) bool {
+		return tl.Operator == corev1.TolerationOpExists && tl.Key == "" && tl.Effect == ""
+	}) {
+		t.Errorf("tolerations %v do not tolerate every taint", ps.Tolerations)
+	}
+	if ps.PriorityClassName != "system-node-critical" {
+		t.Errorf("priorityClassName = %q", ps.PriorityClassName)
+	}
+	if us := r.DaemonSet.Spec.UpdateStrategy; us.Type != appsv1.RollingUpdateDaemonSetStrategyType || us.RollingUpdate == nil || us.RollingUpdate.MaxUnavailable == nil {
+		t.Errorf("updateStrategy = %+v", us)
+	}
+	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Limits.Memory().IsZero() {
+		t.Errorf("resources = %+v, want CPU requests and a memory limit", c.Resources)
+	}
+	// A loopback API cannot be probed by the kubelet without hostNetwork.
+	if c.LivenessProbe != nil || c.ReadinessProbe != nil {
+		t.Error("probes on a loopback API the kubelet cannot reach")
+	}
+
+	// RBAC: pods get/list/watch, nothing else, bound to the pod's account.
+	if r.ClusterRole == nil || r.ClusterRoleBinding == nil || r.ServiceAccount == nil {
+		t.Fatalf("RBAC missing: rendered %v", r.kinds)
+	}
+	if len(r.ClusterRole.Rules) != 1 {
+		t.Fatalf("ClusterRole has %d rules, want 1", len(r.ClusterRole.Rules))
+	}
+	rule := r.ClusterRole.Rules[0]
+	verbs := slices.Clone(rule.Verbs)
+	slices.Sort(verbs)
+	if !slices.Equal(rule.APIGroups, []string{""}) || fmt.Sprint(rule.Resources) != "[pods]" || fmt.Sprint(verbs) != "[get list watch]" || len(rule.ResourceNames) != 0 {
+		t.Errorf("ClusterRole rule = %+v, want get/list/watch on core pods", rule)
+	}
+	b := r.ClusterRoleBinding
+	if b.RoleRef.Name != r.ClusterRole.Name || b.RoleRef.Kind != "ClusterRole" || len(b.Subjects) != 1 ||
+		b.Subjects[0].Kind != "ServiceAccount" || b.Subjects[0].Name != r.ServiceAccount.Name || b.Subjects[0].Namespace != "bpfleet-system" {
+		t.Errorf("binding %+v does not bind %s to ServiceAccount %s", b, r.ClusterRole.Name, r.ServiceAccount.Name)
+	}
+	if ps.ServiceAccountName != r.ServiceAccount.Name {
+		t.Errorf("pod runs as %q, ServiceAccount is %q", ps.ServiceAccountName, r.ServiceAccount.Name)
+	}
+	if r.ServiceMonitor != nil || r.PrometheusRule != nil || r.Service != nil || r.Secret != nil {
+		t.Errorf("optional objects rendered by default: %v", r.kinds)
+	}
+	if !strings.Contains(r.Notes, "otel.endpoint is empty") {
+		t.Errorf("NOTES do not warn about the empty OTLP endpoint:\n%s", r.Notes)
+	}
+}
+
+// TestCapabilitiesCommented: each added capability carries a comment saying
+// why, in the template an operator reviews.
+func TestCapabilitiesCommented(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(chartDir(t), "templates", "daemonset.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(b), "\n")
+	for i, l := range lines {
+		cap, ok := strings.CutPrefix(strings.TrimSpace(l), "- ")
+		if !ok || !slices.Contains([]string{"BPF", "PERFMON", "SYS_ADMIN", "SYS_PTRACE", "DAC_READ_SEARCH"}, cap) {
+			continue
+		}
+		if i == 0 || !strings.HasPrefix(strings.TrimSpace(lines[i-1]), "#") {
+			t.Errorf("capability %s at daemonset.yaml:%d has no comment saying why", cap, i+1)
+		}
+	}
+}
+
+func TestExposedAPIWithToken(t *testing.T) {
+	r := mustRender(t, `
+api: {address: 0.0.0.0, port: 9900, token: {existingSecret: bpfleet-api, key: tok}}
+otel: {endpoint: "http://otel-collector.observability:4318", headers: {Authorization: "Bearer abc", X-Tenant: fleet}}
+agent: {clusterName: prod-eu, metricsLevel: owner, interval: 30s, maxPrograms: 500, calibrate: true}
+`)
+	c := agentContainer(t, r)
+	for _, a := range []string{"--api-addr=0.0.0.0:9900", "--api-token-file=/etc/bpfleet/api/token", "--metrics-level=owner", "--interval=30s", "--max-programs=500", "--calibrate=true"} {
+		if !hasArg(c, a) {
+			t.Errorf("args %v lack %s", c.Args, a)
+		}
+	}
+	var tokVol *corev1.SecretVolumeSource
+	for _, v := range r.DaemonSet.Spec.Template.Spec.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == "bpfleet-api" {
+			tokVol = v.Secret
+		}
+	}
+	if tokVol == nil || len(tokVol.Items) != 1 || tokVol.Items[0].Key != "tok" || tokVol.Items[0].Path != "token" {
+		t.Errorf("token secret volume = %+v", tokVol)
+	}
+	for _, m := range c.VolumeMounts {
+		if m.MountPath == "/etc/bpfleet/api" && !m.ReadOnly {
+			t.Error("token mounted writable")
+		}
+	}
+	if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" || c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.ReadinessProbe.HTTPGet.Host != "" {
+		t.Errorf("probes on an exposed API: %+v %+v", c.LivenessProbe, c.ReadinessProbe)
+	}
+	if e, _ := env(c, "OTEL_EXPORTER_OTLP_ENDPOINT"); e.Value != "http://otel-collector.observability:4318" {
+		t.Errorf("endpoint env = %+v", e)
+	}
+	if e, _ := env(c, "OTEL_RESOURCE_ATTRIBUTES"); !strings.HasSuffix(e.Value, ",k8s.cluster.name=prod-eu") {
+		t.Errorf("OTEL_RESOURCE_ATTRIBUTES = %q", e.Value)
+	}
+	// Headers go through a Secret, never into the pod spec in clear.
+	e, _ := env(c, "OTEL_EXPORTER_OTLP_HEADERS")
+	if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || r.Secret == nil || e.ValueFrom.SecretKeyRef.Name != r.Secret.Name {
+		t.Fatalf("headers env %+v, secret %v", e, r.Secret)
+	}
+	if got := r.Secret.StringData["OTEL_EXPORTER_OTLP_HEADERS"]; got != "Authorization=Bearer abc,X-Tenant=fleet" {
+		t.Errorf("headers secret = %q", got)
+	}
+	if r.DaemonSet.Spec.Template.Annotations["checksum/otlp"] == "" {
+		t.Error("no checksum annotation: pods would not roll on a header change")
+	}
+	if strings.Contains(r.Notes, "otel.endpoint is empty") {
+		t.Error("NOTES warn about an endpoint that is set")
+	}
+}
+
+func TestExistingOTLPSecret(t *testing.T) {
+	r := mustRender(t, `otel: {existingSecret: {name: otlp-creds, endpointKey: endpoint}}`)
+	c := agentContainer(t, r)
+	for name, key := range map[string]string{"OTEL_EXPORTER_OTLP_HEADERS": "OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_ENDPOINT": "endpoint"} {
+		e, _ := env(c, name)
+		if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != "otlp-creds" || e.ValueFrom.SecretKeyRef.Key != key {
+			t.Errorf("%s = %+v, want from otlp-creds/%s", name, e, key)
+		}
+	}
+	if r.Secret != nil {
+		t.Error("chart created a headers Secret while an existing one was named")
+	}
+}
+
+func TestHostNetworkProbesLoopback(t *testing.T) {
+	r := mustRender(t, `hostNetwork: true`)
+	ps := r.DaemonSet.Spec.Template.Spec
+	c := agentContainer(t, r)
+	if !ps.HostNetwork || ps.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
+		t.Errorf("hostNetwork %v dnsPolicy %q", ps.HostNetwork, ps.DNSPolicy)
+	}
+	if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet.Host != "127.0.0.1" {
+		t.Errorf("with hostNetwork a loopback API is probed on 127.0.0.1: %+v", c.LivenessProbe)
+	}
+}
+
+func TestMonitoringObjects(t *testing.T) {
+	r := mustRender(t, `
+otel: {metricsExporter: prometheus, prometheus: {port: 9464}}
+serviceMonitor: {enabled: true, labels: {release: kube-prometheus}}
+prometheusRule: {enabled: true, labels: {release: kube-prometheus}}
+serviceAccount: {create: false, name: existing-sa}
+`)
+	c := agentContainer(t, r)
+	if e, _ := env(c, "OTEL_METRICS_EXPORTER"); e.Value != "prometheus" {
+		t.Errorf("OTEL_METRICS_EXPORTER = %q", e.Value)
+	}
+	if e, _ := env(c, "OTEL_EXPORTER_PROMETHEUS_PORT"); e.Value != "9464" {
+		t.Errorf("OTEL_EXPORTER_PROMETHEUS_PORT = %q", e.Value)
+	}
+	if r.Service == nil || r.Service.Spec.ClusterIP != "None" || len(r.Service.Spec.Ports) != 1 || r.Service.Spec.Ports[0].TargetPort.StrVal != "metrics" {
+		t.Fatalf("metrics Service = %+v", r.Service)
+	}
+	if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "metrics" && p.ContainerPort == 9464 }) {
+		t.Errorf("container ports %v lack metrics:9464", c.Ports)
+	}
+	sm := r.ServiceMonitor
+	if sm == nil || sm.Metadata.Labels["release"] != "kube-prometheus" || len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != "metrics" {
+		t.Fatalf("ServiceMonitor = %+v", sm)
+	}
+	for k, v := range sm.Spec.Selector.MatchLabels {
+		if r.Service.Labels[k] != v {
+			t.Errorf("ServiceMonitor selects %s=%s, Service has %q", k, v, r.Service.Labels[k])
+		}
+	}
+	for k, v := range r.Service.Spec.Selector {
+		if r.DaemonSet.Spec.Template.Labels[k] != v {
+			t.Errorf("Service selects %s=%s, pods have %q", k, v, r.DaemonSet.Spec.Template.Labels[k])
+		}
+	}
+	if r.ServiceAccount != nil || r.DaemonSet.Spec.Template.Spec.ServiceAccountName != "existing-sa" || r.ClusterRoleBinding.Subjects[0].Name != "existing-sa" {
+		t.Errorf("serviceAccount.create=false: SA %v, pod uses %q", r.ServiceAccount, r.DaemonSet.Spec.Template.Spec.ServiceAccountName)
+	}
+	checkRules(t, r.PrometheusRule)
+}
+
+func TestOptionalOff(t *testing.T) {
+	r := mustRender(t, `{api: {enabled: false}, rbac: {create: false}, serviceAccount: {create: false}, priorityClassName: "", tolerations: [], seccompProfile: {type: Unconfined}}`)
+	c := agentContainer(t, r)
+	if r.ClusterRole != nil || r.ClusterRoleBinding != nil || r.ServiceAccount != nil {
+		t.Errorf("RBAC rendered with rbac.create=false: %v", r.kinds)
+	}
+	if !hasArg(c, "--api-addr=") || len(c.Ports) != 0 {
+		t.Errorf("api disabled: args %v ports %v", c.Args, c.Ports)
+	}
+	if r.DaemonSet.Spec.Template.Spec.PriorityClassName != "" || len(r.DaemonSet.Spec.Template.Spec.Tolerations) != 0 {
+		t.Error("empty priorityClassName/tolerations not honoured")
+	}
+}
+
+// TestInvalidValuesRejected: the schema and the templates' fail refuse bad
+// values, each with a message naming what is wrong.
+func TestInvalidValuesRejected(t *testing.T) {
+	for _, c := range []struct{ values, want string }{
+		{`api: {address: 0.0.0.0}`, "api.address=0.0.0.0 is not loopback: set api.token.existingSecret"},
+		{`api: {address: 10.0.0.1}`, "not loopback"},
+		{`otel: {headers: {a: b}, existingSecret: {name: s}}`, "both set"},
+		{`serviceMonitor: {enabled: true}`, "serviceMonitor.enabled needs otel.metricsExporter=prometheus"},
+		{`{otel: {metricsExporter: prometheus, prometheus: {port: 9808}}}`, "pick two ports"},
+		{`{serviceAccount: {create: false}}`, "set serviceAccount.name"},
+		{`agent: {metricsLevel: everything}`, "metricsLevel"},
+		{`agent: {interval: 10}`, "interval"},
+		{`agent: {interval: 500ms}`, "interval"},
+		{`agent: {interval: soon}`, "interval"},
+		{`agent: {maxPrograms: -1}`, "maxPrograms"},
+		{`agent: {calibrate: "yes"}`, "calibrate"},
+		{`agent: {clusterName: "a,b=c"}`, "clusterName"},
+		{`agent: {extraArgs: [privileged]}`, "extraArgs"},
+		{`api: {port: 70000}`, "port"},
+		{`api: {address: "0.0.0.0:9808"}`, "not loopback"},
+		{`otel: {metricsExporter: jaeger}`, "metricsExporter"},
+		{`otel: {endpoint: "collector:4318"}`, "endpoint"},
+		{`otel: {protocol: udp}`, "protocol"},
+		{`image: {digest: "sha256:xyz"}`, "digest"},
+		{`image: {pullPolicy: Sometimes}`, "pullPolicy"},
+		{`hostPaths: {proc: "proc"}`, "proc"},
+		{`updateStrategy: {type: Recreate}`, "updateStrategy"},
+		{`seccompProfile: {type: Off}`, "seccompProfile"},
+		{`privileged: true`, "privileged"},
+		{`securityContext: {privileged: true}`, "securityContext"},
+		{`agent: {interal: 10s}`, "interal"},
+	} {
+		_, err := render(t, c.values)
+		if err == nil {
+			t.Errorf("values %s were accepted", c.values)
+			continue
+		}
+		t.Logf("%s -> %v", c.values, err)
+		if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("values %s: error %q does not mention %q", c.values, err, c.want)
+		}
+	}
+}
+
+func TestLint(t *testing.T) {
+	for _, values := range []string{"", `{prometheusRule: {enabled: true}, otel: {metricsExporter: prometheus}, serviceMonitor: {enabled: true}}`} {
+		vals := map[string]any{}
+		yaml.Unmarshal([]byte(values), &vals)
+		l := action.NewLint()
+		l.Strict = true
+		l.Namespace = "bpfleet-system"
+		res := l.Run([]string{chartDir(t)}, vals)
+		for _, err := range res.Errors {
+			t.Errorf("helm lint (%s): %v", values, err)
+		}
+		for _, m := range res.Messages {
+			if m.Severity >= support.InfoSev {
+				t.Errorf("helm lint (%s): %s", values, m)
+			}
+		}
+	}
+}
