@@ -2,7 +2,13 @@
 BIN := bin/bpfleet
 GO_LDFLAGS := -s -w -X main.version=$(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: build run test generate
+# KERNELS selects kernel-matrix entries (comma separated; default all):
+#   make test-kernels KERNELS=sid-arm64
+# KERNEL_FLAGS passes more harness flags, e.g. KERNEL_FLAGS="-cmd 'bpfleet probe -o json'".
+KERNELS ?=
+KERNEL_FLAGS ?=
+
+.PHONY: build run test generate test-kernels
 
 build:
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(GO_LDFLAGS)' -o $(BIN) ./cmd/bpfleet
@@ -16,3 +22,6 @@ test:
 
 generate:
 	go generate ./...
+
+test-kernels:
+	go run ./test/kernels -kernels "$(KERNELS)" $(KERNEL_FLAGS)

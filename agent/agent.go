@@ -29,6 +29,18 @@ type Config struct {
 	BPFFS []string
 	// Now is the clock; tests inject one. Default time.Now.
 	Now func() time.Time
+	// OwnerIterator finds owners with the task_file iterator instead of a
+	// /proc walk: one read() for every process, but loading it costs a
+	// kernel BTF parse (tens of ms), so only long-running commands want it.
+	OwnerIterator bool
+	// NoIterator disables the bpf_prog iterator (probes/progiter) that
+	// tells sleepable programs and expected attach types.
+	NoIterator bool
+	// Parallel is how many goroutines read programs seen for the first
+	// time (default 1). One-shot commands set it to the CPU count; the
+	// long-running agent keeps one, since after its first scan nearly
+	// everything is cached.
+	Parallel int
 }
 
 // Scanner is what the exporter, the API and the TUI need from the agent.
@@ -39,12 +51,6 @@ type Scanner interface {
 	// Close releases the stats fd and returns every miss episode still
 	// open, ended with Reason "shutdown".
 	Close() []Episode
-}
-
-// OwnerResolver finds the processes that hold programs, directly or through
-// one of their links. linkProg maps each link id to its program id.
-type OwnerResolver interface {
-	Owners(linkProg map[uint32]uint32) (map[uint32][]Owner, error)
 }
 
 // Agent reads the kernel's BPF programs and turns successive reads into
@@ -62,8 +68,7 @@ type Agent struct {
 	prev     map[uint32]counters
 	prevLink map[uint32]uint64 // kprobe missed by link id
 
-	owners     OwnerResolver
-	ownerCache map[uint32][]Owner
+	attr       *attribution // nil without Config.Owners
 	ownersAt   time.Time
 	ownerKnown map[uint32]bool
 
@@ -100,11 +105,18 @@ func New(cfg Config) (*Agent, error) {
 		prev:       map[uint32]counters{},
 		ownerKnown: map[uint32]bool{},
 	}
+	a.r.parallel = cfg.Parallel
+	if !cfg.NoIterator {
+		a.r.loadFacts = loadProgIter
+	}
 	if _, _, err := nextID(cmdProgGetNextID, 0); err != nil {
 		return nil, fmt.Errorf("%w (%v)", errPrivilege, err)
 	}
 	if cfg.EnableStats {
 		a.stats = enableStats()
+	}
+	if cfg.Owners {
+		a.attr = newAttribution(cfg)
 	}
 	return a, nil
 }
@@ -118,13 +130,6 @@ func (a *Agent) SetFactsSource(src FactsSource) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.r.source = src
-}
-
-// SetOwnerResolver plugs in owner attribution.
-func (a *Agent) SetOwnerResolver(o OwnerResolver) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.owners = o
 }
 
 // SetCalibration records the agent's own per-attach-type overhead
@@ -167,6 +172,7 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 		Interval: dt,
 		Kernel:   a.kernel,
 		Stats:    a.stats.state(a.cfg.ProcRoot),
+		Degraded: a.degraded(),
 		Programs: make([]ProgramStat, len(progs)),
 	}
 	next := make(map[uint32]counters, len(progs))
@@ -216,11 +222,12 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 	return snap, nil
 }
 
-// attachOwners joins owners to programs, re-reading /proc only when a
-// program appeared that has not been attributed yet or the refresh period
-// passed: walking every process's fds is the most expensive part of a scan.
+// attachOwners joins owners, pins and attachments to programs, re-reading
+// them only when a program appeared that has not been attributed yet or
+// the refresh period passed: walking every process's fds is the most
+// expensive part of a scan.
 func (a *Agent) attachOwners(progs []Program, now time.Time, st *ScanStats) bool {
-	if a.owners == nil {
+	if a.attr == nil {
 		return false
 	}
 	refresh := now.Sub(a.ownersAt) >= a.cfg.OwnerRefresh
@@ -231,19 +238,9 @@ func (a *Agent) attachOwners(progs []Program, now time.Time, st *ScanStats) bool
 		}
 	}
 	if refresh {
-		linkProg := map[uint32]uint32{}
-		for i := range progs {
-			for _, l := range progs[i].Links {
-				linkProg[l.ID] = l.ProgID
-			}
-		}
-		owners, err := a.owners.Owners(linkProg)
-		if err != nil {
+		for _, err := range a.attr.refresh(progs) {
 			st.Errors++
-			st.addError(fmt.Errorf("reading owners: %w", err))
-		}
-		if owners != nil {
-			a.ownerCache = owners
+			st.addError(err)
 		}
 		a.ownersAt = now
 		clear(a.ownerKnown)
@@ -252,11 +249,24 @@ func (a *Agent) attachOwners(progs []Program, now time.Time, st *ScanStats) bool
 		}
 	}
 	for i := range progs {
-		if o := a.ownerCache[progs[i].ID]; len(o) > 0 {
-			progs[i].Owners = o
-		}
+		a.attr.apply(&progs[i])
 	}
 	return refresh
+}
+
+// degraded lists, one line each, what the agent cannot do on this node.
+func (a *Agent) degraded() []string {
+	var out []string
+	if a.stats != nil && a.stats.err != nil {
+		out = append(out, a.stats.err.Error())
+	}
+	if a.r.factsErr != nil {
+		out = append(out, a.r.factsErr.Error())
+	}
+	if a.attr != nil && a.attr.iterErr != nil {
+		out = append(out, a.attr.iterErr.Error())
+	}
+	return out
 }
 
 // Close releases the stats fd and the iterator, and ends open episodes.
@@ -268,6 +278,7 @@ func (a *Agent) Close() []Episode {
 	}
 	a.closed = true
 	a.stats.close()
+	a.r.fdinfo.close()
 	if a.r.source != nil {
 		a.r.source.Close()
 	}

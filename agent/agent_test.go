@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -230,10 +231,11 @@ func TestFieldsAndNoFdKept(t *testing.T) {
 	a := newTestAgent(t)
 	c := loadCanary(t)
 	id, _ := c.ProgramID()
+	scan(t, a) // the first scan may load the agent's own iterator (its fds stay)
 	before := countFDs(t)
 	s := scan(t, a)
 	if after := countFDs(t); after != before {
-		t.Errorf("scan left fds open: %d before, %d after", before, after)
+		t.Errorf("scan left BPF fds open: %d before, %d after", before, after)
 	}
 	p := findProg(s, id)
 	if p == nil {
@@ -251,12 +253,70 @@ func TestFieldsAndNoFdKept(t *testing.T) {
 	if len(p.Links) != 1 || p.Links[0].Type != "raw_tracepoint" {
 		t.Errorf("links = %+v", p.Links)
 	}
+	// The bpf_prog iterator loads here (tp_btf is a tracing program) and
+	// knows the canary is not sleepable.
+	if len(s.Degraded) > 0 {
+		t.Errorf("agent degraded on the host: %v", s.Degraded)
+	}
+	if p.Sleepable == nil || *p.Sleepable {
+		t.Errorf("canary sleepable = %v, want known false", p.Sleepable)
+	}
 }
 
+// countFDs counts this process's BPF program and link fds.
 func countFDs(t *testing.T) int {
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(ents)
+	n := 0
+	for _, e := range ents {
+		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(target, "anon_inode:bpf") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestOwnerIsTestProcess: the process holding the canary (this test) is
+// found as its owner, through the task_file iterator and through the
+// /proc walk alike.
+func TestOwnerIsTestProcess(t *testing.T) {
+	c := loadCanary(t)
+	id, _ := c.ProgramID()
+	comm, err := os.ReadFile("/proc/self/comm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, noIter := range []bool{false, true} {
+		a := newTestAgentWith(t, Config{Owners: true, OwnerIterator: !noIter})
+		s := scan(t, a)
+		if !s.Scan.OwnersRefreshed {
+			t.Error("first scan did not read owners")
+		}
+		if len(s.Degraded) > 0 {
+			t.Errorf("noIterator=%v: degraded: %v", noIter, s.Degraded)
+		}
+		p := findProg(s, id)
+		if p == nil {
+			t.Fatal("canary missing")
+		}
+		var found *Owner
+		for i := range p.Owners {
+			if p.Owners[i].PID == os.Getpid() {
+				found = &p.Owners[i]
+			}
+		}
+		if found == nil {
+			t.Fatalf("noIterator=%v: test process %d not among owners %+v", noIter, os.Getpid(), p.Owners)
+		}
+		if found.Comm != strings.TrimSpace(string(comm)) || found.Via != "fd" {
+			t.Errorf("owner = %+v, want comm %q via fd", found, strings.TrimSpace(string(comm)))
+		}
+		// Later scans (refreshed or from the cache: other tools' programs
+		// come and go on this kernel) keep the owner.
+		if p2 := findProg(scan(t, a), id); p2 == nil || len(p2.Owners) != len(p.Owners) {
+			t.Error("owners lost on the second scan")
+		}
+	}
 }

@@ -159,16 +159,21 @@ type getIDAttr struct {
 // can report syscalls per program.
 var syscallCount atomic.Uint64
 
+// The scan's syscalls go through RawSyscall: a bpf() command takes
+// 7–30 µs, long enough for the Go scheduler to treat every ordinary
+// Syscall as blocking and hand the P to another thread (futex wake-ups
+// that cost more than the call). None of these calls can block for long.
+
 // closeFD closes an fd opened by a scan.
 func closeFD(fd int) {
 	syscallCount.Add(1)
-	unix.Close(fd)
+	unix.RawSyscall(unix.SYS_CLOSE, uintptr(fd), 0, 0)
 }
 
 // bpfCall issues one bpf() command. Errno 0 is success.
 func bpfCall(cmd int, attr unsafe.Pointer, size uintptr) (uintptr, error) {
 	syscallCount.Add(1)
-	r, _, errno := unix.Syscall(unix.SYS_BPF, uintptr(cmd), uintptr(attr), size)
+	r, _, errno := unix.RawSyscall(unix.SYS_BPF, uintptr(cmd), uintptr(attr), size)
 	if errno != 0 {
 		return 0, errno
 	}

@@ -29,11 +29,16 @@ func ReadKernelInfo(procRoot string) KernelInfo {
 	if b, err := os.ReadFile(procRoot + "/cpuinfo"); err == nil {
 		k.CPUModel = cpuModel(b)
 	}
+	// The version string names PREEMPT_RT and PREEMPT_DYNAMIC; only
+	// without them is the (large, compressed) kernel config worth reading
+	// to tell PREEMPT_NONE from PREEMPT_VOLUNTARY.
 	var config []byte
-	if b, err := readGzip(procRoot + "/config.gz"); err == nil {
-		config = b
-	} else if b, err := os.ReadFile("/boot/config-" + k.Release); err == nil {
-		config = b
+	if !strings.Contains(k.Version, "PREEMPT_RT") && !strings.Contains(k.Version, "PREEMPT_DYNAMIC") {
+		if b, err := readGzip(procRoot + "/config.gz"); err == nil {
+			config = b
+		} else if b, err := os.ReadFile("/boot/config-" + k.Release); err == nil {
+			config = b
+		}
 	}
 	mode, _ := os.ReadFile("/sys/kernel/debug/sched/preempt")
 	k.Preempt, k.PreemptMode, k.PreemptSource = preemptModel(k.Version, config, mode)

@@ -3,26 +3,55 @@ package agent
 import (
 	"bytes"
 	"strconv"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// readMemlock reads the "memlock:" line of our own fdinfo for fd: the only
+// fdinfoDir reads our own fdinfo files. It holds /proc/self/fdinfo open
+// and opens entries relative to it, which spares the kernel resolving
+// /proc/self on every program of a first scan.
+type fdinfoDir struct {
+	dir int // -1 until first use
+}
+
+// memlock reads the "memlock:" line of our own fdinfo for fd: the only
 // place the kernel reports a program's memory charge. Read once per program,
 // since it does not change after load.
-func readMemlock(fd int) (uint64, bool) {
-	path := "/proc/self/fdinfo/" + strconv.Itoa(fd)
-	f, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
+func (d *fdinfoDir) memlock(fd int) (uint64, bool) {
+	if d.open(); d.dir < 0 {
 		return 0, false
 	}
-	defer unix.Close(f)
+	var name [24]byte
+	b := strconv.AppendInt(name[:0], int64(fd), 10)
+	name[len(b)] = 0
+	f, _, errno := unix.RawSyscall6(unix.SYS_OPENAT, uintptr(d.dir), uintptr(unsafe.Pointer(&name[0])), unix.O_RDONLY|unix.O_CLOEXEC, 0, 0, 0)
+	if errno != 0 {
+		return 0, false
+	}
+	defer closeFD(int(f))
 	var buf [512]byte
-	n, err := unix.Read(f, buf[:])
-	if err != nil || n <= 0 {
+	n, _, errno := unix.RawSyscall(unix.SYS_READ, f, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
+	if errno != 0 || n == 0 {
 		return 0, false
 	}
 	return fdinfoField(buf[:n], "memlock:")
+}
+
+// open opens the directory once; it must not race with memlock calls.
+func (d *fdinfoDir) open() {
+	if d.dir < 0 {
+		if dir, err := unix.Open("/proc/self/fdinfo", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+			d.dir = dir
+		}
+	}
+}
+
+func (d *fdinfoDir) close() {
+	if d.dir >= 0 {
+		unix.Close(d.dir)
+		d.dir = -1
+	}
 }
 
 // fdinfoField returns the unsigned value of a "key:\tvalue" line.

@@ -18,12 +18,15 @@ var progTypeNames = [...]string{
 const (
 	progTypeKprobe        = 2
 	progTypeSchedCls      = 3
+	progTypeSchedAct      = 4
 	progTypeTracepoint    = 5
 	progTypeXDP           = 6
 	progTypePerfEvent     = 7
 	progTypeRawTracepoint = 17
 	progTypeRawTPWritable = 24
 	progTypeTracing       = 26
+	progTypeStructOps     = 27
+	progTypeExt           = 28
 	progTypeLSM           = 29
 )
 

@@ -1,12 +1,14 @@
 package agent
 
 import (
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -51,15 +53,21 @@ type linkStatic struct {
 // reader reads every program and link in the kernel. It is not safe for
 // concurrent use; the Agent serialises scans.
 type reader struct {
-	seq     uint64
-	progs   map[uint32]*progStatic
-	links   map[uint32]*linkStatic
-	facts   map[uint32]ProgFacts
-	source  FactsSource
-	btf     *btfNames
-	mapBuf  []uint32
-	nameBuf []byte
-	memlock func(fd int) (uint64, bool)
+	seq    uint64
+	progs  map[uint32]*progStatic
+	links  map[uint32]*linkStatic
+	facts  map[uint32]ProgFacts
+	source FactsSource
+	// loadFacts loads the FactsSource on first need; factsErr remembers
+	// why it could not.
+	loadFacts func() (FactsSource, error)
+	factsErr  error
+	btf       *btfNames
+	mapBuf    []uint32
+	nameBuf   []byte
+	fdinfo    fdinfoDir
+	// parallel is how many goroutines read first-seen programs.
+	parallel int
 }
 
 func newReader() *reader {
@@ -70,7 +78,7 @@ func newReader() *reader {
 		btf:     newBTFNames(),
 		mapBuf:  make([]uint32, 64),
 		nameBuf: make([]byte, 512),
-		memlock: readMemlock,
+		fdinfo:  fdinfoDir{dir: -1},
 	}
 }
 
@@ -85,6 +93,7 @@ func (r *reader) read(now time.Time) ([]Program, ScanStats, error) {
 	bootWall := bootTimeWall(now)
 
 	progs := make([]Program, 0, len(r.progs)+8)
+	var pending []uint32 // ids seen for the first time
 	var id uint32
 	for {
 		next, ok, err := nextID(cmdProgGetNextID, id)
@@ -98,19 +107,29 @@ func (r *reader) read(now time.Time) ([]Program, ScanStats, error) {
 			break
 		}
 		id = next
-		p, err := r.readProg(id, bootWall)
-		switch {
-		case errors.Is(err, unix.ENOENT):
-			st.Vanished++ // unloaded between GET_NEXT_ID and GET_FD_BY_ID
-			continue
-		case errors.Is(err, unix.EPERM) && len(progs) == 0:
-			return nil, st, errPrivilege
-		case err != nil:
-			st.Errors++
-			st.addError(err)
+		cached := r.progs[id]
+		if cached == nil {
+			pending = append(pending, id)
 			continue
 		}
-		progs = append(progs, p)
+		p, _, err := readProg(id, cached, bootWall, &r.mapBuf, &r.fdinfo)
+		if r.keep(&st, err) {
+			cached.seen = r.seq
+			progs = append(progs, p)
+		}
+	}
+	for _, res := range r.readNew(pending, bootWall) {
+		if errors.Is(res.err, unix.EPERM) && len(progs) == 0 {
+			return nil, st, errPrivilege
+		}
+		if r.keep(&st, res.err) {
+			res.static.seen = r.seq
+			r.progs[res.prog.ID] = res.static
+			progs = append(progs, res.prog)
+		}
+	}
+	if len(pending) > 0 {
+		sort.Slice(progs, func(i, j int) bool { return progs[i].ID < progs[j].ID })
 	}
 
 	links, err := r.readLinks(&st)
@@ -118,6 +137,12 @@ func (r *reader) read(now time.Time) ([]Program, ScanStats, error) {
 		return nil, st, err
 	}
 
+	for i := range progs {
+		if needsFacts(r.progs[progs[i].ID].progTypeID) {
+			r.ensureFacts()
+			break
+		}
+	}
 	if r.source != nil {
 		if err := r.source.ReadFacts(r.facts); err != nil {
 			st.Errors++
@@ -140,38 +165,89 @@ func (st *ScanStats) addError(err error) {
 	}
 }
 
+// keep accounts for one object's read error and says whether to keep it.
+func (r *reader) keep(st *ScanStats, err error) bool {
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, unix.ENOENT):
+		st.Vanished++ // unloaded between GET_NEXT_ID and GET_FD_BY_ID
+	default:
+		st.Errors++
+		st.addError(err)
+	}
+	return false
+}
+
+type newProg struct {
+	prog   Program
+	static *progStatic
+	err    error
+}
+
+// readNew reads programs seen for the first time. Their first read is the
+// costly one (map ids, fdinfo for memlock), so with Parallel > 1 and many
+// of them (a first scan, `bpfleet list`) it is spread over goroutines; later
+// scans find almost everything cached and stay on one thread.
+func (r *reader) readNew(ids []uint32, bootWall time.Time) []newProg {
+	out := make([]newProg, len(ids))
+	read := func(lo, hi int, mapBuf *[]uint32) {
+		for i := lo; i < hi; i++ {
+			p, s, err := readProg(ids[i], nil, bootWall, mapBuf, &r.fdinfo)
+			out[i] = newProg{p, s, err}
+		}
+	}
+	workers := r.parallel
+	if workers < 2 || len(ids) < 256 {
+		read(0, len(ids), &r.mapBuf)
+		return out
+	}
+	r.fdinfo.open() // before the goroutines share it
+	var wg sync.WaitGroup
+	chunk := (len(ids) + workers - 1) / workers
+	for lo := 0; lo < len(ids); lo += chunk {
+		hi := min(lo+chunk, len(ids))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]uint32, 64)
+			read(lo, hi, &buf)
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
 // readProg is GET_FD_BY_ID → OBJ_GET_INFO_BY_FD → close: the fd never
 // outlives the call, so the agent never keeps another tool's program alive.
-func (r *reader) readProg(id uint32, bootWall time.Time) (Program, error) {
+// With cached == nil it also reads what never changes and returns it.
+func readProg(id uint32, cached *progStatic, bootWall time.Time, mapBuf *[]uint32, fdinfo *fdinfoDir) (Program, *progStatic, error) {
 	fd, err := fdByID(cmdProgGetFDByID, id)
 	if err != nil {
-		return Program{}, fmt.Errorf("opening prog %d: %w", id, err)
+		return Program{}, nil, fmt.Errorf("opening prog %d: %w", id, err)
 	}
 	defer closeFD(fd)
 
-	cached := r.progs[id]
 	var info progInfo
 	if cached == nil {
-		info.NrMapIDs = uint32(len(r.mapBuf))
-		info.MapIDs = uint64(uintptr(unsafe.Pointer(&r.mapBuf[0])))
+		info.NrMapIDs = uint32(len(*mapBuf))
+		info.MapIDs = uint64(uintptr(unsafe.Pointer(&(*mapBuf)[0])))
 	}
 	n, err := objInfo(fd, unsafe.Pointer(&info), uint32(unsafe.Sizeof(info)))
 	if err != nil {
-		return Program{}, fmt.Errorf("reading prog %d info: %w", id, err)
+		return Program{}, nil, fmt.Errorf("reading prog %d info: %w", id, err)
 	}
 	if cached == nil {
-		if int(info.NrMapIDs) > len(r.mapBuf) {
+		if int(info.NrMapIDs) > len(*mapBuf) {
 			// More maps than the buffer held: grow it and ask again.
-			r.mapBuf = make([]uint32, info.NrMapIDs)
-			info = progInfo{NrMapIDs: uint32(len(r.mapBuf)), MapIDs: uint64(uintptr(unsafe.Pointer(&r.mapBuf[0])))}
+			*mapBuf = make([]uint32, info.NrMapIDs)
+			info = progInfo{NrMapIDs: uint32(len(*mapBuf)), MapIDs: uint64(uintptr(unsafe.Pointer(&(*mapBuf)[0])))}
 			if n, err = objInfo(fd, unsafe.Pointer(&info), uint32(unsafe.Sizeof(info))); err != nil {
-				return Program{}, fmt.Errorf("reading prog %d map ids: %w", id, err)
+				return Program{}, nil, fmt.Errorf("reading prog %d map ids: %w", id, err)
 			}
 		}
-		cached = r.newProgStatic(fd, &info, n, bootWall)
-		r.progs[id] = cached
+		cached = newProgStatic(fd, &info, n, bootWall, *mapBuf, fdinfo)
 	}
-	cached.seen = r.seq
 
 	p := cached.prog
 	p.RunCount = info.RunCnt
@@ -180,14 +256,14 @@ func (r *reader) readProg(id uint32, bootWall time.Time) (Program, error) {
 		m := info.RecursionMisses
 		p.RecursionMisses = &m
 	}
-	return p, nil
+	return p, cached, nil
 }
 
-func (r *reader) newProgStatic(fd int, info *progInfo, n uint32, bootWall time.Time) *progStatic {
+func newProgStatic(fd int, info *progInfo, n uint32, bootWall time.Time, mapBuf []uint32, fdinfo *fdinfoDir) *progStatic {
 	s := &progStatic{prog: Program{
 		ID:         info.ID,
 		Name:       unix.ByteSliceToString(info.Name[:]),
-		Tag:        fmt.Sprintf("%x", info.Tag[:]),
+		Tag:        hex.EncodeToString(info.Tag[:]),
 		Type:       ProgTypeName(info.Type),
 		LoadTime:   bootWall.Add(time.Duration(info.LoadTime)),
 		BTFID:      info.BTFID,
@@ -199,7 +275,7 @@ func (r *reader) newProgStatic(fd int, info *progInfo, n uint32, bootWall time.T
 	// them reports zero map ids and uid 0, indistinguishable from root.
 	uid := info.CreatedByUID
 	s.prog.UID = &uid
-	s.prog.MapIDs = append([]uint32{}, r.mapBuf[:min(int(info.NrMapIDs), len(r.mapBuf))]...)
+	s.prog.MapIDs = append([]uint32{}, mapBuf[:min(int(info.NrMapIDs), len(mapBuf))]...)
 	if n >= progInfoEndVerifiedInsns {
 		v := info.VerifiedInsns
 		s.prog.VerifiedInsns = &v
@@ -207,7 +283,7 @@ func (r *reader) newProgStatic(fd int, info *progInfo, n uint32, bootWall time.T
 	if n >= progInfoEndAttachBTFID {
 		s.attachBTFObjID, s.attachBTFID = info.AttachBTFObjID, info.AttachBTFID
 	}
-	if m, ok := r.memlock(fd); ok {
+	if m, ok := fdinfo.memlock(fd); ok {
 		s.prog.Memlock = &m
 	}
 	s.progTypeID = info.Type
@@ -397,6 +473,11 @@ func (r *reader) join(progs []Program, links []Link) {
 		for j := range p.Links {
 			l := &p.Links[j]
 			switch {
+			case l.Type == "perf_event" && l.AttachType == "perf_event" && s.progTypeID != progTypePerfEvent:
+				// Kernels before 6.6 give no perf_event link details: the
+				// program type is all there is (a kprobe-type program may
+				// also be a kretprobe or uprobe; the kernel does not say).
+				l.AttachType = ProgTypeName(s.progTypeID)
 			case l.Type == "raw_tracepoint" && s.progTypeID == progTypeTracing:
 				l.AttachType = tracingAttachName(attachTraceRawTP, p.Sleepable)
 			case l.Type == "tracing":
@@ -423,16 +504,25 @@ func (r *reader) join(progs []Program, links []Link) {
 
 // joinTargets names up to three distinct targets of a program's links.
 func joinTargets(links []Link) string {
+	ts := make([]string, len(links))
+	for i, l := range links {
+		ts[i] = l.Target
+	}
+	return joinStrings(ts)
+}
+
+// joinStrings joins up to three distinct non-empty strings.
+func joinStrings(ss []string) string {
 	var out []string
-	for _, l := range links {
-		if l.Target == "" || contains(out, l.Target) {
+	for _, s := range ss {
+		if s == "" || contains(out, s) {
 			continue
 		}
 		if len(out) == 3 {
 			out = append(out, "…")
 			break
 		}
-		out = append(out, l.Target)
+		out = append(out, s)
 	}
 	return strings.Join(out, ",")
 }

@@ -73,7 +73,9 @@ type Owner struct {
 	PodName       string `json:"pod_name,omitempty"`
 	PodNamespace  string `json:"pod_namespace,omitempty"`
 	ContainerName string `json:"container_name,omitempty"`
-	// Via says how the ownership was found: "fd" or "link".
+	// Via says how the ownership was found: "fd" (holds the program's fd),
+	// "link" (holds only a link of it) or "attachment" (no process holds
+	// it; the container is the one whose cgroup it is attached to).
 	Via string `json:"via"`
 }
 
@@ -225,7 +227,10 @@ type KernelInfo struct {
 
 // Calibration is the agent's own measured cost of one attach type.
 type Calibration struct {
-	AttachType string  `json:"attach_type"`
+	AttachType string `json:"attach_type"`
+	// Mode is how the probe was triggered: "syscall" (getpgid from user
+	// space) or "kernel" (an in-kernel driver, as selftests' bench does).
+	Mode       string  `json:"mode"`
 	Supported  bool    `json:"supported"`
 	Reason     string  `json:"reason,omitempty"`
 	OverheadNs float64 `json:"overhead_ns"`
@@ -256,6 +261,9 @@ type Snapshot struct {
 	Kernel   KernelInfo    `json:"kernel"`
 	Stats    StatsState    `json:"stats"`
 	Scan     ScanStats     `json:"scan"`
+	// Degraded says, one line each, what the agent cannot do on this node
+	// and why (stats refused, no bpf_prog iterator, ...).
+	Degraded []string `json:"degraded,omitempty"`
 
 	Programs    []ProgramStat    `json:"programs"`
 	AttachTypes []AttachTypeStat `json:"attach_types"`

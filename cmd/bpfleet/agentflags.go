@@ -12,6 +12,7 @@ type agentFlags struct {
 	procRoot string
 	bpffs    []string
 	noOwners bool
+	noIter   bool
 	quiet    int
 }
 
@@ -19,11 +20,12 @@ func (f *agentFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.procRoot, "proc-root", "/proc", "where the host's procfs is mounted")
 	cmd.Flags().StringSliceVar(&f.bpffs, "bpffs", []string{"/sys/fs/bpf"}, "bpffs mount points searched for pinned programs")
 	cmd.Flags().BoolVar(&f.noOwners, "no-owners", false, "skip owner attribution through /proc")
+	cmd.Flags().BoolVar(&f.noIter, "no-iterator", false, "never load the bpf_prog iterator (it is loaded only when tracing/lsm programs exist, to tell fentry.s from fentry)")
 	cmd.Flags().IntVar(&f.quiet, "quiet-intervals", 2, "scans without new misses that close a miss episode")
 }
 
 func (f *agentFlags) config() agent.Config {
-	return agent.Config{ProcRoot: f.procRoot, BPFFS: f.bpffs, Owners: !f.noOwners, QuietIntervals: f.quiet}
+	return agent.Config{ProcRoot: f.procRoot, BPFFS: f.bpffs, Owners: !f.noOwners, NoIterator: f.noIter, QuietIntervals: f.quiet}
 }
 
 // newAgent builds an agent with the optional kernel helpers it can get

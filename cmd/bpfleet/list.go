@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,19 +21,39 @@ import (
 
 // listOutput is `bpfleet list -o json`: the programs and the per-attach-type
 // summary of one scan, plus the facts a reader needs to trust the numbers.
+// A single scan has no interval, so its programs carry no delta; --watch
+// output does (listWatchOutput).
 type listOutput struct {
 	Time        time.Time              `json:"time"`
 	Kernel      agent.KernelInfo       `json:"kernel"`
 	Stats       agent.StatsState       `json:"stats"`
-	Programs    []agent.ProgramStat    `json:"programs"`
+	Programs    []agent.Program        `json:"programs"`
 	AttachTypes []agent.AttachTypeStat `json:"attach_types"`
-	Episodes    []agent.Episode        `json:"episodes,omitempty"`
 	Scan        agent.ScanStats        `json:"scan"`
 }
 
-func newListOutput(s *agent.Snapshot) listOutput {
-	return listOutput{Time: s.Time, Kernel: s.Kernel, Stats: s.Stats, Programs: s.Programs,
-		AttachTypes: s.AttachTypes, Episodes: s.Episodes, Scan: s.Scan}
+// listWatchOutput is one interval of `bpfleet list --watch -o jsonl`.
+type listWatchOutput struct {
+	Time        time.Time              `json:"time"`
+	Interval    time.Duration          `json:"interval_ns"`
+	Kernel      agent.KernelInfo       `json:"kernel"`
+	Stats       agent.StatsState       `json:"stats"`
+	Programs    []agent.ProgramStat    `json:"programs"`
+	AttachTypes []agent.AttachTypeStat `json:"attach_types"`
+	Episodes    []agent.Episode        `json:"episodes"`
+	Scan        agent.ScanStats        `json:"scan"`
+}
+
+func newListOutput(s *agent.Snapshot, watch bool) any {
+	if watch {
+		return listWatchOutput{Time: s.Time, Interval: s.Interval, Kernel: s.Kernel, Stats: s.Stats, Programs: s.Programs,
+			AttachTypes: s.AttachTypes, Episodes: s.Episodes, Scan: s.Scan}
+	}
+	progs := make([]agent.Program, len(s.Programs))
+	for i := range s.Programs {
+		progs[i] = s.Programs[i].Program
+	}
+	return listOutput{Time: s.Time, Kernel: s.Kernel, Stats: s.Stats, Programs: progs, AttachTypes: s.AttachTypes, Scan: s.Scan}
 }
 
 func init() {
@@ -65,6 +86,7 @@ scripts and log pipelines.`,
 			}
 			cfg := common.config()
 			cfg.EnableStats = watch // a single scan shows counters as they are
+			cfg.Parallel = runtime.NumCPU()
 			a, err := newAgent(cfg)
 			if err != nil {
 				return err
@@ -84,6 +106,7 @@ scripts and log pipelines.`,
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, json or jsonl")
+	cmd.Flags().BoolVarP(&pretty, "pretty", "p", false, "indent -o json output")
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "keep scanning and print every interval (deltas and rates)")
 	cmd.Flags().DurationVarP(&every, "interval", "i", time.Second, "scan interval with --watch")
 	cmd.Flags().IntVarP(&count, "count", "n", 0, "with --watch, stop after this many intervals (0: until interrupted)")
@@ -117,14 +140,17 @@ func watchList(ctx context.Context, a *agent.Agent, out io.Writer, output string
 	return nil
 }
 
+// pretty indents -o json (compact by default, like bpftool -j).
+var pretty bool
+
 func printList(w io.Writer, output string, s *agent.Snapshot) error {
 	switch output {
-	case "json":
+	case "json", "jsonl":
 		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(newListOutput(s))
-	case "jsonl":
-		return json.NewEncoder(w).Encode(newListOutput(s))
+		if pretty && output == "json" {
+			enc.SetIndent("", "  ")
+		}
+		return enc.Encode(newListOutput(s, s.Interval > 0))
 	}
 	return printTable(w, s)
 }

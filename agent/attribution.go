@@ -1,0 +1,175 @@
+package agent
+
+import (
+	"fmt"
+
+	"github.com/bpfleet/bpfleet/agent/owners"
+	"github.com/bpfleet/bpfleet/probes/taskfile"
+	"github.com/cilium/ebpf"
+)
+
+// ViaAttachment marks an owner found through a program's attachment (a
+// container's cgroup) rather than a process holding its fd: runc's
+// cgroup_device programs have no holder at all.
+const ViaAttachment = "attachment"
+
+// attribution finds who owns each program: processes holding its fd or a
+// link's (through the task_file iterator where the kernel allows it, else a
+// /proc walk), bpffs pins, and — for programs no link names — the cgroup or
+// interface they are attached to. It is refreshed only when a program
+// appears that has not been attributed, or after Config.OwnerRefresh.
+type attribution struct {
+	scanner  *owners.Scanner
+	iterErr  error
+	bpffs    []string
+	cgroup   string
+	cgErr    error
+	progs    map[uint32][]Owner
+	pins     map[uint32][]string
+	attached map[uint32][]owners.Attachment
+}
+
+func newAttribution(cfg Config) *attribution {
+	at := &attribution{bpffs: cfg.BPFFS}
+	var src owners.Source
+	if cfg.OwnerIterator && cfg.ProcRoot == "/proc" {
+		// The iterator sees the agent's own pid namespace's view of
+		// every task in one read(); with a host /proc mounted elsewhere
+		// the pids it reports could differ from that /proc's, so the walk
+		// is used there.
+		if it, err := taskfile.Load(); err == nil {
+			src = taskfileSource{it}
+		} else {
+			at.iterErr = fmt.Errorf("task_file iterator unavailable, walking /proc instead: %w", err)
+		}
+	}
+	at.scanner = owners.NewScanner(cfg.ProcRoot, src)
+	at.cgroup, at.cgErr = owners.CgroupV2Mount()
+	return at
+}
+
+// taskfileSource adapts the task_file iterator to owners.Source.
+type taskfileSource struct{ it *taskfile.Iter }
+
+func (s taskfileSource) Holdings(dst []owners.Holding, st *owners.Stats) ([]owners.Holding, error) {
+	err := s.it.Read(func(e taskfile.Entry) {
+		h := owners.Holding{PID: int32(e.PID), FD: int32(e.FD), ProgID: e.ProgID}
+		if e.Kind == taskfile.KindLink {
+			h.LinkID = e.LinkID
+		}
+		dst = append(dst, h)
+		st.BPFFDs++
+	})
+	return dst, err
+}
+
+// refresh re-reads owners, pins and attachments; the returned errors are
+// counted in the scan's stats, never fatal.
+func (at *attribution) refresh(progs []Program) []error {
+	var errs []error
+	res, err := at.scanner.Scan(nil)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("reading owners: %w", err))
+	}
+	at.progs = map[uint32][]Owner{}
+	if res != nil {
+		for id, os := range res.Programs {
+			out := make([]Owner, len(os))
+			for i, o := range os {
+				out[i] = Owner(o)
+			}
+			at.progs[id] = out
+		}
+	}
+	pins, _ := owners.ScanPins(at.bpffs, owners.PinOptions{})
+	at.pins = owners.PinsByProg(pins)
+
+	// Attachments are asked only for the kinds of program that have
+	// neither a link nor a holder: a cgroup walk per attach type is many
+	// bpf() calls on a busy node.
+	at.attached = map[uint32][]owners.Attachment{}
+	var cgTypes []ebpf.ProgramType
+	netdev := false
+	for i := range progs {
+		p := &progs[i]
+		if len(p.Links) > 0 || len(at.progs[p.ID]) > 0 {
+			continue
+		}
+		switch t := at.progType(p); {
+		case isCgroupProgType(t):
+			if !containsType(cgTypes, t) {
+				cgTypes = append(cgTypes, t)
+			}
+		case t == progTypeXDP || t == progTypeSchedCls || t == progTypeSchedAct:
+			netdev = true
+		}
+	}
+	var atts []owners.Attachment
+	if len(cgTypes) > 0 && at.cgErr == nil {
+		a, st := owners.CgroupAttachments(at.cgroup, owners.CgroupOptions{ProgTypes: cgTypes})
+		atts = append(atts, a...)
+		if st.LastError != "" {
+			errs = append(errs, fmt.Errorf("querying cgroup attachments: %s", st.LastError))
+		}
+	}
+	if netdev {
+		a, st := owners.NetdevAttachments()
+		atts = append(atts, a...)
+		if st.LastError != "" {
+			errs = append(errs, fmt.Errorf("querying interface attachments: %s", st.LastError))
+		}
+	}
+	for _, a := range atts {
+		at.attached[a.ProgID] = append(at.attached[a.ProgID], a)
+	}
+	return errs
+}
+
+func (at *attribution) progType(p *Program) ebpf.ProgramType {
+	for i, n := range progTypeNames {
+		if n == p.Type {
+			return ebpf.ProgramType(i)
+		}
+	}
+	return ebpf.UnspecifiedProgram
+}
+
+func isCgroupProgType(t ebpf.ProgramType) bool {
+	switch t {
+	case ebpf.CGroupSKB, ebpf.CGroupSock, ebpf.CGroupDevice, ebpf.CGroupSockAddr, ebpf.CGroupSysctl, ebpf.CGroupSockopt, ebpf.SockOps, ebpf.LSM:
+		return true
+	}
+	return false
+}
+
+func containsType(ts []ebpf.ProgramType, t ebpf.ProgramType) bool {
+	for _, x := range ts {
+		if x == t {
+			return true
+		}
+	}
+	return false
+}
+
+// apply joins the last refresh's answers to a program.
+func (at *attribution) apply(p *Program) {
+	if o := at.progs[p.ID]; len(o) > 0 {
+		p.Owners = o
+	}
+	p.Pins = at.pins[p.ID]
+	atts := at.attached[p.ID]
+	if len(atts) == 0 || len(p.Links) > 0 {
+		return
+	}
+	p.AttachType = atts[0].AttachType
+	targets := make([]string, 0, len(atts))
+	for _, a := range atts {
+		targets = append(targets, a.Target)
+		if len(p.Owners) == 0 {
+			if c := a.Container(); c.ID != "" || c.PodUID != "" {
+				p.Owners = append(p.Owners, Owner{ContainerID: c.ID, Runtime: c.Runtime, PodUID: c.PodUID, Cgroup: a.Target, Via: ViaAttachment})
+			}
+		}
+	}
+	p.AttachTarget = joinStrings(targets)
+}

@@ -1,0 +1,512 @@
+package owners
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+)
+
+// Attachment is a program attached to a cgroup or a network interface. Such
+// programs often have no holder at all: runc's cgroup_device programs, tc and
+// XDP programs loaded by a tool that has exited.
+type Attachment struct {
+	ProgID uint32 `json:"prog_id"`
+	// LinkID is set when the kernel says the attachment is a bpf_link.
+	LinkID uint32 `json:"link_id,omitempty"`
+	// AttachType is libbpf's name: cgroup_device, cgroup_inet_ingress, ...,
+	// xdp, tcx_ingress, tcx_egress.
+	AttachType string `json:"attach_type"`
+	// Target is the cgroup directory or the interface name.
+	Target  string `json:"target"`
+	Ifindex int    `json:"ifindex,omitempty"`
+	// Mode is XDP's: driver, generic, offload.
+	Mode string `json:"mode,omitempty"`
+}
+
+// String describes the attachment: "cgroup:/sys/fs/cgroup/x:cgroup_device",
+// "xdp:eth0", "tcx_ingress:lo".
+func (a Attachment) String() string {
+	if a.Ifindex == 0 && a.Mode == "" && strings.HasPrefix(a.AttachType, "cgroup_") {
+		return "cgroup:" + a.Target + ":" + a.AttachType
+	}
+	return a.AttachType + ":" + a.Target
+}
+
+// AttachStats counts an attachment walk's work.
+type AttachStats struct {
+	Targets int `json:"targets"` // cgroups or interfaces queried
+	Queries int `json:"queries"`
+	// Unsupported lists attach types this kernel does not know (queried
+	// once, then skipped).
+	Unsupported []string `json:"unsupported,omitempty"`
+	Errors      int      `json:"errors"`
+	LastError   string   `json:"last_error,omitempty"`
+	Truncated   bool     `json:"truncated"`
+}
+
+func (st *AttachStats) fail(err error) {
+	st.Errors++
+	st.LastError = err.Error()
+}
+
+type cgroupAttach struct {
+	at   ebpf.AttachType
+	name string
+	prog ebpf.ProgramType
+}
+
+// cgroupAttachTypes are the attach types BPF_PROG_QUERY answers on a cgroup.
+var cgroupAttachTypes = []cgroupAttach{
+	{ebpf.AttachCGroupInetIngress, "cgroup_inet_ingress", ebpf.CGroupSKB},
+	{ebpf.AttachCGroupInetEgress, "cgroup_inet_egress", ebpf.CGroupSKB},
+	{ebpf.AttachCGroupInetSockCreate, "cgroup_inet_sock_create", ebpf.CGroupSock},
+	{ebpf.AttachCgroupInetSockRelease, "cgroup_inet_sock_release", ebpf.CGroupSock},
+	{ebpf.AttachCGroupInet4PostBind, "cgroup_inet4_post_bind", ebpf.CGroupSock},
+	{ebpf.AttachCGroupInet6PostBind, "cgroup_inet6_post_bind", ebpf.CGroupSock},
+	{ebpf.AttachCGroupSockOps, "cgroup_sock_ops", ebpf.SockOps},
+	{ebpf.AttachCGroupDevice, "cgroup_device", ebpf.CGroupDevice},
+	{ebpf.AttachCGroupSysctl, "cgroup_sysctl", ebpf.CGroupSysctl},
+	{ebpf.AttachCGroupGetsockopt, "cgroup_getsockopt", ebpf.CGroupSockopt},
+	{ebpf.AttachCGroupSetsockopt, "cgroup_setsockopt", ebpf.CGroupSockopt},
+	{ebpf.AttachCGroupInet4Bind, "cgroup_inet4_bind", ebpf.CGroupSockAddr},
+	{ebpf.AttachCGroupInet6Bind, "cgroup_inet6_bind", ebpf.CGroupSockAddr},
+	{ebpf.AttachCGroupInet4Connect, "cgroup_inet4_connect", ebpf.CGroupSockAddr},
+	{ebpf.AttachCGroupInet6Connect, "cgroup_inet6_connect", ebpf.CGroupSockAddr},
+	{ebpf.AttachCGroupUDP4Sendmsg, "cgroup_udp4_sendmsg", ebpf.CGroupSockAddr},
+	{ebpf.AttachCGroupUDP6Sendmsg, "cgroup_udp6_sendmsg", ebpf.CGroupSockAddr},
+	{ebpf.AttachCGroupUDP4Recvmsg, "cgroup_udp4_recvmsg", ebpf.CGroupSockAddr},
+	{ebpf.AttachCGroupUDP6Recvmsg, "cgroup_udp6_recvmsg", ebpf.CGroupSockAddr},
+	{ebpf.AttachCgroupInet4GetPeername, "cgroup_inet4_getpeername", ebpf.CGroupSockAddr},
+	{ebpf.AttachCgroupInet6GetPeername, "cgroup_inet6_getpeername", ebpf.CGroupSockAddr},
+	{ebpf.AttachCgroupInet4GetSockname, "cgroup_inet4_getsockname", ebpf.CGroupSockAddr},
+	{ebpf.AttachCgroupInet6GetSockname, "cgroup_inet6_getsockname", ebpf.CGroupSockAddr},
+	{ebpf.AttachCgroupUnixConnect, "cgroup_unix_connect", ebpf.CGroupSockAddr},
+	{ebpf.AttachCgroupUnixSendmsg, "cgroup_unix_sendmsg", ebpf.CGroupSockAddr},
+	{ebpf.AttachCgroupUnixRecvmsg, "cgroup_unix_recvmsg", ebpf.CGroupSockAddr},
+	{ebpf.AttachCgroupUnixGetpeername, "cgroup_unix_getpeername", ebpf.CGroupSockAddr},
+	{ebpf.AttachCgroupUnixGetsockname, "cgroup_unix_getsockname", ebpf.CGroupSockAddr},
+}
+
+// CgroupOptions bound the cgroup walk.
+type CgroupOptions struct {
+	// ProgTypes limits the query to the attach types of these program
+	// types: a scan that knows which cgroup programs lack an owner asks
+	// only for those (28 attach types × every cgroup is a lot of bpf()
+	// calls on a busy node). Nil means all.
+	ProgTypes []ebpf.ProgramType
+	// MaxDepth is how many levels below the root are entered. Default 16.
+	MaxDepth int
+	// MaxCgroups bounds the cgroups queried. Default 10000.
+	MaxCgroups int
+}
+
+// CgroupAttachments walks the cgroup v2 hierarchy under root (a cgroup2
+// mount point or a directory in one; CgroupV2Mount finds the mount) and
+// returns the programs attached directly to each cgroup, not inherited ones.
+func CgroupAttachments(root string, opt CgroupOptions) ([]Attachment, AttachStats) {
+	if opt.MaxDepth <= 0 {
+		opt.MaxDepth = 16
+	}
+	if opt.MaxCgroups <= 0 {
+		opt.MaxCgroups = 10000
+	}
+	w := cgroupWalker{opt: opt}
+	for _, ca := range cgroupAttachTypes {
+		if opt.ProgTypes == nil || contains(opt.ProgTypes, ca.prog) {
+			w.types = append(w.types, ca)
+		}
+	}
+	if len(w.types) > 0 {
+		w.dir(root, 0)
+	}
+	return w.out, w.st
+}
+
+func contains(ts []ebpf.ProgramType, t ebpf.ProgramType) bool {
+	for _, x := range ts {
+		if x == t {
+			return true
+		}
+	}
+	return false
+}
+
+type cgroupWalker struct {
+	opt   CgroupOptions
+	types []cgroupAttach
+	st    AttachStats
+	out   []Attachment
+	dents []byte
+}
+
+func (w *cgroupWalker) dir(dir string, depth int) {
+	if w.st.Targets >= w.opt.MaxCgroups {
+		w.st.Truncated = true
+		return
+	}
+	w.st.Targets++
+	// One fd serves the queries and the listing of sub-cgroups.
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if err != unix.ENOENT { // removed mid-walk
+			w.st.fail(fmt.Errorf("opening cgroup %s: %w", dir, err))
+		}
+		return
+	}
+	w.query(fd, dir)
+	var subs []string
+	if depth >= w.opt.MaxDepth {
+		w.st.Truncated = true
+	} else {
+		subs, err = w.subdirs(fd)
+		if err != nil && err != unix.ENOENT {
+			w.st.fail(fmt.Errorf("reading cgroup directory %s: %w", dir, err))
+		}
+	}
+	unix.Close(fd) // before descending: the depth must not cost fds
+	for _, sub := range subs {
+		w.dir(dir+"/"+sub, depth+1)
+	}
+}
+
+// subdirs lists the child cgroups of a cgroup directory: the entries whose
+// dirent type is a directory (cgroupfs always fills d_type).
+func (w *cgroupWalker) subdirs(fd int) ([]string, error) {
+	if w.dents == nil {
+		w.dents = make([]byte, 32<<10)
+	}
+	var subs []string
+	for {
+		n, err := unix.Getdents(fd, w.dents)
+		if err != nil {
+			return subs, err
+		}
+		if n <= 0 {
+			return subs, nil
+		}
+		for off := 0; off < n; {
+			nameOff, next := direntNameOff(w.dents, off)
+			if next > n {
+				break
+			}
+			isDir := w.dents[off+18] == unix.DT_DIR
+			off = next
+			name := cstr(w.dents[nameOff:next])
+			if isDir && string(name) != "." && string(name) != ".." {
+				subs = append(subs, string(name))
+			}
+		}
+	}
+}
+
+func (w *cgroupWalker) query(fd int, dir string) {
+	for i := 0; i < len(w.types); i++ {
+		ca := w.types[i]
+		w.st.Queries++
+		res, err := link.QueryPrograms(link.QueryOptions{Target: fd, Attach: ca.at})
+		if err != nil {
+			if errors.Is(err, unix.EINVAL) || errors.Is(err, ebpf.ErrNotSupported) {
+				// This kernel has no such attach type: never ask again.
+				w.st.Unsupported = append(w.st.Unsupported, ca.name)
+				w.types = append(w.types[:i], w.types[i+1:]...)
+				i--
+				continue
+			}
+			w.st.fail(fmt.Errorf("querying %s programs of cgroup %s: %w", ca.name, dir, err))
+			continue
+		}
+		for _, p := range res.Programs {
+			lid, _ := p.LinkID()
+			w.out = append(w.out, Attachment{ProgID: uint32(p.ID), LinkID: uint32(lid), AttachType: ca.name, Target: dir})
+		}
+	}
+}
+
+// CgroupV2Mount returns where the cgroup v2 hierarchy is mounted, from
+// /proc/self/mountinfo: /sys/fs/cgroup on unified hosts,
+// /sys/fs/cgroup/unified on hybrid ones.
+func CgroupV2Mount() (string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", fmt.Errorf("finding the cgroup2 mount: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if mp, ok := mountinfoCgroup2(sc.Text()); ok {
+			return mp, nil
+		}
+	}
+	return "", errors.New("no cgroup2 mount in /proc/self/mountinfo: mount cgroup2 (e.g. on /sys/fs/cgroup/unified)")
+}
+
+// mountinfoCgroup2 returns the mount point of a mountinfo line whose
+// filesystem type (after the " - " separator) is cgroup2.
+func mountinfoCgroup2(line string) (string, bool) {
+	pre, post, ok := strings.Cut(line, " - ")
+	if !ok {
+		return "", false
+	}
+	if fs, _, _ := strings.Cut(post, " "); fs != "cgroup2" {
+		return "", false
+	}
+	f := strings.Fields(pre)
+	if len(f) < 5 {
+		return "", false
+	}
+	return unescapeMount(f[4]), true
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// Netlink attributes used below (linux/if_link.h).
+const (
+	iflaIfname       = 3
+	iflaXDP          = 43
+	iflaXDPAttached  = 2
+	iflaXDPProgID    = 4
+	iflaXDPDrvProgID = 5
+	iflaXDPSkbProgID = 6
+	iflaXDPHwProgID  = 7
+
+	xdpAttachedDrv   = 1
+	xdpAttachedSkb   = 2
+	xdpAttachedHw    = 3
+	xdpAttachedMulti = 4
+)
+
+// NetdevAttachments lists the XDP (from an RTM_GETLINK dump), tc cls_bpf
+// (RTM_GETTFILTER dumps of the clsact/ingress qdisc) and tcx (BPF_PROG_QUERY
+// per interface) programs on the interfaces of the calling
+// thread's network namespace. Programs in other namespaces (pods' own
+// interfaces) need the caller to enter them first.
+func NetdevAttachments() ([]Attachment, AttachStats) {
+	var st AttachStats
+	b, err := syscall.NetlinkRIB(syscall.RTM_GETLINK, syscall.AF_UNSPEC)
+	if err != nil {
+		st.fail(fmt.Errorf("listing interfaces over netlink: %w", err))
+		return nil, st
+	}
+	msgs, err := syscall.ParseNetlinkMessage(b)
+	if err != nil {
+		st.fail(fmt.Errorf("parsing netlink interface dump: %w", err))
+		return nil, st
+	}
+	var out []Attachment
+	tcx := []struct {
+		at   ebpf.AttachType
+		name string
+	}{{ebpf.AttachTCXIngress, "tcx_ingress"}, {ebpf.AttachTCXEgress, "tcx_egress"}}
+	for _, m := range msgs {
+		if m.Header.Type != syscall.RTM_NEWLINK || len(m.Data) < syscall.SizeofIfInfomsg {
+			continue
+		}
+		ifindex := int(int32(nativeUint32(m.Data[4:8])))
+		attrs, err := syscall.ParseNetlinkRouteAttr(&m)
+		if err != nil {
+			st.fail(fmt.Errorf("parsing attributes of interface %d: %w", ifindex, err))
+			continue
+		}
+		st.Targets++
+		name := strconv.Itoa(ifindex)
+		var xdp []byte
+		for _, a := range attrs {
+			switch a.Attr.Type &^ unix.NLA_F_NESTED {
+			case iflaIfname:
+				name = string(cstr(a.Value))
+			case iflaXDP:
+				xdp = a.Value
+			}
+		}
+		out = append(out, parseXDP(xdp, name, ifindex)...)
+		for _, tc := range []struct {
+			parent uint32
+			name   string
+		}{{tcHClsactIngress, "tc_ingress"}, {tcHClsactEgress, "tc_egress"}} {
+			st.Queries++
+			ids, err := tcFilters(ifindex, tc.parent)
+			if err != nil {
+				if !errors.Is(err, unix.ENODEV) {
+					st.fail(fmt.Errorf("listing %s filters of %s: %w", tc.name, name, err))
+				}
+				continue
+			}
+			for _, id := range ids {
+				out = append(out, Attachment{ProgID: id, AttachType: tc.name, Target: name, Ifindex: ifindex})
+			}
+		}
+		for i := 0; i < len(tcx); i++ {
+			st.Queries++
+			res, err := link.QueryPrograms(link.QueryOptions{Target: ifindex, Attach: tcx[i].at})
+			if err != nil {
+				if errors.Is(err, unix.EINVAL) || errors.Is(err, ebpf.ErrNotSupported) {
+					st.Unsupported = append(st.Unsupported, tcx[i].name)
+					tcx = append(tcx[:i], tcx[i+1:]...)
+					i--
+					continue
+				}
+				if !errors.Is(err, unix.ENODEV) { // interface gone
+					st.fail(fmt.Errorf("querying %s programs of %s: %w", tcx[i].name, name, err))
+				}
+				continue
+			}
+			for _, p := range res.Programs {
+				lid, _ := p.LinkID()
+				out = append(out, Attachment{ProgID: uint32(p.ID), LinkID: uint32(lid), AttachType: tcx[i].name, Target: name, Ifindex: ifindex})
+			}
+		}
+	}
+	return out, st
+}
+
+// parseXDP reads a nested IFLA_XDP attribute. With one program attached the
+// kernel gives IFLA_XDP_PROG_ID and the mode in IFLA_XDP_ATTACHED; with
+// several (XDP_ATTACHED_MULTI) one id attribute per mode.
+func parseXDP(b []byte, name string, ifindex int) []Attachment {
+	var attached byte
+	ids := map[uint16]uint32{}
+	nlAttrs(b, func(typ uint16, v []byte) {
+		switch {
+		case typ == iflaXDPAttached && len(v) >= 1:
+			attached = v[0]
+		case typ >= iflaXDPProgID && typ <= iflaXDPHwProgID && len(v) >= 4:
+			ids[typ] = nativeUint32(v)
+		}
+	})
+	mode := map[byte]string{xdpAttachedDrv: "driver", xdpAttachedSkb: "generic", xdpAttachedHw: "offload"}
+	var out []Attachment
+	add := func(id uint32, m string) {
+		if id != 0 {
+			out = append(out, Attachment{ProgID: id, AttachType: "xdp", Target: name, Ifindex: ifindex, Mode: m})
+		}
+	}
+	switch attached {
+	case 0:
+	case xdpAttachedMulti:
+		add(ids[iflaXDPDrvProgID], "driver")
+		add(ids[iflaXDPSkbProgID], "generic")
+		add(ids[iflaXDPHwProgID], "offload")
+	default:
+		add(ids[iflaXDPProgID], mode[attached])
+	}
+	return out
+}
+
+// Container says which container or pod a cgroup attachment belongs to, from
+// its cgroup path: runc and crun attach a cgroup_device program to every
+// container's cgroup and keep no fd, so this is the only owner such a
+// program has. Zero for interface attachments.
+func (a Attachment) Container() Container {
+	if !strings.HasPrefix(a.AttachType, "cgroup_") {
+		return Container{}
+	}
+	return ParseCgroupPath(a.Target)
+}
+
+// NetdevAttachmentsIn is NetdevAttachments in the network namespace at
+// nsPath (/proc/PID/ns/net, /run/netns/NAME). It enters the namespace on a
+// locked thread and returns the thread to its own namespace afterwards; if
+// that fails the thread stays locked and the runtime discards it, so no
+// other goroutine ever runs in the foreign namespace. (Restoring matters: a
+// locked goroutine that exits on the main thread wedges it instead of ending
+// it, which would pin the namespace for the agent's lifetime.) Needs
+// CAP_SYS_ADMIN.
+func NetdevAttachmentsIn(nsPath string) ([]Attachment, AttachStats) {
+	type result struct {
+		as []Attachment
+		st AttachStats
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		var r result
+		defer func() { ch <- r }()
+		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			r.st.fail(fmt.Errorf("opening own network namespace: %w", err))
+			return
+		}
+		defer unix.Close(orig)
+		fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			r.st.fail(fmt.Errorf("opening network namespace: %w", err))
+			return
+		}
+		defer unix.Close(fd)
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			r.st.fail(fmt.Errorf("entering network namespace %s: %w", nsPath, err))
+			return
+		}
+		r.as, r.st = NetdevAttachments()
+		if unix.Setns(orig, unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+	}()
+	r := <-ch
+	return r.as, r.st
+}
+
+// NetNamespaces returns one /proc/PID/ns/net path per network namespace that
+// some process is in, other than the caller's own, for NetdevAttachmentsIn.
+// Processes that vanish or deny access are skipped.
+func NetNamespaces(procRoot string) ([]string, error) {
+	if procRoot == "" {
+		procRoot = "/proc"
+	}
+	var self unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &self); err != nil {
+		return nil, fmt.Errorf("reading own network namespace: %w", err)
+	}
+	type nsKey struct{ dev, ino uint64 }
+	seen := map[nsKey]bool{{self.Dev, self.Ino}: true}
+	ents, err := os.ReadDir(procRoot)
+	if err != nil {
+		return nil, fmt.Errorf("listing processes: %w", err)
+	}
+	var out []string
+	for _, e := range ents {
+		if _, ok := parseUint32([]byte(e.Name())); !ok {
+			continue
+		}
+		p := procRoot + "/" + e.Name() + "/ns/net"
+		var st unix.Stat_t
+		if unix.Stat(p, &st) != nil {
+			continue
+		}
+		k := nsKey{st.Dev, st.Ino}
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,90 @@
+package owners
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+)
+
+func TestScanPins(t *testing.T) {
+	root := filepath.Join("/sys/fs/bpf", "bpfleet-owners-test-"+strconv.Itoa(os.Getpid()))
+	deep := filepath.Join(root, "a", "b")
+	if err := os.MkdirAll(deep, 0o700); err != nil {
+		t.Skipf("creating a directory on bpffs: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+
+	prog, id := loadProg(t, ebpf.SocketFilter)
+	if err := prog.Pin(filepath.Join(root, "prog")); err != nil {
+		t.Fatal(err)
+	}
+	// cilium/ebpf moves an object's pin when pinned again: use another program.
+	deepProg, deepID := loadProg(t, ebpf.SocketFilter)
+	if err := deepProg.Pin(filepath.Join(deep, "prog-deep")); err != nil {
+		t.Fatal(err)
+	}
+	tp, tpID := loadProg(t, ebpf.RawTracepoint)
+	l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "task_rename", Program: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.Pin(filepath.Join(root, "a", "link")); err != nil {
+		t.Fatal(err)
+	}
+	info, err := l.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.Pin(filepath.Join(root, "map")); err != nil {
+		t.Fatal(err)
+	}
+
+	pins, st := ScanPins([]string{root}, PinOptions{})
+	t.Logf("pins %+v stats %+v", pins, st)
+	want := []Pin{
+		{Path: filepath.Join(root, "a", "b", "prog-deep"), ProgID: deepID},
+		{Path: filepath.Join(root, "a", "link"), ProgID: tpID, LinkID: uint32(info.ID)},
+		{Path: filepath.Join(root, "prog"), ProgID: id},
+	}
+	if !slices.Equal(pins, want) {
+		t.Errorf("pins = %+v, want %+v", pins, want)
+	}
+	if st.Files != 4 || st.Skipped != 1 || st.Errors != 0 || st.Truncated {
+		t.Errorf("stats %+v: want 4 files, the map skipped, no errors", st)
+	}
+	byProg := PinsByProg(pins)
+	if len(byProg[id]) != 1 || len(byProg[deepID]) != 1 || len(byProg[tpID]) != 1 {
+		t.Errorf("PinsByProg = %v", byProg)
+	}
+
+	// Bounds: one level down finds no deep pin; one file stops the walk.
+	pins, st = ScanPins([]string{root}, PinOptions{MaxDepth: 1})
+	if len(pins) != 2 || !st.Truncated {
+		t.Errorf("MaxDepth 1: pins %+v stats %+v, want 2 pins and truncated", pins, st)
+	}
+	pins, st = ScanPins([]string{root}, PinOptions{MaxFiles: 1})
+	if len(pins) > 1 || st.Files != 1 || !st.Truncated {
+		t.Errorf("MaxFiles 1: pins %+v stats %+v", pins, st)
+	}
+	// The default root: whatever else is pinned there, the walk makes no
+	// errors (the kernel's preloaded iterator files are skipped).
+	if _, st := ScanPins(nil, PinOptions{}); st.Errors != 0 {
+		t.Errorf("default root: stats %+v", st)
+	}
+	// A missing root is an error counted, not a failure.
+	_, st = ScanPins([]string{filepath.Join(root, "missing")}, PinOptions{})
+	if st.Errors != 1 {
+		t.Errorf("missing root: stats %+v, want one error", st)
+	}
+}

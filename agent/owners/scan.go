@@ -1,0 +1,255 @@
+package owners
+
+import (
+	"cmp"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Owner is a process that holds an fd of a program or of one of its links.
+// It has exactly agent.Owner's fields, in the same order, so the agent
+// converts one with agent.Owner(o) (owners cannot import agent: agent
+// imports owners).
+type Owner struct {
+	PID         int    `json:"pid"`
+	Comm        string `json:"comm"`
+	Exe         string `json:"exe,omitempty"`
+	Cgroup      string `json:"cgroup,omitempty"`
+	ContainerID string `json:"container_id,omitempty"`
+	Runtime     string `json:"runtime,omitempty"`
+	PodUID      string `json:"pod_uid,omitempty"`
+	// Pod fields are left empty here; an optional Kubernetes resolver
+	// fills them.
+	PodName       string `json:"pod_name,omitempty"`
+	PodNamespace  string `json:"pod_namespace,omitempty"`
+	ContainerName string `json:"container_name,omitempty"`
+	// Via is "fd" when the process holds the program's own fd, "link" when
+	// it holds only a link of it.
+	Via string `json:"via"`
+}
+
+// Ways an owner holds a program.
+const (
+	ViaFD   = "fd"
+	ViaLink = "link"
+)
+
+// Result is one owner scan.
+type Result struct {
+	// Programs maps a program id to the processes holding it, by pid.
+	Programs map[uint32][]Owner
+	// Links maps a link id to the pids holding a link fd, ascending.
+	Links map[uint32][]int
+	// LinkProgs maps a link id to its program id, as the link fd said.
+	LinkProgs map[uint32]uint32
+	Stats     Stats
+	Duration  time.Duration
+}
+
+// Scanner finds the owners of BPF programs. It keeps a cache of per-process
+// facts (comm, exe, cgroup, container) keyed by pid and process start time,
+// so a reused pid is read afresh and a long-lived holder is read once. Not
+// safe for concurrent use.
+type Scanner struct {
+	src      Source
+	procRoot string
+	cache    map[int32]*procFacts
+	gen      uint64
+	holdings []Holding
+	buf      []byte
+}
+
+type procFacts struct {
+	start  uint64
+	gen    uint64
+	comm   string
+	exe    string
+	cgroup string
+	c      Container
+}
+
+// NewScanner returns a Scanner reading process facts from the procfs at
+// procRoot ("/proc" when empty) and holdings from src (a ProcSource over
+// procRoot when nil).
+func NewScanner(procRoot string, src Source) *Scanner {
+	if procRoot == "" {
+		procRoot = "/proc"
+	}
+	if src == nil {
+		src = NewProcSource(procRoot)
+	}
+	return &Scanner{src: src, procRoot: procRoot, cache: map[int32]*procFacts{}, buf: make([]byte, 4<<10)}
+}
+
+// Scan lists every holder of a BPF program or link fd. want, when not nil,
+// limits the result to the programs it returns true for (the others cost
+// only their fdinfo read). An error means the source failed as a whole;
+// vanished processes and denied reads are counted in Result.Stats.
+func (s *Scanner) Scan(want func(progID uint32) bool) (*Result, error) {
+	t0 := time.Now()
+	r := &Result{
+		Programs:  map[uint32][]Owner{},
+		Links:     map[uint32][]int{},
+		LinkProgs: map[uint32]uint32{},
+	}
+	var err error
+	s.holdings, err = s.src.Holdings(s.holdings[:0], &r.Stats)
+	if err != nil {
+		return nil, err
+	}
+	s.gen++
+	// Sort so that one pid's holdings are adjacent and its "fd" holding of
+	// a program comes before its link holdings.
+	slices.SortFunc(s.holdings, func(a, b Holding) int {
+		if a.PID != b.PID {
+			return cmp.Compare(a.PID, b.PID)
+		}
+		if (a.LinkID == 0) != (b.LinkID == 0) {
+			if a.LinkID == 0 {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(a.LinkID, b.LinkID)
+	})
+	type key struct {
+		prog uint32
+		pid  int32
+	}
+	seen := map[key]bool{}
+	for _, h := range s.holdings {
+		if h.LinkID != 0 {
+			r.LinkProgs[h.LinkID] = h.ProgID
+			if pids := r.Links[h.LinkID]; len(pids) == 0 || pids[len(pids)-1] != int(h.PID) {
+				r.Links[h.LinkID] = append(pids, int(h.PID))
+			}
+		}
+		if h.ProgID == 0 || (want != nil && !want(h.ProgID)) {
+			continue
+		}
+		k := key{h.ProgID, h.PID}
+		if seen[k] {
+			continue
+		}
+		pf := s.facts(h.PID, &r.Stats)
+		if pf == nil {
+			continue // exited since its fds were read
+		}
+		seen[k] = true
+		o := Owner{
+			PID: int(h.PID), Comm: pf.comm, Exe: pf.exe, Cgroup: pf.cgroup,
+			ContainerID: pf.c.ID, Runtime: pf.c.Runtime, PodUID: pf.c.PodUID,
+			Via: ViaFD,
+		}
+		if h.LinkID != 0 {
+			o.Via = ViaLink
+		}
+		r.Programs[h.ProgID] = append(r.Programs[h.ProgID], o)
+	}
+	for pid, pf := range s.cache {
+		if pf.gen != s.gen {
+			delete(s.cache, pid)
+		}
+	}
+	r.Duration = time.Since(t0)
+	return r, nil
+}
+
+// facts returns the cached facts of pid, re-read when the pid now names
+// another process (its start time changed). nil when the process is gone.
+func (s *Scanner) facts(pid int32, st *Stats) *procFacts {
+	dir := s.procRoot + "/" + itoa(pid)
+	stat, err := s.read(dir + "/stat")
+	if err != nil {
+		st.count(err, "reading stat of pid "+itoa(pid))
+		return nil
+	}
+	start, ok := parseStatStart(stat)
+	if !ok {
+		st.Errors++
+		st.LastError = "unparsable " + dir + "/stat"
+		return nil
+	}
+	if pf := s.cache[pid]; pf != nil && pf.start == start {
+		pf.gen = s.gen
+		return pf
+	}
+	pf := &procFacts{start: start, gen: s.gen}
+	if b, err := s.read(dir + "/comm"); err == nil {
+		pf.comm = strings.TrimSuffix(string(b), "\n")
+	} else {
+		st.count(err, "reading comm of pid "+itoa(pid))
+	}
+	// exe and cgroup are best effort: kernel threads have no exe, and a
+	// process may exit between the reads.
+	if exe, err := os.Readlink(dir + "/exe"); err == nil {
+		pf.exe = exe
+	}
+	if b, err := s.read(dir + "/cgroup"); err == nil {
+		pf.c, pf.cgroup = ContainerOf(ParseProcCgroup(b))
+	}
+	s.cache[pid] = pf
+	return pf
+}
+
+func (s *Scanner) read(path string) ([]byte, error) { return readFile(path, &s.buf) }
+
+// readFile reads a small file into *buf, growing it as needed, and returns
+// the bytes read. procfs and bpffs files are read with one buffer per
+// scanner, never one allocation per file.
+func readFile(path string, buf *[]byte) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b := *buf
+	n := 0
+	for {
+		if n == len(b) {
+			b = append(b, make([]byte, max(len(b), 512))...)
+			*buf = b
+		}
+		m, err := f.Read(b[n:])
+		n += m
+		if err == io.EOF || m == 0 && err == nil {
+			return b[:n], nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// parseStatStart returns field 22 of /proc/PID/stat, the start time in clock
+// ticks since boot. comm (field 2) may contain spaces and parentheses, so
+// fields are counted from the last ')'.
+func parseStatStart(b []byte) (uint64, bool) {
+	i := len(b) - 1
+	for i >= 0 && b[i] != ')' {
+		i--
+	}
+	if i < 0 {
+		return 0, false
+	}
+	b = b[i+1:]
+	field := 2
+	for len(b) > 0 {
+		for len(b) > 0 && b[0] == ' ' {
+			b = b[1:]
+		}
+		j := 0
+		for j < len(b) && b[j] != ' ' {
+			j++
+		}
+		field++
+		if field == 22 {
+			return parseUint64(b[:j])
+		}
+		b = b[j:]
+	}
+	return 0, false
+}

@@ -1,0 +1,290 @@
+package owners
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Holding is one fd of one process that refers to a BPF program or link.
+type Holding struct {
+	PID int32
+	FD  int32
+	// ProgID is the program, for a link fd the link's program (0 for a
+	// link without one).
+	ProgID uint32
+	// LinkID is non-zero for a link fd.
+	LinkID uint32
+}
+
+// Source lists the BPF program and link fds that processes hold. ProcSource
+// reads /proc; a task_file BPF iterator answers the same in one read and can
+// be plugged into a Scanner instead.
+type Source interface {
+	// Holdings appends what it finds to dst and counts its work in st.
+	// An error means the source as a whole failed (procfs missing, the
+	// iterator could not run); per-process trouble is only counted.
+	Holdings(dst []Holding, st *Stats) ([]Holding, error)
+}
+
+// Stats is a scan's account of its own work. Processes and fds that vanish
+// mid-walk and files the agent may not read are normal on a busy node and
+// counted, never fatal.
+type Stats struct {
+	Procs    int `json:"procs"`
+	FDs      int `json:"fds"`
+	BPFFDs   int `json:"bpf_fds"`
+	Vanished int `json:"vanished"`
+	Denied   int `json:"denied"`
+	Errors   int `json:"errors"`
+	// LastError is the most recent error counted in Errors or Denied.
+	LastError string `json:"last_error,omitempty"`
+}
+
+func (st *Stats) count(err error, what string) {
+	switch {
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ESRCH):
+		st.Vanished++
+		return
+	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
+		st.Denied++
+	default:
+		st.Errors++
+	}
+	st.LastError = what + ": " + err.Error()
+}
+
+// The link targets of BPF fds in /proc/PID/fd.
+const (
+	linkBPFProg = "anon_inode:bpf-prog"
+	linkBPFLink = "anon_inode:bpf_link"
+)
+
+// ProcSource walks /proc/*/fd. It reads directories with getdents into
+// reused buffers and resolves each fd with readlinkat relative to the fd
+// directory, passing names straight out of the dirent buffer, so the walk
+// does not allocate per process or per fd. Only fds that are BPF programs or
+// links cost an fdinfo read. It is not safe for concurrent use.
+//
+// Only thread-group leaders are walked (/proc lists no others): a thread
+// that unshared its fd table (clone without CLONE_FILES) is not seen.
+type ProcSource struct {
+	root    string
+	dents   []byte // /proc
+	fdDents []byte // /proc/PID/fd
+	path    []byte // NUL-terminated relative paths
+	link    []byte
+	info    []byte
+
+	// afterList, when set, runs after a process's fd directory was opened
+	// and before it is read: tests use it to make the process exit mid-walk.
+	afterList func(pid int32)
+}
+
+// NewProcSource returns a Source reading the procfs mounted at root
+// ("/proc" when empty).
+func NewProcSource(root string) *ProcSource {
+	if root == "" {
+		root = "/proc"
+	}
+	return &ProcSource{
+		root:    root,
+		dents:   make([]byte, 32<<10),
+		fdDents: make([]byte, 32<<10),
+		path:    make([]byte, 0, 64),
+		link:    make([]byte, 32), // longer targets are not ours
+		info:    make([]byte, 4<<10),
+	}
+}
+
+// Holdings implements Source.
+func (s *ProcSource) Holdings(dst []Holding, st *Stats) ([]Holding, error) {
+	procfd, err := unix.Open(s.root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return dst, fmt.Errorf("opening procfs %s: %w", s.root, err)
+	}
+	defer unix.Close(procfd)
+	for {
+		n, err := unix.Getdents(procfd, s.dents)
+		if err != nil {
+			return dst, fmt.Errorf("reading %s: %w", s.root, err)
+		}
+		if n <= 0 {
+			return dst, nil
+		}
+		for off := 0; off < n; {
+			name, next := dirent(s.dents, off)
+			off = next
+			pid, ok := parseUint32(name)
+			if !ok || pid == 0 || pid > 1<<31-1 {
+				continue // self, thread-self, sys, ...
+			}
+			dst = s.walkPID(procfd, name, int32(pid), dst, st)
+		}
+	}
+}
+
+func (s *ProcSource) walkPID(procfd int, pidName []byte, pid int32, dst []Holding, st *Stats) []Holding {
+	st.Procs++
+	s.path = append(append(s.path[:0], pidName...), "/fd\x00"...)
+	fdDir, err := openat(procfd, s.path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
+	if err != nil {
+		st.count(err, "opening fds of pid "+string(pidName))
+		return dst
+	}
+	defer unix.Close(fdDir)
+	if s.afterList != nil {
+		s.afterList(pid)
+	}
+	for {
+		n, err := unix.Getdents(fdDir, s.fdDents)
+		if err != nil {
+			st.count(err, "reading fds of pid "+string(pidName))
+			return dst
+		}
+		if n <= 0 {
+			return dst
+		}
+		// procfs fills the buffer while fds remain: a reply with room
+		// for another entry was the last, and the getdents that would
+		// return 0 is saved (one of four syscalls for a typical process).
+		last := n <= len(s.fdDents)-maxFDDirent
+		for off := 0; off < n; {
+			nameOff, next := direntNameOff(s.fdDents, off)
+			off = next
+			name := cstr(s.fdDents[nameOff:next])
+			fd, ok := parseUint32(name)
+			if !ok {
+				continue // . and ..
+			}
+			st.FDs++
+			// The name is NUL-terminated inside the dirent buffer.
+			ln, err := readlinkat(fdDir, &s.fdDents[nameOff], s.link)
+			if err != nil {
+				st.count(err, "reading fd links of pid "+string(pidName))
+				if err == unix.EACCES || err == unix.EPERM {
+					return dst // the same answer for every fd of this process
+				}
+				continue
+			}
+			if ln >= len(s.link) {
+				continue
+			}
+			target := s.link[:ln]
+			isProg := string(target) == linkBPFProg
+			if !isProg && string(target) != linkBPFLink {
+				continue
+			}
+			st.BPFFDs++
+			s.path = append(append(append(append(s.path[:0], pidName...), "/fdinfo/"...), name...), 0)
+			b, err := s.readAt(procfd, s.path)
+			if err != nil {
+				st.count(err, "reading fdinfo of pid "+string(pidName))
+				continue
+			}
+			fi := ParseFDInfo(b)
+			h := Holding{PID: pid, FD: int32(fd), ProgID: fi.ProgID}
+			if !isProg {
+				h.LinkID = fi.LinkID
+				if h.LinkID == 0 {
+					continue
+				}
+			} else if h.ProgID == 0 {
+				continue
+			}
+			dst = append(dst, h)
+		}
+		if last {
+			return dst
+		}
+	}
+}
+
+// readAt reads a small file relative to dirfd into s.info.
+func (s *ProcSource) readAt(dirfd int, path []byte) ([]byte, error) {
+	fd, err := openat(dirfd, path, unix.O_RDONLY|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.RawSyscall(unix.SYS_CLOSE, uintptr(fd), 0, 0)
+	n := 0
+	for n < len(s.info) {
+		m, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&s.info[n])), uintptr(len(s.info)-n))
+		if e != 0 {
+			return nil, errnoErr(e)
+		}
+		if m == 0 {
+			break
+		}
+		n += int(m)
+	}
+	return s.info[:n], nil
+}
+
+// linux_dirent64: u64 ino, s64 off, u16 reclen, u8 type, char name[].
+const direntNameStart = 19
+
+// maxFDDirent is the largest dirent of a /proc/PID/fd entry: a name of at
+// most 10 digits plus NUL after the header, rounded up to 8 bytes.
+const maxFDDirent = 32
+
+func direntNameOff(buf []byte, off int) (nameOff, next int) {
+	reclen := int(buf[off+16]) | int(buf[off+17])<<8
+	if reclen < direntNameStart || off+reclen > len(buf) {
+		return len(buf), len(buf) // corrupt: stop
+	}
+	return off + direntNameStart, off + reclen
+}
+
+func dirent(buf []byte, off int) (name []byte, next int) {
+	nameOff, next := direntNameOff(buf, off)
+	return cstr(buf[nameOff:next]), next
+}
+
+// cstr cuts b at its first NUL.
+func cstr(b []byte) []byte {
+	if i := indexByte(b, 0); i >= 0 {
+		return b[:i]
+	}
+	return b
+}
+
+// openat and readlinkat take NUL-terminated byte paths: the x/sys wrappers
+// take strings and allocate a copy per call. They, and the small reads of
+// procfs files, go through RawSyscall: each is a few µs in memory, and an
+// ordinary Syscall lets the scheduler hand off the P on every one of the
+// thousands a walk makes.
+func openat(dirfd int, path []byte, flags int) (int, error) {
+	r, _, e := unix.RawSyscall6(unix.SYS_OPENAT, uintptr(dirfd), uintptr(unsafe.Pointer(&path[0])), uintptr(flags), 0, 0, 0)
+	if e != 0 {
+		return -1, errnoErr(e)
+	}
+	return int(r), nil
+}
+
+func readlinkat(dirfd int, path *byte, buf []byte) (int, error) {
+	r, _, e := unix.RawSyscall6(unix.SYS_READLINKAT, uintptr(dirfd), uintptr(unsafe.Pointer(path)), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), 0, 0)
+	if e != 0 {
+		return 0, errnoErr(e)
+	}
+	return int(r), nil
+}
+
+// errnoErr returns common errnos as their shared values, so counting them
+// does not allocate.
+func errnoErr(e unix.Errno) error {
+	switch e {
+	case unix.ENOENT:
+		return unix.ENOENT
+	case unix.ESRCH:
+		return unix.ESRCH
+	case unix.EACCES:
+		return unix.EACCES
+	}
+	return e
+}
+
+func itoa(v int32) string { return strconv.FormatInt(int64(v), 10) }

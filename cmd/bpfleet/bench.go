@@ -1,0 +1,115 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/bpfleet/bpfleet/probes/bench"
+	"github.com/bpfleet/bpfleet/probes/catalog"
+	"github.com/cilium/ebpf/rlimit"
+	"github.com/spf13/cobra"
+)
+
+func init() {
+	var (
+		types, mode, stats, output string
+		calls, rounds, batch       int
+		noProgress                 bool
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure what each attach type adds per triggered call on this kernel and CPU",
+		Long: `bench attaches bpfleet's counting probe of each attach type to a trigger it
+controls and measures the trigger rate without and with the probe, like the
+kernel's selftests/bpf "bench trig-*", from one thread pinned to one CPU.
+
+Modes: "syscall" triggers with getpgid(2) from user space (what an application
+pays); "kernel" runs an in-kernel driver that calls bpf_get_numa_node_id() or
+the kfunc bpf_modify_return_test_tp() in a loop, so the syscall does not hide
+the attach type's own cost; "auto" uses kernel mode where the kernel has a
+trigger for the attach type, else syscall mode.
+
+Times are thread CPU time; --stats on holds BPF_ENABLE_STATS while measuring.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts := bench.Options{Calls: calls, Rounds: rounds, Batch: batch, Stats: bench.Stats(stats), Mode: catalog.Mode(mode)}
+			if types != "" {
+				for _, s := range strings.Split(types, ",") {
+					t, err := catalog.ParseAttachType(strings.TrimSpace(s))
+					if err != nil {
+						return fmt.Errorf("--attach-types: %w", err)
+					}
+					opts.AttachTypes = append(opts.AttachTypes, t)
+				}
+			}
+			if err := opts.Validate(); err != nil {
+				return fmt.Errorf("bench options: %w", err)
+			}
+			if output != "table" && output != "json" {
+				return fmt.Errorf("--output %q: want table or json", output)
+			}
+			if err := rlimit.RemoveMemlock(); err != nil {
+				return fmt.Errorf("raising RLIMIT_MEMLOCK for BPF maps: %w", err)
+			}
+			var bar *progressBar
+			if f, ok := cmd.ErrOrStderr().(*os.File); ok && !noProgress && isTerminal(f) {
+				bar = &progressBar{w: f}
+				opts.Progress = bar.update
+			}
+			rep, err := bench.Run(cmd.Context(), opts)
+			bar.clear()
+			if err != nil {
+				return fmt.Errorf("bench: %w", err)
+			}
+			if output == "json" {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(rep)
+			}
+			return bench.WriteTable(cmd.OutOrStdout(), rep)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&types, "attach-types", "", "comma-separated attach types (default: all of "+allTypes()+")")
+	f.StringVar(&mode, "mode", "auto", "trigger: syscall, kernel or auto")
+	f.IntVar(&calls, "calls", 0, fmt.Sprintf("triggered calls per measurement (default %d in syscall mode, %d in kernel mode)", bench.DefaultSyscallCalls, bench.DefaultKernelCalls))
+	f.IntVar(&rounds, "rounds", bench.DefaultRounds, "measured rounds (median and spread are over these)")
+	f.IntVar(&batch, "batch", catalog.DefaultBatch, "kernel mode: attach-point calls per driver run")
+	f.StringVar(&stats, "stats", "off", "BPF run-time stats while measuring: on, off or both")
+	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
+	f.BoolVar(&noProgress, "no-progress", false, "no progress bar on stderr")
+	rootCmd.AddCommand(cmd)
+}
+
+func allTypes() string {
+	var s []string
+	for _, t := range catalog.All() {
+		s = append(s, string(t))
+	}
+	return strings.Join(s, ",")
+}
+
+// progressBar redraws one line on a terminal.
+type progressBar struct {
+	w     io.Writer
+	drawn bool
+}
+
+func (p *progressBar) update(done, total int, step string) {
+	const width = 30
+	n := done * width / max(total, 1)
+	if len(step) > 40 {
+		step = step[:40]
+	}
+	fmt.Fprintf(p.w, "\r\x1b[K[%s%s] %3d%% %s", strings.Repeat("#", n), strings.Repeat(" ", width-n), done*100/max(total, 1), step)
+	p.drawn = true
+}
+
+func (p *progressBar) clear() {
+	if p != nil && p.drawn {
+		fmt.Fprint(p.w, "\r\x1b[K")
+	}
+}

@@ -1,0 +1,190 @@
+// Package progiter reads, in one pass of a BPF iterator over every program
+// in the kernel, what bpf_prog_info does not expose: each program's expected
+// attach type, its sleepable flag and the kernel function it targets. That is
+// what tells fentry.s from fentry and lsm.s from lsm on any kernel.
+package progiter
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"syscall"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+)
+
+// Record is what the iterator reports about one BPF program.
+type Record struct {
+	ID                 uint32
+	Type               uint32 // enum bpf_prog_type
+	ExpectedAttachType uint32 // enum bpf_attach_type, as given at load
+	Sleepable          bool
+	// SleepableKnown is false when the running kernel has the flag in
+	// neither place CO-RE looks (prog->sleepable, prog->aux->sleepable).
+	SleepableKnown bool
+	AttachFunc     string // aux->attach_func_name, "" when the program has none
+	AttachBTFID    uint32 // BTF type id of the target in the target's BTF object
+	// AttachBTFObjID is the id of the BTF object (vmlinux, a module, a BPF
+	// program's BTF) holding AttachBTFID; 0 when none or not known.
+	AttachBTFObjID uint32
+	// DstProgID is the target program of an extension or fentry-on-BPF
+	// program that is loaded but not attached yet (the kernel forgets it on
+	// attach); 0 otherwise.
+	DstProgID uint32
+}
+
+// Layout of struct prog_record in progiter.bpf.c.
+const (
+	recordSize    = 96
+	attachFuncOff = 32
+	attachFuncLen = 64
+
+	flagSleepable      = 1 << 0
+	flagSleepableKnown = 1 << 1
+)
+
+// The kernel hands out at most a few pages of the seq_file per read(); a
+// buffer of 64 KiB takes a whole chunk even with 64 KiB pages, so a scan of
+// 1,000 programs is a handful of reads.
+const bufSize = 64 << 10
+
+// Iter is a loaded and attached bpf_prog iterator. It is not safe for
+// concurrent use.
+type Iter struct {
+	objs   progiterObjects
+	link   *link.Iter
+	progID uint32
+	buf    []byte
+	// names interns attach function names so that steady-state scans
+	// allocate no strings: the set of distinct targets on a node is small.
+	names map[string]string
+}
+
+// Load loads the iterator program and attaches it. When the kernel refuses
+// it (no BTF, no bpf_prog iterator, a verifier that rejects the CO-RE reads)
+// the error wraps ebpf.ErrNotSupported and says why; missing privileges are
+// reported as the kernel's EPERM.
+func Load() (*Iter, error) {
+	spec, err := loadProgiter()
+	if err != nil {
+		return nil, fmt.Errorf("reading bpf_prog iterator spec: %w", err)
+	}
+	it := &Iter{buf: make([]byte, bufSize), names: make(map[string]string)}
+	if err := spec.LoadAndAssign(&it.objs, nil); err != nil {
+		return nil, fmt.Errorf("loading iter/bpf_prog: %w", refusal(err))
+	}
+	it.link, err = link.AttachIter(link.IterOptions{Program: it.objs.DumpProg})
+	if err != nil {
+		it.objs.Close()
+		return nil, fmt.Errorf("attaching iter/bpf_prog: %w", refusal(err))
+	}
+	info, err := it.objs.DumpProg.Info()
+	if err != nil {
+		it.Close()
+		return nil, fmt.Errorf("reading iterator program info: %w", err)
+	}
+	id, _ := info.ID()
+	it.progID = uint32(id)
+	return it, nil
+}
+
+// refusal marks the kernel saying no as ErrNotSupported, keeping its reason.
+func refusal(err error) error {
+	var verr *ebpf.VerifierError
+	switch {
+	case errors.Is(err, ebpf.ErrNotSupported):
+		return err
+	case errors.Is(err, btf.ErrNotFound), errors.Is(err, btf.ErrNotSupported):
+		return fmt.Errorf("%w: kernel BTF has no bpf_prog iterator target: %w", ebpf.ErrNotSupported, err)
+	case errors.As(err, &verr) && (errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EACCES)):
+		// The verifier refusing a CO-RE read or the target on this
+		// kernel; other errnos (EPERM, EBADF, ...) are not a kernel
+		// capability and are returned as they are.
+		return fmt.Errorf("%w: verifier rejected the iterator: %w", ebpf.ErrNotSupported, err)
+	case errors.Is(err, unix.EINVAL), errors.Is(err, errnoENOTSUPP), errors.Is(err, unix.EOPNOTSUPP):
+		return fmt.Errorf("%w: %w", ebpf.ErrNotSupported, err)
+	}
+	return err
+}
+
+// errnoENOTSUPP is the kernel-internal ENOTSUPP (524) that bpf() can leak.
+const errnoENOTSUPP = syscall.Errno(524)
+
+// ProgramID is the id of the iterator program itself, so that a caller
+// listing programs can recognise its own.
+func (it *Iter) ProgramID() uint32 { return it.progID }
+
+// Read runs one pass of the iterator and replaces the contents of dst with
+// one Record per program in the kernel, keyed by program id.
+func (it *Iter) Read(dst map[uint32]Record) error {
+	clear(dst)
+	rd, err := it.link.Open()
+	if err != nil {
+		return fmt.Errorf("opening bpf_prog iterator: %w", err)
+	}
+	defer rd.Close()
+
+	have := 0 // bytes of an unfinished record carried over from the last read
+	for {
+		n, err := rd.Read(it.buf[have:])
+		have += n
+		whole := have - have%recordSize
+		for off := 0; off < whole; off += recordSize {
+			r := it.decode(it.buf[off : off+recordSize])
+			dst[r.ID] = r
+		}
+		have = copy(it.buf, it.buf[whole:have])
+		if err == io.EOF || (n == 0 && err == nil) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("reading bpf_prog iterator: %w", err)
+		}
+	}
+	if have != 0 {
+		return fmt.Errorf("reading bpf_prog iterator: %d trailing bytes are not a whole %d-byte record", have, recordSize)
+	}
+	return nil
+}
+
+func (it *Iter) decode(b []byte) Record {
+	le := binary.LittleEndian // both targets (amd64, arm64) are little-endian
+	flags := le.Uint32(b[24:])
+	r := Record{
+		ID:                 le.Uint32(b[0:]),
+		Type:               le.Uint32(b[4:]),
+		ExpectedAttachType: le.Uint32(b[8:]),
+		AttachBTFID:        le.Uint32(b[12:]),
+		AttachBTFObjID:     le.Uint32(b[16:]),
+		DstProgID:          le.Uint32(b[20:]),
+		Sleepable:          flags&flagSleepable != 0,
+		SleepableKnown:     flags&flagSleepableKnown != 0,
+	}
+	name := b[attachFuncOff : attachFuncOff+attachFuncLen]
+	if i := bytes.IndexByte(name, 0); i >= 0 {
+		name = name[:i]
+	}
+	if len(name) > 0 {
+		// A map lookup keyed by string(name) does not allocate.
+		s, ok := it.names[string(name)]
+		if !ok {
+			if len(it.names) >= 4096 { // bound the cache on pathological nodes
+				clear(it.names)
+			}
+			s = string(name)
+			it.names[s] = s
+		}
+		r.AttachFunc = s
+	}
+	return r
+}
+
+// Close detaches and unloads the iterator.
+func (it *Iter) Close() error {
+	return errors.Join(it.link.Close(), it.objs.Close())
+}

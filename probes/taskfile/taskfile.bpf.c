@@ -1,0 +1,138 @@
+//go:build ignore
+
+// An iter/task_file program: one read of the iterator walks every open file
+// of every process and emits a record for each file that is a BPF program
+// or a BPF link, with the holder's pid, fd and comm and the object's ids.
+// It answers "which process holds this program" in one pass instead of
+// reading /proc/*/fdinfo/* file by file.
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define KIND_PROG 1
+#define KIND_LINK 2
+
+// Must match the layout decoded in taskfile.go (recordSize).
+struct file_record {
+	__u32 tgid;
+	__u32 fd;
+	__u32 kind;
+	__u32 prog_id;
+	__u32 link_id;
+	__u32 _pad;
+	char comm[16];
+};
+
+// A bpf file is recognised by its file operations. The kernel symbols are
+// used where /proc/kallsyms lists data symbols (CONFIG_KALLSYMS_ALL=y, as on
+// Debian's kernels); weak, so that a kernel without them still loads.
+// bpf_link_fops_poll (links whose ops can poll, e.g. struct_ops) is newer.
+// (cilium/ebpf takes typeless ksyms as "void", not "const void".)
+extern void bpf_prog_fops __ksym __weak;
+extern void bpf_link_fops __ksym __weak;
+extern void bpf_link_fops_poll __ksym __weak;
+
+// Set before load by tests to exercise the fallbacks: ignore_ksyms on
+// kernels with the symbols, links_by_name for the name match below.
+volatile const bool ignore_ksyms = false;
+volatile const bool links_by_name = false;
+
+// The fallback: while learning is set, the program notes the file
+// operations and inode of the reader's own program and link fds (the
+// iterator's program and link, whose fds the loader passes in). The reader
+// is the current task, so its tgid needs no pid-namespace translation.
+bool learning;
+__s32 learn_prog_fd = -1;
+__s32 learn_link_fd = -1;
+__u64 learned_prog_fops;
+__u64 learned_link_fops;
+__u64 learned_anon_inode;
+bool have_ksyms;
+
+// Anonymous-inode files are named at creation; a link is "bpf_link"
+// whichever file operations it got.
+static __always_inline bool named_bpf_link(struct file *file)
+{
+	const char want[] = "bpf_link";
+	char name[sizeof(want)];
+	const unsigned char *n = file->f_path.dentry->d_name.name;
+
+	if (bpf_probe_read_kernel(name, sizeof(name), n))
+		return false;
+	for (int i = 0; i < sizeof(want); i++)
+		if (name[i] != want[i])
+			return false;
+	return true;
+}
+
+SEC("iter/task_file")
+int dump_task_file(struct bpf_iter__task_file *ctx)
+{
+	struct task_struct *task = ctx->task;
+	struct file *file = ctx->file;
+	struct file_record r = {};
+	__u64 fop, prog_fops, link_fops;
+	bool ksyms;
+	int kind;
+
+	if (!task || !file)
+		return 0;
+	// Threads sharing the group leader's file table would repeat its files
+	// (the kernel already skips most of them). A thread with a table of its
+	// own (unshare(CLONE_FILES)) is reported under its process.
+	if (task->pid != task->tgid && task->files == task->group_leader->files)
+		return 0;
+
+	fop = (__u64)file->f_op;
+	ksyms = !ignore_ksyms && &bpf_prog_fops && &bpf_link_fops;
+
+	if (learning && task->tgid == (bpf_get_current_pid_tgid() >> 32)) {
+		have_ksyms = ksyms;
+		if (ctx->fd == learn_prog_fd) {
+			learned_prog_fops = fop;
+			learned_anon_inode = (__u64)file->f_inode;
+		} else if (ctx->fd == learn_link_fd) {
+			learned_link_fops = fop;
+		}
+	}
+
+	if (ksyms) {
+		prog_fops = (__u64)&bpf_prog_fops;
+		link_fops = (__u64)&bpf_link_fops;
+	} else {
+		prog_fops = learned_prog_fops;
+		link_fops = learned_link_fops;
+	}
+
+	if (prog_fops && fop == prog_fops) {
+		kind = KIND_PROG;
+	} else if (link_fops && fop == link_fops && !(links_by_name && !ksyms)) {
+		kind = KIND_LINK;
+	} else if (ksyms && &bpf_link_fops_poll && fop == (__u64)&bpf_link_fops_poll) {
+		kind = KIND_LINK;
+	} else if (!ksyms && learned_anon_inode && (__u64)file->f_inode == learned_anon_inode &&
+		   named_bpf_link(file)) {
+		// Without symbols only the plain link fops can be learned; other
+		// link fops are found by name among anonymous-inode files.
+		kind = KIND_LINK;
+	} else {
+		return 0;
+	}
+
+	r.tgid = task->tgid;
+	r.fd = ctx->fd;
+	r.kind = kind;
+	if (kind == KIND_PROG) {
+		r.prog_id = BPF_CORE_READ((struct bpf_prog *)file->private_data, aux, id);
+	} else {
+		struct bpf_link *l = file->private_data;
+
+		r.link_id = BPF_CORE_READ(l, id);
+		r.prog_id = BPF_CORE_READ(l, prog, aux, id);
+	}
+	bpf_probe_read_kernel(r.comm, sizeof(r.comm), task->comm);
+	bpf_seq_write(ctx->meta->seq, &r, sizeof(r));
+	return 0;
+}

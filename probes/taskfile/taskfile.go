@@ -1,0 +1,225 @@
+// Package taskfile finds, in one pass of a BPF iterator over every open
+// file of every process, which processes hold BPF program and link fds: the
+// owners of the programs on a node, as bpftool's pid_iter does, without
+// reading /proc/*/fdinfo/* file by file.
+package taskfile
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"syscall"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+)
+
+// Kind is what a BPF file is.
+type Kind uint8
+
+const (
+	KindProg Kind = 1 // a program fd (bpf-prog)
+	KindLink Kind = 2 // a link fd (bpf_link)
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindProg:
+		return "prog"
+	case KindLink:
+		return "link"
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// Entry is one BPF file held open by a process.
+type Entry struct {
+	PID    uint32 // thread group id, in the initial pid namespace
+	FD     uint32
+	Kind   Kind
+	ProgID uint32 // the program, or the program of the link
+	LinkID uint32 // 0 for a program fd
+	Comm   string
+}
+
+// Layout of struct file_record in taskfile.bpf.c.
+const (
+	recordSize = 40
+	commOff    = 24
+	commLen    = 16
+)
+
+const bufSize = 64 << 10
+
+// Iter is a loaded and attached task_file iterator. It is not safe for
+// concurrent use.
+type Iter struct {
+	objs taskfileObjects
+	link *link.Iter
+	buf  []byte
+	// comms interns process names: a node has few distinct ones, so
+	// steady-state reads allocate no strings.
+	comms map[string]string
+	// ksyms says whether bpf files are recognised by the kernel's
+	// bpf_prog_fops / bpf_link_fops symbols or by what the iterator learned
+	// from the loader's own fds.
+	ksyms bool
+}
+
+// Load loads the iterator and attaches it. When the kernel refuses it the
+// error wraps ebpf.ErrNotSupported and says why; missing privileges are
+// reported as the kernel's EPERM.
+func Load() (*Iter, error) { return load(false, false) }
+
+// load with test switches for the fallbacks (see taskfile.bpf.c).
+func load(ignoreKsyms, linksByName bool) (*Iter, error) {
+	spec, err := loadTaskfile()
+	if err != nil {
+		return nil, fmt.Errorf("reading task_file iterator spec: %w", err)
+	}
+	for name, v := range map[string]bool{"ignore_ksyms": ignoreKsyms, "links_by_name": linksByName} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return nil, fmt.Errorf("configuring task_file iterator: %w", err)
+		}
+	}
+	it := &Iter{buf: make([]byte, bufSize), comms: make(map[string]string)}
+	if err := spec.LoadAndAssign(&it.objs, nil); err != nil {
+		return nil, fmt.Errorf("loading iter/task_file: %w", refusal(err))
+	}
+	it.link, err = link.AttachIter(link.IterOptions{Program: it.objs.DumpTaskFile})
+	if err != nil {
+		it.objs.Close()
+		return nil, fmt.Errorf("attaching iter/task_file: %w", refusal(err))
+	}
+	if err := it.learn(); err != nil {
+		it.Close()
+		return nil, err
+	}
+	return it, nil
+}
+
+// learn runs one pass in which the program notes the file operations of
+// this process's own program and link fds (the iterator's), the fallback
+// for kernels whose kallsyms does not list bpf_prog_fops / bpf_link_fops.
+func (it *Iter) learn() error {
+	v := it.objs.taskfileVariables
+	for _, set := range []struct {
+		v   *ebpf.Variable
+		val any
+	}{
+		{v.LearnProgFd, int32(it.objs.DumpTaskFile.FD())},
+		{v.LearnLinkFd, int32(it.link.FD())},
+		{v.Learning, true},
+	} {
+		if err := set.v.Set(set.val); err != nil {
+			return fmt.Errorf("arming task_file iterator: %w", err)
+		}
+	}
+	if err := it.Read(func(Entry) {}); err != nil {
+		return err
+	}
+	if err := v.Learning.Set(false); err != nil {
+		return fmt.Errorf("arming task_file iterator: %w", err)
+	}
+	var progFops, linkFops uint64
+	for _, get := range []struct {
+		v   *ebpf.Variable
+		dst any
+	}{{v.HaveKsyms, &it.ksyms}, {v.LearnedProgFops, &progFops}, {v.LearnedLinkFops, &linkFops}} {
+		if err := get.v.Get(get.dst); err != nil {
+			return fmt.Errorf("reading task_file iterator state: %w", err)
+		}
+	}
+	if !it.ksyms && (progFops == 0 || linkFops == 0) {
+		return fmt.Errorf("%w: cannot recognise bpf files: kallsyms lists no bpf_prog_fops/bpf_link_fops and the iterator did not see this process's own fds", ebpf.ErrNotSupported)
+	}
+	return nil
+}
+
+// errnoENOTSUPP is the kernel-internal ENOTSUPP (524) that bpf() can leak.
+const errnoENOTSUPP = syscall.Errno(524)
+
+// refusal marks the kernel saying no as ErrNotSupported, keeping its reason.
+func refusal(err error) error {
+	var verr *ebpf.VerifierError
+	switch {
+	case errors.Is(err, ebpf.ErrNotSupported):
+		return err
+	case errors.Is(err, btf.ErrNotFound), errors.Is(err, btf.ErrNotSupported):
+		return fmt.Errorf("%w: kernel BTF has no task_file iterator target: %w", ebpf.ErrNotSupported, err)
+	case errors.As(err, &verr) && (errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EACCES)):
+		// The verifier refusing a CO-RE read or the target on this
+		// kernel; other errnos (EPERM, EBADF, ...) are not a kernel
+		// capability and are returned as they are.
+		return fmt.Errorf("%w: verifier rejected the iterator: %w", ebpf.ErrNotSupported, err)
+	case errors.Is(err, unix.EINVAL), errors.Is(err, errnoENOTSUPP), errors.Is(err, unix.EOPNOTSUPP):
+		return fmt.Errorf("%w: %w", ebpf.ErrNotSupported, err)
+	}
+	return err
+}
+
+// Read runs one pass of the iterator and calls fn for every BPF program or
+// link fd open in any process. Each process is visited once, not once per
+// thread. The Entry is passed by value; fn may keep it.
+func (it *Iter) Read(fn func(Entry)) error {
+	rd, err := it.link.Open()
+	if err != nil {
+		return fmt.Errorf("opening task_file iterator: %w", err)
+	}
+	defer rd.Close()
+
+	have := 0 // bytes of an unfinished record carried over from the last read
+	for {
+		n, err := rd.Read(it.buf[have:])
+		have += n
+		whole := have - have%recordSize
+		for off := 0; off < whole; off += recordSize {
+			fn(it.decode(it.buf[off : off+recordSize]))
+		}
+		have = copy(it.buf, it.buf[whole:have])
+		if err == io.EOF || (n == 0 && err == nil) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("reading task_file iterator: %w", err)
+		}
+	}
+	if have != 0 {
+		return fmt.Errorf("reading task_file iterator: %d trailing bytes are not a whole %d-byte record", have, recordSize)
+	}
+	return nil
+}
+
+func (it *Iter) decode(b []byte) Entry {
+	le := binary.LittleEndian // both targets (amd64, arm64) are little-endian
+	e := Entry{
+		PID:    le.Uint32(b[0:]),
+		FD:     le.Uint32(b[4:]),
+		Kind:   Kind(le.Uint32(b[8:])),
+		ProgID: le.Uint32(b[12:]),
+		LinkID: le.Uint32(b[16:]),
+	}
+	comm := b[commOff : commOff+commLen]
+	if i := bytes.IndexByte(comm, 0); i >= 0 {
+		comm = comm[:i]
+	}
+	s, ok := it.comms[string(comm)] // does not allocate
+	if !ok {
+		if len(it.comms) >= 4096 { // bound the cache on pathological nodes
+			clear(it.comms)
+		}
+		s = string(comm)
+		it.comms[s] = s
+	}
+	e.Comm = s
+	return e
+}
+
+// Close detaches and unloads the iterator.
+func (it *Iter) Close() error {
+	return errors.Join(it.link.Close(), it.objs.Close())
+}

@@ -1,0 +1,246 @@
+package main
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+)
+
+const debianKeyring = "/usr/share/keyrings/debian-archive-keyring.gpg"
+
+// listsMaxAge is how long downloaded package lists count as current: a
+// second run within it resolves from the cache without touching the network.
+const listsMaxAge = 6 * time.Hour
+
+// Kernel is a fetched kernel image, ready for qemu -kernel.
+type Kernel struct {
+	Package string // e.g. linux-binary-unsigned-7.2.13+deb14-amd64
+	Version string // Debian version of Package
+	Image   string // path of the bootable image
+	Cached  bool   // true when nothing was downloaded
+}
+
+// cacheDir is where everything downloaded is kept between runs.
+func cacheDir() string {
+	if d := os.Getenv("BPFLEET_CACHE"); d != "" {
+		return filepath.Join(d, "kernels")
+	}
+	return "/var/cache/bpfleet/kernels"
+}
+
+// aptEnv is a private apt configuration for one suite and architecture: its
+// own sources, lists, cache and an empty dpkg status, so the host's apt state
+// is neither read nor changed.
+type aptEnv struct {
+	dir  string
+	conf string
+}
+
+func newAptEnv(suite, arch string) (*aptEnv, error) {
+	dir := filepath.Join(cacheDir(), "apt", suite+"-"+arch)
+	for _, d := range []string{"lists/partial", "cache/archives/partial", "etc/apt.conf.d", "etc/preferences.d"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return nil, fmt.Errorf("creating apt dir: %w", err)
+		}
+	}
+	opts := fmt.Sprintf("[arch=%s signed-by=%s]", arch, debianKeyring)
+	var src strings.Builder
+	fmt.Fprintf(&src, "deb %s http://deb.debian.org/debian %s main\n", opts, suite)
+	if suite != "sid" && suite != "unstable" {
+		fmt.Fprintf(&src, "deb %s http://deb.debian.org/debian %s-updates main\n", opts, suite)
+		fmt.Fprintf(&src, "deb %s http://deb.debian.org/debian-security %s-security main\n", opts, suite)
+	}
+	files := map[string]string{
+		"sources.list": src.String(),
+		"status":       "",
+		// APT_CONFIG is read before apt.conf.d, so pointing the parts and
+		// main config at private paths keeps the host's settings (DEP-11
+		// downloads, proxies for other repositories) out. Valid-Until is
+		// not checked because mirrors that serve a frozen snapshot (as CI's
+		// does) carry expired Release dates; signatures are still verified.
+		"apt.conf": fmt.Sprintf(`Dir::Etc::main "%[1]s/etc/apt.conf";
+Dir::Etc::parts "%[1]s/etc/apt.conf.d";
+Dir::Etc::preferencesparts "%[1]s/etc/preferences.d";
+Dir::Etc::sourcelist "%[1]s/sources.list";
+Dir::Etc::sourceparts "-";
+Dir::State::Lists "%[1]s/lists";
+Dir::State::status "%[1]s/status";
+Dir::Cache "%[1]s/cache";
+APT::Architecture "%[2]s";
+APT::Architectures { "%[2]s"; };
+APT::Sandbox::User "root";
+Acquire::Languages "none";
+Acquire::Check-Valid-Until "false";
+`, dir, arch),
+	}
+	for name, content := range files {
+		// Rewriting an unchanged file would make apt rebuild its package
+		// cache (seconds) on every run.
+		if old, err := os.ReadFile(filepath.Join(dir, name)); err == nil && string(old) == content {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			return nil, fmt.Errorf("writing apt %s: %w", name, err)
+		}
+	}
+	return &aptEnv{dir: dir, conf: filepath.Join(dir, "apt.conf")}, nil
+}
+
+func (a *aptEnv) run(cwd string, args ...string) ([]byte, error) {
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Dir = cwd
+	cmd.Env = append(os.Environ(), "APT_CONFIG="+a.conf, "LC_ALL=C")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("%s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
+}
+
+// update refreshes the private package lists unless they are recent.
+func (a *aptEnv) update() error {
+	stamp := filepath.Join(a.dir, "updated")
+	if st, err := os.Stat(stamp); err == nil && time.Since(st.ModTime()) < listsMaxAge {
+		return nil
+	}
+	if _, err := a.run(a.dir, "apt-get", "-q", "update"); err != nil {
+		return fmt.Errorf("updating package lists: %w", err)
+	}
+	return os.WriteFile(stamp, nil, 0o644)
+}
+
+var dependsRe = regexp.MustCompile(`(?m)^\s*Depends: (linux-image-\S+)$`)
+
+// resolve finds the unsigned kernel package the metapackage currently points
+// to: the metapackage depends on linux-image-<abi>; its unsigned image is
+// linux-binary-unsigned-<abi> (sid, trixie-backports era) or
+// linux-image-<abi>-unsigned (bookworm, trixie).
+func (a *aptEnv) resolve(meta string) (pkg, version string, err error) {
+	out, err := a.run(a.dir, "apt-cache", "depends", meta)
+	if err != nil {
+		return "", "", fmt.Errorf("resolving %s: %w", meta, err)
+	}
+	m := dependsRe.FindSubmatch(out)
+	if m == nil {
+		return "", "", fmt.Errorf("resolving %s: no linux-image dependency in %q", meta, out)
+	}
+	abi := strings.TrimPrefix(string(m[1]), "linux-image-")
+	for _, cand := range []string{"linux-binary-unsigned-" + abi, "linux-image-" + abi + "-unsigned"} {
+		out, err := a.run(a.dir, "apt-cache", "show", "--no-all-versions", cand)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(bytes.NewReader(out))
+		for sc.Scan() {
+			if v, ok := strings.CutPrefix(sc.Text(), "Version: "); ok {
+				return cand, v, nil
+			}
+		}
+	}
+	return "", "", fmt.Errorf("resolving %s: no unsigned image package for ABI %s", meta, abi)
+}
+
+// FetchKernel resolves the entry's newest kernel and returns its image,
+// downloading and extracting it only when it is not cached yet.
+func FetchKernel(e Entry, logf func(string, ...any)) (*Kernel, error) {
+	apt, err := newAptEnv(e.Suite, e.Arch)
+	if err != nil {
+		return nil, err
+	}
+	if err := apt.update(); err != nil {
+		return nil, err
+	}
+	pkg, ver, err := apt.resolve(e.Meta)
+	if err != nil {
+		return nil, err
+	}
+	k := &Kernel{Package: pkg, Version: ver}
+	dir := filepath.Join(cacheDir(), e.Name, pkg+"_"+ver)
+	k.Image = filepath.Join(dir, "vmlinuz")
+	if _, err := os.Stat(k.Image); err == nil {
+		k.Cached = true
+		return k, nil
+	}
+	logf("%s: downloading %s %s", e.Name, pkg, ver)
+	tmp, err := os.MkdirTemp(filepath.Join(cacheDir(), "apt"), "download-")
+	if err != nil {
+		return nil, fmt.Errorf("creating download dir: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	if _, err := apt.run(tmp, "apt-get", "-q", "download", pkg+"="+ver); err != nil {
+		return nil, fmt.Errorf("downloading %s: %w", pkg, err)
+	}
+	debs, _ := filepath.Glob(filepath.Join(tmp, "*.deb"))
+	if len(debs) != 1 {
+		return nil, fmt.Errorf("downloading %s: expected one .deb, found %d", pkg, len(debs))
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating kernel dir: %w", err)
+	}
+	if err := extractImage(debs[0], k.Image+".tmp", e.Arch); err != nil {
+		return nil, fmt.Errorf("extracting kernel from %s: %w", debs[0], err)
+	}
+	return k, os.Rename(k.Image+".tmp", k.Image)
+}
+
+// extractImage copies the kernel image out of a .deb. On arm64 Debian ships
+// vmlinuz as a gzip'd Image, which qemu's -kernel takes as it is on recent
+// versions but not on all: store it uncompressed so every qemu boots it.
+func extractImage(deb, dst, arch string) error {
+	cmd := exec.Command("dpkg-deb", "--fsys-tarfile", deb)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("running dpkg-deb: %w", err)
+	}
+	defer cmd.Wait()
+	tr := tar.NewReader(stdout)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return fmt.Errorf("no vmlinuz in package (dpkg-deb: %s)", strings.TrimSpace(stderr.String()))
+		}
+		if err != nil {
+			return fmt.Errorf("reading package data: %w", err)
+		}
+		if h.Typeflag != tar.TypeReg || !strings.HasPrefix(filepath.Base(h.Name), "vmlinuz") {
+			continue
+		}
+		var r io.Reader = tr
+		br := bufio.NewReader(tr)
+		r = br
+		if magic, _ := br.Peek(2); arch == "arm64" && bytes.Equal(magic, []byte{0x1f, 0x8b}) {
+			zr, err := gzip.NewReader(br)
+			if err != nil {
+				return fmt.Errorf("decompressing %s: %w", h.Name, err)
+			}
+			r = zr
+		}
+		f, err := os.Create(dst)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(f, r); err != nil {
+			f.Close()
+			return fmt.Errorf("writing %s: %w", dst, err)
+		}
+		io.Copy(io.Discard, stdout) // let dpkg-deb finish cleanly
+		return f.Close()
+	}
+}

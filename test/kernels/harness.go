@@ -1,0 +1,431 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Options say what to run in each VM.
+type Options struct {
+	Packages []string      // Go test packages built as /tests/<name>.test (module-relative, ./...)
+	Tags     string        // build tags for the test binaries
+	Commands []string      // extra commands run after the tests, e.g. "bpfleet probe -o json"
+	Timeout  time.Duration // wall-clock limit of one boot
+	WorkDir  string        // build outputs and console logs
+	Logf     func(string, ...any)
+}
+
+// Status of one test or command in one kernel.
+type Status string
+
+const (
+	Pass    Status = "PASS"
+	Fail    Status = "FAIL"
+	Skip    Status = "SKIP"
+	Missing Status = "MISSING"
+)
+
+// Outcome is what one test or command did in one kernel.
+type Outcome struct {
+	Name   string
+	Status Status
+	Reason string // skip reason or first failure lines
+}
+
+// Result is one entry's run.
+type Result struct {
+	Entry    Entry
+	Kernel   *Kernel
+	Outcomes []Outcome
+	// Metrics are the "metric name=value" lines the tests logged: the
+	// numbers compared across architectures.
+	Metrics map[string]string
+	Err     error // the run as a whole failed: timeout, panic, missing results
+	Log     string
+	Fetch   time.Duration
+	Boot    time.Duration // qemu start to the first test starting
+	Tests   time.Duration // first test starting to done
+	Total   time.Duration // qemu start to exit
+}
+
+// Failed says whether the entry must make the harness exit non-zero.
+func (r *Result) Failed() bool {
+	if r.Err != nil {
+		return true
+	}
+	for _, o := range r.Outcomes {
+		if o.Status == Fail || o.Status == Missing {
+			return true
+		}
+	}
+	return false
+}
+
+// moduleRoot is the directory of go.mod, where every go command runs.
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("finding module root: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", errors.New("finding module root: not inside the bpfleet module")
+	}
+	return filepath.Dir(gomod), nil
+}
+
+func goBuild(root, goarch string, args ...string) error {
+	// Stripped binaries make a smaller initramfs, which the kernel unpacks
+	// at emulated speed on every boot.
+	if len(args) > 0 && (args[0] == "build" || args[0] == "test") {
+		args = append([]string{args[0], "-ldflags=-s -w"}, args[1:]...)
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("go %s (GOARCH=%s): %w\n%s", strings.Join(args, " "), goarch, err, out)
+	}
+	return nil
+}
+
+// buildArch builds /init, the test binaries and bpfleet for one GOARCH into
+// dir, and returns the initramfs contents common to every entry of that arch.
+func buildArch(o *Options, goarch string) (*initramfs, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(o.WorkDir, goarch)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	r := newInitramfs()
+	initBin := filepath.Join(dir, "init")
+	if err := goBuild(root, goarch, "build", "-trimpath", "-o", initBin, "./test/kernels/vminit"); err != nil {
+		return nil, err
+	}
+	r.addFile("init", initBin, 0o755)
+	for _, pkg := range o.Packages {
+		bin := filepath.Join(dir, filepath.Base(pkg)+".test")
+		args := []string{"test", "-c", "-trimpath", "-o", bin}
+		if o.Tags != "" {
+			args = append(args, "-tags", o.Tags)
+		}
+		if err := goBuild(root, goarch, append(args, pkg)...); err != nil {
+			return nil, err
+		}
+		r.addFile("tests/"+filepath.Base(bin), bin, 0o755)
+	}
+	if len(o.Commands) > 0 {
+		bin := filepath.Join(dir, "bpfleet")
+		if err := goBuild(root, goarch, "build", "-trimpath", "-o", bin, "./cmd/bpfleet"); err != nil {
+			return nil, err
+		}
+		r.addFile("bin/bpfleet", bin, 0o755)
+		r.addData("bpfleet/commands", []byte(strings.Join(o.Commands, "\n")+"\n"), 0o644)
+	}
+	return r, nil
+}
+
+// qemuArgs is the command line booting the entry's kernel under TCG (KVM on
+// the CI machines dies on the guest's first cmpxchg16b).
+func qemuArgs(e Entry, kernel, initrd string) []string {
+	common := []string{"-accel", "tcg,thread=multi", "-m", "1024", "-smp", "2",
+		"-nographic", "-no-reboot", "-kernel", kernel, "-initrd", initrd}
+	// quiet loglevel=0 keeps kernel messages from interleaving with the
+	// result stream; panic=-1 turns a panic into a reboot, which
+	// -no-reboot turns into qemu exiting.
+	cmdline := "panic=-1 oops=panic quiet loglevel=0"
+	if e.Arch == "arm64" {
+		// pauth-impdef: an implementation-defined pointer-auth hash that
+		// TCG computes far faster than the architected QARMA.
+		return append([]string{"qemu-system-aarch64", "-M", "virt", "-cpu", "max,pauth-impdef=on"},
+			append(common, "-append", "console=ttyAMA0 "+cmdline)...)
+	}
+	return append([]string{"qemu-system-x86_64", "-cpu", "max"},
+		append(common, "-append", "console=ttyS0 "+cmdline)...)
+}
+
+// boot runs qemu and copies the console to logPath, timing the phases.
+func boot(ctx context.Context, e Entry, kernel, initrd, logPath string, res *Result) error {
+	args := qemuArgs(e, kernel, initrd)
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd.Stdin = nil
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	pr, pw := io.Pipe()
+	cmd.Stdout = pw
+	cmd.Stderr = pw
+	start := time.Now()
+	var firstBegin, done time.Time
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		br := bufio.NewReader(pr)
+		for {
+			line, err := br.ReadString('\n')
+			logf.WriteString(line)
+			if firstBegin.IsZero() && strings.Contains(line, "@@bpfleet-begin ") {
+				firstBegin = time.Now()
+			}
+			if strings.Contains(line, "@@bpfleet-done@@") {
+				done = time.Now()
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	runErr := cmd.Run()
+	pw.Close()
+	wg.Wait()
+	res.Total = time.Since(start)
+	if !firstBegin.IsZero() {
+		res.Boot = firstBegin.Sub(start)
+		if !done.IsZero() {
+			res.Tests = done.Sub(firstBegin)
+		}
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("timed out after %s (console log %s)", res.Total.Round(time.Second), logPath)
+	}
+	if runErr != nil {
+		return fmt.Errorf("qemu: %w (console log %s)", runErr, logPath)
+	}
+	return nil
+}
+
+// RunEntry fetches, builds, boots and evaluates one entry. The initramfs
+// base is shared between entries of one arch.
+func RunEntry(ctx context.Context, e Entry, o *Options, base *initramfs) *Result {
+	res := &Result{Entry: e}
+	t0 := time.Now()
+	k, err := FetchKernel(e, o.Logf)
+	res.Fetch = time.Since(t0)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	res.Kernel = k
+	base.addData("bpfleet/entry", []byte(e.Name+"\n"), 0o644)
+	dir := filepath.Join(o.WorkDir, e.Name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		res.Err = err
+		return res
+	}
+	initrd := filepath.Join(dir, "initramfs.cpio")
+	if err := base.writeFile(initrd); err != nil {
+		res.Err = err
+		return res
+	}
+	res.Log = filepath.Join(dir, "console.log")
+	o.Logf("%s: booting %s %s", e.Name, k.Package, k.Version)
+	bctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	bootErr := boot(bctx, e, k.Image, initrd, res.Log, res)
+	log, err := os.ReadFile(res.Log)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	res.Outcomes, res.Metrics, err = parseConsole(log, o)
+	res.Err = errors.Join(bootErr, err)
+	return res
+}
+
+var (
+	beginRe = regexp.MustCompile(`@@bpfleet-begin (test|cmd) (.+)@@`)
+	endRe   = regexp.MustCompile(`@@bpfleet-end (test|cmd) (.+) exit=(-?\d+)@@`)
+	panicRe = regexp.MustCompile(`Kernel panic - not syncing.*|BUG: .*|Oops: .*`)
+)
+
+type segment struct {
+	kind, name string
+	out        bytes.Buffer
+	ended      bool
+	exit       int
+}
+
+// parseConsole splits the console log into the framed segments and turns
+// each into outcomes. An error says the run as a whole is broken.
+func parseConsole(log []byte, o *Options) ([]Outcome, map[string]string, error) {
+	log = bytes.ReplaceAll(log, []byte("\r"), nil)
+	var segs []*segment
+	var cur *segment
+	var errs []error
+	doneSeen := false
+	for _, line := range strings.SplitAfter(string(log), "\n") {
+		if m := panicRe.FindString(line); m != "" {
+			errs = append(errs, fmt.Errorf("kernel: %s", strings.TrimSpace(m)))
+		}
+		if m := beginRe.FindStringSubmatch(line); m != nil {
+			cur = &segment{kind: m[1], name: m[2]}
+			segs = append(segs, cur)
+			continue
+		}
+		if m := endRe.FindStringSubmatch(line); m != nil && cur != nil && cur.name == m[2] {
+			cur.ended = true
+			cur.exit, _ = strconv.Atoi(m[3])
+			// The end marker follows a newline we printed; anything before
+			// it on the line belongs to the segment.
+			cur = nil
+			continue
+		}
+		if strings.Contains(line, "@@bpfleet-done@@") {
+			doneSeen = true
+			continue
+		}
+		if cur != nil {
+			cur.out.WriteString(line)
+		}
+	}
+	var outs []Outcome
+	metrics := map[string]string{}
+	nTests := 0
+	for _, s := range segs {
+		switch s.kind {
+		case "test":
+			nTests++
+			tos, err := testOutcomes(s, metrics)
+			outs = append(outs, tos...)
+			if err != nil {
+				errs = append(errs, err)
+			}
+		case "cmd":
+			oc := Outcome{Name: "cmd: " + s.name, Status: Pass}
+			switch {
+			case !s.ended:
+				oc.Status, oc.Reason = Missing, "no end marker: the guest died while it ran"
+			case s.exit != 0:
+				oc.Status, oc.Reason = Fail, fmt.Sprintf("exit %d: %s", s.exit, lastLines(s.out.String(), 3))
+			}
+			outs = append(outs, oc)
+		}
+	}
+	if nTests == 0 {
+		errs = append(errs, errors.New("no test binary ran: the guest did not reach /init's tests"))
+	}
+	if len(o.Commands) > 0 {
+		found := map[string]bool{}
+		for _, s := range segs {
+			if s.kind == "cmd" {
+				found[s.name] = true
+			}
+		}
+		for _, c := range o.Commands {
+			if !found[strings.Join(strings.Fields(c), " ")] {
+				outs = append(outs, Outcome{Name: "cmd: " + c, Status: Missing, Reason: "never started"})
+			}
+		}
+	}
+	if !doneSeen {
+		errs = append(errs, errors.New("guest never reported done: it crashed, hung or was killed"))
+	}
+	return outs, metrics, errors.Join(errs...)
+}
+
+// metricRe matches what ktest logs for cross-kernel comparison.
+var metricRe = regexp.MustCompile(`\bmetric ([A-Za-z0-9_.]+)=(\S+)`)
+
+type testEvent struct {
+	Action string
+	Test   string
+	Output string
+}
+
+// testOutcomes converts one test binary's -test.v=test2json stream with
+// `go tool test2json` and collects each test's result and its reason.
+func testOutcomes(s *segment, metrics map[string]string) ([]Outcome, error) {
+	cmd := exec.Command("go", "tool", "test2json", "-p", s.name)
+	cmd.Stdin = bytes.NewReader(s.out.Bytes())
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("test2json on %s: %w", s.name, err)
+	}
+	var order []string
+	byName := map[string]*Outcome{}
+	outputs := map[string][]string{}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var ev testEvent
+		if err := dec.Decode(&ev); err != nil {
+			break
+		}
+		if ev.Test == "" {
+			continue
+		}
+		switch ev.Action {
+		case "run":
+			if byName[ev.Test] == nil {
+				order = append(order, ev.Test)
+				byName[ev.Test] = &Outcome{Name: ev.Test, Status: Missing, Reason: "started, never finished"}
+			}
+		case "output":
+			if m := metricRe.FindStringSubmatch(ev.Output); m != nil {
+				metrics[m[1]] = m[2]
+			}
+			if t := strings.TrimSpace(ev.Output); t != "" && !strings.HasPrefix(t, "=== ") && !strings.HasPrefix(t, "--- ") && !metricRe.MatchString(t) {
+				outputs[ev.Test] = append(outputs[ev.Test], t)
+			}
+		case "pass", "fail", "skip":
+			oc := byName[ev.Test]
+			if oc == nil {
+				order = append(order, ev.Test)
+				oc = &Outcome{Name: ev.Test}
+				byName[ev.Test] = oc
+			}
+			oc.Status = map[string]Status{"pass": Pass, "fail": Fail, "skip": Skip}[ev.Action]
+			oc.Reason = ""
+			if ev.Action != "pass" {
+				oc.Reason = lastLines(strings.Join(outputs[ev.Test], "\n"), 5)
+			}
+		}
+	}
+	var outs []Outcome
+	for _, n := range order {
+		outs = append(outs, *byName[n])
+	}
+	var errs []error
+	if !s.ended {
+		errs = append(errs, fmt.Errorf("%s: no end marker: the guest died while it ran", s.name))
+	} else if s.exit != 0 {
+		failed := false
+		for _, oc := range outs {
+			failed = failed || oc.Status == Fail
+		}
+		if !failed {
+			errs = append(errs, fmt.Errorf("%s exited %d without a failing test: %s", s.name, s.exit, lastLines(s.out.String(), 3)))
+		}
+	}
+	if len(outs) == 0 {
+		errs = append(errs, fmt.Errorf("%s ran no tests", s.name))
+	}
+	return outs, errors.Join(errs...)
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}

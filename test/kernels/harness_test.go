@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// stream builds a console log with the markers vminit prints, the test
+// output in -test.v=test2json framing and the \r a serial console adds.
+func stream(parts ...string) []byte {
+	return []byte(strings.ReplaceAll(strings.Join(parts, "\n")+"\n", "\n", "\r\n"))
+}
+
+const (
+	begin = "@@bpfleet-begin test ktest.test@@"
+	end0  = "@@bpfleet-end test ktest.test exit=0@@"
+	end1  = "@@bpfleet-end test ktest.test exit=1@@"
+	done  = "@@bpfleet-done@@"
+)
+
+func TestParseConsole(t *testing.T) {
+	run := "\x16=== RUN   TestA"
+	// test2json reports a test's result when it sees the next framed line,
+	// which a test binary always prints (PASS, FAIL or the next test).
+	pass := "\x16--- PASS: TestA (0.00s)\n\x16PASS"
+	tests := []struct {
+		name    string
+		log     []byte
+		cmds    []string
+		wantErr string
+		want    map[string]Status
+	}{
+		{name: "pass", log: stream("[    0.1] boot noise", begin, run, pass, end0, done),
+			want: map[string]Status{"TestA": Pass}},
+		{name: "skip keeps reason", log: stream(begin, "\x16=== RUN   TestS", "    x_test.go:3: no fentry: EPERM", "\x16--- SKIP: TestS (0.00s)", "\x16PASS", end0, done),
+			want: map[string]Status{"TestS": Skip}},
+		{name: "fail", log: stream(begin, run, "    x_test.go:3: boom", "\x16--- FAIL: TestA (0.00s)", "\x16FAIL", end1, done),
+			want: map[string]Status{"TestA": Fail}},
+		{name: "guest died mid-test", log: stream(begin, run, "Kernel panic - not syncing: Attempted to kill init!"),
+			wantErr: "Kernel panic", want: map[string]Status{"TestA": Missing}},
+		{name: "no done marker", log: stream(begin, run, pass, end0),
+			wantErr: "never reported done", want: map[string]Status{"TestA": Pass}},
+		{name: "no tests at all", log: stream(done), wantErr: "no test binary ran"},
+		{name: "nonzero exit without failing test", log: stream(begin, run, pass, "TestMain: exit 1", end1, done),
+			wantErr: "without a failing test", want: map[string]Status{"TestA": Pass}},
+		{name: "failing command", cmds: []string{"bpfleet probe"},
+			log:  stream(begin, run, pass, end0, "@@bpfleet-begin cmd bpfleet probe@@", "Error: bad", "@@bpfleet-end cmd bpfleet probe exit=1@@", done),
+			want: map[string]Status{"TestA": Pass, "cmd: bpfleet probe": Fail}},
+		{name: "command never ran", cmds: []string{"bpfleet bench"}, log: stream(begin, run, pass, end0, done),
+			want: map[string]Status{"TestA": Pass, "cmd: bpfleet bench": Missing}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			outs, _, err := parseConsole(tt.log, &Options{Commands: tt.cmds})
+			if tt.wantErr == "" && err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
+			}
+			got := map[string]Status{}
+			for _, o := range outs {
+				got[o.Name] = o.Status
+				if o.Status == Skip && !strings.Contains(o.Reason, "EPERM") {
+					t.Errorf("skip reason %q lost the kernel's answer", o.Reason)
+				}
+			}
+			if len(got) != len(tt.want) {
+				t.Fatalf("outcomes %v, want %v", got, tt.want)
+			}
+			for n, s := range tt.want {
+				if got[n] != s {
+					t.Errorf("%s: %s, want %s", n, got[n], s)
+				}
+			}
+		})
+	}
+}
+
+// TestHarnessReportsFailure boots one real kernel with a deliberately
+// failing test binary and checks the harness calls the run failed.
+func TestHarnessReportsFailure(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots a VM; not in -short")
+	}
+	e, err := selectEntries("sid-amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skipf("qemu-system-x86_64 not installed (scripts/install-deps.sh installs it): %v", err)
+	}
+	o := &Options{Packages: []string{"./test/kernels/internal/failing"}, Tags: "kmatrix_failing",
+		Timeout: 3 * time.Minute, WorkDir: t.TempDir(), Logf: t.Logf}
+	res := RunMatrix(context.Background(), e, o)
+	if len(res) != 1 {
+		t.Fatalf("got %d results for one entry", len(res))
+	}
+	r := res[0]
+	if r.Kernel == nil {
+		t.Fatalf("kernel not fetched: %v", r.Err)
+	}
+	if !r.Failed() {
+		t.Fatalf("a deliberately failing test binary was reported as success: %+v", r.Outcomes)
+	}
+	status := map[string]Status{}
+	for _, oc := range r.Outcomes {
+		status[oc.Name] = oc.Status
+	}
+	if status["TestFailsOnPurpose"] != Fail || status["TestPasses"] != Pass {
+		t.Errorf("outcomes %v (run error %v), want TestFailsOnPurpose FAIL and TestPasses PASS", status, r.Err)
+	}
+	if r.Err != nil {
+		t.Errorf("a clean failing run should not be a harness error: %v", r.Err)
+	}
+}
+
+func TestParityErrors(t *testing.T) {
+	res := func(name, suite string, m map[string]string) *Result {
+		return &Result{Entry: Entry{Name: name, Suite: suite}, Metrics: m}
+	}
+	same := []*Result{
+		res("sid-amd64", "sid", map[string]string{"fentry.recursion_misses": "2"}),
+		res("sid-arm64", "sid", map[string]string{"fentry.recursion_misses": "2"}),
+		res("bookworm-amd64", "bookworm", map[string]string{"fentry.recursion_misses": "0"}),
+	}
+	if errs := parityErrors(same); len(errs) != 0 {
+		t.Errorf("equal counts within a suite reported as different: %v", errs)
+	}
+	differ := []*Result{
+		res("sid-amd64", "sid", map[string]string{"fentry.recursion_misses": "2"}),
+		res("sid-arm64", "sid", map[string]string{"fentry.recursion_misses": "1"}),
+	}
+	errs := parityErrors(differ)
+	if len(errs) != 1 || !strings.Contains(errs[0], "fentry.recursion_misses") {
+		t.Errorf("different counts on amd64 and arm64 not reported: %v", errs)
+	}
+}

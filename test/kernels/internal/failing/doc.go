@@ -1,0 +1,2 @@
+// Package failing holds a deliberately failing test for the harness's self-test.
+package failing

@@ -1,0 +1,462 @@
+package ktest
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/probes/canary"
+)
+
+// statsOn is whether run_cnt/run_time_ns accrue: held for the whole binary
+// through BPF_ENABLE_STATS, never through the sysctl.
+var statsOn bool
+
+func TestMain(m *testing.M) {
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err == nil {
+		statsOn = true
+	} else {
+		fmt.Fprintf(os.Stderr, "ktest: BPF_ENABLE_STATS: %v (run counts not checked)\n", err)
+	}
+	code := m.Run()
+	if stats != nil {
+		stats.Close()
+	}
+	os.Exit(code)
+}
+
+// refused ends a test whose feature the kernel would not load or attach:
+// a failure where the matrix measured the feature present, else a skip
+// carrying the kernel's answer.
+func refused(t *testing.T, feature string, err error) {
+	t.Helper()
+	if Expected(feature) {
+		t.Fatalf("%s refused on %s, where it was measured present: %v", feature, Entry(), err)
+	}
+	t.Skipf("%s not available on this kernel: %v", feature, err)
+}
+
+// load reads the spec armed for this process and loads only the objects
+// named in objs, so one refused program does not take the others down.
+func load(t *testing.T, feature string, objs any) {
+	t.Helper()
+	spec, err := loadKtest()
+	if err != nil {
+		t.Fatalf("reading ktest spec: %v", err)
+	}
+	if err := spec.Variables["target_tgid"].Set(uint32(os.Getpid())); err != nil {
+		t.Fatalf("arming target_tgid: %v", err)
+	}
+	if err := spec.LoadAndAssign(objs, nil); err != nil {
+		refused(t, feature, fmt.Errorf("loading: %w", err))
+	}
+}
+
+func closeAll(t *testing.T, cs ...io.Closer) {
+	t.Cleanup(func() {
+		for _, c := range cs {
+			if c != nil {
+				c.Close()
+			}
+		}
+	})
+}
+
+func stats(t *testing.T, p *ebpf.Program) *ebpf.ProgramStats {
+	t.Helper()
+	s, err := p.Stats()
+	if err != nil {
+		t.Fatalf("reading program stats: %v", err)
+	}
+	return s
+}
+
+func get(t *testing.T, v *ebpf.Variable) uint64 {
+	t.Helper()
+	var n uint64
+	if err := v.Get(&n); err != nil {
+		t.Fatalf("reading %s: %v", v, err)
+	}
+	return n
+}
+
+// deleteTwice deletes key 0 twice from user space; the key is absent, which
+// still runs htab_map_delete_elem.
+func deleteTwice(t *testing.T, m *ebpf.Map) {
+	t.Helper()
+	for i := 0; i < 2; i++ {
+		if err := m.Delete(uint32(0)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			t.Fatalf("deleting from %v: %v", m, err)
+		}
+	}
+}
+
+// deleteObjs are the objects of the htab_map_delete_elem recursion scenario.
+type deleteObjs struct {
+	Outer     *ebpf.Map      `ebpf:"hash_outer"`
+	Inner     *ebpf.Map      `ebpf:"hash_inner"`
+	OuterRuns *ebpf.Variable `ebpf:"outer_runs"`
+	InnerRuns *ebpf.Variable `ebpf:"inner_runs"`
+}
+
+// testDeleteRecursion is the recursion scenario for fentry and fexit on
+// htab_map_delete_elem: deletes from the outer map run the program without
+// a miss; each delete from the inner map makes the program delete from it
+// again, which recurses once and is exactly one miss.
+func testDeleteRecursion(t *testing.T, feature string, prog *ebpf.Program, o *deleteObjs) {
+	l, err := link.AttachTracing(link.TracingOptions{Program: prog})
+	if err != nil {
+		refused(t, feature, fmt.Errorf("attaching: %w", err))
+	}
+	closeAll(t, l)
+	s0 := stats(t, prog)
+	deleteTwice(t, o.Outer)
+	s1 := stats(t, prog)
+	if n := get(t, o.OuterRuns); n != 2 {
+		t.Errorf("program counted %d deletes from the outer map, want 2", n)
+	}
+	if d := s1.RecursionMisses - s0.RecursionMisses; d != 0 {
+		t.Errorf("kernel counted %d recursion misses for non-recursive runs, want 0", d)
+	}
+	deleteTwice(t, o.Inner)
+	s2 := stats(t, prog)
+	if n := get(t, o.InnerRuns); n != 2 {
+		t.Errorf("program counted %d deletes from the inner map, want 2 (the nested ones must be skipped)", n)
+	}
+	if d := s2.RecursionMisses - s1.RecursionMisses; d != 2 {
+		t.Errorf("kernel counted %d recursion misses for two recursing deletes, want 2", d)
+	}
+	if statsOn {
+		if d := s2.RunCount - s0.RunCount; d != 4 {
+			t.Errorf("kernel counted %d runs, want 4 (2 outer + 2 inner, nested runs skipped)", d)
+		}
+	}
+	metric(t, feature+".recursion_misses", s2.RecursionMisses-s0.RecursionMisses)
+	metric(t, feature+".runs", s2.RunCount-s0.RunCount)
+	checkScan(t, feature, prog, feature)
+}
+
+func TestFentryRecursion(t *testing.T) {
+	var objs struct {
+		deleteObjs
+		Prog *ebpf.Program `ebpf:"fentry_delete"`
+	}
+	load(t, FeatFentry, &objs)
+	closeAll(t, objs.Prog, objs.Outer, objs.Inner)
+	testDeleteRecursion(t, FeatFentry, objs.Prog, &objs.deleteObjs)
+}
+
+func TestFexitRecursion(t *testing.T) {
+	var objs struct {
+		deleteObjs
+		Prog *ebpf.Program `ebpf:"fexit_delete"`
+	}
+	load(t, FeatFexit, &objs)
+	closeAll(t, objs.Prog, objs.Outer, objs.Inner)
+	testDeleteRecursion(t, FeatFexit, objs.Prog, &objs.deleteObjs)
+}
+
+// TestTpBtfRecursion: the canary's every run is one genuine recursion miss
+// through bpf_trace_printk.
+func TestTpBtfRecursion(t *testing.T) {
+	c, err := canary.Load()
+	if err != nil {
+		refused(t, FeatTpBtf, err)
+	}
+	closeAll(t, c)
+	m0, err := c.KernelMisses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 3
+	if err := c.Trigger(n); err != nil {
+		t.Fatal(err)
+	}
+	m1, err := c.KernelMisses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs, err := c.TargetRuns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs != n || m1-m0 != n {
+		t.Errorf("canary: %d runs and %d recursion misses after %d triggers, want %d of each", runs, m1-m0, n, n)
+	}
+	metric(t, "tp_btf.recursion_misses", m1-m0)
+	id, err := c.ProgramID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := ebpf.NewProgramFromID(ebpf.ProgramID(id))
+	if err != nil {
+		t.Fatalf("opening canary %d: %v", id, err)
+	}
+	closeAll(t, p)
+	checkScan(t, FeatTpBtf, p, FeatTpBtf)
+}
+
+// TestFmodRet runs the fmod_ret program on bpf_modify_return_test, which
+// BPF_PROG_TEST_RUN of the program itself calls once per run.
+func TestFmodRet(t *testing.T) {
+	var objs struct {
+		Prog *ebpf.Program  `ebpf:"fmod_ret_test"`
+		Runs *ebpf.Variable `ebpf:"fmod_ret_runs"`
+	}
+	load(t, FeatFmodRet, &objs)
+	closeAll(t, objs.Prog)
+	l, err := link.AttachTracing(link.TracingOptions{Program: objs.Prog})
+	if err != nil {
+		refused(t, FeatFmodRet, fmt.Errorf("attaching: %w", err))
+	}
+	closeAll(t, l)
+	s0 := stats(t, objs.Prog)
+	const n = 3
+	for i := 0; i < n; i++ {
+		if _, err := objs.Prog.Run(&ebpf.RunOptions{}); err != nil {
+			t.Fatalf("BPF_PROG_TEST_RUN of fmod_ret: %v", err)
+		}
+	}
+	s1 := stats(t, objs.Prog)
+	checkRuns(t, FeatFmodRet, get(t, objs.Runs), n, s0, s1)
+	checkScan(t, FeatFmodRet, objs.Prog, FeatFmodRet)
+}
+
+// checkRuns holds the program's own count and the kernel's run_cnt against
+// the number of triggers.
+func checkRuns(t *testing.T, feature string, own, n uint64, s0, s1 *ebpf.ProgramStats) {
+	t.Helper()
+	if own != n {
+		t.Errorf("%s program counted %d runs for %d triggers", feature, own, n)
+	}
+	if statsOn && s1.RunCount-s0.RunCount < n {
+		t.Errorf("kernel counted %d runs for %d triggers", s1.RunCount-s0.RunCount, n)
+	}
+	if d := s1.RecursionMisses - s0.RecursionMisses; d != 0 {
+		t.Errorf("kernel counted %d recursion misses, want 0", d)
+	}
+	metric(t, feature+".runs", s1.RunCount-s0.RunCount)
+}
+
+// TestFentrySleepable attaches fentry.s to the arch's getpgid syscall.
+func TestFentrySleepable(t *testing.T) {
+	var objs struct {
+		Prog *ebpf.Program  `ebpf:"fentry_s_getpgid"`
+		Runs *ebpf.Variable `ebpf:"getpgid_runs"`
+	}
+	load(t, FeatFentrySleep, &objs)
+	closeAll(t, objs.Prog)
+	l, err := link.AttachTracing(link.TracingOptions{Program: objs.Prog})
+	if err != nil {
+		refused(t, FeatFentrySleep, fmt.Errorf("attaching: %w", err))
+	}
+	closeAll(t, l)
+	s0 := stats(t, objs.Prog)
+	const n = 5
+	for i := 0; i < n; i++ {
+		if _, err := unix.Getpgid(0); err != nil {
+			t.Fatalf("getpgid: %v", err)
+		}
+	}
+	s1 := stats(t, objs.Prog)
+	checkRuns(t, FeatFentrySleep, get(t, objs.Runs), n, s0, s1)
+	checkScan(t, FeatFentrySleep, objs.Prog, FeatFentrySleep)
+}
+
+// TestLSM attaches to the file_open hook and opens files.
+func TestLSM(t *testing.T) {
+	var objs struct {
+		Prog *ebpf.Program  `ebpf:"lsm_file_open"`
+		Runs *ebpf.Variable `ebpf:"file_open_runs"`
+	}
+	load(t, FeatLSM, &objs)
+	closeAll(t, objs.Prog)
+	l, err := link.AttachLSM(link.LSMOptions{Program: objs.Prog})
+	if err != nil {
+		refused(t, FeatLSM, fmt.Errorf("attaching: %w", err))
+	}
+	closeAll(t, l)
+	s0 := stats(t, objs.Prog)
+	const n = 4
+	for i := 0; i < n; i++ {
+		f, err := os.Open("/proc/self/stat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	s1 := stats(t, objs.Prog)
+	own := get(t, objs.Runs)
+	if own == 0 && Expected(FeatLSM) {
+		t.Fatalf("lsm/file_open attached but never ran on %s: is bpf in the kernel's lsm= list?", Entry())
+	} else if own == 0 {
+		t.Skipf("lsm/file_open attached but never ran: the bpf LSM is not enabled (lsm=)")
+	}
+	checkRuns(t, FeatLSM, own, n, s0, s1)
+	checkScan(t, FeatLSM, objs.Prog, FeatLSM)
+}
+
+// TestKprobeMissed attaches a kprobe to htab_map_update_elem and updates a
+// hash map from user space: the syscall holds bpf_prog_active around the
+// update, so the kernel skips the program every time. Since Linux 6.7 each
+// skip adds to the program's recursion_misses and kprobe link info carries
+// a missed field; older kernels count nothing and report no field.
+func TestKprobeMissed(t *testing.T) {
+	var objs struct {
+		Prog *ebpf.Program  `ebpf:"kprobe_update"`
+		Map  *ebpf.Map      `ebpf:"hash_kprobe"`
+		Runs *ebpf.Variable `ebpf:"kprobe_runs"`
+	}
+	load(t, FeatKprobe, &objs)
+	closeAll(t, objs.Prog, objs.Map)
+	l, err := link.Kprobe("htab_map_update_elem", objs.Prog, nil)
+	if err != nil {
+		refused(t, FeatKprobe, fmt.Errorf("attaching: %w", err))
+	}
+	closeAll(t, l)
+	s0 := stats(t, objs.Prog)
+	runs0 := get(t, objs.Runs)
+	const n = 3
+	for i := 0; i < n; i++ {
+		if err := objs.Map.Update(uint32(0), uint32(i), ebpf.UpdateAny); err != nil {
+			t.Fatalf("updating hash map: %v", err)
+		}
+	}
+	s1 := stats(t, objs.Prog)
+	misses := s1.RecursionMisses - s0.RecursionMisses
+	ran := get(t, objs.Runs) - runs0
+
+	var linkMissed *uint64
+	if info, err := l.Info(); err == nil {
+		if pe := info.PerfEvent(); pe != nil {
+			if kp := pe.Kprobe(); kp != nil {
+				linkMissed = &kp.Missed
+				if kp.Function != "htab_map_update_elem" {
+					t.Errorf("kprobe link info names %q, want htab_map_update_elem", kp.Function)
+				}
+			}
+		}
+	} else {
+		t.Logf("reading kprobe link info: %v", err)
+	}
+	if ran != 0 {
+		t.Errorf("kprobe ran %d times inside user-space map updates, want 0 (bpf_prog_active is held there)", ran)
+	}
+	lm := "absent"
+	if linkMissed != nil {
+		lm = fmt.Sprint(*linkMissed)
+	}
+	t.Logf("kprobe on htab_map_update_elem (%s): %d updates, recursion_misses +%d, link missed %s", runtime.GOARCH, n, misses, lm)
+	metric(t, "kprobe.recursion_misses", misses)
+	metric(t, "kprobe.link_missed", lm)
+	p := checkScan(t, FeatKprobe, objs.Prog, FeatKprobe)
+	checkLinkMissed(t, p, linkMissed)
+	switch {
+	case misses == n && linkMissed != nil:
+		// 6.7+: counted and reported.
+	case Expected(FeatKprobeMissed):
+		t.Fatalf("%s: kernel counted %d skipped kprobe runs for %d (link missed %s), want %d and a missed field", Entry(), misses, n, lm, n)
+	case misses == 0 && linkMissed == nil:
+		t.Skipf("kprobe missed: absent on this kernel (skipped runs not counted, no missed field in link info)")
+	default:
+		t.Errorf("inconsistent: recursion_misses +%d for %d skipped runs, link missed %s", misses, n, lm)
+	}
+}
+
+// checkLinkMissed holds bpfleet's kprobe link missed against the kernel's
+// link info: the same number where the kernel has the field, absent (nil)
+// where it has none.
+func checkLinkMissed(t *testing.T, p agent.ProgramStat, kernel *uint64) {
+	t.Helper()
+	if len(p.Links) != 1 {
+		t.Errorf("bpfleet shows %d links for the kprobe program, want 1", len(p.Links))
+		return
+	}
+	got := p.Links[0].Missed
+	switch {
+	case kernel == nil && got != nil:
+		t.Errorf("bpfleet reports link missed %d where the kernel has no such field", *got)
+	case kernel != nil && got == nil:
+		t.Errorf("bpfleet reports link missed absent; the kernel says %d", *kernel)
+	case kernel != nil && *got != *kernel:
+		t.Errorf("bpfleet reports link missed %d; the kernel says %d", *got, *kernel)
+	}
+}
+
+// metric logs a number the harness compares across the kernels of one
+// release (amd64 against arm64): "metric <name>=<value>".
+func metric(t *testing.T, name string, v any) {
+	t.Helper()
+	t.Logf("metric %s=%v", name, v)
+}
+
+// kprobeMissed reads the kprobe's own missed counter from its link info;
+// nil when the kernel's link info has no kprobe details (before 6.6) .
+func kprobeMissed(t *testing.T, l link.Link) *uint64 {
+	t.Helper()
+	info, err := l.Info()
+	if err != nil {
+		t.Logf("reading kprobe link info: %v", err)
+		return nil
+	}
+	if pe := info.PerfEvent(); pe != nil {
+		if kp := pe.Kprobe(); kp != nil {
+			return &kp.Missed
+		}
+	}
+	return nil
+}
+
+// TestKprobeLinkMissed provokes the kprobe link's own missed counter: a
+// kprobe program on getpgid deletes from a hash map, re-entering a second
+// kprobe on htab_map_delete_elem, which the kprobe framework skips.
+func TestKprobeLinkMissed(t *testing.T) {
+	var objs struct {
+		Outer *ebpf.Program `ebpf:"kprobe_getpgid"`
+		Inner *ebpf.Program `ebpf:"kprobe_delete"`
+		Map   *ebpf.Map     `ebpf:"hash_nested"`
+	}
+	load(t, FeatKprobe, &objs)
+	closeAll(t, objs.Outer, objs.Inner, objs.Map)
+	inner, err := link.Kprobe("htab_map_delete_elem", objs.Inner, nil)
+	if err != nil {
+		refused(t, FeatKprobe, fmt.Errorf("attaching: %w", err))
+	}
+	closeAll(t, inner)
+	sym := map[string]string{"amd64": "__x64_sys_getpgid", "arm64": "__arm64_sys_getpgid"}[runtime.GOARCH]
+	outer, err := link.Kprobe(sym, objs.Outer, nil)
+	if err != nil {
+		refused(t, FeatKprobe, fmt.Errorf("attaching to %s: %w", sym, err))
+	}
+	closeAll(t, outer)
+	m0 := kprobeMissed(t, inner)
+	const n = 4
+	for i := 0; i < n; i++ {
+		if _, err := unix.Getpgid(0); err != nil {
+			t.Fatalf("getpgid: %v", err)
+		}
+	}
+	m1 := kprobeMissed(t, inner)
+	if m0 == nil || m1 == nil {
+		metric(t, "kprobe_nested.link_missed", "absent")
+		if Expected(FeatKprobeMissed) {
+			t.Fatalf("%s: kprobe link info has no missed field", Entry())
+		}
+		t.Skipf("kprobe link missed: absent on this kernel (no kprobe details in link info)")
+	}
+	metric(t, "kprobe_nested.link_missed", *m1-*m0)
+	if *m1-*m0 != n {
+		t.Errorf("nested kprobe: link missed +%d for %d re-entries, want %d", *m1-*m0, n, n)
+	}
+	p := checkScan(t, "kprobe_nested", objs.Inner, FeatKprobe)
+	checkLinkMissed(t, p, m1)
+}

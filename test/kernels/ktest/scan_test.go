@@ -1,0 +1,90 @@
+package ktest
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/bpfleet/bpfleet/agent"
+)
+
+func programID(t *testing.T, p *ebpf.Program) uint32 {
+	t.Helper()
+	info, err := p.Info()
+	if err != nil {
+		t.Fatalf("reading program info: %v", err)
+	}
+	id, ok := info.ID()
+	if !ok {
+		t.Fatal("kernel reports no program id")
+	}
+	return uint32(id)
+}
+
+// scan runs one bpfleet scan and returns what it reports about program id.
+func scan(t *testing.T, id uint32) agent.ProgramStat {
+	t.Helper()
+	a, err := agent.New(agent.Config{EnableStats: true})
+	if err != nil {
+		t.Fatalf("starting bpfleet's scanner: %v", err)
+	}
+	defer a.Close()
+	snap, err := a.Scan(context.Background())
+	if err != nil {
+		t.Fatalf("bpfleet scan: %v", err)
+	}
+	for _, p := range snap.Programs {
+		if p.ID == id {
+			return p
+		}
+	}
+	t.Fatalf("bpfleet's scan does not list program %d (%d programs seen)", id, len(snap.Programs))
+	return agent.ProgramStat{}
+}
+
+// checkScan holds bpfleet's scan of prog (called name in metric lines) against the kernel's own counters,
+// read just before and after it, and against the attach type the test
+// attached. Without a bpf_prog iterator plugged in the agent cannot tell a
+// sleepable tracing program from a plain one and must say so ("fentry?",
+// sleepable unknown) rather than guess.
+func checkScan(t *testing.T, name string, prog *ebpf.Program, wantAttach string) agent.ProgramStat {
+	t.Helper()
+	id := programID(t, prog)
+	before := stats(t, prog)
+	p := scan(t, id)
+	after := stats(t, prog)
+	switch {
+	case p.RecursionMisses == nil:
+		t.Errorf("bpfleet reports no recursion_misses for program %d; the kernel says %d", id, after.RecursionMisses)
+	case *p.RecursionMisses < before.RecursionMisses || *p.RecursionMisses > after.RecursionMisses:
+		t.Errorf("bpfleet reports %d recursion misses for program %d; the kernel says %d", *p.RecursionMisses, id, after.RecursionMisses)
+	}
+	if statsOn && (p.RunCount < before.RunCount || p.RunCount > after.RunCount) {
+		t.Errorf("bpfleet reports %d runs for program %d; the kernel says %d..%d", p.RunCount, id, before.RunCount, after.RunCount)
+	}
+	base := strings.TrimSuffix(wantAttach, ".s")
+	switch {
+	case p.AttachType == wantAttach:
+	case p.Sleepable == nil && p.AttachType == base+"?":
+		t.Logf("bpfleet: attach type %q for a %s program: sleepable unknown without a bpf_prog iterator", p.AttachType, wantAttach)
+	default:
+		sl := "unknown"
+		if p.Sleepable != nil {
+			sl = map[bool]string{true: "true", false: "false"}[*p.Sleepable]
+		}
+		t.Errorf("bpfleet classifies program %d as %q (sleepable %s), want %q", id, p.AttachType, sl, wantAttach)
+	}
+	t.Logf("bpfleet scan of %d: attach %q target %q runs %d misses %v", id, p.AttachType, p.AttachTarget, p.RunCount, deref(p.RecursionMisses))
+	metric(t, name+".bpfleet_attach_type", p.AttachType)
+	metric(t, name+".bpfleet_recursion_misses", deref(p.RecursionMisses))
+	return p
+}
+
+func deref(p *uint64) any {
+	if p == nil {
+		return "absent"
+	}
+	return *p
+}

@@ -1,0 +1,174 @@
+// Command kernels runs bpfleet's kernel tests in real Debian kernels booted
+// under qemu (TCG) and prints a table kernel × test. It exits non-zero on any
+// failing or missing test, kernel panic or timeout.
+//
+//	go run ./test/kernels -kernels sid-amd64,sid-arm64
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// defaultCommands run in every VM after the tests unless -cmd is given
+// (-cmd none runs none): each must exit 0 on every kernel.
+// bench is kept short: under TCG its numbers are emulation time, only that
+// every attach type loads, attaches and measures is checked here.
+var defaultCommands = []string{"bpfleet list", "bpfleet probe -o json", "bpfleet bench --rounds 3 --calls 20000 --no-progress"}
+
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ", ") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+func main() {
+	var cmds listFlag
+	kernels := flag.String("kernels", os.Getenv("KERNELS"), "comma separated entries to run (default: all)")
+	fetchOnly := flag.Bool("fetch-only", false, "only resolve and download the kernels")
+	timeout := flag.Duration("timeout", 8*time.Minute, "wall-clock limit of one boot")
+	work := flag.String("work", "", "directory for builds and console logs (default: a temporary one)")
+	pkgs := flag.String("packages", "./test/kernels/ktest", "comma separated test packages to run in the VMs")
+	flag.Var(&cmds, "cmd", "command run in every VM after the tests, e.g. 'bpfleet probe -o json' (repeatable; default: "+strings.Join(defaultCommands, ", ")+"; none: no commands)")
+	flag.Parse()
+
+	logf := func(f string, a ...any) { fmt.Fprintf(os.Stderr, "kernels: "+f+"\n", a...) }
+	entries, err := selectEntries(*kernels)
+	if err != nil {
+		logf("%v", err)
+		os.Exit(2)
+	}
+	if *fetchOnly {
+		for _, e := range entries {
+			k, err := FetchKernel(e, logf)
+			if err != nil {
+				logf("%s: %v", e.Name, err)
+				os.Exit(1)
+			}
+			logf("%s: %s %s at %s (cached %v)", e.Name, k.Package, k.Version, k.Image, k.Cached)
+		}
+		return
+	}
+	if *work == "" {
+		*work, err = os.MkdirTemp("", "bpfleet-kernels-")
+		if err != nil {
+			logf("%v", err)
+			os.Exit(1)
+		}
+	}
+	o := &Options{Packages: strings.Split(*pkgs, ","), Commands: cmds, Timeout: *timeout, WorkDir: *work, Logf: logf}
+	if len(o.Commands) == 1 && o.Commands[0] == "none" {
+		o.Commands = nil
+	} else if len(o.Commands) == 0 {
+		o.Commands = defaultCommands
+	}
+	results := RunMatrix(context.Background(), entries, o)
+	printTable(os.Stdout, results)
+	fmt.Println()
+	printMetrics(os.Stdout, results)
+	if errs := parityErrors(results); len(errs) > 0 {
+		for _, e := range errs {
+			fmt.Println("PARITY:", e)
+		}
+		os.Exit(1)
+	}
+	for _, r := range results {
+		if r.Failed() {
+			os.Exit(1)
+		}
+	}
+}
+
+// RunMatrix runs every entry, building once per architecture.
+func RunMatrix(ctx context.Context, entries []Entry, o *Options) []*Result {
+	bases := map[string]*initramfs{}
+	buildErrs := map[string]error{}
+	var results []*Result
+	for _, e := range entries {
+		if _, ok := bases[e.GOARCH()]; !ok && buildErrs[e.GOARCH()] == nil {
+			o.Logf("building tests for %s", e.GOARCH())
+			t0 := time.Now()
+			b, err := buildArch(o, e.GOARCH())
+			bases[e.GOARCH()], buildErrs[e.GOARCH()] = b, err
+			o.Logf("built for %s in %s", e.GOARCH(), time.Since(t0).Round(100*time.Millisecond))
+		}
+		if err := buildErrs[e.GOARCH()]; err != nil {
+			results = append(results, &Result{Entry: e, Err: err})
+			continue
+		}
+		r := RunEntry(ctx, e, o, bases[e.GOARCH()])
+		if r.Err != nil {
+			o.Logf("%s: %v", e.Name, r.Err)
+		}
+		o.Logf("%s: fetch %s, boot %s, tests %s, total %s", e.Name, r.Fetch.Round(100*time.Millisecond),
+			r.Boot.Round(100*time.Millisecond), r.Tests.Round(100*time.Millisecond), r.Total.Round(100*time.Millisecond))
+		results = append(results, r)
+	}
+	return results
+}
+
+func printTable(w io.Writer, results []*Result) {
+	var rows []string
+	seen := map[string]bool{}
+	cell := map[[2]string]Outcome{}
+	for _, r := range results {
+		for _, oc := range r.Outcomes {
+			if !seen[oc.Name] {
+				seen[oc.Name] = true
+				rows = append(rows, oc.Name)
+			}
+			cell[[2]string{r.Entry.Name, oc.Name}] = oc
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "test")
+	for _, r := range results {
+		fmt.Fprint(tw, "\t", r.Entry.Name)
+	}
+	fmt.Fprintln(tw)
+	for _, row := range rows {
+		fmt.Fprint(tw, row)
+		for _, r := range results {
+			st := "-"
+			if oc, ok := cell[[2]string{r.Entry.Name, row}]; ok {
+				st = string(oc.Status)
+			}
+			fmt.Fprint(tw, "\t", st)
+		}
+		fmt.Fprintln(tw)
+	}
+	fmt.Fprint(tw, "(run)")
+	for _, r := range results {
+		st := "ok"
+		if r.Err != nil {
+			st = "ERROR"
+		}
+		fmt.Fprint(tw, "\t", st)
+	}
+	fmt.Fprintln(tw)
+	tw.Flush()
+
+	fmt.Fprintln(w)
+	for _, r := range results {
+		k := "(not fetched)"
+		if r.Kernel != nil {
+			k = r.Kernel.Package + " " + r.Kernel.Version
+		}
+		fmt.Fprintf(w, "%s: %s; fetch %s, boot %s, tests %s, qemu total %s\n", r.Entry.Name, k,
+			r.Fetch.Round(100*time.Millisecond), r.Boot.Round(100*time.Millisecond),
+			r.Tests.Round(100*time.Millisecond), r.Total.Round(100*time.Millisecond))
+		if r.Err != nil {
+			fmt.Fprintf(w, "  ERROR: %v\n", r.Err)
+		}
+		for _, oc := range r.Outcomes {
+			if oc.Status != Pass && oc.Reason != "" {
+				fmt.Fprintf(w, "  %s %s: %s\n", oc.Status, oc.Name, oc.Reason)
+			}
+		}
+	}
+}
