@@ -397,3 +397,23 @@ func TestPrometheusRestart(t *testing.T) {
 	}
 	t.Logf("restart e2e: %v", time.Since(start).Round(time.Millisecond))
 }
+
+// Without any endpoint the agent says so once, keeps scanning and stops
+// cleanly on SIGTERM.
+func TestAgentWithoutEndpoint(t *testing.T) {
+	agent := startAgent(t, nil)
+	time.Sleep(4 * interval)
+	select {
+	case err := <-agent.done:
+		t.Fatalf("agent exited without an endpoint: %v\n%s", err, agent.out.String())
+	default:
+	}
+	agent.stop(t)
+	out := agent.out.String()
+	if n := strings.Count(out, "no OTLP endpoint set"); n != 1 {
+		t.Errorf("%d lines about the missing endpoint, want 1:\n%s", n, out)
+	}
+	if strings.Contains(out, "level=WARN") || strings.Contains(out, "level=ERROR") {
+		t.Errorf("warnings without an endpoint:\n%s", out)
+	}
+}
