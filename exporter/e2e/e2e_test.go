@@ -216,9 +216,13 @@ func release(t *testing.T) string {
 // flagged and flushed.
 func TestAgentToPrometheusAndJaeger(t *testing.T) {
 	c, id := loadCanary(t)
-	prom := backends.StartPrometheus(t)
-	jg := backends.StartJaeger(t)
 	start := time.Now()
+	prom := backends.StartPrometheus(t)
+	t.Logf("Prometheus ready in %v", time.Since(start).Round(time.Millisecond))
+	start = time.Now()
+	jg := backends.StartJaeger(t)
+	t.Logf("Jaeger ready in %v", time.Since(start).Round(time.Millisecond))
+	start = time.Now()
 	agent := startAgent(t, []string{
 		"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=" + prom.OTLPEndpoint(),
 		"OTEL_EXPORTER_OTLP_METRICS_PROTOCOL=http/protobuf",
@@ -243,6 +247,7 @@ func TestAgentToPrometheusAndJaeger(t *testing.T) {
 	t.Logf("Prometheus has %d misses for program %d, as the kernel, %v after the agent started", want, id, time.Since(start).Round(time.Millisecond))
 
 	sp := episodeSpan(t, jg, id, "quiet")
+	t.Logf("Jaeger span %s %v: %v", sp.OperationName, sp.Duration, sp.Tags)
 	if got := num(sp.Tags["bpf.episode.misses"]); got != float64(want-before) {
 		t.Errorf("episode span has %v misses, want %d", got, want-before)
 	}
@@ -391,4 +396,24 @@ func TestPrometheusRestart(t *testing.T) {
 		t.Errorf("%d error lines during a %v outage, want 1..%d:\n%s", lines, outage, maxLines, agent.out.String())
 	}
 	t.Logf("restart e2e: %v", time.Since(start).Round(time.Millisecond))
+}
+
+// Without any endpoint the agent says so once, keeps scanning and stops
+// cleanly on SIGTERM.
+func TestAgentWithoutEndpoint(t *testing.T) {
+	agent := startAgent(t, nil)
+	time.Sleep(4 * interval)
+	select {
+	case err := <-agent.done:
+		t.Fatalf("agent exited without an endpoint: %v\n%s", err, agent.out.String())
+	default:
+	}
+	agent.stop(t)
+	out := agent.out.String()
+	if n := strings.Count(out, "no OTLP endpoint set"); n != 1 {
+		t.Errorf("%d lines about the missing endpoint, want 1:\n%s", n, out)
+	}
+	if strings.Contains(out, "level=WARN") || strings.Contains(out, "level=ERROR") {
+		t.Errorf("warnings without an endpoint:\n%s", out)
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -84,6 +85,15 @@ func (s *syncBuffer) String() string {
 func start(name string, bin string, args ...string) (*process, error) {
 	p := &process{name: name, out: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
+	// The backends must not trace themselves: Jaeger would send its own
+	// spans to the default 127.0.0.1:4317 (whoever listens there) and wait
+	// out retries on shutdown.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "OTEL_") {
+			p.cmd.Env = append(p.cmd.Env, kv)
+		}
+	}
+	p.cmd.Env = append(p.cmd.Env, "OTEL_SDK_DISABLED=true", "OTEL_TRACES_EXPORTER=none")
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
@@ -103,6 +113,8 @@ func (p *process) stop() {
 		return
 	default:
 	}
+	// Our own keep-alive connections would hold up a graceful shutdown.
+	http.DefaultClient.CloseIdleConnections()
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
@@ -296,6 +308,7 @@ const jaegerConfig = `service:
       level: warn
 extensions:
   jaeger_query:
+    enable_tracing: false
     storage:
       traces: mem
     http:
