@@ -184,8 +184,9 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 		prev, havePrev := a.prev[p.ID]
 		d := withRates(programDelta(cur, prev, havePrev, p.LoadTime, a.prevTime), dt)
 		next[p.ID] = cur
-		snap.Programs[i] = ProgramStat{Program: *p, Delta: d, New: !havePrev}
 		kind := missKind(p, &a.kernel)
+		p.MissKind = kind
+		snap.Programs[i] = ProgramStat{Program: *p, Delta: d, New: !havePrev}
 		if d.Misses > 0 {
 			obs = append(obs, missObservation{key: episodeKey{SourceRecursionMisses, p.ID, 0}, misses: d.Misses, runs: d.Runs, prog: &snap.Programs[i].Program, kind: kind})
 		}

@@ -25,6 +25,9 @@ type Program struct {
 	AttachTarget string `json:"attach_target"`
 	// Sleepable is nil when the kernel gave no answer.
 	Sleepable *bool `json:"sleepable"`
+	// MissKind says what a recursion miss of this program means on this
+	// kernel: recursion, contention-possible or unknown (see README).
+	MissKind string `json:"miss_kind"`
 
 	LoadTime      time.Time `json:"load_time"`
 	UID           *uint32   `json:"uid"`

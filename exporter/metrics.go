@@ -58,7 +58,7 @@ func (k instrumentKind) String() string {
 var (
 	programAttrs = []string{
 		"bpf.program.id", "bpf.program.name", "bpf.program.tag", "bpf.program.type",
-		"bpf.attach.type", "bpf.attach.target", "bpf.program.sleepable",
+		"bpf.attach.type", "bpf.attach.target", "bpf.program.sleepable", "bpf.miss.kind",
 		"process.pid", "process.executable.name", "container.id", "k8s.pod.name", "k8s.namespace.name",
 	}
 	linkAttrs      = append([]string{"bpf.link.id", "bpf.link.type"}, programAttrs...)
@@ -174,7 +174,7 @@ program's ` + "`recursion_misses`" + ` (source ` + "`recursion_misses`" + `) or 
 | ` + "`bpf.program.id`, `bpf.program.name`, `bpf.program.tag`, `bpf.program.type`, `bpf.attach.type`, `bpf.attach.target`, `bpf.program.sleepable`" + ` | the program as the episode opened |
 | ` + "`bpf.link.id`" + ` | the link, for link_missed episodes |
 | ` + "`bpf.episode.source`" + ` | recursion_misses or link_missed |
-| ` + "`bpf.miss.kind`" + ` | recursion, contention-possible (sleepable program or PREEMPT_RT kernel: another task on the CPU held the guard) or unknown |
+| ` + "`bpf.miss.kind`" + ` | recursion, contention-possible (sleepable program, PREEMPT_RT, or a guarded program on a fully preemptible kernel: another task on the CPU may have held the guard) or unknown |
 | ` + "`bpf.episode.misses`, `bpf.episode.runs`" + ` | misses and runs in the episode |
 | ` + "`bpf.episode.miss_ratio`" + ` | misses / (misses + runs) |
 | ` + "`bpf.episode.peak_rate`" + ` | highest misses per second in one interval |

@@ -136,6 +136,9 @@ func (e *Exporter) programAttrs(p *agent.Program) cachedAttrs {
 		return c
 	}
 	kv := identityKVs(nil, p.ID, p.Name, p.Tag, p.Type, p.AttachType, p.AttachTarget, p.Sleepable)
+	if p.MissKind != "" {
+		kv = append(kv, attribute.String("bpf.miss.kind", p.MissKind))
+	}
 	o := k.owner
 	kv = ownerKVs(kv, o.PID, o.Comm, o.Exe, o.ContainerID, o.PodName, o.PodNamespace)
 	c := cachedAttrs{key: k, attrs: kv, set: attribute.NewSet(kv...)}
