@@ -205,4 +205,3 @@ func TestNoAPIAccess(t *testing.T) {
 		t.Errorf("New without a node name: %v", err)
 	}
 }
-
