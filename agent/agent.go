@@ -132,6 +132,22 @@ func (a *Agent) SetFactsSource(src FactsSource) {
 	a.r.source = src
 }
 
+// OwnerFiller completes owners with what the kernel does not know: pod
+// and container names from the Kubernetes API (agent/kube).
+type OwnerFiller interface {
+	Fill(*Owner)
+}
+
+// SetOwnerFiller plugs in an OwnerFiller, applied whenever owners are
+// re-read.
+func (a *Agent) SetOwnerFiller(f OwnerFiller) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.attr != nil {
+		a.attr.filler = f
+	}
+}
+
 // SetCalibration records the agent's own per-attach-type overhead
 // measurements, carried in every later snapshot.
 func (a *Agent) SetCalibration(c []Calibration) {

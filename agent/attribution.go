@@ -27,6 +27,7 @@ type attribution struct {
 	progs    map[uint32][]Owner
 	pins     map[uint32][]string
 	attached map[uint32][]owners.Attachment
+	filler   OwnerFiller
 }
 
 func newAttribution(cfg Config) *attribution {
@@ -77,6 +78,9 @@ func (at *attribution) refresh(progs []Program) []error {
 			out := make([]Owner, len(os))
 			for i, o := range os {
 				out[i] = Owner(o)
+				if at.filler != nil {
+					at.filler.Fill(&out[i])
+				}
 			}
 			at.progs[id] = out
 		}
@@ -167,7 +171,11 @@ func (at *attribution) apply(p *Program) {
 		targets = append(targets, a.Target)
 		if len(p.Owners) == 0 {
 			if c := a.Container(); c.ID != "" || c.PodUID != "" {
-				p.Owners = append(p.Owners, Owner{ContainerID: c.ID, Runtime: c.Runtime, PodUID: c.PodUID, Cgroup: a.Target, Via: ViaAttachment})
+				o := Owner{ContainerID: c.ID, Runtime: c.Runtime, PodUID: c.PodUID, Cgroup: a.Target, Via: ViaAttachment}
+				if at.filler != nil {
+					at.filler.Fill(&o)
+				}
+				p.Owners = append(p.Owners, o)
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -13,6 +14,8 @@ import (
 	"go.opentelemetry.io/otel"
 
 	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/agent/kube"
+	"github.com/bpfleet/bpfleet/api"
 	"github.com/bpfleet/bpfleet/exporter"
 )
 
@@ -63,7 +66,7 @@ local API). SIGTERM or SIGINT ends open miss episodes and flushes.`,
 	f.StringVar(&o.endpoint, "otlp-endpoint", "", "OTLP base URL, e.g. http://collector:4318 (overrides OTEL_EXPORTER_OTLP_ENDPOINT)")
 	f.StringVar(&o.protocol, "otlp-protocol", "", "grpc or http/protobuf (overrides OTEL_EXPORTER_OTLP_PROTOCOL)")
 	f.StringVar(&o.clusterName, "cluster-name", os.Getenv("K8S_CLUSTER_NAME"), "k8s.cluster.name resource attribute (default $K8S_CLUSTER_NAME)")
-	f.StringVar(&o.apiAddr, "api-addr", "", "address of the local read-only HTTP API, e.g. 127.0.0.1:9464 (empty: off)")
+	f.StringVar(&o.apiAddr, "api-addr", api.DefaultAddr, "address of the local read-only HTTP API (empty: off); a non-loopback address needs --api-token-file")
 	f.StringVar(&o.apiTokenFile, "api-token-file", "", "file holding the bearer token the local API requires")
 	f.BoolVar(&o.calibrate, "calibrate", true, "measure each attach type's overhead with the agent's own probes at start (bounded: about half a second of CPU)")
 	f.DurationVar(&o.shutdownWait, "shutdown-timeout", 10*time.Second, "how long the final flush may take")
@@ -137,13 +140,43 @@ func runAgent(ctx context.Context, o agentOptions, log *slog.Logger) error {
 		log.Info("exporting", "metrics", orNone(exp.MetricsTarget), "traces", orNone(exp.TracesTarget), "level", level.String(), "interval", o.interval)
 	}
 
-	// ---- LEAD: the local API server goes here: api.NewServer(...) on
-	// o.apiAddr with the bearer token read from o.apiTokenFile, started in
-	// a goroutine, fed each snapshot from publish below and shut down
-	// before the final flush.
-	publish := func(*agent.Snapshot) {}
+	// The local read-only API serves the latest snapshot; it never blocks
+	// or changes the scan loop.
+	var latest atomic.Pointer[agent.Snapshot]
+	publish := latest.Store
+	var apiDone chan error
 	if o.apiAddr != "" {
-		log.Warn("--api-addr: the local API is not wired into this build yet", "addr", o.apiAddr)
+		token, err := api.LoadToken(o.apiTokenFile)
+		if err != nil {
+			return err
+		}
+		srv, err := api.NewServer(api.Options{Addr: o.apiAddr, Token: token, Snapshot: latest.Load, StaleAfter: 3 * o.interval})
+		if err != nil {
+			return err
+		}
+		addr, err := srv.Listen()
+		if err != nil {
+			return err
+		}
+		log.Info("serving the local API", "addr", addr.String())
+		apiDone = make(chan error, 1)
+		go func() { apiDone <- srv.Serve(ctx) }()
+	}
+
+	// In a cluster the downward API names the node; the pod informer then
+	// names the pods and containers that own programs. Without API access
+	// owners keep the container id and pod UID their cgroups name.
+	if node := os.Getenv(kube.NodeNameEnv); node != "" && !o.common.noOwners {
+		pods, err := kube.NewInCluster(node)
+		if err != nil {
+			log.Warn("no pod names: the Kubernetes API is not reachable; owners keep container ids and pod UIDs", "err", err)
+		} else {
+			go pods.Run(ctx)
+			if err := pods.WaitSynced(ctx, 10*time.Second); err != nil {
+				log.Warn("pod cache not synced yet; pod names will appear once it is", "err", err)
+			}
+		}
+		a.SetOwnerFiller(pods) // a nil *Pods still fills ids from cgroup paths
 	}
 
 	tick := time.NewTicker(o.interval)
@@ -162,6 +195,11 @@ func runAgent(ctx context.Context, o agentOptions, log *slog.Logger) error {
 		exp.LogErrors()
 		select {
 		case <-ctx.Done():
+			if apiDone != nil {
+				if err := <-apiDone; err != nil {
+					log.Warn("local API", "err", err)
+				}
+			}
 			return shutdownAgent(a, &closed, exp, o.shutdownWait, log)
 		case <-tick.C:
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/api"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 )
@@ -17,9 +18,6 @@ import (
 // snapshotSource yields one snapshot per call: a local scan, or a remote
 // agent's API.
 type snapshotSource func(ctx context.Context) (*agent.Snapshot, error)
-
-// remoteSource is set by the API client (top_remote.go) when it is built in.
-var remoteSource func(url, token string) snapshotSource
 
 func init() {
 	var (
@@ -56,14 +54,11 @@ When stdout is not a terminal, top prints plain lines, one block per interval.`,
 
 			var src snapshotSource
 			if remote != "" {
-				if remoteSource == nil {
-					return fmt.Errorf("--remote is not built into this binary")
-				}
-				token, err := readTokenFile(tokenFile)
+				token, err := api.LoadToken(tokenFile)
 				if err != nil {
 					return err
 				}
-				src = remoteSource(remote, token)
+				src = func(ctx context.Context) (*agent.Snapshot, error) { return api.FetchSnapshot(ctx, remote, token) }
 			} else {
 				cfg := common.config()
 				cfg.EnableStats = true
@@ -90,24 +85,6 @@ When stdout is not a terminal, top prints plain lines, one block per interval.`,
 	cmd.Flags().IntVarP(&iterations, "count", "n", 0, "plain output: stop after this many intervals (0: until interrupted)")
 	common.register(cmd)
 	rootCmd.AddCommand(cmd)
-}
-
-func readTokenFile(path string) (string, error) {
-	if path == "" {
-		return os.Getenv("BPFLEET_API_TOKEN"), nil
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("reading token file: %w", err)
-	}
-	return string(trimSpace(b)), nil
-}
-
-func trimSpace(b []byte) []byte {
-	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r' || b[len(b)-1] == ' ') {
-		b = b[:len(b)-1]
-	}
-	return b
 }
 
 func isTerminal(f *os.File) bool {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -10,9 +11,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/api"
 	"github.com/bpfleet/bpfleet/probes/canary"
 	"github.com/cilium/ebpf"
 	"github.com/creack/pty"
@@ -216,5 +220,58 @@ func TestTopPlainWhenNotATerminal(t *testing.T) {
 	}
 	if programRow(string(out), id) == nil || !bytes.Contains(out, []byte("sort: cpu")) {
 		t.Errorf("plain output lacks the canary row:\n%s", out)
+	}
+}
+
+// TestTopRemote: top --remote reads a real agent's snapshots through the
+// API (served here in-process from real scans) and shows the canary's
+// misses, with the bearer token the API requires.
+func TestTopRemote(t *testing.T) {
+	bin := bpfleetBin(t)
+	c, id := loadTestCanary(t)
+	a, err := agent.New(agent.Config{EnableStats: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	var latest atomic.Pointer[agent.Snapshot]
+	const token = "0123456789abcdef-test-token"
+	srv, err := api.NewServer(api.Options{Addr: "127.0.0.1:0", Token: token, Snapshot: latest.Load})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := srv.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go srv.Serve(ctx)
+	go func() {
+		for ctx.Err() == nil {
+			c.Trigger(5)
+			if s, err := a.Scan(ctx); err == nil {
+				latest.Store(s)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	for deadline := time.Now().Add(5 * time.Second); latest.Load() == nil && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(tokenFile, []byte(token+"\n"), 0o600)
+	out, err := exec.Command(bin, "top", "--remote", "http://"+addr.String(), "--token-file", tokenFile,
+		"--interval", "200ms", "--count", "3", "--filter", "canary").CombinedOutput()
+	if err != nil {
+		t.Fatalf("top --remote: %v\n%s", err, out)
+	}
+	frames := strings.Split(strings.TrimSpace(string(out)), "\n\n")
+	row := programRow(frames[len(frames)-1], id)
+	if row == nil || row[9] == "0" {
+		t.Errorf("top --remote shows no misses for the canary:\n%s", out)
+	}
+	if _, err := exec.Command(bin, "top", "--remote", "http://"+addr.String(), "--count", "1").Output(); err == nil {
+		t.Error("top --remote without the token succeeded")
 	}
 }

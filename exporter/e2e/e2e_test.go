@@ -18,6 +18,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/bpfleet/bpfleet/api"
 	"github.com/bpfleet/bpfleet/exporter"
 	"github.com/bpfleet/bpfleet/exporter/internal/backends"
 	"github.com/bpfleet/bpfleet/probes/canary"
@@ -72,7 +73,8 @@ const interval = 500 * time.Millisecond
 func startAgent(t *testing.T, env []string, args ...string) *agentProc {
 	t.Helper()
 	a := &agentProc{out: &lockedBuffer{}, done: make(chan error, 1)}
-	a.cmd = exec.Command(bpfleetBin, append([]string{"agent", "--interval", interval.String(), "--max-programs", "0"}, args...)...)
+	// --api-addr :0: each agent's local API on a free loopback port.
+	a.cmd = exec.Command(bpfleetBin, append([]string{"agent", "--interval", interval.String(), "--max-programs", "0", "--api-addr", "127.0.0.1:0"}, args...)...)
 	// Only our own OTEL_* settings: the test must not pick up the caller's.
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "OTEL_") {
@@ -400,9 +402,42 @@ func TestPrometheusRestart(t *testing.T) {
 
 // Without any endpoint the agent says so once, keeps scanning and stops
 // cleanly on SIGTERM.
+// TestAgentWithoutEndpoint: with no OTLP endpoint the agent says so once,
+// keeps scanning and serves its local API, which reports the canary's
+// misses as the kernel counted them.
 func TestAgentWithoutEndpoint(t *testing.T) {
+	c, id := loadCanary(t)
 	agent := startAgent(t, nil)
-	time.Sleep(4 * interval)
+	addrRe := regexp.MustCompile(`serving the local API" addr=(\S+)`)
+	var base string
+	for deadline := time.Now().Add(10 * time.Second); base == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if m := addrRe.FindStringSubmatch(agent.out.String()); m != nil {
+			base = "http://" + m[1]
+		}
+	}
+	if base == "" {
+		t.Fatalf("agent never said where its API listens:\n%s", agent.out.String())
+	}
+	trigger(t, c, 10)
+	want := kernelMisses(t, c)
+	var got uint64
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(interval / 2) {
+		snap, err := api.FetchSnapshot(context.Background(), base, "")
+		if err != nil {
+			continue // not ready before the first scan
+		}
+		for _, p := range snap.Programs {
+			if p.ID == id && p.RecursionMisses != nil {
+				got = *p.RecursionMisses
+			}
+		}
+		if got == want {
+			break
+		}
+	}
+	if got != want {
+		t.Errorf("local API reports %d misses for the canary, kernel %d", got, want)
+	}
 	select {
 	case err := <-agent.done:
 		t.Fatalf("agent exited without an endpoint: %v\n%s", err, agent.out.String())
