@@ -146,11 +146,15 @@ var pretty bool
 func printList(w io.Writer, output string, s *agent.Snapshot) error {
 	switch output {
 	case "json", "jsonl":
+		v := newListOutput(s, s.Interval > 0)
+		if lo, ok := v.(listOutput); ok && !pretty {
+			return writeListJSON(w, &lo)
+		}
 		enc := json.NewEncoder(w)
 		if pretty && output == "json" {
 			enc.SetIndent("", "  ")
 		}
-		return enc.Encode(newListOutput(s, s.Interval > 0))
+		return enc.Encode(v)
 	}
 	return printTable(w, s)
 }

@@ -29,7 +29,8 @@ var buildBinary = sync.OnceValues(func() (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(dir, "bpfleet")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
+	// Built as the Makefile ships it (static, stripped).
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, ".")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", errors.New(string(out))

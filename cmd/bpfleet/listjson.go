@@ -1,0 +1,168 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"strconv"
+
+	"github.com/bpfleet/bpfleet/agent"
+)
+
+// writeListJSON writes `bpfleet list -o json` (compact) byte for byte as
+// encoding/json would (listjson_test.go holds it to that), but encodes the
+// programs by hand: over 1,000 programs reflection cost more CPU than
+// reading them from the kernel. The small parts go through encoding/json.
+func writeListJSON(w io.Writer, out *listOutput) error {
+	b := make([]byte, 0, 512*len(out.Programs)+4096)
+	var err error
+	field := func(name string, v any, first bool) {
+		if err != nil {
+			return
+		}
+		if !first {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, name...)
+		b = append(b, '"', ':')
+		var enc []byte
+		enc, err = json.Marshal(v)
+		b = append(b, enc...)
+	}
+	b = append(b, '{')
+	field("time", out.Time, true)
+	field("kernel", out.Kernel, false)
+	field("stats", out.Stats, false)
+	if err != nil {
+		return err
+	}
+	b = append(b, `,"programs":`...)
+	if out.Programs == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i := range out.Programs {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			if b, err = appendProgram(b, &out.Programs[i]); err != nil {
+				return err
+			}
+		}
+		b = append(b, ']')
+	}
+	field("attach_types", out.AttachTypes, false)
+	field("scan", out.Scan, false)
+	if err != nil {
+		return err
+	}
+	b = append(b, '}', '\n')
+	_, err = w.Write(b)
+	return err
+}
+
+// appendProgram encodes one agent.Program in its struct's field order.
+func appendProgram(b []byte, p *agent.Program) ([]byte, error) {
+	b = append(b, `{"id":`...)
+	b = strconv.AppendUint(b, uint64(p.ID), 10)
+	b = appendStr(b, "name", p.Name)
+	b = appendStr(b, "tag", p.Tag)
+	b = appendStr(b, "type", p.Type)
+	b = appendStr(b, "attach_type", p.AttachType)
+	b = appendStr(b, "attach_target", p.AttachTarget)
+	b = append(b, `,"sleepable":`...)
+	if p.Sleepable == nil {
+		b = append(b, "null"...)
+	} else {
+		b = strconv.AppendBool(b, *p.Sleepable)
+	}
+	b = appendStr(b, "miss_kind", p.MissKind)
+	t, err := p.LoadTime.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	b = append(b, `,"load_time":`...)
+	b = append(b, t...)
+	b = appendOpt(b, "uid", p.UID != nil, func(b []byte) []byte { return strconv.AppendUint(b, uint64(*p.UID), 10) })
+	b = append(b, `,"map_ids":`...)
+	if p.MapIDs == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i, id := range p.MapIDs {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendUint(b, uint64(id), 10)
+		}
+		b = append(b, ']')
+	}
+	if p.BTFID != 0 { // omitempty
+		b = appendUint(b, "btf_id", uint64(p.BTFID))
+	}
+	b = appendUint(b, "jited_size", uint64(p.JitedSize))
+	b = appendUint(b, "xlated_size", uint64(p.XlatedSize))
+	b = appendOpt(b, "memlock", p.Memlock != nil, func(b []byte) []byte { return strconv.AppendUint(b, *p.Memlock, 10) })
+	b = appendOpt(b, "verified_insns", p.VerifiedInsns != nil, func(b []byte) []byte { return strconv.AppendUint(b, uint64(*p.VerifiedInsns), 10) })
+	b = appendUint(b, "run_count", p.RunCount)
+	b = appendUint(b, "run_time_ns", p.RunTimeNs)
+	b = appendOpt(b, "recursion_misses", p.RecursionMisses != nil, func(b []byte) []byte { return strconv.AppendUint(b, *p.RecursionMisses, 10) })
+	if b, err = appendSlice(b, "links", p.Links == nil, len(p.Links), p.Links); err != nil {
+		return nil, err
+	}
+	if b, err = appendSlice(b, "owners", p.Owners == nil, len(p.Owners), p.Owners); err != nil {
+		return nil, err
+	}
+	if len(p.Pins) > 0 { // omitempty
+		if b, err = appendSlice(b, "pins", false, len(p.Pins), p.Pins); err != nil {
+			return nil, err
+		}
+	}
+	return append(b, '}'), nil
+}
+
+func appendKey(b []byte, name string) []byte {
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	return append(b, '"', ':')
+}
+
+func appendUint(b []byte, name string, v uint64) []byte {
+	return strconv.AppendUint(appendKey(b, name), v, 10)
+}
+
+func appendOpt(b []byte, name string, ok bool, val func([]byte) []byte) []byte {
+	b = appendKey(b, name)
+	if !ok {
+		return append(b, "null"...)
+	}
+	return val(b)
+}
+
+// appendSlice encodes the rarely non-empty slices with encoding/json.
+func appendSlice(b []byte, name string, isNil bool, n int, v any) ([]byte, error) {
+	b = appendKey(b, name)
+	switch {
+	case isNil:
+		return append(b, "null"...), nil
+	case n == 0:
+		return append(b, '[', ']'), nil
+	}
+	enc, err := json.Marshal(v)
+	return append(b, enc...), err
+}
+
+// appendStr quotes s as encoding/json does (HTML-safe escapes included),
+// with a fast path for the plain ASCII that names, tags and targets are.
+func appendStr(b []byte, name, s string) []byte {
+	b = appendKey(b, name)
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			enc, _ := json.Marshal(s)
+			return append(b, enc...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
