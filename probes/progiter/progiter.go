@@ -10,12 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"syscall"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/btf"
+	"github.com/bpfleet/bpfleet/probes/internal/refuse"
 	"github.com/cilium/ebpf/link"
-	"golang.org/x/sys/unix"
 )
 
 // Record is what the iterator reports about one BPF program.
@@ -76,12 +73,12 @@ func Load() (*Iter, error) {
 	}
 	it := &Iter{buf: make([]byte, bufSize), names: make(map[string]string)}
 	if err := spec.LoadAndAssign(&it.objs, nil); err != nil {
-		return nil, fmt.Errorf("loading iter/bpf_prog: %w", refusal(err))
+		return nil, fmt.Errorf("loading iter/bpf_prog: %w", refuse.Iterator(err, "bpf_prog"))
 	}
 	it.link, err = link.AttachIter(link.IterOptions{Program: it.objs.DumpProg})
 	if err != nil {
 		it.objs.Close()
-		return nil, fmt.Errorf("attaching iter/bpf_prog: %w", refusal(err))
+		return nil, fmt.Errorf("attaching iter/bpf_prog: %w", refuse.Iterator(err, "bpf_prog"))
 	}
 	info, err := it.objs.DumpProg.Info()
 	if err != nil {
@@ -92,28 +89,6 @@ func Load() (*Iter, error) {
 	it.progID = uint32(id)
 	return it, nil
 }
-
-// refusal marks the kernel saying no as ErrNotSupported, keeping its reason.
-func refusal(err error) error {
-	var verr *ebpf.VerifierError
-	switch {
-	case errors.Is(err, ebpf.ErrNotSupported):
-		return err
-	case errors.Is(err, btf.ErrNotFound), errors.Is(err, btf.ErrNotSupported):
-		return fmt.Errorf("%w: kernel BTF has no bpf_prog iterator target: %w", ebpf.ErrNotSupported, err)
-	case errors.As(err, &verr) && (errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EACCES)):
-		// The verifier refusing a CO-RE read or the target on this
-		// kernel; other errnos (EPERM, EBADF, ...) are not a kernel
-		// capability and are returned as they are.
-		return fmt.Errorf("%w: verifier rejected the iterator: %w", ebpf.ErrNotSupported, err)
-	case errors.Is(err, unix.EINVAL), errors.Is(err, errnoENOTSUPP), errors.Is(err, unix.EOPNOTSUPP):
-		return fmt.Errorf("%w: %w", ebpf.ErrNotSupported, err)
-	}
-	return err
-}
-
-// errnoENOTSUPP is the kernel-internal ENOTSUPP (524) that bpf() can leak.
-const errnoENOTSUPP = syscall.Errno(524)
 
 // ProgramID is the id of the iterator program itself, so that a caller
 // listing programs can recognise its own.

@@ -10,12 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"syscall"
 
+	"github.com/bpfleet/bpfleet/probes/internal/refuse"
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
-	"golang.org/x/sys/unix"
 )
 
 // Kind is what a BPF file is.
@@ -88,12 +86,12 @@ func load(ignoreKsyms, linksByName bool) (*Iter, error) {
 	}
 	it := &Iter{buf: make([]byte, bufSize), comms: make(map[string]string)}
 	if err := spec.LoadAndAssign(&it.objs, nil); err != nil {
-		return nil, fmt.Errorf("loading iter/task_file: %w", refusal(err))
+		return nil, fmt.Errorf("loading iter/task_file: %w", refuse.Iterator(err, "task_file"))
 	}
 	it.link, err = link.AttachIter(link.IterOptions{Program: it.objs.DumpTaskFile})
 	if err != nil {
 		it.objs.Close()
-		return nil, fmt.Errorf("attaching iter/task_file: %w", refusal(err))
+		return nil, fmt.Errorf("attaching iter/task_file: %w", refuse.Iterator(err, "task_file"))
 	}
 	if err := it.learn(); err != nil {
 		it.Close()
@@ -138,28 +136,6 @@ func (it *Iter) learn() error {
 		return fmt.Errorf("%w: cannot recognise bpf files: kallsyms lists no bpf_prog_fops/bpf_link_fops and the iterator did not see this process's own fds", ebpf.ErrNotSupported)
 	}
 	return nil
-}
-
-// errnoENOTSUPP is the kernel-internal ENOTSUPP (524) that bpf() can leak.
-const errnoENOTSUPP = syscall.Errno(524)
-
-// refusal marks the kernel saying no as ErrNotSupported, keeping its reason.
-func refusal(err error) error {
-	var verr *ebpf.VerifierError
-	switch {
-	case errors.Is(err, ebpf.ErrNotSupported):
-		return err
-	case errors.Is(err, btf.ErrNotFound), errors.Is(err, btf.ErrNotSupported):
-		return fmt.Errorf("%w: kernel BTF has no task_file iterator target: %w", ebpf.ErrNotSupported, err)
-	case errors.As(err, &verr) && (errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EACCES)):
-		// The verifier refusing a CO-RE read or the target on this
-		// kernel; other errnos (EPERM, EBADF, ...) are not a kernel
-		// capability and are returned as they are.
-		return fmt.Errorf("%w: verifier rejected the iterator: %w", ebpf.ErrNotSupported, err)
-	case errors.Is(err, unix.EINVAL), errors.Is(err, errnoENOTSUPP), errors.Is(err, unix.EOPNOTSUPP):
-		return fmt.Errorf("%w: %w", ebpf.ErrNotSupported, err)
-	}
-	return err
 }
 
 // Read runs one pass of the iterator and calls fn for every BPF program or
