@@ -124,14 +124,6 @@ func New(cfg Config) (*Agent, error) {
 // Kernel returns the node's kernel description.
 func (a *Agent) Kernel() KernelInfo { return a.kernel }
 
-// SetFactsSource plugs in a bpf_prog iterator (probes/progiter) that tells
-// expected attach types and sleepable flags. The agent closes it.
-func (a *Agent) SetFactsSource(src FactsSource) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.r.source = src
-}
-
 // OwnerFiller completes owners with what the kernel does not know: pod
 // and container names from the Kubernetes API (agent/kube).
 type OwnerFiller interface {

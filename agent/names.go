@@ -16,14 +16,11 @@ var progTypeNames = [...]string{
 }
 
 const (
-	progTypeKprobe        = 2
 	progTypeSchedCls      = 3
 	progTypeSchedAct      = 4
-	progTypeTracepoint    = 5
 	progTypeXDP           = 6
 	progTypePerfEvent     = 7
 	progTypeRawTracepoint = 17
-	progTypeRawTPWritable = 24
 	progTypeTracing       = 26
 	progTypeStructOps     = 27
 	progTypeExt           = 28
@@ -60,12 +57,11 @@ var attachTypeNames = [...]string{
 }
 
 const (
-	attachTraceRawTP      = 23
-	attachTraceFentry     = 24
-	attachTraceFexit      = 25
-	attachModifyReturn    = 26
-	attachLSMMac          = 27
-	attachTraceKprobeMult = 42
+	attachTraceRawTP   = 23
+	attachTraceFentry  = 24
+	attachTraceFexit   = 25
+	attachModifyReturn = 26
+	attachLSMMac       = 27
 )
 
 // AttachTypeName names a bpf_attach_type.

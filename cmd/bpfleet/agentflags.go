@@ -28,17 +28,12 @@ func (f *agentFlags) config() agent.Config {
 	return agent.Config{ProcRoot: f.procRoot, BPFFS: f.bpffs, Owners: !f.noOwners, NoIterator: f.noIter, QuietIntervals: f.quiet}
 }
 
-// newAgent builds an agent with the optional kernel helpers it can get
-// (the bpf_prog iterator, owner attribution); each one the kernel refuses
-// is skipped, never fatal.
+// newAgent checks the shared flags and builds the agent. Optional kernel
+// helpers it cannot get (stats, iterators) are reported in the snapshots'
+// Degraded lines, never fatal.
 func newAgent(cfg agent.Config) (*agent.Agent, error) {
 	if cfg.QuietIntervals < 1 {
 		return nil, fmt.Errorf("--quiet-intervals must be at least 1, got %d", cfg.QuietIntervals)
 	}
-	a, err := agent.New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	attachHelpers(a, cfg)
-	return a, nil
+	return agent.New(cfg)
 }
