@@ -53,12 +53,18 @@ func newAptEnv(suite, arch string) (*aptEnv, error) {
 			return nil, fmt.Errorf("creating apt dir: %w", err)
 		}
 	}
+	mirror, security, err := hostMirrors()
+	if err != nil {
+		return nil, err
+	}
 	opts := fmt.Sprintf("[arch=%s signed-by=%s]", arch, debianKeyring)
 	var src strings.Builder
-	fmt.Fprintf(&src, "deb %s http://deb.debian.org/debian %s main\n", opts, suite)
+	fmt.Fprintf(&src, "deb %s %s %s main\n", opts, mirror, suite)
 	if suite != "sid" && suite != "unstable" {
-		fmt.Fprintf(&src, "deb %s http://deb.debian.org/debian %s-updates main\n", opts, suite)
-		fmt.Fprintf(&src, "deb %s http://deb.debian.org/debian-security %s-security main\n", opts, suite)
+		fmt.Fprintf(&src, "deb %s %s %s-updates main\n", opts, mirror, suite)
+		if security != "" {
+			fmt.Fprintf(&src, "deb %s %s %s-security main\n", opts, security, suite)
+		}
 	}
 	files := map[string]string{
 		"sources.list": src.String(),
@@ -243,4 +249,59 @@ func extractImage(deb, dst, arch string) error {
 		io.Copy(io.Discard, stdout) // let dpkg-deb finish cleanly
 		return f.Close()
 	}
+}
+
+// hostMirrors returns the Debian archive and security mirrors this
+// machine's own apt is configured with (deb822 .sources files and
+// sources.list), so the kernels come from wherever the host's packages do.
+func hostMirrors() (archive, security string, err error) {
+	var uris []string
+	files, _ := filepath.Glob("/etc/apt/sources.list.d/*.sources")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "URIs:"); ok {
+				uris = append(uris, strings.Fields(v)...)
+			}
+		}
+	}
+	lists, _ := filepath.Glob("/etc/apt/sources.list.d/*.list")
+	for _, f := range append([]string{"/etc/apt/sources.list"}, lists...) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			fs := strings.Fields(line)
+			if len(fs) < 3 || fs[0] != "deb" {
+				continue
+			}
+			i := 1
+			if strings.HasPrefix(fs[i], "[") { // options: [arch=... signed-by=...]
+				for i < len(fs) && !strings.HasSuffix(fs[i], "]") {
+					i++
+				}
+				i++
+			}
+			if i < len(fs) {
+				uris = append(uris, fs[i])
+			}
+		}
+	}
+	for _, u := range uris {
+		u = strings.TrimSuffix(u, "/")
+		switch {
+		case strings.HasSuffix(u, "/debian-security") && security == "":
+			security = u
+		case strings.HasSuffix(u, "/debian") && archive == "":
+			archive = u
+		}
+	}
+	if archive == "" {
+		return "", "", errors.New("no Debian archive (a URI ending in /debian) in this machine's apt sources: the kernels are fetched from the mirror apt already uses")
+	}
+	return archive, security, nil
 }
