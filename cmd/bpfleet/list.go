@@ -118,7 +118,13 @@ func watchList(ctx context.Context, a *agent.Agent, out io.Writer, output string
 	if every <= 0 {
 		return fmt.Errorf("--interval must be positive, got %v", every)
 	}
-	if _, err := a.Scan(ctx); err != nil { // baseline for the first delta
+	return everyInterval(ctx, a.Scan, every, count, func(s *agent.Snapshot) error { return printList(out, output, s) })
+}
+
+// everyInterval takes a baseline snapshot (the first delta needs one), then
+// one per tick, count times (0: until ctx ends), and hands each to fn.
+func everyInterval(ctx context.Context, src snapshotSource, every time.Duration, count int, fn func(*agent.Snapshot) error) error {
+	if _, err := src(ctx); err != nil {
 		return err
 	}
 	t := time.NewTicker(every)
@@ -129,11 +135,11 @@ func watchList(ctx context.Context, a *agent.Agent, out io.Writer, output string
 			return nil
 		case <-t.C:
 		}
-		s, err := a.Scan(ctx)
+		s, err := src(ctx)
 		if err != nil {
 			return err
 		}
-		if err := printList(out, output, s); err != nil {
+		if err := fn(s); err != nil {
 			return err
 		}
 	}

@@ -94,24 +94,10 @@ func isTerminal(f *os.File) bool {
 
 // runPlain prints one block of lines per interval, for pipes and logs.
 func runPlain(ctx context.Context, src snapshotSource, v *topView, every time.Duration, w io.Writer, count int) error {
-	if _, err := src(ctx); err != nil {
-		return err
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for n := 0; count == 0 || n < count; n++ {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		s, err := src(ctx)
-		if err != nil {
-			return err
-		}
+	return everyInterval(ctx, src, every, count, func(s *agent.Snapshot) error {
 		v.renderPlain(w, s)
-	}
-	return nil
+		return nil
+	})
 }
 
 // runInteractive draws the live screen in raw mode on the alternate screen

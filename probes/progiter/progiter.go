@@ -9,8 +9,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 
+	"github.com/bpfleet/bpfleet/probes/internal/records"
 	"github.com/bpfleet/bpfleet/probes/internal/refuse"
 	"github.com/cilium/ebpf/link"
 )
@@ -104,25 +104,12 @@ func (it *Iter) Read(dst map[uint32]Record) error {
 	}
 	defer rd.Close()
 
-	have := 0 // bytes of an unfinished record carried over from the last read
-	for {
-		n, err := rd.Read(it.buf[have:])
-		have += n
-		whole := have - have%recordSize
-		for off := 0; off < whole; off += recordSize {
-			r := it.decode(it.buf[off : off+recordSize])
-			dst[r.ID] = r
-		}
-		have = copy(it.buf, it.buf[whole:have])
-		if err == io.EOF || (n == 0 && err == nil) {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("reading bpf_prog iterator: %w", err)
-		}
-	}
-	if have != 0 {
-		return fmt.Errorf("reading bpf_prog iterator: %d trailing bytes are not a whole %d-byte record", have, recordSize)
+	err = records.Read(rd, it.buf, recordSize, func(b []byte) {
+		r := it.decode(b)
+		dst[r.ID] = r
+	})
+	if err != nil {
+		return fmt.Errorf("reading bpf_prog iterator: %w", err)
 	}
 	return nil
 }

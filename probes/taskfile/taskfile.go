@@ -9,8 +9,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 
+	"github.com/bpfleet/bpfleet/probes/internal/records"
 	"github.com/bpfleet/bpfleet/probes/internal/refuse"
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -148,24 +148,8 @@ func (it *Iter) Read(fn func(Entry)) error {
 	}
 	defer rd.Close()
 
-	have := 0 // bytes of an unfinished record carried over from the last read
-	for {
-		n, err := rd.Read(it.buf[have:])
-		have += n
-		whole := have - have%recordSize
-		for off := 0; off < whole; off += recordSize {
-			fn(it.decode(it.buf[off : off+recordSize]))
-		}
-		have = copy(it.buf, it.buf[whole:have])
-		if err == io.EOF || (n == 0 && err == nil) {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("reading task_file iterator: %w", err)
-		}
-	}
-	if have != 0 {
-		return fmt.Errorf("reading task_file iterator: %d trailing bytes are not a whole %d-byte record", have, recordSize)
+	if err := records.Read(rd, it.buf, recordSize, func(b []byte) { fn(it.decode(b)) }); err != nil {
+		return fmt.Errorf("reading task_file iterator: %w", err)
 	}
 	return nil
 }

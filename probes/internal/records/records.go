@@ -1,0 +1,36 @@
+// Package records reads the fixed-size records a BPF iterator writes with
+// bpf_seq_write, for the iterator loaders in probes/.
+package records
+
+import (
+	"fmt"
+	"io"
+)
+
+// Read reads rd to its end through buf and calls fn with each whole
+// record of size bytes. The kernel hands out the seq_file a chunk per
+// read(), which need not end on a record boundary, so an unfinished record
+// is carried over to the next read. Trailing bytes that make no whole
+// record are an error.
+func Read(rd io.Reader, buf []byte, size int, fn func([]byte)) error {
+	have := 0
+	for {
+		n, err := rd.Read(buf[have:])
+		have += n
+		whole := have - have%size
+		for off := 0; off < whole; off += size {
+			fn(buf[off : off+size])
+		}
+		have = copy(buf, buf[whole:have])
+		if err == io.EOF || (n == 0 && err == nil) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if have != 0 {
+		return fmt.Errorf("%d trailing bytes are not a whole %d-byte record", have, size)
+	}
+	return nil
+}
