@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,5 +129,26 @@ func TestListJSONAgainstBpftool(t *testing.T) {
 	}
 	if len(doc.Attach) == 0 {
 		t.Error("no attach_types summary")
+	}
+}
+
+// TestUnprivilegedOneLine: without the capabilities, list fails with one
+// line that names them, not a stack trace.
+func TestUnprivilegedOneLine(t *testing.T) {
+	bin := bpfleetBin(t)
+	if err := os.Chmod(filepath.Dir(bin), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Fatal("setpriv (util-linux) not found")
+	}
+	out, err := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", bin, "list").CombinedOutput()
+	if err == nil {
+		t.Fatalf("list as nobody succeeded:\n%s", out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], "CAP_SYS_ADMIN") || !strings.Contains(lines[0], "CAP_BPF") || !strings.Contains(lines[0], "CAP_PERFMON") {
+		t.Errorf("unprivileged list said:\n%s", out)
 	}
 }
