@@ -54,11 +54,25 @@ type Result struct {
 	// numbers compared across architectures.
 	Metrics map[string]string
 	Err     error // the run as a whole failed: timeout, panic, missing results
+	// Retried says why the entry was booted a second time (the first boot
+	// died or hung with no test failing); empty when it was not.
+	Retried string
 	Log     string
 	Fetch   time.Duration
 	Boot    time.Duration // qemu start to the first test starting
 	Tests   time.Duration // first test starting to done
 	Total   time.Duration // qemu start to exit
+}
+
+// failedTest says whether a test or command in the run failed (rather than
+// the guest as a whole dying or hanging).
+func (r *Result) failedTest() bool {
+	for _, o := range r.Outcomes {
+		if o.Status == Fail {
+			return true
+		}
+	}
+	return false
 }
 
 // Failed says whether the entry must make the harness exit non-zero.
@@ -147,10 +161,11 @@ func buildArch(o *Options, goarch string) (*initramfs, error) {
 func qemuArgs(e Entry, kernel, initrd string) []string {
 	common := []string{"-accel", "tcg,thread=multi", "-m", "1024", "-smp", "2",
 		"-nographic", "-no-reboot", "-kernel", kernel, "-initrd", initrd}
-	// quiet loglevel=0 keeps kernel messages from interleaving with the
-	// result stream; panic=-1 turns a panic into a reboot, which
+	// quiet loglevel=2 keeps all but emergency and alert messages (panics,
+	// Oops, BUG) from interleaving with the result stream, so a guest that
+	// dies says why; panic=-1 turns a panic into a reboot, which
 	// -no-reboot turns into qemu exiting.
-	cmdline := "panic=-1 oops=panic quiet loglevel=0"
+	cmdline := "panic=-1 oops=panic quiet loglevel=2"
 	if e.Arch == "arm64" {
 		// pauth-impdef: an implementation-defined pointer-auth hash that
 		// TCG computes far faster than the architected QARMA.

@@ -20,7 +20,13 @@ import (
 // (-cmd none runs none): each must exit 0 on every kernel.
 // bench is kept short: under TCG its numbers are emulation time, only that
 // every attach type loads, attaches and measures is checked here.
-var defaultCommands = []string{"bpfleet list", "bpfleet probe -o json", "bpfleet bench --rounds 3 --calls 20000 --no-progress"}
+//
+// bench runs with the in-kernel triggers (--mode kernel): the syscall-mode
+// tracepoint bench, which attaches and detaches syscalls:sys_enter_getpgid
+// every round, hung the 6.1 VM in 2 of 8 boots (never on 6.12 or 7.2, never
+// on the host); the probe report still attaches every type once in both
+// modes. Investigating that hang is an open item.
+var defaultCommands = []string{"bpfleet list", "bpfleet probe -o json", "bpfleet bench --mode kernel --rounds 3 --calls 20000 --no-progress"}
 
 type listFlag []string
 
@@ -102,6 +108,19 @@ func RunMatrix(ctx context.Context, entries []Entry, o *Options) []*Result {
 			continue
 		}
 		r := RunEntry(ctx, e, o, bases[e.GOARCH()])
+		if r.Err != nil && !r.failedTest() && ctx.Err() == nil {
+			// The guest died or hung with no test failing. TCG guests do
+			// that now and then (seen: a 6.1 guest hanging in the
+			// syscall-tracepoint bench, a 7.2 guest dying in probe); boot
+			// once more, keep the first console log, and say so in the
+			// results, so a retry is never silent.
+			first := r
+			kept := r.Log + ".first"
+			os.Rename(r.Log, kept)
+			o.Logf("%s: %v; booting once more (first console log: %s)", e.Name, r.Err, kept)
+			r = RunEntry(ctx, e, o, bases[e.GOARCH()])
+			r.Retried = fmt.Sprintf("%v (console log %s)", first.Err, kept)
+		}
 		if r.Err != nil {
 			o.Logf("%s: %v", e.Name, r.Err)
 		}
@@ -162,6 +181,9 @@ func printTable(w io.Writer, results []*Result) {
 		fmt.Fprintf(w, "%s: %s; fetch %s, boot %s, tests %s, qemu total %s\n", r.Entry.Name, k,
 			r.Fetch.Round(100*time.Millisecond), r.Boot.Round(100*time.Millisecond),
 			r.Tests.Round(100*time.Millisecond), r.Total.Round(100*time.Millisecond))
+		if r.Retried != "" {
+			fmt.Fprintf(w, "  RETRIED: the first boot failed with no test failing: %s\n", r.Retried)
+		}
 		if r.Err != nil {
 			fmt.Fprintf(w, "  ERROR: %v\n", r.Err)
 		}
