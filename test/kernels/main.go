@@ -119,7 +119,11 @@ func RunMatrix(ctx context.Context, entries []Entry, o *Options) []*Result {
 			os.Rename(r.Log, kept)
 			o.Logf("%s: %v; booting once more (first console log: %s)", e.Name, r.Err, kept)
 			r = RunEntry(ctx, e, o, bases[e.GOARCH()])
-			r.Retried = fmt.Sprintf("%v (console log %s)", first.Err, kept)
+			// One line: the first failure's own lines (timeout, kernel BUG
+			// lines) are in the kept log, which its message no longer names.
+			reason, _, _ := strings.Cut(first.Err.Error(), "\n")
+			reason, _, _ = strings.Cut(reason, " (console log")
+			r.Retried = fmt.Sprintf("%s; first console log %s", reason, kept)
 		}
 		if r.Err != nil {
 			o.Logf("%s: %v", e.Name, r.Err)
