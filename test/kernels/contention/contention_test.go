@@ -137,19 +137,6 @@ func onCPU(cpu, n int, fn func() error) error {
 func getpgid() error { _, err := unix.Getpgid(0); return err }
 func getsid() error  { _, err := unix.Getsid(0); return err }
 
-func programID(t *testing.T, p *ebpf.Program) uint32 {
-	t.Helper()
-	info, err := p.Info()
-	if err != nil {
-		t.Fatalf("reading program info: %v", err)
-	}
-	id, ok := info.ID()
-	if !ok {
-		t.Fatal("kernel reports no program id")
-	}
-	return uint32(id)
-}
-
 // scanner is one bpfleet agent across a scenario: a scan before it sets
 // the baseline, the scan after reports the scenario's misses as a delta
 // and an episode.
@@ -165,7 +152,7 @@ func newScanner(t *testing.T, p *ebpf.Program) *scanner {
 		t.Fatalf("starting bpfleet's scanner: %v", err)
 	}
 	t.Cleanup(func() { a.Close() })
-	s := &scanner{a: a, id: programID(t, p)}
+	s := &scanner{a: a, id: ktest.ProgramID(t, p)}
 	s.scan(t)
 	return s
 }

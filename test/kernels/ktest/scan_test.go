@@ -10,19 +10,6 @@ import (
 	"github.com/bpfleet/bpfleet/agent"
 )
 
-func programID(t *testing.T, p *ebpf.Program) uint32 {
-	t.Helper()
-	info, err := p.Info()
-	if err != nil {
-		t.Fatalf("reading program info: %v", err)
-	}
-	id, ok := info.ID()
-	if !ok {
-		t.Fatal("kernel reports no program id")
-	}
-	return uint32(id)
-}
-
 // scan runs one bpfleet scan and returns what it reports about program id.
 func scan(t *testing.T, id uint32) agent.ProgramStat {
 	t.Helper()
@@ -51,7 +38,7 @@ func scan(t *testing.T, id uint32) agent.ProgramStat {
 // sleepable unknown) rather than guess.
 func checkScan(t *testing.T, name string, prog *ebpf.Program, wantAttach string) agent.ProgramStat {
 	t.Helper()
-	id := programID(t, prog)
+	id := ProgramID(t, prog)
 	before := stats(t, prog)
 	p := scan(t, id)
 	after := stats(t, prog)
