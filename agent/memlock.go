@@ -8,37 +8,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// fdinfoDir reads our own fdinfo files. It holds /proc/self/fdinfo open
-// and opens entries relative to it, which spares the kernel resolving
-// /proc/self on every program of a first scan.
+// fdinfoDir is /proc/self/fdinfo, held open so that fdinfo entries are
+// opened relative to it: that spares the kernel resolving /proc/self for
+// every program of a first scan.
 type fdinfoDir struct {
 	dir int // -1 until first use
 }
 
-// memlock reads the "memlock:" line of our own fdinfo for fd: the only
-// place the kernel reports a program's memory charge. Read once per program,
-// since it does not change after load.
-func (d *fdinfoDir) memlock(fd int) (uint64, bool) {
-	if d.open(); d.dir < 0 {
-		return 0, false
-	}
-	var name [24]byte
-	b := strconv.AppendInt(name[:0], int64(fd), 10)
-	name[len(b)] = 0
-	f, _, errno := unix.RawSyscall6(unix.SYS_OPENAT, uintptr(d.dir), uintptr(unsafe.Pointer(&name[0])), unix.O_RDONLY|unix.O_CLOEXEC, 0, 0, 0)
-	if errno != 0 {
-		return 0, false
-	}
-	defer closeFD(int(f))
-	var buf [512]byte
-	n, _, errno := unix.RawSyscall(unix.SYS_READ, f, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
-	if errno != 0 || n == 0 {
-		return 0, false
-	}
-	return fdinfoField(buf[:n], "memlock:")
-}
-
-// open opens the directory once; it must not race with memlock calls.
+// open opens the directory once; it must not race with fdinfoFiles reads.
 func (d *fdinfoDir) open() {
 	if d.dir < 0 {
 		if dir, err := unix.Open("/proc/self/fdinfo", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
@@ -52,6 +29,71 @@ func (d *fdinfoDir) close() {
 		unix.Close(d.dir)
 		d.dir = -1
 	}
+}
+
+// fdinfoFiles reads the "memlock:" line of our own fdinfo, the only place
+// the kernel reports a program's memory charge. Opening and closing
+// /proc/self/fdinfo/N was most of a first read's cost, so one goroutine
+// keeps the file of each fd number it used open for the length of a scan:
+// the kernel looks the number up again on every read from offset 0, and a
+// scan that opens and closes one program at a time reuses the same few fd
+// numbers. A reused file is trusted only when its prog_id line names the
+// program expected; otherwise (a kernel without that line) it is reopened.
+type fdinfoFiles struct {
+	dir   *fdinfoDir
+	files map[int]int // fd number → our open fdinfo file for it
+}
+
+// memlock returns the memlock of program id, open as fd by the caller for
+// the whole call (so no other goroutine can hold that number meanwhile).
+func (f *fdinfoFiles) memlock(fd int, id uint32) (uint64, bool) {
+	var buf [512]byte
+	if file, ok := f.files[fd]; ok {
+		if b, ok := preadAt0(file, buf[:]); ok {
+			if pid, ok := fdinfoField(b, "prog_id:"); ok && pid == uint64(id) {
+				return fdinfoField(b, "memlock:")
+			}
+		}
+		closeFD(file)
+		delete(f.files, fd)
+	}
+	if f.dir.open(); f.dir.dir < 0 {
+		return 0, false
+	}
+	var name [24]byte
+	nb := strconv.AppendInt(name[:0], int64(fd), 10)
+	name[len(nb)] = 0
+	file, _, errno := unix.RawSyscall6(unix.SYS_OPENAT, uintptr(f.dir.dir), uintptr(unsafe.Pointer(&name[0])), unix.O_RDONLY|unix.O_CLOEXEC, 0, 0, 0)
+	if errno != 0 {
+		return 0, false
+	}
+	b, ok := preadAt0(int(file), buf[:])
+	if !ok {
+		closeFD(int(file))
+		return 0, false
+	}
+	if pid, ok := fdinfoField(b, "prog_id:"); ok && pid == uint64(id) {
+		f.files[fd] = int(file)
+	} else {
+		closeFD(int(file))
+	}
+	return fdinfoField(b, "memlock:")
+}
+
+// release closes every kept file: none outlives the scan.
+func (f *fdinfoFiles) release() {
+	for _, file := range f.files {
+		closeFD(file)
+	}
+	clear(f.files)
+}
+
+func preadAt0(fd int, buf []byte) ([]byte, bool) {
+	n, _, errno := unix.RawSyscall6(unix.SYS_PREAD64, uintptr(fd), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), 0, 0, 0)
+	if errno != 0 || n == 0 {
+		return nil, false
+	}
+	return buf[:n], true
 }
 
 // fdinfoField returns the unsigned value of a "key:\tvalue" line.

@@ -63,23 +63,25 @@ type reader struct {
 	loadFacts func() (FactsSource, error)
 	factsErr  error
 	btf       *btfNames
-	mapBuf    []uint32
 	nameBuf   []byte
 	fdinfo    fdinfoDir
+	// scratch is the sequential read's; parallel readers have their own.
+	scratch scratch
 	// parallel is how many goroutines read first-seen programs.
 	parallel int
 }
 
 func newReader() *reader {
-	return &reader{
+	r := &reader{
 		progs:   map[uint32]*progStatic{},
 		links:   map[uint32]*linkStatic{},
 		facts:   map[uint32]ProgFacts{},
 		btf:     newBTFNames(),
-		mapBuf:  make([]uint32, 64),
 		nameBuf: make([]byte, 512),
 		fdinfo:  fdinfoDir{dir: -1},
 	}
+	r.scratch = newScratch(&r.fdinfo)
+	return r
 }
 
 // errPrivilege is returned when the kernel refuses to enumerate programs.
@@ -92,44 +94,26 @@ func (r *reader) read(now time.Time) ([]Program, ScanStats, error) {
 	var st ScanStats
 	bootWall := bootTimeWall(now)
 
-	progs := make([]Program, 0, len(r.progs)+8)
-	var pending []uint32 // ids seen for the first time
-	var id uint32
-	for {
-		next, ok, err := nextID(cmdProgGetNextID, id)
-		if err != nil {
-			if errors.Is(err, unix.EPERM) {
-				return nil, st, errPrivilege
-			}
-			return nil, st, fmt.Errorf("listing programs after id %d: %w", id, err)
+	reads, err := r.readProgs(bootWall)
+	if err != nil {
+		if errors.Is(err, unix.EPERM) {
+			return nil, st, errPrivilege
 		}
-		if !ok {
-			break
-		}
-		id = next
-		cached := r.progs[id]
-		if cached == nil {
-			pending = append(pending, id)
-			continue
-		}
-		p, _, err := readProg(id, cached, bootWall, &r.mapBuf, &r.fdinfo)
-		if r.keep(&st, err) {
-			cached.seen = r.seq
-			progs = append(progs, p)
-		}
+		return nil, st, err
 	}
-	for _, res := range r.readNew(pending, bootWall) {
+	progs := make([]Program, 0, len(reads))
+	for i := range reads {
+		res := &reads[i]
 		if errors.Is(res.err, unix.EPERM) && len(progs) == 0 {
 			return nil, st, errPrivilege
 		}
 		if r.keep(&st, res.err) {
 			res.static.seen = r.seq
-			r.progs[res.prog.ID] = res.static
+			if res.fresh {
+				r.progs[res.prog.ID] = res.static
+			}
 			progs = append(progs, res.prog)
 		}
-	}
-	if len(pending) > 0 {
-		sort.Slice(progs, func(i, j int) bool { return progs[i].ID < progs[j].ID })
 	}
 
 	links, err := r.readLinks(&st)
@@ -179,49 +163,125 @@ func (r *reader) keep(st *ScanStats, err error) bool {
 	return false
 }
 
-type newProg struct {
+// progRead is one program's read: fresh says it was seen for the first
+// time, so static is new and must be cached.
+type progRead struct {
 	prog   Program
 	static *progStatic
+	fresh  bool
 	err    error
 }
 
-// readNew reads programs seen for the first time. Their first read is the
-// costly one (map ids, fdinfo for memlock), so with Parallel > 1 and many
-// of them (a first scan, `bpfleet list`) it is spread over goroutines; later
-// scans find almost everything cached and stay on one thread.
-func (r *reader) readNew(ids []uint32, bootWall time.Time) []newProg {
-	out := make([]newProg, len(ids))
-	read := func(lo, hi int, mapBuf *[]uint32) {
-		for i := lo; i < hi; i++ {
-			p, s, err := readProg(ids[i], nil, bootWall, mapBuf, &r.fdinfo)
-			out[i] = newProg{p, s, err}
-		}
+// readBatch is how many ids a reading goroutine takes at a time.
+const readBatch = 64
+
+// readProgs reads every program in id order: the counters of those seen
+// before, everything of those seen for the first time. With parallel > 1
+// one goroutine enumerates ids and the others read batches of them as they
+// arrive, so the enumeration overlaps the reads and a first scan (`bpfleet
+// list`, where every program is new and costs a map-id read and an fdinfo
+// read) runs on every CPU.
+func (r *reader) readProgs(bootWall time.Time) ([]progRead, error) {
+	if r.parallel < 2 {
+		defer r.scratch.fdinfo.release()
+		out := make([]progRead, 0, len(r.progs)+8)
+		err := r.eachProgID(func(id uint32) {
+			out = append(out, r.readOne(id, bootWall, &r.scratch))
+		})
+		return out, err
 	}
-	workers := r.parallel
-	if workers < 2 || len(ids) < 256 {
-		read(0, len(ids), &r.mapBuf)
-		return out
+
+	type batch struct {
+		seq int
+		ids []uint32
+		out []progRead
 	}
 	r.fdinfo.open() // before the goroutines share it
-	var wg sync.WaitGroup
-	chunk := (len(ids) + workers - 1) / workers
-	for lo := 0; lo < len(ids); lo += chunk {
-		hi := min(lo+chunk, len(ids))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			buf := make([]uint32, 64)
-			read(lo, hi, &buf)
-		}()
+	todo := make(chan *batch, r.parallel)
+	done := make(chan *batch, r.parallel)
+	var workers sync.WaitGroup
+	for range r.parallel {
+		workers.Go(func() {
+			sc := newScratch(&r.fdinfo)
+			defer sc.fdinfo.release()
+			for b := range todo {
+				b.out = make([]progRead, len(b.ids))
+				for i, id := range b.ids {
+					b.out[i] = r.readOne(id, bootWall, &sc)
+				}
+				done <- b
+			}
+		})
 	}
-	wg.Wait()
-	return out
+	var enumErr error
+	go func() {
+		b := &batch{}
+		enumErr = r.eachProgID(func(id uint32) {
+			if b.ids = append(b.ids, id); len(b.ids) == readBatch {
+				todo <- b
+				b = &batch{seq: b.seq + 1}
+			}
+		})
+		if len(b.ids) > 0 {
+			todo <- b
+		}
+		close(todo)
+		workers.Wait()
+		close(done)
+	}()
+	var batches []*batch
+	n := 0
+	for b := range done {
+		batches = append(batches, b)
+		n += len(b.out)
+	}
+	sort.Slice(batches, func(i, j int) bool { return batches[i].seq < batches[j].seq })
+	out := make([]progRead, 0, n)
+	for _, b := range batches {
+		out = append(out, b.out...)
+	}
+	return out, enumErr
+}
+
+// eachProgID calls fn with every program id in ascending order.
+func (r *reader) eachProgID(fn func(uint32)) error {
+	var id uint32
+	for {
+		next, ok, err := nextID(cmdProgGetNextID, id)
+		if err != nil {
+			return fmt.Errorf("listing programs after id %d: %w", id, err)
+		}
+		if !ok {
+			return nil
+		}
+		id = next
+		fn(id)
+	}
+}
+
+// scratch is what one reading goroutine reuses from program to program.
+type scratch struct {
+	mapBuf []uint32
+	fdinfo fdinfoFiles
+}
+
+func newScratch(dir *fdinfoDir) scratch {
+	return scratch{mapBuf: make([]uint32, 64), fdinfo: fdinfoFiles{dir: dir, files: map[int]int{}}}
+}
+
+// readOne reads one program, whole when it was not seen before. The cache
+// is only read here, so concurrent calls (each with its own scratch) are
+// safe.
+func (r *reader) readOne(id uint32, bootWall time.Time, sc *scratch) progRead {
+	cached := r.progs[id]
+	p, s, err := readProg(id, cached, bootWall, sc)
+	return progRead{prog: p, static: s, fresh: cached == nil, err: err}
 }
 
 // readProg is GET_FD_BY_ID → OBJ_GET_INFO_BY_FD → close: the fd never
 // outlives the call, so the agent never keeps another tool's program alive.
 // With cached == nil it also reads what never changes and returns it.
-func readProg(id uint32, cached *progStatic, bootWall time.Time, mapBuf *[]uint32, fdinfo *fdinfoDir) (Program, *progStatic, error) {
+func readProg(id uint32, cached *progStatic, bootWall time.Time, sc *scratch) (Program, *progStatic, error) {
 	fd, err := fdByID(cmdProgGetFDByID, id)
 	if err != nil {
 		return Program{}, nil, fmt.Errorf("opening prog %d: %w", id, err)
@@ -230,23 +290,23 @@ func readProg(id uint32, cached *progStatic, bootWall time.Time, mapBuf *[]uint3
 
 	var info progInfo
 	if cached == nil {
-		info.NrMapIDs = uint32(len(*mapBuf))
-		info.MapIDs = uint64(uintptr(unsafe.Pointer(&(*mapBuf)[0])))
+		info.NrMapIDs = uint32(len(sc.mapBuf))
+		info.MapIDs = uint64(uintptr(unsafe.Pointer(&sc.mapBuf[0])))
 	}
 	n, err := objInfo(fd, unsafe.Pointer(&info), uint32(unsafe.Sizeof(info)))
 	if err != nil {
 		return Program{}, nil, fmt.Errorf("reading prog %d info: %w", id, err)
 	}
 	if cached == nil {
-		if int(info.NrMapIDs) > len(*mapBuf) {
+		if int(info.NrMapIDs) > len(sc.mapBuf) {
 			// More maps than the buffer held: grow it and ask again.
-			*mapBuf = make([]uint32, info.NrMapIDs)
-			info = progInfo{NrMapIDs: uint32(len(*mapBuf)), MapIDs: uint64(uintptr(unsafe.Pointer(&(*mapBuf)[0])))}
+			sc.mapBuf = make([]uint32, info.NrMapIDs)
+			info = progInfo{NrMapIDs: uint32(len(sc.mapBuf)), MapIDs: uint64(uintptr(unsafe.Pointer(&sc.mapBuf[0])))}
 			if n, err = objInfo(fd, unsafe.Pointer(&info), uint32(unsafe.Sizeof(info))); err != nil {
 				return Program{}, nil, fmt.Errorf("reading prog %d map ids: %w", id, err)
 			}
 		}
-		cached = newProgStatic(fd, &info, n, bootWall, *mapBuf, fdinfo)
+		cached = newProgStatic(fd, &info, n, bootWall, sc)
 	}
 
 	p := cached.prog
@@ -259,7 +319,7 @@ func readProg(id uint32, cached *progStatic, bootWall time.Time, mapBuf *[]uint3
 	return p, cached, nil
 }
 
-func newProgStatic(fd int, info *progInfo, n uint32, bootWall time.Time, mapBuf []uint32, fdinfo *fdinfoDir) *progStatic {
+func newProgStatic(fd int, info *progInfo, n uint32, bootWall time.Time, sc *scratch) *progStatic {
 	s := &progStatic{prog: Program{
 		ID:         info.ID,
 		Name:       unix.ByteSliceToString(info.Name[:]),
@@ -275,7 +335,7 @@ func newProgStatic(fd int, info *progInfo, n uint32, bootWall time.Time, mapBuf 
 	// them reports zero map ids and uid 0, indistinguishable from root.
 	uid := info.CreatedByUID
 	s.prog.UID = &uid
-	s.prog.MapIDs = append([]uint32{}, mapBuf[:min(int(info.NrMapIDs), len(mapBuf))]...)
+	s.prog.MapIDs = append([]uint32{}, sc.mapBuf[:min(int(info.NrMapIDs), len(sc.mapBuf))]...)
 	if n >= progInfoEndVerifiedInsns {
 		v := info.VerifiedInsns
 		s.prog.VerifiedInsns = &v
@@ -283,7 +343,7 @@ func newProgStatic(fd int, info *progInfo, n uint32, bootWall time.Time, mapBuf 
 	if n >= progInfoEndAttachBTFID {
 		s.attachBTFObjID, s.attachBTFID = info.AttachBTFObjID, info.AttachBTFID
 	}
-	if m, ok := fdinfo.memlock(fd); ok {
+	if m, ok := sc.fdinfo.memlock(fd, info.ID); ok {
 		s.prog.Memlock = &m
 	}
 	s.progTypeID = info.Type

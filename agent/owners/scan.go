@@ -120,6 +120,9 @@ func (s *Scanner) Scan(want func(progID uint32) bool) (*Result, error) {
 		pid  int32
 	}
 	seen := map[key]bool{}
+	// Holdings are sorted by pid: a process's facts are checked once per
+	// scan, however many fds it holds.
+	lastPID, lastFacts := int32(-1), (*procFacts)(nil)
 	for _, h := range s.holdings {
 		if h.LinkID != 0 {
 			r.LinkProgs[h.LinkID] = h.ProgID
@@ -134,7 +137,10 @@ func (s *Scanner) Scan(want func(progID uint32) bool) (*Result, error) {
 		if seen[k] {
 			continue
 		}
-		pf := s.facts(h.PID, &r.Stats)
+		if h.PID != lastPID {
+			lastPID, lastFacts = h.PID, s.facts(h.PID, &r.Stats)
+		}
+		pf := lastFacts
 		if pf == nil {
 			continue // exited since its fds were read
 		}

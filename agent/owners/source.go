@@ -136,6 +136,12 @@ func (s *ProcSource) walkPID(procfd int, pidName []byte, pid int32, dst []Holdin
 		return dst
 	}
 	defer unix.Close(fdDir)
+	infoDir := -1 // PID/fdinfo, opened at the first BPF fd
+	defer func() {
+		if infoDir >= 0 {
+			unix.Close(infoDir)
+		}
+	}()
 	if s.afterList != nil {
 		s.afterList(pid)
 	}
@@ -179,8 +185,14 @@ func (s *ProcSource) walkPID(procfd int, pidName []byte, pid int32, dst []Holdin
 				continue
 			}
 			st.BPFFDs++
-			s.path = append(append(append(append(s.path[:0], pidName...), "/fdinfo/"...), name...), 0)
-			b, err := s.readAt(procfd, s.path)
+			if infoDir < 0 {
+				s.path = append(append(s.path[:0], pidName...), "/fdinfo\x00"...)
+				if infoDir, err = openat(procfd, s.path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC); err != nil {
+					st.count(err, "opening fdinfo of pid "+string(pidName))
+					return dst
+				}
+			}
+			b, err := s.readAt(infoDir, &s.fdDents[nameOff])
 			if err != nil {
 				st.count(err, "reading fdinfo of pid "+string(pidName))
 				continue
@@ -203,23 +215,19 @@ func (s *ProcSource) walkPID(procfd int, pidName []byte, pid int32, dst []Holdin
 	}
 }
 
-// readAt reads a small file relative to dirfd into s.info.
-func (s *ProcSource) readAt(dirfd int, path []byte) ([]byte, error) {
-	fd, err := openat(dirfd, path, unix.O_RDONLY|unix.O_CLOEXEC)
-	if err != nil {
-		return nil, err
+// readAt reads a fdinfo file relative to dirfd into s.info; name is
+// NUL-terminated. A fdinfo file is one seq_file record, which procfs hands
+// over whole in one read when it fits (a BPF fd's is a few hundred bytes),
+// so the read that would return 0 is saved.
+func (s *ProcSource) readAt(dirfd int, name *byte) ([]byte, error) {
+	r, _, e := unix.RawSyscall6(unix.SYS_OPENAT, uintptr(dirfd), uintptr(unsafe.Pointer(name)), unix.O_RDONLY|unix.O_CLOEXEC, 0, 0, 0)
+	if e != 0 {
+		return nil, errnoErr(e)
 	}
-	defer unix.RawSyscall(unix.SYS_CLOSE, uintptr(fd), 0, 0)
-	n := 0
-	for n < len(s.info) {
-		m, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&s.info[n])), uintptr(len(s.info)-n))
-		if e != 0 {
-			return nil, errnoErr(e)
-		}
-		if m == 0 {
-			break
-		}
-		n += int(m)
+	defer unix.RawSyscall(unix.SYS_CLOSE, r, 0, 0)
+	n, _, e := unix.RawSyscall(unix.SYS_READ, r, uintptr(unsafe.Pointer(&s.info[0])), uintptr(len(s.info)))
+	if e != 0 {
+		return nil, errnoErr(e)
 	}
 	return s.info[:n], nil
 }

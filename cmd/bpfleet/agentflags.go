@@ -35,5 +35,6 @@ func newAgent(cfg agent.Config) (*agent.Agent, error) {
 	if cfg.QuietIntervals < 1 {
 		return nil, fmt.Errorf("--quiet-intervals must be at least 1, got %d", cfg.QuietIntervals)
 	}
+	raiseMemlock() // for the iterators and calibration probes it may load
 	return agent.New(cfg)
 }

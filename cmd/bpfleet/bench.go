@@ -9,7 +9,6 @@ import (
 
 	"github.com/bpfleet/bpfleet/probes/bench"
 	"github.com/bpfleet/bpfleet/probes/catalog"
-	"github.com/cilium/ebpf/rlimit"
 	"github.com/spf13/cobra"
 )
 
@@ -51,9 +50,7 @@ Times are thread CPU time; --stats on holds BPF_ENABLE_STATS while measuring.`,
 			if output != "table" && output != "json" {
 				return fmt.Errorf("--output %q: want table or json", output)
 			}
-			if err := rlimit.RemoveMemlock(); err != nil {
-				return fmt.Errorf("raising RLIMIT_MEMLOCK for BPF maps: %w", err)
-			}
+			raiseMemlock()
 			var bar *progressBar
 			if f, ok := cmd.ErrOrStderr().(*os.File); ok && !noProgress && isTerminal(f) {
 				bar = &progressBar{w: f}

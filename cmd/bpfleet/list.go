@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
@@ -83,6 +84,13 @@ scripts and log pipelines.`,
 			}
 			if watch && output == "json" {
 				output = "jsonl"
+			}
+			if !watch {
+				// One scan lives for milliseconds and allocates a few MB:
+				// collecting that garbage costs more than it frees. The
+				// limit still bounds a node with a huge number of programs.
+				debug.SetGCPercent(-1)
+				debug.SetMemoryLimit(256 << 20)
 			}
 			cfg := common.config()
 			cfg.EnableStats = watch // a single scan shows counters as they are

@@ -8,7 +8,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/bpfleet/bpfleet/probes/features"
-	"github.com/cilium/ebpf/rlimit"
 	"github.com/spf13/cobra"
 )
 
@@ -27,10 +26,7 @@ and checks BTF, run-time stats, iterators, the ring buffer and kprobe link
 			if output != "table" && output != "json" {
 				return fmt.Errorf("--output %q: want table or json", output)
 			}
-			// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK.
-			if err := rlimit.RemoveMemlock(); err != nil {
-				return fmt.Errorf("raising RLIMIT_MEMLOCK for BPF maps: %w", err)
-			}
+			raiseMemlock()
 			r := features.Probe()
 			if output == "json" {
 				enc := json.NewEncoder(cmd.OutOrStdout())
