@@ -71,6 +71,7 @@ type Agent struct {
 	attr       *attribution // nil without Config.Owners
 	ownersAt   time.Time
 	ownerKnown map[uint32]bool
+	maxProgID  uint32 // the highest program id of the last scan
 
 	calibration []Calibration
 	closed      bool
@@ -162,8 +163,20 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 		return nil, ErrClosed
 	}
 	start := a.cfg.Now()
+	// An owner refresh that is due whatever programs are found (the first
+	// scan, the refresh period) reads the holders while the programs are
+	// read: both are syscall-bound walks, and a one-shot list would
+	// otherwise wait for their sum.
+	var early *earlyHolders
+	if a.attr != nil && start.Sub(a.ownersAt) >= a.cfg.OwnerRefresh {
+		early = &earlyHolders{c: make(chan holders, 1), horizon: a.maxProgID}
+		go func() { early.c <- a.attr.readHolders() }()
+	}
 	progs, st, err := a.r.read(start)
 	if err != nil {
+		if early != nil {
+			<-early.c // the walk must not outlive the scan
+		}
 		return nil, err
 	}
 	now := a.cfg.Now()
@@ -172,7 +185,7 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 		dt = now.Sub(a.prevTime)
 	}
 
-	st.OwnersRefreshed = a.attachOwners(progs, now, &st)
+	st.OwnersRefreshed = a.attachOwners(progs, now, &st, early)
 
 	snap := &Snapshot{
 		Seq:      a.seq + 1,
@@ -227,19 +240,31 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 	snap.Scan = st
 	a.prev = next
 	a.prevTime = now
+	if len(progs) > 0 {
+		a.maxProgID = progs[len(progs)-1].ID // read in id order
+	}
 	a.seq++
 	return snap, nil
 }
 
+// earlyHolders are holders being read beside the programs. A program with
+// an id above horizon (the highest of the previous scan) may have been
+// loaded after that walk began, so it counts as not yet attributed and the
+// next scan walks again.
+type earlyHolders struct {
+	c       chan holders
+	horizon uint32
+}
+
 // attachOwners joins owners, pins and attachments to programs, re-reading
 // them only when a program appeared that has not been attributed yet or
-// the refresh period passed: walking every process's fds is the most
-// expensive part of a scan.
-func (a *Agent) attachOwners(progs []Program, now time.Time, st *ScanStats) bool {
+// the refresh period passed (then early delivers the holders): walking
+// every process's fds is the most expensive part of a scan.
+func (a *Agent) attachOwners(progs []Program, now time.Time, st *ScanStats, early *earlyHolders) bool {
 	if a.attr == nil {
 		return false
 	}
-	refresh := now.Sub(a.ownersAt) >= a.cfg.OwnerRefresh
+	refresh := early != nil
 	for i := range progs {
 		if !a.ownerKnown[progs[i].ID] {
 			refresh = true
@@ -247,14 +272,23 @@ func (a *Agent) attachOwners(progs []Program, now time.Time, st *ScanStats) bool
 		}
 	}
 	if refresh {
-		for _, err := range a.attr.refresh(progs) {
+		horizon := ^uint32(0)
+		var h holders
+		if early != nil {
+			h, horizon = <-early.c, early.horizon
+		} else {
+			h = a.attr.readHolders()
+		}
+		for _, err := range a.attr.refresh(progs, h) {
 			st.Errors++
 			st.addError(err)
 		}
 		a.ownersAt = now
 		clear(a.ownerKnown)
 		for i := range progs {
-			a.ownerKnown[progs[i].ID] = true
+			if progs[i].ID <= horizon {
+				a.ownerKnown[progs[i].ID] = true
+			}
 		}
 	}
 	for i := range progs {

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/bpfleet/bpfleet/probes/canary"
 	testcounters "github.com/bpfleet/bpfleet/probes/counters"
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 )
 
 func newTestAgent(t *testing.T) *Agent {
@@ -320,5 +322,101 @@ func TestOwnerIsTestProcess(t *testing.T) {
 		if p2 := findProg(scan(t, a), id); p2 == nil || len(p2.Owners) != len(p.Owners) {
 			t.Error("owners lost on the second scan")
 		}
+	}
+}
+
+// TestFirstReadMemlockAndFiles: a first read of many programs of two sizes,
+// sequential and spread over goroutines, reports each one's memlock as its
+// own fdinfo does (the reused fdinfo files must never show a neighbour's)
+// and leaves no file open behind it.
+func TestFirstReadMemlockAndFiles(t *testing.T) {
+	// One page and two pages of memlock, interleaved.
+	sizes := []int{2, 700}
+	want := map[uint32]uint64{}
+	for i := range 4 * readBatch {
+		insns := asm.Instructions{}
+		for range sizes[i%2] - 2 {
+			insns = append(insns, asm.Mov.Imm(asm.R1, 0))
+		}
+		insns = append(insns, asm.Mov.Imm(asm.R0, 0), asm.Return())
+		p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SocketFilter, License: "MIT", Name: "memlock_test", Instructions: insns})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", p.FD()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, ok := fdinfoField(b, "memlock:")
+		if !ok {
+			t.Fatalf("no memlock in fdinfo:\n%s", b)
+		}
+		want[progID(t, p)] = m
+	}
+	distinct := map[uint64]bool{}
+	for _, m := range want {
+		distinct[m] = true
+	}
+	if len(distinct) < 2 {
+		t.Fatalf("programs of %v instructions all have memlock %v: the test needs two sizes", sizes, distinct)
+	}
+	for _, parallel := range []int{1, 2, 3} {
+		t.Run(fmt.Sprintf("parallel=%d", parallel), func(t *testing.T) {
+			a := newTestAgentWith(t, Config{Parallel: parallel, NoIterator: true})
+			before := countOpenFiles(t)
+			s := scan(t, a)
+			if after := countOpenFiles(t); after != before+1 { // +1: /proc/self/fdinfo, held by the agent
+				t.Errorf("first read left files open: %d before, %d after", before, after)
+			}
+			seen := 0
+			for id, m := range want {
+				p := findProg(s, id)
+				if p == nil {
+					t.Errorf("program %d missing", id)
+					continue
+				}
+				seen++
+				if p.Memlock == nil || *p.Memlock != m {
+					t.Errorf("program %d memlock %v, its fdinfo says %d", id, p.Memlock, m)
+				}
+			}
+			if seen != len(want) {
+				t.Errorf("saw %d of %d programs", seen, len(want))
+			}
+		})
+	}
+}
+
+// countOpenFiles counts this process's open fds.
+func countOpenFiles(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// TestEarlyOwnerWalkRefreshesOnce: the first scan reads owners beside the
+// programs, so a program loaded while that walk ran could lack its owner;
+// the second scan therefore walks again, and a third (with no program
+// newer than the second's) does not.
+func TestEarlyOwnerWalkRefreshesOnce(t *testing.T) {
+	a := newTestAgentWith(t, Config{Owners: true})
+	maxID := func(s *Snapshot) uint32 {
+		var m uint32
+		for i := range s.Programs {
+			m = max(m, s.Programs[i].ID)
+		}
+		return m
+	}
+	s1 := scan(t, a)
+	s2 := scan(t, a)
+	s3 := scan(t, a)
+	if !s1.Scan.OwnersRefreshed || !s2.Scan.OwnersRefreshed {
+		t.Errorf("owners refreshed: first scan %v, second %v; want both", s1.Scan.OwnersRefreshed, s2.Scan.OwnersRefreshed)
+	}
+	if newer := maxID(s3) > maxID(s2); s3.Scan.OwnersRefreshed != newer {
+		t.Errorf("third scan refreshed owners = %v with a program newer than the second's = %v", s3.Scan.OwnersRefreshed, newer)
 	}
 }

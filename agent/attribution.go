@@ -64,13 +64,30 @@ func (s taskfileSource) Holdings(dst []owners.Holding, st *owners.Stats) ([]owne
 	return dst, err
 }
 
-// refresh re-reads owners, pins and attachments; the returned errors are
-// counted in the scan's stats, never fatal.
-func (at *attribution) refresh(progs []Program) []error {
-	var errs []error
+// holders is the part of a refresh that needs no program list: which
+// processes hold which fds, and the pins. It can be read while the
+// programs are.
+type holders struct {
+	res  *owners.Result
+	err  error
+	pins []owners.Pin
+}
+
+// readHolders walks /proc (or runs the task_file iterator) and bpffs. It is
+// the only user of at.scanner, so one may run beside a program read.
+func (at *attribution) readHolders() holders {
 	res, err := at.scanner.Scan(nil)
-	if err != nil {
-		errs = append(errs, fmt.Errorf("reading owners: %w", err))
+	pins, _ := owners.ScanPins(at.bpffs, owners.PinOptions{})
+	return holders{res, err, pins}
+}
+
+// refresh takes new holders and re-reads attachments; the returned errors
+// are counted in the scan's stats, never fatal.
+func (at *attribution) refresh(progs []Program, h holders) []error {
+	var errs []error
+	res := h.res
+	if h.err != nil {
+		errs = append(errs, fmt.Errorf("reading owners: %w", h.err))
 	}
 	at.progs = map[uint32][]Owner{}
 	if res != nil {
@@ -85,8 +102,7 @@ func (at *attribution) refresh(progs []Program) []error {
 			at.progs[id] = out
 		}
 	}
-	pins, _ := owners.ScanPins(at.bpffs, owners.PinOptions{})
-	at.pins = owners.PinsByProg(pins)
+	at.pins = owners.PinsByProg(h.pins)
 
 	// Attachments are asked only for the kinds of program that have
 	// neither a link nor a holder: a cgroup walk per attach type is many

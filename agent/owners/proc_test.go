@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 )
 
 func loadProg(t testing.TB, typ ebpf.ProgramType) (*ebpf.Program, uint32) {
@@ -313,5 +314,76 @@ func TestScanFactCache(t *testing.T) {
 	}
 	if o := ownerByPID(r.Programs[id], os.Getpid()); o == nil || o.Comm != selfComm(t) {
 		t.Fatalf("changed start time: owner %+v, want comm re-read as %q", o, selfComm(t))
+	}
+}
+
+// TestPidfdAndFdinfoAgree: the two ways of reading a BPF fd's ids find the
+// same holdings (a program fd here and in a child, a link fd here), and the
+// pidfd way is the one taken where the kernel allows it.
+func TestPidfdAndFdinfoAgree(t *testing.T) {
+	prog, id := loadProg(t, ebpf.SocketFilter)
+	child := startHolder(t, prog)
+	lprog, lprogID := loadProg(t, ebpf.RawTracepoint)
+	l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "task_rename", Program: lprog})
+	if err != nil {
+		t.Fatalf("attaching raw_tp: %v", err)
+	}
+	defer l.Close()
+	info, err := l.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lid := uint32(info.ID)
+
+	mine := func(dup bool) (map[Holding]bool, Stats) {
+		src := NewProcSource("")
+		src.dup, src.dupKnown = dup, true
+		var st Stats
+		hs, err := src.Holdings(nil, &st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[Holding]bool{}
+		for _, h := range hs {
+			if h.PID == int32(os.Getpid()) || h.PID == int32(child.Process.Pid) {
+				h.FD = 0 // fd numbers are the same either way; compare ids
+				got[h] = true
+			}
+		}
+		return got, st
+	}
+	viaFdinfo, stF := mine(false)
+	viaPidfd, stP := mine(true)
+	t.Logf("fdinfo: %+v; pidfd: %+v", stF, stP)
+	for _, want := range []Holding{
+		{PID: int32(os.Getpid()), ProgID: id},
+		{PID: int32(child.Process.Pid), ProgID: id},
+		{PID: int32(os.Getpid()), ProgID: lprogID, LinkID: lid},
+	} {
+		if !viaFdinfo[want] || !viaPidfd[want] {
+			t.Errorf("holding %+v: found via fdinfo %v, via pidfd %v", want, viaFdinfo[want], viaPidfd[want])
+		}
+	}
+	if len(viaFdinfo) != len(viaPidfd) {
+		t.Errorf("fdinfo found %d holdings of this test, pidfd %d", len(viaFdinfo), len(viaPidfd))
+	}
+	if stF.ByPidfd != 0 {
+		t.Errorf("fdinfo walk read %d fds through pidfd_getfd", stF.ByPidfd)
+	}
+	if !samePidNamespace("/proc") {
+		t.Fatal("/proc is not this process's pid namespace")
+	}
+	// The walk falls back to fdinfo where the kernel refuses pidfd_getfd
+	// (before 5.6, Yama, seccomp, an LSM): ask it the same of the child.
+	if stP.ByPidfd < stP.BPFFDs-stP.Vanished {
+		pidfd, err := pidfdOpen(int32(child.Process.Pid))
+		if err != nil {
+			t.Skipf("kernel refuses pidfd_open: %v; only the fdinfo walk was tested", err)
+		}
+		defer unix.Close(pidfd)
+		if _, err := dupIDs(pidfd, 3, true); err != nil {
+			t.Skipf("kernel refuses pidfd_getfd of a child's fd: %v; only the fdinfo walk was tested", err)
+		}
+		t.Errorf("pidfd walk read only %d of %d BPF fds through pidfd_getfd", stP.ByPidfd, stP.BPFFDs)
 	}
 }

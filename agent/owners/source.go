@@ -34,9 +34,11 @@ type Source interface {
 // mid-walk and files the agent may not read are normal on a busy node and
 // counted, never fatal.
 type Stats struct {
-	Procs    int `json:"procs"`
-	FDs      int `json:"fds"`
-	BPFFDs   int `json:"bpf_fds"`
+	Procs  int `json:"procs"`
+	FDs    int `json:"fds"`
+	BPFFDs int `json:"bpf_fds"`
+	// ByPidfd counts the BPF fds read through pidfd_getfd, not fdinfo.
+	ByPidfd  int `json:"by_pidfd"`
 	Vanished int `json:"vanished"`
 	Denied   int `json:"denied"`
 	Errors   int `json:"errors"`
@@ -67,7 +69,9 @@ const (
 // reused buffers and resolves each fd with readlinkat relative to the fd
 // directory, passing names straight out of the dirent buffer, so the walk
 // does not allocate per process or per fd. Only fds that are BPF programs or
-// links cost an fdinfo read. It is not safe for concurrent use.
+// links cost more: a pidfd_getfd and a bpf() info call where the kernel
+// allows it (dupIDs), an fdinfo read where not. It is not safe for
+// concurrent use.
 //
 // Only thread-group leaders are walked (/proc lists no others): a thread
 // that unshared its fd table (clone without CLONE_FILES) is not seen.
@@ -78,6 +82,10 @@ type ProcSource struct {
 	path    []byte // NUL-terminated relative paths
 	link    []byte
 	info    []byte
+	// dup says BPF fds are read with pidfd_getfd (dupIDs) rather than
+	// fdinfo: decided at the first walk, turned off when the kernel lacks
+	// the syscall.
+	dup, dupKnown bool
 
 	// afterList, when set, runs after a process's fd directory was opened
 	// and before it is read: tests use it to make the process exit mid-walk.
@@ -107,6 +115,9 @@ func (s *ProcSource) Holdings(dst []Holding, st *Stats) ([]Holding, error) {
 		return dst, fmt.Errorf("opening procfs %s: %w", s.root, err)
 	}
 	defer unix.Close(procfd)
+	if !s.dupKnown {
+		s.dup, s.dupKnown = samePidNamespace(s.root), true
+	}
 	for {
 		n, err := unix.Getdents(procfd, s.dents)
 		if err != nil {
@@ -136,12 +147,8 @@ func (s *ProcSource) walkPID(procfd int, pidName []byte, pid int32, dst []Holdin
 		return dst
 	}
 	defer unix.Close(fdDir)
-	infoDir := -1 // PID/fdinfo, opened at the first BPF fd
-	defer func() {
-		if infoDir >= 0 {
-			unix.Close(infoDir)
-		}
-	}()
+	p := holder{pid: pid, name: pidName, pidfd: -1, infoDir: -1}
+	defer p.close()
 	if s.afterList != nil {
 		s.afterList(pid)
 	}
@@ -185,26 +192,11 @@ func (s *ProcSource) walkPID(procfd int, pidName []byte, pid int32, dst []Holdin
 				continue
 			}
 			st.BPFFDs++
-			if infoDir < 0 {
-				s.path = append(append(s.path[:0], pidName...), "/fdinfo\x00"...)
-				if infoDir, err = openat(procfd, s.path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC); err != nil {
-					st.count(err, "opening fdinfo of pid "+string(pidName))
-					return dst
-				}
+			h, ok, stop := s.resolve(&p, procfd, &s.fdDents[nameOff], int(fd), isProg, st)
+			if stop {
+				return dst
 			}
-			b, err := s.readAt(infoDir, &s.fdDents[nameOff])
-			if err != nil {
-				st.count(err, "reading fdinfo of pid "+string(pidName))
-				continue
-			}
-			fi := ParseFDInfo(b)
-			h := Holding{PID: pid, FD: int32(fd), ProgID: fi.ProgID}
-			if !isProg {
-				h.LinkID = fi.LinkID
-				if h.LinkID == 0 {
-					continue
-				}
-			} else if h.ProgID == 0 {
+			if !ok {
 				continue
 			}
 			dst = append(dst, h)
@@ -213,6 +205,79 @@ func (s *ProcSource) walkPID(procfd int, pidName []byte, pid int32, dst []Holdin
 			return dst
 		}
 	}
+}
+
+// holder is the process whose BPF fds walkPID resolves: through a pidfd
+// (dupIDs) while the kernel allows it, else through its fdinfo directory.
+// Both are opened at its first BPF fd.
+type holder struct {
+	pid            int32
+	name           []byte
+	pidfd, infoDir int
+	opened         bool
+}
+
+func (p *holder) close() {
+	for _, fd := range [...]int{p.pidfd, p.infoDir} {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+}
+
+// resolve returns the ids behind BPF fd of p (name is its NUL-terminated
+// entry); ok is false when there is nothing to record, stop when the rest
+// of p's fds need not be tried.
+func (s *ProcSource) resolve(p *holder, procfd int, name *byte, fd int, isProg bool, st *Stats) (h Holding, ok, stop bool) {
+	if !p.opened && s.dup {
+		p.opened = true
+		var err error
+		switch p.pidfd, err = pidfdOpen(p.pid); err {
+		case unix.ESRCH:
+			st.Vanished++
+			return h, false, true
+		case unix.ENOSYS:
+			s.dup = false
+		}
+	}
+	h.PID, h.FD = p.pid, int32(fd)
+	if p.pidfd >= 0 {
+		ids, err := dupIDs(p.pidfd, fd, isProg)
+		switch err {
+		case nil:
+			st.ByPidfd++
+			h.ProgID, h.LinkID = ids.ProgID, ids.LinkID
+			return h, isProg && h.ProgID != 0 || !isProg && h.LinkID != 0, false
+		case unix.EBADF:
+			st.Vanished++ // closed since it was listed
+			return h, false, false
+		case unix.ENOSYS:
+			s.dup = false
+		}
+		// Refused (ptrace access, seccomp, an LSM): fdinfo for the rest
+		// of this process.
+		unix.Close(p.pidfd)
+		p.pidfd = -1
+	}
+	if p.infoDir < 0 {
+		s.path = append(append(s.path[:0], p.name...), "/fdinfo\x00"...)
+		var err error
+		if p.infoDir, err = openat(procfd, s.path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC); err != nil {
+			st.count(err, "opening fdinfo of pid "+string(p.name))
+			return h, false, true
+		}
+	}
+	b, err := s.readAt(p.infoDir, name)
+	if err != nil {
+		st.count(err, "reading fdinfo of pid "+string(p.name))
+		return h, false, false
+	}
+	fi := ParseFDInfo(b)
+	h.ProgID = fi.ProgID
+	if !isProg {
+		h.LinkID = fi.LinkID
+	}
+	return h, isProg && h.ProgID != 0 || !isProg && h.LinkID != 0, false
 }
 
 // readAt reads a fdinfo file relative to dirfd into s.info; name is
@@ -291,6 +356,10 @@ func errnoErr(e unix.Errno) error {
 		return unix.ESRCH
 	case unix.EACCES:
 		return unix.EACCES
+	case unix.EBADF:
+		return unix.EBADF
+	case unix.ENOSYS:
+		return unix.ENOSYS
 	}
 	return e
 }

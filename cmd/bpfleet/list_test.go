@@ -84,18 +84,23 @@ func TestListJSONAgainstBpftool(t *testing.T) {
 		theirsWall, theirsCPU = append(theirsWall, th.wall), append(theirsCPU, th.cpu)
 		ownersWall = append(ownersWall, w.wall)
 	}
-	ours, theirs := median(oursWall), median(theirsWall)
-	t.Logf("median of 7 over %d+ programs: bpfleet list -o json --no-owners wall %v cpu %v; bpftool prog show -j wall %v cpu %v; wall ratio %.2f, cpu ratio %.2f; with owners wall %v",
-		len(ids), ours, median(oursCPU), theirs, median(theirsCPU), float64(ours)/float64(theirs), float64(median(oursCPU))/float64(median(theirsCPU)), median(ownersWall))
-	// The goal is to be faster than bpftool. Measured here: 1.12-1.18x wall,
-	// 1.5x CPU. The scan itself is at the raw-syscall floor (agent's
-	// BenchmarkScan) and the JSON is hand-encoded; what remains is the Go
+	ours, theirs, owners := median(oursWall), median(theirsWall), median(ownersWall)
+	t.Logf("median of 7 over %d+ programs: bpfleet list -o json --no-owners wall %v cpu %v; bpftool prog show -j wall %v cpu %v; wall ratio %.2f, cpu ratio %.2f; with owners wall %v (%.2fx bpftool)",
+		len(ids), ours, median(oursCPU), theirs, median(theirsCPU), float64(ours)/float64(theirs), float64(median(oursCPU))/float64(median(theirsCPU)), owners, float64(owners)/float64(theirs))
+	// The requirement: list must take less time than bpftool. The Go
 	// runtime and the init of everything the one binary links (OTel, gRPC,
-	// client-go): about 6 ms of a 20 ms run, against C's ~1 ms. This bound
-	// keeps that gap from growing; closing it is an open item.
-	const maxRatio = 1.5
-	if float64(ours) > maxRatio*float64(theirs) {
-		t.Errorf("bpfleet list -o json --no-owners took %v, bpftool prog show -j %v: more than %.1fx", ours, theirs, maxRatio)
+	// client-go) cost ~6 ms before main against C's ~1 ms; the scan wins it
+	// back (5 syscalls per program against bpftool's 9, spread over the
+	// CPUs, no GC).
+	if ours >= theirs {
+		t.Errorf("bpfleet list -o json --no-owners took %v, bpftool prog show -j %v: not faster", ours, theirs)
+	}
+	// With owners list also walks every process's fds (a readlink each,
+	// and a pidfd_getfd per BPF fd: here the test's 1,000), which this
+	// bpftool does not do at all. Bound it so that it cannot regress.
+	const maxOwners = 2.0
+	if float64(owners) > maxOwners*float64(theirs) {
+		t.Errorf("bpfleet list -o json took %v with owners, more than %.1fx bpftool's %v", owners, maxOwners, theirs)
 	}
 
 	var doc struct {
