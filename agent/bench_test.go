@@ -2,9 +2,11 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"runtime"
-
+	"strconv"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -134,5 +136,69 @@ func TestScanMemoryFlat(t *testing.T) {
 	t.Logf("live heap after 1,000 scans %d B, after 10,000 scans %d B", base, end)
 	if end > base+512<<10 {
 		t.Errorf("live heap grew from %d to %d bytes over 9,000 scans", base, end)
+	}
+}
+
+// firstReadFloor is what bpftool prog show does per program, less its
+// printing: GET_NEXT_ID, GET_FD_BY_ID, GET_INFO with map ids, then the
+// fdinfo open/read/close for memlock, and close.
+func firstReadFloor() int {
+	var info progInfo
+	maps := make([]uint32, 64)
+	buf := make([]byte, 512)
+	var id uint32
+	n := 0
+	for {
+		next, ok, err := nextID(cmdProgGetNextID, id)
+		if err != nil || !ok {
+			return n
+		}
+		id = next
+		fd, err := fdByID(cmdProgGetFDByID, id)
+		if err != nil {
+			continue
+		}
+		info = progInfo{NrMapIDs: uint32(len(maps)), MapIDs: uint64(uintptr(unsafe.Pointer(&maps[0])))}
+		objInfo(fd, unsafe.Pointer(&info), uint32(unsafe.Sizeof(info)))
+		if f, err := unix.Open("/proc/self/fdinfo/"+strconv.Itoa(fd), unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+			unix.Read(f, buf)
+			unix.Close(f)
+		}
+		unix.Close(fd)
+		n++
+	}
+}
+
+// BenchmarkFirstScan compares a first read of 1,000 extra programs (every
+// field, memlock included: what `bpfleet list` does) with bpftool's
+// sequence of syscalls for the same, measured in the same run.
+func BenchmarkFirstScan(b *testing.B) {
+	loadPrograms(b, 1000)
+	b.Run("floor", func(b *testing.B) {
+		var progs int
+		for b.Loop() {
+			progs = firstReadFloor()
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(progs), "ns/prog")
+		b.ReportMetric(7, "syscalls/prog")
+	})
+	for _, parallel := range []int{1, runtime.NumCPU()} {
+		b.Run(fmt.Sprintf("agent-parallel-%d", parallel), func(b *testing.B) {
+			var progs int
+			before := syscallCount.Load()
+			for b.Loop() {
+				r := newReader()
+				r.parallel = parallel
+				p, _, err := r.read(time.Now())
+				if err != nil {
+					b.Fatal(err)
+				}
+				r.fdinfo.close()
+				progs = len(p)
+			}
+			calls := syscallCount.Load() - before
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(progs), "ns/prog")
+			b.ReportMetric(float64(calls)/float64(b.N)/float64(progs), "syscalls/prog")
+		})
 	}
 }

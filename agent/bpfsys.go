@@ -155,8 +155,9 @@ type getIDAttr struct {
 	Flags  uint32
 }
 
-// syscallCount counts bpf() and close() calls made by scans, so benchmarks
-// can report syscalls per program.
+// syscallCount counts the syscalls scans make per object (bpf(), close(),
+// and the fdinfo reads of first reads), so benchmarks can report them per
+// program.
 var syscallCount atomic.Uint64
 
 // The scan's syscalls go through RawSyscall: a bpf() command takes

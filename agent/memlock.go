@@ -63,6 +63,7 @@ func (f *fdinfoFiles) memlock(fd int, id uint32) (uint64, bool) {
 	var name [24]byte
 	nb := strconv.AppendInt(name[:0], int64(fd), 10)
 	name[len(nb)] = 0
+	syscallCount.Add(1)
 	file, _, errno := unix.RawSyscall6(unix.SYS_OPENAT, uintptr(f.dir.dir), uintptr(unsafe.Pointer(&name[0])), unix.O_RDONLY|unix.O_CLOEXEC, 0, 0, 0)
 	if errno != 0 {
 		return 0, false
@@ -89,6 +90,7 @@ func (f *fdinfoFiles) release() {
 }
 
 func preadAt0(fd int, buf []byte) ([]byte, bool) {
+	syscallCount.Add(1)
 	n, _, errno := unix.RawSyscall6(unix.SYS_PREAD64, uintptr(fd), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), 0, 0, 0)
 	if errno != 0 || n == 0 {
 		return nil, false
