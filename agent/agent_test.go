@@ -402,6 +402,7 @@ func countOpenFiles(t *testing.T) int {
 // the second scan therefore walks again, and a third (with no program
 // newer than the second's) does not.
 func TestEarlyOwnerWalkRefreshesOnce(t *testing.T) {
+	loadPrograms(t, 1) // a program to attribute, on an otherwise idle kernel
 	a := newTestAgentWith(t, Config{Owners: true})
 	maxID := func(s *Snapshot) uint32 {
 		var m uint32
