@@ -147,18 +147,24 @@ func TestScanFindsTestProcessAndChild(t *testing.T) {
 	}
 }
 
-func TestScanLinkOwner(t *testing.T) {
-	prog, id := loadProg(t, ebpf.RawTracepoint)
+// attachRawTP links prog to task_rename for the test and returns the link id.
+func attachRawTP(t *testing.T, prog *ebpf.Program) uint32 {
+	t.Helper()
 	l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "task_rename", Program: prog})
 	if err != nil {
 		t.Fatalf("attaching raw_tp: %v", err)
 	}
-	defer l.Close()
+	t.Cleanup(func() { l.Close() })
 	info, err := l.Info()
 	if err != nil {
 		t.Fatal(err)
 	}
-	lid := uint32(info.ID)
+	return uint32(info.ID)
+}
+
+func TestScanLinkOwner(t *testing.T) {
+	prog, id := loadProg(t, ebpf.RawTracepoint)
+	lid := attachRawTP(t, prog)
 	// Only the link keeps the program now.
 	prog.Close()
 
@@ -324,16 +330,7 @@ func TestPidfdAndFdinfoAgree(t *testing.T) {
 	prog, id := loadProg(t, ebpf.SocketFilter)
 	child := startHolder(t, prog)
 	lprog, lprogID := loadProg(t, ebpf.RawTracepoint)
-	l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "task_rename", Program: lprog})
-	if err != nil {
-		t.Fatalf("attaching raw_tp: %v", err)
-	}
-	defer l.Close()
-	info, err := l.Info()
-	if err != nil {
-		t.Fatal(err)
-	}
-	lid := uint32(info.ID)
+	lid := attachRawTP(t, lprog)
 
 	mine := func(dup bool) (map[Holding]bool, Stats) {
 		src := NewProcSource("")

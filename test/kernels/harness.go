@@ -25,6 +25,9 @@ type Options struct {
 	Commands []string      // extra commands run after the tests, e.g. "bpfleet probe -o json"
 	Timeout  time.Duration // wall-clock limit of one boot
 	WorkDir  string        // build outputs and console logs
+	// LogLevel is the guest console's loglevel (default 2: emergencies
+	// and alerts only); 7 shows the stacks of a soft lockup or a warning.
+	LogLevel int
 	Logf     func(string, ...any)
 }
 
@@ -158,14 +161,17 @@ func buildArch(o *Options, goarch string) (*initramfs, error) {
 
 // qemuArgs is the command line booting the entry's kernel under TCG (KVM on
 // the CI machines dies on the guest's first cmpxchg16b).
-func qemuArgs(e Entry, kernel, initrd string) []string {
+func qemuArgs(e Entry, kernel, initrd string, loglevel int) []string {
 	common := []string{"-accel", "tcg,thread=multi", "-m", "1024", "-smp", "2",
 		"-nographic", "-no-reboot", "-kernel", kernel, "-initrd", initrd}
 	// quiet loglevel=2 keeps all but emergency and alert messages (panics,
 	// Oops, BUG) from interleaving with the result stream, so a guest that
 	// dies says why; panic=-1 turns a panic into a reboot, which
 	// -no-reboot turns into qemu exiting.
-	cmdline := "panic=-1 oops=panic quiet loglevel=2"
+	if loglevel == 0 {
+		loglevel = 2
+	}
+	cmdline := fmt.Sprintf("panic=-1 oops=panic quiet loglevel=%d", loglevel)
 	if e.Arch == "arm64" {
 		// pauth-impdef: an implementation-defined pointer-auth hash that
 		// TCG computes far faster than the architected QARMA.
@@ -177,8 +183,8 @@ func qemuArgs(e Entry, kernel, initrd string) []string {
 }
 
 // boot runs qemu and copies the console to logPath, timing the phases.
-func boot(ctx context.Context, e Entry, kernel, initrd, logPath string, res *Result) error {
-	args := qemuArgs(e, kernel, initrd)
+func boot(ctx context.Context, e Entry, kernel, initrd, logPath string, loglevel int, res *Result) error {
+	args := qemuArgs(e, kernel, initrd, loglevel)
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.Stdin = nil
 	logf, err := os.Create(logPath)
@@ -256,7 +262,7 @@ func RunEntry(ctx context.Context, e Entry, o *Options, base *initramfs) *Result
 	o.Logf("%s: booting %s %s", e.Name, k.Package, k.Version)
 	bctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	bootErr := boot(bctx, e, k.Image, initrd, res.Log, res)
+	bootErr := boot(bctx, e, k.Image, initrd, res.Log, o.LogLevel, res)
 	log, err := os.ReadFile(res.Log)
 	if err != nil {
 		res.Err = err
