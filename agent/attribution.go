@@ -184,7 +184,11 @@ func (at *attribution) apply(p *Program) {
 	p.AttachType = atts[0].AttachType
 	targets := make([]string, 0, len(atts))
 	for _, a := range atts {
-		targets = append(targets, a.Target)
+		if a.Mode != "" { // "eth0 (generic)", "eth0 (htb 1:10)"
+			targets = append(targets, a.Target+" ("+a.Mode+")")
+		} else {
+			targets = append(targets, a.Target)
+		}
 		if len(p.Owners) == 0 {
 			if c := a.Container(); c.ID != "" || c.PodUID != "" {
 				o := Owner{ContainerID: c.ID, Runtime: c.Runtime, PodUID: c.PodUID, Cgroup: a.Target, Via: ViaAttachment}

@@ -28,7 +28,8 @@ type Attachment struct {
 	// Target is the cgroup directory or the interface name.
 	Target  string `json:"target"`
 	Ifindex int    `json:"ifindex,omitempty"`
-	// Mode is XDP's: driver, generic, offload.
+	// Mode is XDP's (driver, generic, offload) or, for a tc filter in a
+	// classful tree, the qdisc kind and the parent it hangs on: "htb 1:10".
 	Mode string `json:"mode,omitempty"`
 }
 
@@ -302,8 +303,9 @@ const (
 )
 
 // NetdevAttachments lists the XDP (from an RTM_GETLINK dump), tc cls_bpf
-// (RTM_GETTFILTER dumps of the clsact/ingress qdisc) and tcx (BPF_PROG_QUERY
-// per interface) programs on the interfaces of the calling
+// (RTM_GETTFILTER dumps of the clsact/ingress qdisc, and of the qdiscs and
+// classes of classful egress trees) and tcx (BPF_PROG_QUERY per interface)
+// programs on the interfaces of the calling
 // thread's network namespace. Programs in other namespaces (pods' own
 // interfaces) need the caller to enter them first.
 func NetdevAttachments() ([]Attachment, AttachStats) {
@@ -319,6 +321,10 @@ func NetdevAttachments() ([]Attachment, AttachStats) {
 		return nil, st
 	}
 	var out []Attachment
+	parents, err := tcEgressParents()
+	if err != nil {
+		st.fail(err)
+	}
 	tcx := []struct {
 		at   ebpf.AttachType
 		name string
@@ -359,6 +365,19 @@ func NetdevAttachments() ([]Attachment, AttachStats) {
 			}
 			for _, id := range ids {
 				out = append(out, Attachment{ProgID: id, AttachType: tc.name, Target: name, Ifindex: ifindex})
+			}
+		}
+		for _, p := range parents[ifindex] {
+			st.Queries++
+			ids, err := tcFilters(ifindex, p.handle)
+			if err != nil {
+				if !errors.Is(err, unix.ENODEV) {
+					st.fail(fmt.Errorf("listing filters of %s %s: %w", name, tcHandle(p.handle), err))
+				}
+				continue
+			}
+			for _, id := range ids {
+				out = append(out, Attachment{ProgID: id, AttachType: "tc_egress", Target: name, Ifindex: ifindex, Mode: p.kind + " " + tcHandle(p.handle)})
 			}
 		}
 		for i := 0; i < len(tcx); i++ {

@@ -428,3 +428,66 @@ func TestNetNamespaces(t *testing.T) {
 		t.Errorf("child's fresh namespace: %v %+v, want lo only and nothing attached", as, st)
 	}
 }
+
+// addClassfulBPF builds an htb tree on ifindex (root 1:, class 1:10) and
+// hangs prog on class 1:10 as a cls_bpf filter, as `tc filter add dev lo
+// parent 1:10 bpf da` does.
+func addClassfulBPF(ifindex int, fd int) error {
+	q := append(tcmsg(ifindex, 1<<16, 0xFFFFFFFF /* TC_H_ROOT */, 0), nlAttr(tcaKind, []byte("htb\x00"))...)
+	glob := make([]byte, 20) // struct tc_htb_glob: version 3, rate2quantum 10
+	binary.NativeEndian.PutUint32(glob[0:], 3)
+	binary.NativeEndian.PutUint32(glob[4:], 10)
+	q = append(q, nlAttr(tcaOptions|unix.NLA_F_NESTED, nlAttr(2 /* TCA_HTB_INIT */, glob))...)
+	if err := nlRequest(unix.RTM_NEWQDISC, unix.NLM_F_CREATE|unix.NLM_F_EXCL, q); err != nil {
+		return fmt.Errorf("adding htb: %w", err)
+	}
+	// struct tc_htb_opt: two tc_ratespec of 12 bytes (rate at +8), then
+	// buffer, cbuffer, quantum, level, prio. 1 Mbit/s, 10 kB buffers.
+	opt := make([]byte, 44)
+	binary.NativeEndian.PutUint32(opt[8:], 125000)  // rate.rate, bytes/s
+	binary.NativeEndian.PutUint32(opt[20:], 125000) // ceil.rate
+	binary.NativeEndian.PutUint32(opt[24:], 10000)  // buffer
+	binary.NativeEndian.PutUint32(opt[28:], 10000)  // cbuffer
+	c := append(tcmsg(ifindex, 1<<16|0x10, 1<<16, 0), nlAttr(tcaKind, []byte("htb\x00"))...)
+	c = append(c, nlAttr(tcaOptions|unix.NLA_F_NESTED, nlAttr(1 /* TCA_HTB_PARMS */, opt))...)
+	if err := nlRequest(unix.RTM_NEWTCLASS, unix.NLM_F_CREATE|unix.NLM_F_EXCL, c); err != nil {
+		return fmt.Errorf("adding htb class 1:10: %w", err)
+	}
+	opts := append(nlAttr(6 /* TCA_BPF_FD */, u32(uint32(fd))), nlAttr(7 /* TCA_BPF_NAME */, []byte("owners_test\x00"))...)
+	const ethPAll = 0x0300
+	f := append(tcmsg(ifindex, 1, 1<<16|0x10, 1<<16|ethPAll), nlAttr(tcaKind, []byte("bpf\x00"))...)
+	f = append(f, nlAttr(tcaOptions|unix.NLA_F_NESTED, opts)...)
+	if err := nlRequest(unix.RTM_NEWTFILTER, unix.NLM_F_CREATE|unix.NLM_F_EXCL, f); err != nil {
+		return fmt.Errorf("adding cls_bpf filter on 1:10: %w", err)
+	}
+	return nil
+}
+
+// TestNetdevAttachmentsClassful: a cls_bpf filter on a class of an htb tree
+// is found, with the tree and the class it hangs on.
+func TestNetdevAttachmentsClassful(t *testing.T) {
+	cls, clsID := loadReturning(t, ebpf.SchedCLS, ebpf.AttachNone, 0)
+	defer cls.Close()
+	var as []Attachment
+	var st AttachStats
+	var setupErr error
+	inNewNetns(t, func() {
+		if setupErr = addClassfulBPF(1, cls.FD()); setupErr != nil {
+			return
+		}
+		as, st = NetdevAttachments()
+	})
+	if errors.Is(setupErr, unix.ENOENT) || errors.Is(setupErr, unix.EOPNOTSUPP) {
+		t.Skipf("building an htb tree: %v (kernel without sch_htb or cls_bpf)", setupErr)
+	}
+	if setupErr != nil {
+		t.Fatal(setupErr)
+	}
+	t.Logf("attachments %+v stats %+v", as, st)
+	if a := findAttachment(as, clsID); a == nil || a.String() != "tc_egress:lo" || a.Mode != "htb 1:10" {
+		t.Errorf("cls_bpf prog %d on htb class 1:10: attachment %+v", clsID, a)
+	}
+	if st.Errors != 0 {
+		t.Errorf("stats %+v: want no errors", st)
+	}
+}

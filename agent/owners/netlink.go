@@ -128,3 +128,72 @@ func tcFilters(ifindex int, parent uint32) ([]uint32, error) {
 	}
 	return ids, nil
 }
+
+// tcParent is a qdisc or class of an egress tree that filters can hang on.
+type tcParent struct {
+	handle uint32
+	kind   string // the qdisc's kind: htb, prio, fq_codel, ...
+}
+
+// tcEgressParents returns, per interface, the qdiscs and classes that may
+// carry filters beyond clsact: those of classful trees such as htb or prio
+// (`tc filter add dev eth0 parent 1:10 bpf ...`). Kernel-made qdiscs have
+// handle 0 and cannot be addressed by a filter, so a node with default
+// queueing costs one qdisc dump and no class dump.
+func tcEgressParents() (map[int][]tcParent, error) {
+	msgs, err := netlinkDump(unix.RTM_GETQDISC, make([]byte, sizeofTcmsg), unix.RTM_NEWQDISC)
+	if err != nil {
+		return nil, fmt.Errorf("dumping qdiscs: %w", err)
+	}
+	out := map[int][]tcParent{}
+	for _, m := range msgs {
+		ifindex, handle, kind, ok := parseTcmsg(m.Data)
+		if !ok || handle>>16 == 0 || kind == "ingress" || kind == "clsact" {
+			continue
+		}
+		out[ifindex] = append(out[ifindex], tcParent{handle, kind})
+	}
+	for ifindex, qs := range out {
+		body := make([]byte, sizeofTcmsg)
+		binary.NativeEndian.PutUint32(body[4:], uint32(ifindex))
+		msgs, err := netlinkDump(unix.RTM_GETTCLASS, body, unix.RTM_NEWTCLASS)
+		if err != nil {
+			if errors.Is(err, unix.ENODEV) {
+				delete(out, ifindex) // gone since the qdisc dump
+				continue
+			}
+			return out, fmt.Errorf("dumping classes of interface %d: %w", ifindex, err)
+		}
+		for _, m := range msgs {
+			if _, handle, kind, ok := parseTcmsg(m.Data); ok && handle>>16 != 0 {
+				qs = append(qs, tcParent{handle, kind})
+			}
+		}
+		out[ifindex] = qs
+	}
+	return out, nil
+}
+
+// parseTcmsg reads a tcmsg header and its TCA_KIND.
+func parseTcmsg(b []byte) (ifindex int, handle uint32, kind string, ok bool) {
+	if len(b) < sizeofTcmsg {
+		return 0, 0, "", false
+	}
+	ifindex = int(int32(nativeUint32(b[4:8])))
+	handle = nativeUint32(b[8:12])
+	nlAttrs(b[sizeofTcmsg:], func(typ uint16, v []byte) {
+		if typ == tcaKind {
+			kind = string(cstr(v))
+		}
+	})
+	return ifindex, handle, kind, true
+}
+
+// tcHandle formats a handle as tc prints it: "1:", "1:10".
+func tcHandle(h uint32) string {
+	major, minor := h>>16, h&0xffff
+	if minor == 0 {
+		return fmt.Sprintf("%x:", major)
+	}
+	return fmt.Sprintf("%x:%x", major, minor)
+}
