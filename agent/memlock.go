@@ -15,7 +15,8 @@ type fdinfoDir struct {
 	dir int // -1 until first use
 }
 
-// open opens the directory once; it must not race with fdinfoFiles reads.
+// open opens the directory once, before any fdinfoFiles read (they share
+// it from several goroutines and only read dir).
 func (d *fdinfoDir) open() {
 	if d.dir < 0 {
 		if dir, err := unix.Open("/proc/self/fdinfo", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
@@ -57,7 +58,7 @@ func (f *fdinfoFiles) memlock(fd int, id uint32) (uint64, bool) {
 		closeFD(file)
 		delete(f.files, fd)
 	}
-	if f.dir.open(); f.dir.dir < 0 {
+	if f.dir.dir < 0 { // procfs unreadable: the reader opened it before any call
 		return 0, false
 	}
 	var name [24]byte

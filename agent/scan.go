@@ -94,18 +94,11 @@ func (r *reader) read(now time.Time) ([]Program, ScanStats, error) {
 	var st ScanStats
 	bootWall := bootTimeWall(now)
 
-	reads, err := r.readProgs(bootWall)
-	if err != nil {
-		if errors.Is(err, unix.EPERM) {
-			return nil, st, errPrivilege
-		}
-		return nil, st, err
-	}
-	progs := make([]Program, 0, len(reads))
-	for i := range reads {
-		res := &reads[i]
+	progs := make([]Program, 0, len(r.progs)+8)
+	denied := false
+	err := r.readProgs(bootWall, func(res *progRead) {
 		if errors.Is(res.err, unix.EPERM) && len(progs) == 0 {
-			return nil, st, errPrivilege
+			denied = true
 		}
 		if r.keep(&st, res.err) {
 			res.static.seen = r.seq
@@ -114,6 +107,12 @@ func (r *reader) read(now time.Time) ([]Program, ScanStats, error) {
 			}
 			progs = append(progs, res.prog)
 		}
+	})
+	if errors.Is(err, unix.EPERM) || denied && len(progs) == 0 {
+		return nil, st, errPrivilege
+	}
+	if err != nil {
+		return nil, st, err
 	}
 
 	links, err := r.readLinks(&st)
@@ -175,20 +174,20 @@ type progRead struct {
 // readBatch is how many ids a reading goroutine takes at a time.
 const readBatch = 64
 
-// readProgs reads every program in id order: the counters of those seen
-// before, everything of those seen for the first time. With parallel > 1
-// one goroutine enumerates ids and the others read batches of them as they
-// arrive, so the enumeration overlaps the reads and a first scan (`bpfleet
-// list`, where every program is new and costs a map-id read and an fdinfo
-// read) runs on every CPU.
-func (r *reader) readProgs(bootWall time.Time) ([]progRead, error) {
+// readProgs reads every program and hands each read to keep, in id order:
+// the counters of those seen before, everything of those seen for the
+// first time. With parallel > 1 one goroutine enumerates ids and the others
+// read batches of them as they arrive, so the enumeration overlaps the
+// reads and a first scan (`bpfleet list`, where every program is new and
+// costs a map-id read and an fdinfo read) runs on every CPU.
+func (r *reader) readProgs(bootWall time.Time, keep func(*progRead)) error {
+	r.fdinfo.open()
 	if r.parallel < 2 {
 		defer r.scratch.fdinfo.release()
-		out := make([]progRead, 0, len(r.progs)+8)
-		err := r.eachProgID(func(id uint32) {
-			out = append(out, r.readOne(id, bootWall, &r.scratch))
+		return r.eachProgID(func(id uint32) {
+			res := r.readOne(id, bootWall, &r.scratch)
+			keep(&res)
 		})
-		return out, err
 	}
 
 	type batch struct {
@@ -196,7 +195,6 @@ func (r *reader) readProgs(bootWall time.Time) ([]progRead, error) {
 		ids []uint32
 		out []progRead
 	}
-	r.fdinfo.open() // before the goroutines share it
 	todo := make(chan *batch, r.parallel)
 	done := make(chan *batch, r.parallel)
 	var workers sync.WaitGroup
@@ -230,17 +228,16 @@ func (r *reader) readProgs(bootWall time.Time) ([]progRead, error) {
 		close(done)
 	}()
 	var batches []*batch
-	n := 0
 	for b := range done {
 		batches = append(batches, b)
-		n += len(b.out)
 	}
 	sort.Slice(batches, func(i, j int) bool { return batches[i].seq < batches[j].seq })
-	out := make([]progRead, 0, n)
 	for _, b := range batches {
-		out = append(out, b.out...)
+		for i := range b.out {
+			keep(&b.out[i])
+		}
 	}
-	return out, enumErr
+	return enumErr
 }
 
 // eachProgID calls fn with every program id in ascending order.

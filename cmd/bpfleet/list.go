@@ -160,10 +160,10 @@ var pretty bool
 func printList(w io.Writer, output string, s *agent.Snapshot) error {
 	switch output {
 	case "json", "jsonl":
-		v := newListOutput(s, s.Interval > 0)
-		if lo, ok := v.(listOutput); ok && !pretty {
-			return writeListJSON(w, &lo)
+		if s.Interval == 0 && !pretty {
+			return writeListJSON(w, s)
 		}
+		v := newListOutput(s, s.Interval > 0)
 		enc := json.NewEncoder(w)
 		if pretty && output == "json" {
 			enc.SetIndent("", "  ")

@@ -75,7 +75,7 @@ func TestListJSONAgainstBpftool(t *testing.T) {
 	// 1,000 program fds) is measured and logged beside it.
 	var out []byte
 	var oursWall, oursCPU, theirsWall, theirsCPU, ownersWall []time.Duration
-	for i := 0; i < 11; i++ {
+	for i := 0; i < 21; i++ {
 		o, _ := runTimed(t, bin, "list", "-o", "json", "--no-owners")
 		th, _ := runTimed(t, bpftool, "prog", "show", "-j")
 		w, b := runTimed(t, bin, "list", "-o", "json")
@@ -85,7 +85,7 @@ func TestListJSONAgainstBpftool(t *testing.T) {
 		ownersWall = append(ownersWall, w.wall)
 	}
 	ours, theirs, owners := median(oursWall), median(theirsWall), median(ownersWall)
-	t.Logf("median of 11 over %d+ programs: bpfleet list -o json --no-owners wall %v cpu %v; bpftool prog show -j wall %v cpu %v; wall ratio %.2f, cpu ratio %.2f; with owners wall %v (%.2fx bpftool)",
+	t.Logf("median of 21 over %d+ programs: bpfleet list -o json --no-owners wall %v cpu %v; bpftool prog show -j wall %v cpu %v; wall ratio %.2f, cpu ratio %.2f; with owners wall %v (%.2fx bpftool)",
 		len(ids), ours, median(oursCPU), theirs, median(theirsCPU), float64(ours)/float64(theirs), float64(median(oursCPU))/float64(median(theirsCPU)), owners, float64(owners)/float64(theirs))
 	// The requirement: list must take less time than bpftool. The Go
 	// runtime and the init of everything the one binary links (OTel, gRPC,

@@ -8,12 +8,14 @@ import (
 	"github.com/bpfleet/bpfleet/agent"
 )
 
-// writeListJSON writes `bpfleet list -o json` (compact) byte for byte as
-// encoding/json would (listjson_test.go holds it to that), but encodes the
-// programs by hand: over 1,000 programs reflection cost more CPU than
-// reading them from the kernel. The small parts go through encoding/json.
-func writeListJSON(w io.Writer, out *listOutput) error {
-	b := make([]byte, 0, 512*len(out.Programs)+4096)
+// writeListJSON writes `bpfleet list -o json` (compact) for one snapshot
+// byte for byte as encoding/json writes newListOutput(s, false)
+// (listjson_test.go holds it to that), but encodes the programs by hand and
+// straight from the snapshot: over 1,000 programs reflection cost more CPU
+// than reading them from the kernel, and a copy of the programs more page
+// faults than it is worth. The small parts go through encoding/json.
+func writeListJSON(w io.Writer, s *agent.Snapshot) error {
+	b := make([]byte, 0, 512*len(s.Programs)+4096)
 	var err error
 	field := func(name string, v any, first bool) {
 		if err != nil {
@@ -30,29 +32,24 @@ func writeListJSON(w io.Writer, out *listOutput) error {
 		b = append(b, enc...)
 	}
 	b = append(b, '{')
-	field("time", out.Time, true)
-	field("kernel", out.Kernel, false)
-	field("stats", out.Stats, false)
+	field("time", s.Time, true)
+	field("kernel", s.Kernel, false)
+	field("stats", s.Stats, false)
 	if err != nil {
 		return err
 	}
-	b = append(b, `,"programs":`...)
-	if out.Programs == nil {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, '[')
-		for i := range out.Programs {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			if b, err = appendProgram(b, &out.Programs[i]); err != nil {
-				return err
-			}
+	b = append(b, `,"programs":[`...)
+	for i := range s.Programs {
+		if i > 0 {
+			b = append(b, ',')
 		}
-		b = append(b, ']')
+		if b, err = appendProgram(b, &s.Programs[i].Program); err != nil {
+			return err
+		}
 	}
-	field("attach_types", out.AttachTypes, false)
-	field("scan", out.Scan, false)
+	b = append(b, ']')
+	field("attach_types", s.AttachTypes, false)
+	field("scan", s.Scan, false)
 	if err != nil {
 		return err
 	}

@@ -120,8 +120,9 @@ func TestTopInPty(t *testing.T) {
 	c, id := loadTestCanary(t)
 
 	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
+	var trigger sync.WaitGroup
+	defer func() { close(stop); trigger.Wait() }() // before the canary's cleanup closes it
+	trigger.Go(func() {
 		for {
 			select {
 			case <-stop:
@@ -130,7 +131,7 @@ func TestTopInPty(t *testing.T) {
 				c.Trigger(5)
 			}
 		}
-	}()
+	})
 
 	cmd := exec.Command(bin, "top", "--interval", "300ms", "--no-owners")
 	tty, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 200, Cols: 200})
@@ -211,7 +212,9 @@ func copyAll(w *screen, r *os.File) (int64, error) {
 func TestTopPlainWhenNotATerminal(t *testing.T) {
 	bin := bpfleetBin(t)
 	c, id := loadTestCanary(t)
-	go c.Trigger(50)
+	triggered := make(chan struct{})
+	go func() { defer close(triggered); c.Trigger(50) }()
+	defer func() { <-triggered }() // before the canary's cleanup closes it
 	out, err := exec.Command(bin, "top", "--interval", "200ms", "--count", "2", "--no-owners", "--filter", "canary").Output()
 	if err != nil {
 		t.Fatal(err)
@@ -246,9 +249,10 @@ func TestTopRemote(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	go srv.Serve(ctx)
-	go func() {
+	var scans sync.WaitGroup
+	defer func() { cancel(); scans.Wait() }() // before the canary and agent are closed
+	scans.Go(func() {
 		for ctx.Err() == nil {
 			c.Trigger(5)
 			if s, err := a.Scan(ctx); err == nil {
@@ -256,7 +260,7 @@ func TestTopRemote(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-	}()
+	})
 	for deadline := time.Now().Add(5 * time.Second); latest.Load() == nil && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
