@@ -95,8 +95,8 @@ func (r *reader) read(now time.Time) ([]Program, ScanStats, error) {
 	bootWall := bootTimeWall(now)
 
 	progs := make([]Program, 0, len(r.progs)+8)
-	denied := false
-	err := r.readProgs(bootWall, func(res *progRead) {
+	denied, wantFacts := false, false
+	err := r.readProgs(bootWall, func(res progRead) {
 		if errors.Is(res.err, unix.EPERM) && len(progs) == 0 {
 			denied = true
 		}
@@ -105,6 +105,7 @@ func (r *reader) read(now time.Time) ([]Program, ScanStats, error) {
 			if res.fresh {
 				r.progs[res.prog.ID] = res.static
 			}
+			wantFacts = wantFacts || needsFacts(res.static.progTypeID)
 			progs = append(progs, res.prog)
 		}
 	})
@@ -120,11 +121,8 @@ func (r *reader) read(now time.Time) ([]Program, ScanStats, error) {
 		return nil, st, err
 	}
 
-	for i := range progs {
-		if needsFacts(r.progs[progs[i].ID].progTypeID) {
-			r.ensureFacts()
-			break
-		}
+	if wantFacts {
+		r.ensureFacts()
 	}
 	if r.source != nil {
 		if err := r.source.ReadFacts(r.facts); err != nil {
@@ -135,7 +133,7 @@ func (r *reader) read(now time.Time) ([]Program, ScanStats, error) {
 	}
 
 	r.join(progs, links)
-	r.evict()
+	r.evict(len(progs), len(links))
 	st.Programs = len(progs)
 	st.Links = len(links)
 	return progs, st, nil
@@ -180,13 +178,12 @@ const readBatch = 64
 // read batches of them as they arrive, so the enumeration overlaps the
 // reads and a first scan (`bpfleet list`, where every program is new and
 // costs a map-id read and an fdinfo read) runs on every CPU.
-func (r *reader) readProgs(bootWall time.Time, keep func(*progRead)) error {
+func (r *reader) readProgs(bootWall time.Time, keep func(progRead)) error {
 	r.fdinfo.open()
 	if r.parallel < 2 {
 		defer r.scratch.fdinfo.release()
 		return r.eachProgID(func(id uint32) {
-			res := r.readOne(id, bootWall, &r.scratch)
-			keep(&res)
+			keep(r.readOne(id, bootWall, &r.scratch)) // by value: a pointer would escape
 		})
 	}
 
@@ -233,8 +230,8 @@ func (r *reader) readProgs(bootWall time.Time, keep func(*progRead)) error {
 	}
 	sort.Slice(batches, func(i, j int) bool { return batches[i].seq < batches[j].seq })
 	for _, b := range batches {
-		for i := range b.out {
-			keep(&b.out[i])
+		for _, res := range b.out {
+			keep(res)
 		}
 	}
 	return enumErr
@@ -595,15 +592,20 @@ func contains(xs []string, x string) bool {
 
 // evict forgets programs and links not seen in this scan: ids are never
 // reused within a boot, so a gone id is gone for good.
-func (r *reader) evict() {
-	for id, s := range r.progs {
-		if s.seen != r.seq {
-			delete(r.progs, id)
+func (r *reader) evict(progs, links int) {
+	// Every cached entry was seen when the counts match: nothing to walk.
+	if len(r.progs) != progs {
+		for id, s := range r.progs {
+			if s.seen != r.seq {
+				delete(r.progs, id)
+			}
 		}
 	}
-	for id, c := range r.links {
-		if c.seen != r.seq {
-			delete(r.links, id)
+	if len(r.links) != links {
+		for id, c := range r.links {
+			if c.seen != r.seq {
+				delete(r.links, id)
+			}
 		}
 	}
 }
