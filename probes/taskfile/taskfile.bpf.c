@@ -25,31 +25,23 @@ struct file_record {
 	char comm[16];
 };
 
-// A bpf file is recognised by its file operations. The kernel symbols are
-// used where /proc/kallsyms lists data symbols (CONFIG_KALLSYMS_ALL=y, as on
-// Debian's kernels); weak, so that a kernel without them still loads.
-// bpf_link_fops_poll (links whose ops can poll, e.g. struct_ops) is newer.
-// (cilium/ebpf takes typeless ksyms as "void", not "const void".)
-extern void bpf_prog_fops __ksym __weak;
-extern void bpf_link_fops __ksym __weak;
-extern void bpf_link_fops_poll __ksym __weak;
-
-// Set before load by tests to exercise the fallbacks: ignore_ksyms on
-// kernels with the symbols, links_by_name for the name match below.
-volatile const bool ignore_ksyms = false;
-volatile const bool links_by_name = false;
-
-// The fallback: while learning is set, the program notes the file
-// operations and inode of the reader's own program and link fds (the
-// iterator's program and link, whose fds the loader passes in). The reader
-// is the current task, so its tgid needs no pid-namespace translation.
+// A bpf file is recognised by its file operations, learned rather than
+// looked up: while learning is set, the program notes the file operations
+// and inode of the reader's own program and link fds (the iterator's
+// program and link, whose fds the loader passes in). The reader is the
+// current task, so its tgid needs no pid-namespace translation. Kernel
+// symbols (bpf_prog_fops as a __ksym) would need no learning pass, but make
+// the loader parse /proc/kallsyms: about 80 ms of every agent start.
 bool learning;
 __s32 learn_prog_fd = -1;
 __s32 learn_link_fd = -1;
 __u64 learned_prog_fops;
 __u64 learned_link_fops;
 __u64 learned_anon_inode;
-bool have_ksyms;
+
+// Set before load by tests to find every link by name, as links with other
+// file operations (bpf_link_fops_poll: struct_ops links) are.
+volatile const bool links_by_name = false;
 
 // Anonymous-inode files are named at creation; a link is "bpf_link"
 // whichever file operations it got.
@@ -73,8 +65,7 @@ int dump_task_file(struct bpf_iter__task_file *ctx)
 	struct task_struct *task = ctx->task;
 	struct file *file = ctx->file;
 	struct file_record r = {};
-	__u64 fop, prog_fops, link_fops;
-	bool ksyms;
+	__u64 fop;
 	int kind;
 
 	if (!task || !file)
@@ -86,10 +77,7 @@ int dump_task_file(struct bpf_iter__task_file *ctx)
 		return 0;
 
 	fop = (__u64)file->f_op;
-	ksyms = !ignore_ksyms && &bpf_prog_fops && &bpf_link_fops;
-
 	if (learning && task->tgid == (bpf_get_current_pid_tgid() >> 32)) {
-		have_ksyms = ksyms;
 		if (ctx->fd == learn_prog_fd) {
 			learned_prog_fops = fop;
 			learned_anon_inode = (__u64)file->f_inode;
@@ -98,24 +86,13 @@ int dump_task_file(struct bpf_iter__task_file *ctx)
 		}
 	}
 
-	if (ksyms) {
-		prog_fops = (__u64)&bpf_prog_fops;
-		link_fops = (__u64)&bpf_link_fops;
-	} else {
-		prog_fops = learned_prog_fops;
-		link_fops = learned_link_fops;
-	}
-
-	if (prog_fops && fop == prog_fops) {
+	if (learned_prog_fops && fop == learned_prog_fops) {
 		kind = KIND_PROG;
-	} else if (link_fops && fop == link_fops && !(links_by_name && !ksyms)) {
+	} else if (learned_link_fops && fop == learned_link_fops && !links_by_name) {
 		kind = KIND_LINK;
-	} else if (ksyms && &bpf_link_fops_poll && fop == (__u64)&bpf_link_fops_poll) {
-		kind = KIND_LINK;
-	} else if (!ksyms && learned_anon_inode && (__u64)file->f_inode == learned_anon_inode &&
-		   named_bpf_link(file)) {
-		// Without symbols only the plain link fops can be learned; other
-		// link fops are found by name among anonymous-inode files.
+	} else if (learned_anon_inode && (__u64)file->f_inode == learned_anon_inode && named_bpf_link(file)) {
+		// Only the plain link fops can be learned; links with other
+		// fops are found by name among anonymous-inode files.
 		kind = KIND_LINK;
 	} else {
 		return 0;

@@ -62,27 +62,21 @@ type Iter struct {
 	// comms interns process names: a node has few distinct ones, so
 	// steady-state reads allocate no strings.
 	comms map[string]string
-	// ksyms says whether bpf files are recognised by the kernel's
-	// bpf_prog_fops / bpf_link_fops symbols or by what the iterator learned
-	// from the loader's own fds.
-	ksyms bool
 }
 
 // Load loads the iterator and attaches it. When the kernel refuses it the
 // error wraps ebpf.ErrNotSupported and says why; missing privileges are
 // reported as the kernel's EPERM.
-func Load() (*Iter, error) { return load(false, false) }
+func Load() (*Iter, error) { return load(false) }
 
-// load with test switches for the fallbacks (see taskfile.bpf.c).
-func load(ignoreKsyms, linksByName bool) (*Iter, error) {
+// load with the test switch that finds links by name (see taskfile.bpf.c).
+func load(linksByName bool) (*Iter, error) {
 	spec, err := loadTaskfile()
 	if err != nil {
 		return nil, fmt.Errorf("reading task_file iterator spec: %w", err)
 	}
-	for name, v := range map[string]bool{"ignore_ksyms": ignoreKsyms, "links_by_name": linksByName} {
-		if err := spec.Variables[name].Set(v); err != nil {
-			return nil, fmt.Errorf("configuring task_file iterator: %w", err)
-		}
+	if err := spec.Variables["links_by_name"].Set(linksByName); err != nil {
+		return nil, fmt.Errorf("configuring task_file iterator: %w", err)
 	}
 	it := &Iter{buf: make([]byte, bufSize), comms: make(map[string]string)}
 	if err := spec.LoadAndAssign(&it.objs, nil); err != nil {
@@ -101,8 +95,8 @@ func load(ignoreKsyms, linksByName bool) (*Iter, error) {
 }
 
 // learn runs one pass in which the program notes the file operations of
-// this process's own program and link fds (the iterator's), the fallback
-// for kernels whose kallsyms does not list bpf_prog_fops / bpf_link_fops.
+// this process's own program and link fds (the iterator's): how it tells
+// BPF files from others in every later pass.
 func (it *Iter) learn() error {
 	v := it.objs.taskfileVariables
 	for _, set := range []struct {
@@ -127,13 +121,13 @@ func (it *Iter) learn() error {
 	for _, get := range []struct {
 		v   *ebpf.Variable
 		dst any
-	}{{v.HaveKsyms, &it.ksyms}, {v.LearnedProgFops, &progFops}, {v.LearnedLinkFops, &linkFops}} {
+	}{{v.LearnedProgFops, &progFops}, {v.LearnedLinkFops, &linkFops}} {
 		if err := get.v.Get(get.dst); err != nil {
 			return fmt.Errorf("reading task_file iterator state: %w", err)
 		}
 	}
-	if !it.ksyms && (progFops == 0 || linkFops == 0) {
-		return fmt.Errorf("%w: cannot recognise bpf files: kallsyms lists no bpf_prog_fops/bpf_link_fops and the iterator did not see this process's own fds", ebpf.ErrNotSupported)
+	if progFops == 0 || linkFops == 0 {
+		return fmt.Errorf("%w: cannot recognise bpf files: the iterator did not see this process's own program and link fds", ebpf.ErrNotSupported)
 	}
 	return nil
 }

@@ -33,9 +33,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func loadIter(tb testing.TB, ignoreKsyms, linksByName bool) *Iter {
+func loadIter(tb testing.TB, linksByName bool) *Iter {
 	tb.Helper()
-	it, err := load(ignoreKsyms, linksByName)
+	it, err := load(linksByName)
 	if errors.Is(err, ebpf.ErrNotSupported) {
 		tb.Skipf("kernel refuses iter/task_file: %v", err)
 	}
@@ -93,22 +93,19 @@ func startHolder(t *testing.T, f *os.File) int {
 
 func TestFindsHolders(t *testing.T) {
 	for _, c := range []struct {
-		name                string
-		ignoreKsyms, byName bool
+		name   string
+		byName bool
 	}{
-		{"ksyms-or-learned", false, false},
-		{"learned", true, false},
+		{"learned", false},
 		// Links whose fops cannot be learned (bpf_link_fops_poll) are
 		// found by their anonymous-inode name.
-		{"learned-links-by-name", true, true},
+		{"links-by-name", true},
 	} {
-		t.Run(c.name, func(t *testing.T) { testFindsHolders(t, loadIter(t, c.ignoreKsyms, c.byName)) })
+		t.Run(c.name, func(t *testing.T) { testFindsHolders(t, loadIter(t, c.byName)) })
 	}
 }
 
 func testFindsHolders(t *testing.T, it *Iter) {
-	t.Logf("bpf files recognised by kernel symbols: %v", it.ksyms)
-
 	filter, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "tf_filter", Type: ebpf.SocketFilter, Instructions: returnZero, License: "GPL"})
 	if err != nil {
 		t.Fatal(err)
@@ -280,7 +277,7 @@ func holdFds(b *testing.B, n int) {
 }
 
 func BenchmarkRead(b *testing.B) {
-	it := loadIter(b, false, false)
+	it := loadIter(b, false)
 	holdFds(b, 1000)
 	n := 0
 	b.ReportAllocs()
@@ -303,7 +300,7 @@ func BenchmarkReadVsProcfs(b *testing.B) {
 }
 
 func benchReadVsProcfs(b *testing.B, fds int) {
-	it := loadIter(b, false, false)
+	it := loadIter(b, false)
 	holdFds(b, fds)
 	var iterTime, procTime time.Duration
 	var nIter, nProc int

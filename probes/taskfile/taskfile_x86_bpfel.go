@@ -17,8 +17,6 @@ import (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	taskfileProgDumpTaskFile    = "dump_task_file"
-	taskfileVarHaveKsyms        = "have_ksyms"
-	taskfileVarIgnoreKsyms      = "ignore_ksyms"
 	taskfileVarLearnLinkFd      = "learn_link_fd"
 	taskfileVarLearnProgFd      = "learn_prog_fd"
 	taskfileVarLearnedAnonInode = "learned_anon_inode"
@@ -83,8 +81,6 @@ type taskfileMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type taskfileVariableSpecs struct {
-	HaveKsyms        *ebpf.VariableSpec `ebpf:"have_ksyms"`
-	IgnoreKsyms      *ebpf.VariableSpec `ebpf:"ignore_ksyms"`
 	LearnLinkFd      *ebpf.VariableSpec `ebpf:"learn_link_fd"`
 	LearnProgFd      *ebpf.VariableSpec `ebpf:"learn_prog_fd"`
 	LearnedAnonInode *ebpf.VariableSpec `ebpf:"learned_anon_inode"`
@@ -124,8 +120,6 @@ func (m *taskfileMaps) Close() error {
 //
 // It can be passed to loadTaskfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type taskfileVariables struct {
-	HaveKsyms        *ebpf.Variable `ebpf:"have_ksyms"`
-	IgnoreKsyms      *ebpf.Variable `ebpf:"ignore_ksyms"`
 	LearnLinkFd      *ebpf.Variable `ebpf:"learn_link_fd"`
 	LearnProgFd      *ebpf.Variable `ebpf:"learn_prog_fd"`
 	LearnedAnonInode *ebpf.Variable `ebpf:"learned_anon_inode"`
