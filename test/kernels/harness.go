@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -28,7 +29,11 @@ type Options struct {
 	// LogLevel is the guest console's loglevel (default 2: emergencies
 	// and alerts only); 7 shows the stacks of a soft lockup or a warning.
 	LogLevel int
-	Logf     func(string, ...any)
+	// Silence is how long a guest may print nothing before it counts as
+	// hung and is stopped (default 2 min). The longest quiet stretch of a
+	// healthy run is a bench command's rounds, well under a minute.
+	Silence time.Duration
+	Logf    func(string, ...any)
 }
 
 // Status of one test or command in one kernel.
@@ -57,8 +62,8 @@ type Result struct {
 	// numbers compared across architectures.
 	Metrics map[string]string
 	Err     error // the run as a whole failed: timeout, panic, missing results
-	// Retried says why the entry was booted a second time (the first boot
-	// died or hung with no test failing); empty when it was not.
+	// Retried says why the entry was booted again (a boot died or hung with
+	// no test failing), one reason per failed boot; empty when it was not.
 	Retried string
 	Log     string
 	Fetch   time.Duration
@@ -183,8 +188,12 @@ func qemuArgs(e Entry, kernel, initrd string, loglevel int) []string {
 }
 
 // boot runs qemu and copies the console to logPath, timing the phases.
-func boot(ctx context.Context, e Entry, kernel, initrd, logPath string, loglevel int, res *Result) error {
-	args := qemuArgs(e, kernel, initrd, loglevel)
+func boot(ctx context.Context, e Entry, kernel, initrd, logPath string, o *Options, res *Result) error {
+	args := qemuArgs(e, kernel, initrd, o.LogLevel)
+	silenceLimit := o.Silence
+	if silenceLimit <= 0 {
+		silenceLimit = 2 * time.Minute
+	}
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.Stdin = nil
 	logf, err := os.Create(logPath)
@@ -197,6 +206,8 @@ func boot(ctx context.Context, e Entry, kernel, initrd, logPath string, loglevel
 	cmd.Stderr = pw
 	start := time.Now()
 	var firstBegin, done time.Time
+	var lastOutput atomic.Int64 // unix ns of the last console line
+	lastOutput.Store(start.UnixNano())
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -204,6 +215,7 @@ func boot(ctx context.Context, e Entry, kernel, initrd, logPath string, loglevel
 		br := bufio.NewReader(pr)
 		for {
 			line, err := br.ReadString('\n')
+			lastOutput.Store(time.Now().UnixNano())
 			logf.WriteString(line)
 			if firstBegin.IsZero() && strings.Contains(line, "@@bpfleet-begin ") {
 				firstBegin = time.Now()
@@ -216,7 +228,32 @@ func boot(ctx context.Context, e Entry, kernel, initrd, logPath string, loglevel
 			}
 		}
 	}()
-	runErr := cmd.Run()
+	// A guest whose console stays silent this long has hung (every test
+	// and command prints within seconds): stop it now rather than at the
+	// boot's time limit, so that a retry fits in the CI budget.
+	var silent atomic.Bool
+	stopWatch := make(chan struct{})
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting qemu: %w", err)
+	}
+	go func() {
+		t := time.NewTicker(5 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopWatch:
+				return
+			case <-t.C:
+				if time.Since(time.Unix(0, lastOutput.Load())) > silenceLimit {
+					silent.Store(true)
+					cmd.Process.Kill()
+					return
+				}
+			}
+		}
+	}()
+	runErr := cmd.Wait()
+	close(stopWatch)
 	pw.Close()
 	wg.Wait()
 	res.Total = time.Since(start)
@@ -225,6 +262,9 @@ func boot(ctx context.Context, e Entry, kernel, initrd, logPath string, loglevel
 		if !done.IsZero() {
 			res.Tests = done.Sub(firstBegin)
 		}
+	}
+	if silent.Load() {
+		return fmt.Errorf("hung: no console output for %s (console log %s)", silenceLimit, logPath)
 	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("timed out after %s (console log %s)", res.Total.Round(time.Second), logPath)
@@ -262,7 +302,7 @@ func RunEntry(ctx context.Context, e Entry, o *Options, base *initramfs) *Result
 	o.Logf("%s: booting %s %s", e.Name, k.Package, k.Version)
 	bctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	bootErr := boot(bctx, e, k.Image, initrd, res.Log, o.LogLevel, res)
+	bootErr := boot(bctx, e, k.Image, initrd, res.Log, o, res)
 	log, err := os.ReadFile(res.Log)
 	if err != nil {
 		res.Err = err

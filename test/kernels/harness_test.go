@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -137,5 +139,41 @@ func TestParityErrors(t *testing.T) {
 	errs := parityErrors(differ)
 	if len(errs) != 1 || !strings.Contains(errs[0], "fentry.recursion_misses") {
 		t.Errorf("different counts on amd64 and arm64 not reported: %v", errs)
+	}
+}
+
+// TestHarnessStopsSilentGuest: a guest that prints nothing for longer than
+// Options.Silence is stopped as hung, not left to the boot's time limit,
+// and booted again (maxRetries times), each failed log kept and named.
+func TestHarnessStopsSilentGuest(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots a VM; not in -short")
+	}
+	e, err := selectEntries("sid-amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skipf("qemu-system-x86_64 not installed (scripts/install-deps.sh installs it): %v", err)
+	}
+	// list --watch takes its baseline scan, then waits an hour in silence.
+	o := &Options{Commands: []string{"bpfleet list --watch --interval 1h --count 1"},
+		Timeout: 3 * time.Minute, Silence: 8 * time.Second, WorkDir: t.TempDir(), Logf: t.Logf}
+	start := time.Now()
+	r := RunMatrix(context.Background(), e, o)[0]
+	t.Logf("three boots in %s; error %v; retried %s", time.Since(start).Round(time.Second), r.Err, r.Retried)
+	if r.Err == nil || !strings.Contains(r.Err.Error(), "hung: no console output for 8s") {
+		t.Errorf("error %v, want the guest stopped as hung", r.Err)
+	}
+	if n := strings.Count(r.Retried, "hung: no console output"); n != maxRetries {
+		t.Errorf("retried %q: want %d hung boots before the last", r.Retried, maxRetries)
+	}
+	for i := 1; i <= maxRetries; i++ {
+		if _, err := os.Stat(fmt.Sprintf("%s.%d", r.Log, i)); err != nil {
+			t.Errorf("failed console log %d not kept: %v", i, err)
+		}
+	}
+	if time.Since(start) > 2*time.Minute {
+		t.Errorf("took %s: the silence limit did not stop the guests early", time.Since(start))
 	}
 }
