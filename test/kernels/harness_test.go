@@ -82,9 +82,9 @@ func TestParseConsole(t *testing.T) {
 	}
 }
 
-// TestHarnessReportsFailure boots one real kernel with a deliberately
-// failing test binary and checks the harness calls the run failed.
-func TestHarnessReportsFailure(t *testing.T) {
+// vmEntry is the one kernel the harness tests boot.
+func vmEntry(t *testing.T) []Entry {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("boots a VM; not in -short")
 	}
@@ -95,6 +95,13 @@ func TestHarnessReportsFailure(t *testing.T) {
 	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
 		t.Skipf("qemu-system-x86_64 not installed (scripts/install-deps.sh installs it): %v", err)
 	}
+	return e
+}
+
+// TestHarnessReportsFailure boots one real kernel with a deliberately
+// failing test binary and checks the harness calls the run failed.
+func TestHarnessReportsFailure(t *testing.T) {
+	e := vmEntry(t)
 	o := &Options{Packages: []string{"./test/kernels/internal/failing"}, Tags: "kmatrix_failing",
 		Timeout: 3 * time.Minute, WorkDir: t.TempDir(), Logf: t.Logf}
 	res := RunMatrix(context.Background(), e, o)
@@ -146,16 +153,7 @@ func TestParityErrors(t *testing.T) {
 // Options.Silence is stopped as hung, not left to the boot's time limit,
 // and booted again (maxRetries times), each failed log kept and named.
 func TestHarnessStopsSilentGuest(t *testing.T) {
-	if testing.Short() {
-		t.Skip("boots a VM; not in -short")
-	}
-	e, err := selectEntries("sid-amd64")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-		t.Skipf("qemu-system-x86_64 not installed (scripts/install-deps.sh installs it): %v", err)
-	}
+	e := vmEntry(t)
 	// list --watch takes its baseline scan, then waits an hour in silence.
 	o := &Options{Commands: []string{"bpfleet list --watch --interval 1h --count 1"},
 		Timeout: 3 * time.Minute, Silence: 8 * time.Second, WorkDir: t.TempDir(), Logf: t.Logf}
