@@ -5,7 +5,6 @@
 package progiter
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -59,7 +58,7 @@ type Iter struct {
 	buf    []byte
 	// names interns attach function names so that steady-state scans
 	// allocate no strings: the set of distinct targets on a node is small.
-	names map[string]string
+	names records.Strings
 }
 
 // Load loads the iterator program and attaches it. When the kernel refuses
@@ -71,7 +70,7 @@ func Load() (*Iter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading bpf_prog iterator spec: %w", err)
 	}
-	it := &Iter{buf: make([]byte, bufSize), names: make(map[string]string)}
+	it := &Iter{buf: make([]byte, bufSize), names: records.NewStrings()}
 	if err := spec.LoadAndAssign(&it.objs, nil); err != nil {
 		return nil, fmt.Errorf("loading iter/bpf_prog: %w", refuse.Iterator(err, "bpf_prog"))
 	}
@@ -127,22 +126,7 @@ func (it *Iter) decode(b []byte) Record {
 		Sleepable:          flags&flagSleepable != 0,
 		SleepableKnown:     flags&flagSleepableKnown != 0,
 	}
-	name := b[attachFuncOff : attachFuncOff+attachFuncLen]
-	if i := bytes.IndexByte(name, 0); i >= 0 {
-		name = name[:i]
-	}
-	if len(name) > 0 {
-		// A map lookup keyed by string(name) does not allocate.
-		s, ok := it.names[string(name)]
-		if !ok {
-			if len(it.names) >= 4096 { // bound the cache on pathological nodes
-				clear(it.names)
-			}
-			s = string(name)
-			it.names[s] = s
-		}
-		r.AttachFunc = s
-	}
+	r.AttachFunc = it.names.Get(b[attachFuncOff : attachFuncOff+attachFuncLen])
 	return r
 }
 

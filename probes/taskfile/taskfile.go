@@ -5,7 +5,6 @@
 package taskfile
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -61,7 +60,7 @@ type Iter struct {
 	buf  []byte
 	// comms interns process names: a node has few distinct ones, so
 	// steady-state reads allocate no strings.
-	comms map[string]string
+	comms records.Strings
 }
 
 // Load loads the iterator and attaches it. When the kernel refuses it the
@@ -78,7 +77,7 @@ func load(linksByName bool) (*Iter, error) {
 	if err := spec.Variables["links_by_name"].Set(linksByName); err != nil {
 		return nil, fmt.Errorf("configuring task_file iterator: %w", err)
 	}
-	it := &Iter{buf: make([]byte, bufSize), comms: make(map[string]string)}
+	it := &Iter{buf: make([]byte, bufSize), comms: records.NewStrings()}
 	if err := spec.LoadAndAssign(&it.objs, nil); err != nil {
 		return nil, fmt.Errorf("loading iter/task_file: %w", refuse.Iterator(err, "task_file"))
 	}
@@ -157,19 +156,7 @@ func (it *Iter) decode(b []byte) Entry {
 		ProgID: le.Uint32(b[12:]),
 		LinkID: le.Uint32(b[16:]),
 	}
-	comm := b[commOff : commOff+commLen]
-	if i := bytes.IndexByte(comm, 0); i >= 0 {
-		comm = comm[:i]
-	}
-	s, ok := it.comms[string(comm)] // does not allocate
-	if !ok {
-		if len(it.comms) >= 4096 { // bound the cache on pathological nodes
-			clear(it.comms)
-		}
-		s = string(comm)
-		it.comms[s] = s
-	}
-	e.Comm = s
+	e.Comm = it.comms.Get(b[commOff : commOff+commLen])
 	return e
 }
 

@@ -3,6 +3,7 @@
 package records
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 )
@@ -33,4 +34,30 @@ func Read(rd io.Reader, buf []byte, size int, fn func([]byte)) error {
 		return fmt.Errorf("%d trailing bytes are not a whole %d-byte record", have, size)
 	}
 	return nil
+}
+
+// Strings interns the NUL-padded strings records carry (process names,
+// attach function names): a node has few distinct ones, so steady-state
+// reads allocate none. Make one with NewStrings.
+type Strings struct{ m map[string]string }
+
+func NewStrings() Strings { return Strings{m: map[string]string{}} }
+
+// Get returns b, cut at its first NUL, as a string.
+func (s Strings) Get(b []byte) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	if len(b) == 0 {
+		return ""
+	}
+	if v, ok := s.m[string(b)]; ok { // a lookup keyed by string(b) does not allocate
+		return v
+	}
+	if len(s.m) >= 4096 { // bound the cache on pathological nodes
+		clear(s.m)
+	}
+	v := string(b)
+	s.m[v] = v
+	return v
 }
