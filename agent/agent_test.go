@@ -2,14 +2,13 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/bpfleet/bpfleet/probes/canary"
+	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
 	testcounters "github.com/bpfleet/bpfleet/probes/counters"
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -61,30 +60,13 @@ func progID(t *testing.T, p *ebpf.Program) uint32 {
 	return uint32(id)
 }
 
-func loadCanary(t *testing.T) *canary.Canary {
-	t.Helper()
-	c, err := canary.Load()
-	if errors.Is(err, ebpf.ErrNotSupported) {
-		t.Skipf("kernel refuses the recursion canary: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
 // TestGenuineRecursionMiss: each canary trigger is one genuine recursion
 // miss; bpfleet must report exactly the kernel's own counter, as a delta, a
 // cumulative value and an episode.
 func TestGenuineRecursionMiss(t *testing.T) {
 	// Quiet episodes must not close while we wait for the unload below.
 	a := newTestAgentWith(t, Config{EnableStats: true, QuietIntervals: 1000})
-	c := loadCanary(t)
-	id, err := c.ProgramID()
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, id := canarytest.Load(t)
 	s0 := scan(t, a)
 	p0 := findProg(s0, id)
 	if p0 == nil {
@@ -233,8 +215,7 @@ func TestExactRunCounts(t *testing.T) {
 
 func TestFieldsAndNoFdKept(t *testing.T) {
 	a := newTestAgent(t)
-	c := loadCanary(t)
-	id, _ := c.ProgramID()
+	_, id := canarytest.Load(t)
 	scan(t, a) // the first scan may load the agent's own iterator (its fds stay)
 	before := countFDs(t)
 	s := scan(t, a)
@@ -286,8 +267,7 @@ func countFDs(t *testing.T) int {
 // found as its owner, through the task_file iterator and through the
 // /proc walk alike.
 func TestOwnerIsTestProcess(t *testing.T) {
-	c := loadCanary(t)
-	id, _ := c.ProgramID()
+	_, id := canarytest.Load(t)
 	comm, err := os.ReadFile("/proc/self/comm")
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
@@ -136,7 +137,7 @@ func TestScanMemoryFlat(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	c := loadCanary(t)
+	c, _ := canarytest.Load(t)
 	ctx := context.Background()
 	heap := func() uint64 {
 		runtime.GC()

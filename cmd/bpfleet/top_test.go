@@ -17,8 +17,7 @@ import (
 
 	"github.com/bpfleet/bpfleet/agent"
 	"github.com/bpfleet/bpfleet/api"
-	"github.com/bpfleet/bpfleet/probes/canary"
-	"github.com/cilium/ebpf"
+	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
 	"github.com/creack/pty"
 )
 
@@ -45,23 +44,6 @@ func bpfleetBin(t *testing.T) string {
 		t.Fatalf("building bpfleet: %v", err)
 	}
 	return bin
-}
-
-func loadTestCanary(t *testing.T) (*canary.Canary, uint32) {
-	t.Helper()
-	c, err := canary.Load()
-	if errors.Is(err, ebpf.ErrNotSupported) {
-		t.Skipf("kernel refuses the recursion canary: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	id, err := c.ProgramID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, id
 }
 
 var ansi = regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`)
@@ -117,7 +99,7 @@ func programRow(frame string, id uint32) []string {
 // and the sort and quit keys must work.
 func TestTopInPty(t *testing.T) {
 	bin := bpfleetBin(t)
-	c, id := loadTestCanary(t)
+	c, id := canarytest.Load(t)
 
 	stop := make(chan struct{})
 	var trigger sync.WaitGroup
@@ -211,7 +193,7 @@ func copyAll(w *screen, r *os.File) (int64, error) {
 // TestTopPlainWhenNotATerminal: with stdout a pipe, top prints plain lines.
 func TestTopPlainWhenNotATerminal(t *testing.T) {
 	bin := bpfleetBin(t)
-	c, id := loadTestCanary(t)
+	c, id := canarytest.Load(t)
 	triggered := make(chan struct{})
 	go func() { defer close(triggered); c.Trigger(50) }()
 	defer func() { <-triggered }() // before the canary's cleanup closes it
@@ -232,7 +214,7 @@ func TestTopPlainWhenNotATerminal(t *testing.T) {
 // misses, with the bearer token the API requires.
 func TestTopRemote(t *testing.T) {
 	bin := bpfleetBin(t)
-	c, id := loadTestCanary(t)
+	c, id := canarytest.Load(t)
 	a, err := agent.New(agent.Config{EnableStats: true})
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,13 +14,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/bpfleet/bpfleet/api"
 	"github.com/bpfleet/bpfleet/exporter"
 	"github.com/bpfleet/bpfleet/exporter/internal/backends"
 	"github.com/bpfleet/bpfleet/probes/canary"
+	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
 )
 
 var bpfleetBin string
@@ -113,23 +112,6 @@ func (a *agentProc) stop(t *testing.T) {
 	}
 }
 
-func loadCanary(t *testing.T) (*canary.Canary, uint32) {
-	t.Helper()
-	c, err := canary.Load()
-	if errors.Is(err, ebpf.ErrNotSupported) {
-		t.Skipf("kernel refuses the recursion canary: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	id, err := c.ProgramID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, id
-}
-
 func kernelMisses(t *testing.T, c *canary.Canary) uint64 {
 	t.Helper()
 	m, err := c.KernelMisses()
@@ -217,7 +199,7 @@ func release(t *testing.T) string {
 // episode span with that count; an episode open at SIGTERM is ended,
 // flagged and flushed.
 func TestAgentToPrometheusAndJaeger(t *testing.T) {
-	c, id := loadCanary(t)
+	c, id := canarytest.Load(t)
 	start := time.Now()
 	prom := backends.StartPrometheus(t)
 	t.Logf("Prometheus ready in %v", time.Since(start).Round(time.Millisecond))
@@ -346,7 +328,7 @@ func checkNames(t *testing.T, prom *backends.Prometheus) {
 // agent keeps scanning, counts and logs the failed exports, and the series
 // continues with the kernel's value.
 func TestPrometheusRestart(t *testing.T) {
-	c, id := loadCanary(t)
+	c, id := canarytest.Load(t)
 	prom := backends.StartPrometheus(t)
 	start := time.Now()
 	agent := startAgent(t, []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + prom.Addr + "/api/v1/otlp", "OTEL_EXPORTER_OTLP_TIMEOUT=1000", "OTEL_TRACES_EXPORTER=none"},
@@ -406,7 +388,7 @@ func TestPrometheusRestart(t *testing.T) {
 // keeps scanning and serves its local API, which reports the canary's
 // misses as the kernel counted them.
 func TestAgentWithoutEndpoint(t *testing.T) {
-	c, id := loadCanary(t)
+	c, id := canarytest.Load(t)
 	agent := startAgent(t, nil)
 	addrRe := regexp.MustCompile(`serving the local API" addr=(\S+)`)
 	var base string
