@@ -21,19 +21,7 @@ import (
 // binary, never the sysctl).
 var statsOn bool
 
-func TestMain(m *testing.M) {
-	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-	if err == nil {
-		statsOn = true
-	} else {
-		fmt.Fprintf(os.Stderr, "contention: BPF_ENABLE_STATS: %v (run counts not checked)\n", err)
-	}
-	code := m.Run()
-	if stats != nil {
-		stats.Close()
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { ktest.MainWithStats(m, "contention", &statsOn) }
 
 // Triggers per scenario: same is the number of triggers on the busy CPU
 // while the armed thread is inside the program, other those on the other

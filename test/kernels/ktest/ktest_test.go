@@ -20,19 +20,7 @@ import (
 // through BPF_ENABLE_STATS, never through the sysctl.
 var statsOn bool
 
-func TestMain(m *testing.M) {
-	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-	if err == nil {
-		statsOn = true
-	} else {
-		fmt.Fprintf(os.Stderr, "ktest: BPF_ENABLE_STATS: %v (run counts not checked)\n", err)
-	}
-	code := m.Run()
-	if stats != nil {
-		stats.Close()
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { MainWithStats(m, "ktest", &statsOn) }
 
 // refused ends a test whose feature the kernel would not load or attach:
 // a failure where the matrix measured the feature present, else a skip
