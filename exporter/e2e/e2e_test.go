@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -9,7 +8,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -46,32 +44,15 @@ func TestMain(m *testing.M) {
 // agentProc is a running `bpfleet agent`.
 type agentProc struct {
 	cmd  *exec.Cmd
-	out  *lockedBuffer
+	out  *backends.SyncBuffer
 	done chan error
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 const interval = 500 * time.Millisecond
 
 func startAgent(t *testing.T, env []string, args ...string) *agentProc {
 	t.Helper()
-	a := &agentProc{out: &lockedBuffer{}, done: make(chan error, 1)}
+	a := &agentProc{out: &backends.SyncBuffer{}, done: make(chan error, 1)}
 	// --api-addr :0: each agent's local API on a free loopback port.
 	a.cmd = exec.Command(bpfleetBin, append([]string{"agent", "--interval", interval.String(), "--max-programs", "0", "--api-addr", "127.0.0.1:0"}, args...)...)
 	// Only our own OTEL_* settings: the test must not pick up the caller's.
