@@ -42,7 +42,9 @@ func refused(t *testing.T, feature string, err error) {
 	t.Skipf("%s not available on this kernel: %v", feature, err)
 }
 
-func load(t *testing.T, feature string, objs any) {
+// armedSpec is the contention spec with its programs counting only this
+// process.
+func armedSpec(t *testing.T) *ebpf.CollectionSpec {
 	t.Helper()
 	spec, err := loadContention()
 	if err != nil {
@@ -51,7 +53,12 @@ func load(t *testing.T, feature string, objs any) {
 	if err := spec.Variables["target_tgid"].Set(uint32(os.Getpid())); err != nil {
 		t.Fatalf("arming target_tgid: %v", err)
 	}
-	if err := spec.LoadAndAssign(objs, nil); err != nil {
+	return spec
+}
+
+func load(t *testing.T, feature string, objs any) {
+	t.Helper()
+	if err := armedSpec(t).LoadAndAssign(objs, nil); err != nil {
 		refused(t, feature, fmt.Errorf("loading: %w", err))
 	}
 }

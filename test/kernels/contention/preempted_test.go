@@ -94,13 +94,7 @@ type spinObjs struct {
 // loadSpin loads the case's program alone with the globals.
 func loadSpin(t *testing.T, c spinCase) *spinObjs {
 	t.Helper()
-	spec, err := loadContention()
-	if err != nil {
-		t.Fatalf("reading contention spec: %v", err)
-	}
-	if err := spec.Variables["target_tgid"].Set(uint32(os.Getpid())); err != nil {
-		t.Fatalf("arming target_tgid: %v", err)
-	}
+	spec := armedSpec(t)
 	for n := range spec.Programs {
 		if n != c.prog {
 			delete(spec.Programs, n)
