@@ -28,12 +28,7 @@ const (
 )
 
 // ProgTypeName names a bpf_prog_type.
-func ProgTypeName(t uint32) string {
-	if int(t) < len(progTypeNames) {
-		return progTypeNames[t]
-	}
-	return "type_" + strconv.FormatUint(uint64(t), 10)
-}
+func ProgTypeName(t uint32) string { return enumName(progTypeNames[:], t, "type_") }
 
 // attachTypeNames names enum bpf_attach_type the way SEC() and bpftool do.
 var attachTypeNames = [...]string{
@@ -65,12 +60,7 @@ const (
 )
 
 // AttachTypeName names a bpf_attach_type.
-func AttachTypeName(t uint32) string {
-	if int(t) < len(attachTypeNames) {
-		return attachTypeNames[t]
-	}
-	return "attach_" + strconv.FormatUint(uint64(t), 10)
-}
+func AttachTypeName(t uint32) string { return enumName(attachTypeNames[:], t, "attach_") }
 
 var linkTypeNames = [...]string{
 	"unspec", "raw_tracepoint", "tracing", "cgroup", "iter", "netns", "xdp",
@@ -96,12 +86,7 @@ const (
 )
 
 // LinkTypeName names a bpf_link_type.
-func LinkTypeName(t uint32) string {
-	if int(t) < len(linkTypeNames) {
-		return linkTypeNames[t]
-	}
-	return "link_" + strconv.FormatUint(uint64(t), 10)
-}
+func LinkTypeName(t uint32) string { return enumName(linkTypeNames[:], t, "link_") }
 
 // perf_event link kinds (enum bpf_perf_event_type).
 var perfEventAttachNames = [...]string{
@@ -138,4 +123,13 @@ func trampolineAttach(name string) bool {
 		return true
 	}
 	return false
+}
+
+// enumName names value v of a kernel enum from its table, or prefix and the
+// number for a value newer than the table.
+func enumName(names []string, v uint32, prefix string) string {
+	if int(v) < len(names) {
+		return names[v]
+	}
+	return prefix + strconv.FormatUint(uint64(v), 10)
 }
