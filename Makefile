@@ -6,9 +6,10 @@ GO_LDFLAGS := -s -w -X main.version=$(shell git describe --always --dirty 2>/dev
 #   make test-kernels KERNELS=sid-arm64
 # KERNEL_FLAGS passes more harness flags, e.g. KERNEL_FLAGS="-cmd 'bpfleet probe -o json'".
 KERNELS ?=
+BENCH ?= all
 KERNEL_FLAGS ?=
 
-.PHONY: build run test generate test-kernels
+.PHONY: build run test bench generate test-kernels
 
 build:
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(GO_LDFLAGS)' -o $(BIN) ./cmd/bpfleet
@@ -19,6 +20,10 @@ run: build
 
 test:
 	scripts/test.sh
+
+# BENCH selects sections of scripts/bench.sh (comma separated; default all).
+bench:
+	BENCH=$(BENCH) scripts/bench.sh
 
 generate:
 	go generate ./...

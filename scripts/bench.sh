@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# bench.sh: the figures bpfleet states in its README and notes — its own cost
+# as ratios against a floor measured in the same run, and races against other
+# tools' wall time. Nothing here is a pass/fail gate: these machines are
+# shared and noisy, so a figure is printed with its baseline, never asserted
+# (`make test` holds the correctness checks).
+#
+#   make bench                  # every section
+#   make bench BENCH=list,scan  # some sections
+#
+# Each section prints its figures; lines of Go test output that carry
+# figures start with BENCH.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export BPFLEET_CACHE=${BPFLEET_CACHE:-/var/cache/bpfleet}
+want=${BENCH:-all}
+
+section() { printf '\n== bench: %s (%s)\n' "$1" "$(date -u +%H:%M:%S)"; }
+selected() { [[ $want == all || ,$want, == *,$1,* ]]; }
+
+scripts/install-deps.sh >/dev/null
+
+if selected list; then
+	section "list: bpfleet list -o json against bpftool prog show -j, 1,000 programs"
+	go test -tags bench -count=1 -run 'TestBenchListAgainstBpftool' -v ./cmd/bpfleet | grep -E 'BENCH|FAIL|ok'
+fi
+
+if selected scan; then
+	section "scan: the agent's scan and first read against the syscall floor, 1,000 programs"
+	go test -count=1 -run X -bench 'FirstScan|Scan$' ./agent
+fi
+
+if selected owners; then
+	section "owners: task_file iterator against the /proc walk"
+	go test -count=1 -run X -bench . ./probes/taskfile
+	go test -count=1 -run X -bench . ./agent/owners
+fi
+
+if selected attach; then
+	section "attach: per-attach-type overhead, stats off and on (kernel-driven trigger)"
+	make -s build
+	bin/bpfleet bench --mode kernel --stats both
+fi
