@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/agent/history"
 )
 
 type openAPIDocument struct {
@@ -109,6 +110,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"Episode": agent.Episode{}, "EpisodeInterval": agent.EpisodeInterval{}, "StatsState": agent.StatsState{},
 		"KernelInfo": agent.KernelInfo{}, "Calibration": agent.Calibration{}, "ScanStats": agent.ScanStats{},
 		"ProgramList": ProgramList{}, "Status": Status{}, "Error": Error{},
+		"History": history.Series{}, "HistoryPoint": history.Point{},
 	} {
 		s, ok := d.Components.Schemas[name]
 		if !ok {

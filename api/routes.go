@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/agent/history"
 )
 
 // route is one endpoint. The table is the single source of the mux, and a
@@ -27,6 +28,7 @@ var routes = []route{
 	{path: "/v1/snapshot", handler: (*Server).getSnapshot},
 	{path: "/v1/programs", params: []string{"attach_type", "type", "name", "pod", "namespace", "missed", "sort", "limit"}, handler: (*Server).getPrograms},
 	{path: "/v1/programs/{id}", handler: (*Server).getProgram},
+	{path: "/v1/programs/{id}/history", handler: (*Server).getHistory},
 	{path: "/v1/attach-types", handler: (*Server).getAttachTypes},
 	{path: "/v1/episodes", params: []string{"open", "prog_id", "source"}, handler: (*Server).getEpisodes},
 	{path: "/healthz", handler: (*Server).getHealth},
@@ -226,6 +228,32 @@ func (s *Server) getProgram(w http.ResponseWriter, r *http.Request, q url.Values
 		}
 	}
 	writeError(w, http.StatusNotFound, "no program %d in snapshot %d (it may have been unloaded; ids are never reused)", id, snap.Seq)
+}
+
+// getHistory serves one program's recent interval history, kept by the
+// agent's history store. An unloaded program's history stays for
+// history.Linger with unloaded_at set, so a client watching it learns why it
+// stopped.
+func (s *Server) getHistory(w http.ResponseWriter, r *http.Request, q url.Values) {
+	raw := r.PathValue("id")
+	id, err := strconv.ParseUint(raw, 10, 32)
+	if err != nil || id == 0 {
+		writeError(w, http.StatusBadRequest, "program id %q: want a decimal number from 1 to 4294967295", raw)
+		return
+	}
+	if s.snapshot(w) == nil {
+		return
+	}
+	var series history.Series
+	ok := false
+	if s.opts.History != nil {
+		series, ok = s.opts.History(uint32(id))
+	}
+	if !ok {
+		writeError(w, http.StatusNotFound, "no history for program %d (unknown id, or unloaded more than %s ago)", id, history.Linger)
+		return
+	}
+	writeJSON(w, r, q, series)
 }
 
 // AttachTypeList is the answer of /v1/attach-types.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/agent/history"
 )
 
 // DefaultAddr is where the API listens unless told otherwise: loopback only,
@@ -63,6 +64,9 @@ type Options struct {
 	// Snapshots are never mutated after they are returned, so handlers read
 	// them concurrently without locks.
 	Snapshot func() *agent.Snapshot
+	// History returns one program's recent history (agent/history), false
+	// when it has none. Optional: without it the history route answers 404.
+	History func(id uint32) (history.Series, bool)
 	// Health reports the agent's liveness: nil is healthy. Optional.
 	Health func() error
 	// StaleAfter makes /readyz fail when the latest snapshot is older than

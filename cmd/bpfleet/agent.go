@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel"
 
 	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/agent/history"
 	"github.com/bpfleet/bpfleet/agent/kube"
 	"github.com/bpfleet/bpfleet/api"
 	"github.com/bpfleet/bpfleet/exporter"
@@ -143,14 +144,15 @@ func runAgent(ctx context.Context, o agentOptions, log *slog.Logger) error {
 	// The local read-only API serves the latest snapshot; it never blocks
 	// or changes the scan loop.
 	var latest atomic.Pointer[agent.Snapshot]
-	publish := latest.Store
+	hist := history.New(history.Capacity(history.Window, o.interval)) // per-program history for /v1/programs/{id}/history
+	publish := func(s *agent.Snapshot) { hist.Record(s); latest.Store(s) }
 	var apiDone chan error
 	if o.apiAddr != "" {
 		token, err := api.LoadToken(o.apiTokenFile)
 		if err != nil {
 			return err
 		}
-		srv, err := api.NewServer(api.Options{Addr: o.apiAddr, Token: token, Snapshot: latest.Load, StaleAfter: 3 * o.interval})
+		srv, err := api.NewServer(api.Options{Addr: o.apiAddr, Token: token, Snapshot: latest.Load, History: hist.Series, StaleAfter: 3 * o.interval})
 		if err != nil {
 			return err
 		}
