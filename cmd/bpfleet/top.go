@@ -6,10 +6,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/agent/history"
 	"github.com/bpfleet/bpfleet/api"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -19,6 +21,10 @@ import (
 // agent's API.
 type snapshotSource func(ctx context.Context) (*agent.Snapshot, error)
 
+// historySource yields one program's recent history: top's own store, or
+// the remote agent's /v1/programs/{id}/history.
+type historySource func(ctx context.Context, id uint32) (*history.Series, error)
+
 func init() {
 	var (
 		every      time.Duration
@@ -27,6 +33,7 @@ func init() {
 		sortKey    string
 		filter     string
 		iterations int
+		ascii      bool
 		common     agentFlags
 	)
 	cmd := &cobra.Command{
@@ -35,8 +42,17 @@ func init() {
 		Long: `top shows every BPF program's per-interval cost and misses, refreshed every
 --interval, with a per-attach-type panel.
 
-Keys: q quit · s next sort column · r reverse · c cpu · n runs/s · m misses
-· / filter by name, type, attach type or target (Enter to apply, Esc to clear).
+Keys: q quit · ↑ ↓ (or j k) select a program · Enter or d open its detail
+view · s next sort column · r reverse · c cpu · n runs/s · m misses · / filter
+by name, type, attach type or target (Enter to apply, Esc to clear).
+
+The detail view graphs the selected program over the last 5 minutes (at most
+600 intervals): runs/s, ns/run, CPU share, recursion misses/s with their kind,
+and kprobe link missed/s, beside its facts (tag, type, attach type and target,
+sleepable, owners: pid → container → pod, links) and its open miss episode.
+Esc returns to the list. With --remote the history comes from the agent.
+Graphs use Unicode block characters when LC_ALL, LC_CTYPE or LANG names
+UTF-8, ASCII otherwise or with --ascii.
 
 When stdout is not a terminal, top prints plain lines, one block per interval.`,
 		Args: cobra.NoArgs,
@@ -49,16 +65,21 @@ When stdout is not a terminal, top prints plain lines, one block per interval.`,
 				return err
 			}
 			view.filter = filter
+			view.ascii = ascii || !utf8Locale()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 
 			var src snapshotSource
+			var hist historySource
 			if remote != "" {
 				token, err := api.LoadToken(tokenFile)
 				if err != nil {
 					return err
 				}
 				src = func(ctx context.Context) (*agent.Snapshot, error) { return api.FetchSnapshot(ctx, remote, token) }
+				hist = func(ctx context.Context, id uint32) (*history.Series, error) {
+					return fetchHistory(ctx, remote, token, id)
+				}
 			} else {
 				cfg := common.config()
 				cfg.EnableStats = true
@@ -68,11 +89,25 @@ When stdout is not a terminal, top prints plain lines, one block per interval.`,
 					return err
 				}
 				defer a.Close()
-				src = a.Scan
+				store := history.New(history.Capacity(history.Window, every))
+				src = func(ctx context.Context) (*agent.Snapshot, error) {
+					s, err := a.Scan(ctx)
+					if err == nil {
+						store.Record(s)
+					}
+					return s, err
+				}
+				hist = func(_ context.Context, id uint32) (*history.Series, error) {
+					s, ok := store.Series(id)
+					if !ok {
+						return nil, fmt.Errorf("no history of program %d", id)
+					}
+					return &s, nil
+				}
 			}
 			out := cmd.OutOrStdout()
 			if f, ok := out.(*os.File); ok && isTerminal(f) && isTerminal(os.Stdin) {
-				return runInteractive(ctx, src, view, every, f, os.Stdin)
+				return runInteractive(ctx, src, hist, view, every, f, os.Stdin)
 			}
 			return runPlain(ctx, src, view, every, out, iterations)
 		},
@@ -83,6 +118,7 @@ When stdout is not a terminal, top prints plain lines, one block per interval.`,
 	cmd.Flags().StringVar(&sortKey, "sort", "cpu", "initial sort: cpu, runs, misses, nsrun, id, name")
 	cmd.Flags().StringVar(&filter, "filter", "", "initial filter (substring of name, type, attach type or target)")
 	cmd.Flags().IntVarP(&iterations, "count", "n", 0, "plain output: stop after this many intervals (0: until interrupted)")
+	cmd.Flags().BoolVar(&ascii, "ascii", false, "draw with ASCII only (the default when the locale is not UTF-8)")
 	common.register(cmd)
 	rootCmd.AddCommand(cmd)
 }
@@ -102,7 +138,7 @@ func runPlain(ctx context.Context, src snapshotSource, v *topView, every time.Du
 
 // runInteractive draws the live screen in raw mode on the alternate screen
 // and restores the terminal on every exit path.
-func runInteractive(ctx context.Context, src snapshotSource, v *topView, every time.Duration, out, in *os.File) error {
+func runInteractive(ctx context.Context, src snapshotSource, hist historySource, v *topView, every time.Duration, out, in *os.File) error {
 	fd := int(in.Fd())
 	old, err := unix.IoctlGetTermios(fd, unix.TCGETS)
 	if err != nil {
@@ -121,24 +157,39 @@ func runInteractive(ctx context.Context, src snapshotSource, v *topView, every t
 		unix.IoctlSetTermios(fd, unix.TCSETS, old)
 	}()
 
-	keys := make(chan byte, 16)
+	keys := make(chan int, 16)
 	go func() {
-		buf := make([]byte, 16)
+		buf := make([]byte, 64)
 		for {
 			n, err := in.Read(buf)
 			if err != nil {
 				close(keys)
 				return
 			}
-			for _, b := range buf[:n] {
-				keys <- b
+			for _, k := range decodeKeys(buf[:n]) {
+				keys <- k
 			}
 		}
 	}()
+	// A resized terminal is redrawn at once, not at the next interval.
+	winch := make(chan os.Signal, 1)
+	signal.Notify(winch, syscall.SIGWINCH)
+	defer signal.Stop(winch)
 
 	last, err := src(ctx)
 	if err != nil {
 		return err
+	}
+	// The open detail view reads its program's history after every scan
+	// and when it opens, bounded by one interval so a slow agent cannot
+	// stall the screen.
+	loadHistory := func() {
+		if v.detail.id == 0 {
+			return
+		}
+		hctx, cancel := context.WithTimeout(ctx, every)
+		defer cancel()
+		v.setHistory(hist(hctx, v.detail.id))
 	}
 	draw := func() {
 		rows, cols := termSize(out)
@@ -158,14 +209,77 @@ func runInteractive(ctx context.Context, src snapshotSource, v *topView, every t
 			} else {
 				last, v.status = s, ""
 			}
+			loadHistory()
+			draw()
+		case <-winch:
 			draw()
 		case k, ok := <-keys:
-			if !ok || v.key(k) {
+			if !ok {
 				return nil
+			}
+			open := v.detail.id
+			if v.key(k) {
+				return nil
+			}
+			if v.detail.id != open {
+				loadHistory()
 			}
 			draw()
 		}
 	}
+}
+
+// decodeKeys splits one read from the terminal into keys: bytes as they
+// are, and the escape sequences of arrows, paging and Home/End as key*
+// codes. A lone Esc (or one not followed by a known sequence) is keyEsc.
+func decodeKeys(b []byte) []int {
+	var out []int
+	for i := 0; i < len(b); i++ {
+		if b[i] != 27 {
+			out = append(out, int(b[i]))
+			continue
+		}
+		if i+2 < len(b) && (b[i+1] == '[' || b[i+1] == 'O') {
+			j := i + 2
+			for j < len(b) && (b[j] >= '0' && b[j] <= '9' || b[j] == ';') {
+				j++
+			}
+			if j < len(b) {
+				param := string(b[i+2 : j])
+				k := 0
+				switch b[j] {
+				case 'A':
+					k = keyUp
+				case 'B':
+					k = keyDown
+				case 'H':
+					k = keyHome
+				case 'F':
+					k = keyEnd
+				case '~':
+					k = map[string]int{"1": keyHome, "7": keyHome, "4": keyEnd, "8": keyEnd, "5": keyPgUp, "6": keyPgDn}[param]
+				}
+				if k != 0 {
+					out = append(out, k)
+				}
+				i = j // an unknown sequence is dropped whole, not typed
+				continue
+			}
+		}
+		out = append(out, keyEsc)
+	}
+	return out
+}
+
+// utf8Locale reports whether the locale (the first of LC_ALL, LC_CTYPE and
+// LANG that is set, as POSIX orders them) names UTF-8.
+func utf8Locale() bool {
+	for _, k := range []string{"LC_ALL", "LC_CTYPE", "LANG"} {
+		if v := strings.ToLower(os.Getenv(k)); v != "" {
+			return strings.Contains(v, "utf-8") || strings.Contains(v, "utf8")
+		}
+	}
+	return false
 }
 
 func termSize(f *os.File) (rows, cols int) {

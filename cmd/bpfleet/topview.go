@@ -20,6 +20,19 @@ type topView struct {
 	editing bool
 	editBuf string
 	status  string
+	// ascii draws with ASCII only, for terminals without UTF-8.
+	ascii bool
+
+	// Selection: the selected program's id (it follows the program when
+	// the order changes), its row index as a fallback when it vanishes, the
+	// first row shown, and the ids in display order at the last frame.
+	selected uint32
+	selIdx   int
+	offset   int
+	ids      []uint32
+
+	// detail is the program whose detail view is open, 0 in the list.
+	detail detailState
 }
 
 var topSorts = []struct {
@@ -55,13 +68,25 @@ func (v *topView) setSort(name string) error {
 	return fmt.Errorf("unknown sort %q: use one of %s", name, strings.Join(names, ", "))
 }
 
-// key handles one key press and reports whether top should quit.
-func (v *topView) key(k byte) (quit bool) {
+// Keys beyond a byte: escape sequences the key reader decodes.
+const (
+	keyEsc = 0x100 + iota
+	keyUp
+	keyDown
+	keyPgUp
+	keyPgDn
+	keyHome
+	keyEnd
+)
+
+// key handles one key press (a byte or one of the key* codes) and reports
+// whether top should quit.
+func (v *topView) key(k int) (quit bool) {
 	if v.editing {
 		switch k {
 		case '\r', '\n':
 			v.filter, v.editing = v.editBuf, false
-		case 27: // Esc
+		case keyEsc:
 			v.editing, v.editBuf = false, ""
 		case 127, 8:
 			if v.editBuf != "" {
@@ -74,9 +99,23 @@ func (v *topView) key(k byte) (quit bool) {
 		}
 		return false
 	}
-	switch k {
-	case 'q', 3: // q, Ctrl-C
+	if k == 'q' || k == 3 { // q, Ctrl-C
 		return true
+	}
+	if v.detail.id != 0 {
+		switch k {
+		case keyEsc, 'd', 127, 8:
+			v.closeDetail()
+		case keyUp, 'k':
+			v.move(-1)
+			v.openDetail()
+		case keyDown, 'j':
+			v.move(1)
+			v.openDetail()
+		}
+		return false
+	}
+	switch k {
 	case 's':
 		v.sortIdx = (v.sortIdx + 1) % len(topSorts)
 	case 'r':
@@ -89,10 +128,60 @@ func (v *topView) key(k byte) (quit bool) {
 		v.setSort("misses")
 	case '/':
 		v.editing, v.editBuf = true, v.filter
-	case 27:
+	case keyEsc:
 		v.filter = ""
+	case keyUp, 'k':
+		v.move(-1)
+	case keyDown, 'j':
+		v.move(1)
+	case keyPgUp:
+		v.move(-10)
+	case keyPgDn:
+		v.move(10)
+	case keyHome, 'g':
+		v.move(-len(v.ids))
+	case keyEnd, 'G':
+		v.move(len(v.ids))
+	case '\r', '\n', 'd':
+		v.openDetail()
 	}
 	return false
+}
+
+// move shifts the selection by n rows of the last frame's order.
+func (v *topView) move(n int) {
+	if len(v.ids) == 0 {
+		return
+	}
+	i := v.selIdx + n
+	if i < 0 {
+		i = 0
+	}
+	if i >= len(v.ids) {
+		i = len(v.ids) - 1
+	}
+	v.selIdx, v.selected = i, v.ids[i]
+}
+
+// selectIn finds the selected program in this frame's rows: by id while it
+// is there, else the row now at its old index (it vanished or was filtered).
+func (v *topView) selectIn(progs []*agent.ProgramStat) {
+	v.ids = v.ids[:0]
+	for _, p := range progs {
+		v.ids = append(v.ids, p.ID)
+	}
+	if len(v.ids) == 0 {
+		v.selIdx, v.selected = 0, 0
+		return
+	}
+	for i, id := range v.ids {
+		if id == v.selected {
+			v.selIdx = i
+			return
+		}
+	}
+	v.selIdx = min(max(v.selIdx, 0), len(v.ids)-1)
+	v.selected = v.ids[v.selIdx]
 }
 
 func totalMisses(p *agent.Program) uint64 {
@@ -185,50 +274,122 @@ func columnsHeader() string {
 	return fmt.Sprintf(topColumns, "ID", "NAME", "TYPE", "ATTACH", "TARGET", "RUNS/S", "NS/RUN", "CPU%", "MISSES/S", "MISSES", "OWNER")
 }
 
+// listKeys is the list's key line; it fits 80 columns.
+const listKeys = "q quit  ↑↓/jk select  Enter/d detail  s sort  r rev  c n m cpu/runs/miss  / filter"
+
+// frame collects one screen of lines, each cut to the terminal's width and
+// at most rows of them, so nothing wraps or scrolls.
+type frame struct {
+	rows, cols int
+	ascii      bool
+	lines      []string
+}
+
+func (f *frame) add(style, text string) {
+	if len(f.lines) >= f.rows {
+		return
+	}
+	if f.ascii {
+		text = asciiOnly(text)
+	}
+	if r := []rune(text); len(r) > f.cols {
+		text = string(r[:f.cols])
+	}
+	if style != "" {
+		text = style + text + ansiReset
+	}
+	f.lines = append(f.lines, text)
+}
+
+// String is the frame as written to the terminal: home, clear, and the
+// lines without a newline after the last (which would scroll a full screen).
+func (f *frame) String() string {
+	return "\x1b[H\x1b[2J" + strings.Join(f.lines, "\r\n")
+}
+
+// asciiOnly replaces what top draws beyond ASCII with ASCII look-alikes,
+// and anything else (a process name, say) with '?'.
+func asciiOnly(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r < 0x80:
+			b.WriteRune(r)
+		case r == '—':
+			b.WriteByte('-')
+		case r == '…':
+			b.WriteString("...")
+		case r == '↓':
+			b.WriteByte('v')
+		case r == '↑':
+			b.WriteByte('^')
+		case r == '→':
+			b.WriteString("->")
+		default:
+			b.WriteByte('?')
+		}
+	}
+	return b.String()
+}
+
 // renderScreen draws one full frame for a rows×cols terminal.
 func (v *topView) renderScreen(s *agent.Snapshot, rows, cols int) string {
-	var b strings.Builder
-	b.WriteString("\x1b[H\x1b[2J")
-	line := func(style, text string) {
-		if r := []rune(text); len(r) > cols {
-			text = string(r[:cols])
-		}
-		b.WriteString(style + text + ansiReset + "\r\n")
+	f := &frame{rows: rows, cols: cols, ascii: v.ascii}
+	if v.detail.id != 0 {
+		v.renderDetail(f, s)
+		return f.String()
 	}
-	line(ansiBold, v.header(s))
+	f.add(ansiBold, v.header(s))
 	switch {
 	case v.editing:
-		line("", "filter: "+v.editBuf+"_")
+		f.add("", "filter: "+v.editBuf+"_")
 	case v.status != "":
-		line(ansiRed, v.status)
+		f.add(ansiRed, v.status)
 	default:
-		line("", "q quit  s sort  r reverse  c cpu  n runs  m misses  / filter  Esc clear")
+		f.add("", listKeys)
 	}
 	panel := v.attachPanel(s)
-	room := rows - 4 - len(panel)
-	line(ansiRev, columnsHeader())
+	room := max(rows-4-len(panel), 1)
+	f.add(ansiRev, columnsHeader())
 	progs := v.rows(s)
-	for i, p := range progs {
-		if i >= room {
-			line("", fmt.Sprintf("… %d more", len(progs)-i))
-			break
-		}
+	v.selectIn(progs)
+	more := len(progs) > room
+	if more {
+		room-- // the "… N more" line
+	}
+	if v.selIdx < v.offset {
+		v.offset = v.selIdx
+	}
+	if v.selIdx >= v.offset+room {
+		v.offset = v.selIdx - room + 1
+	}
+	v.offset = max(min(v.offset, len(progs)-room), 0)
+	for i := v.offset; i < len(progs) && i < v.offset+room; i++ {
+		p := progs[i]
 		text, missing := programLine(p)
 		style := ""
-		if missing {
+		switch {
+		case i == v.selIdx && missing:
+			style = "\x1b[1;31;7m"
+		case i == v.selIdx:
+			style = ansiRev
+		case missing:
 			style = ansiRed
 		}
-		line(style, text)
+		f.add(style, text)
 	}
-	b.WriteString("\r\n")
+	if more {
+		f.add("", fmt.Sprintf("… %d more (rows %d-%d shown)", len(progs)-room, v.offset+1, min(v.offset+room, len(progs))))
+	}
+	f.add("", "")
 	for i, l := range panel {
 		style := ""
 		if i == 0 {
 			style = ansiRev
 		}
-		line(style, l)
+		f.add(style, l)
 	}
-	return b.String()
+	return f.String()
 }
 
 func (v *topView) attachPanel(s *agent.Snapshot) []string {

@@ -1,0 +1,356 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/agent/history"
+	"github.com/bpfleet/bpfleet/api"
+	"github.com/bpfleet/bpfleet/probes/canary"
+	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
+	"github.com/creack/pty"
+)
+
+// ptyTop runs bpfleet with args in a rows×cols pseudo-terminal and returns
+// its screen and terminal; it is killed when the test ends.
+func ptyTop(t *testing.T, rows, cols uint16, env []string, args ...string) (*screen, *os.File, <-chan error) {
+	t.Helper()
+	cmd := exec.Command(bpfleetBin(t), args...)
+	cmd.Env = append(os.Environ(), env...)
+	tty, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: rows, Cols: cols})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scr := &screen{}
+	go func() { _, _ = copyAll(scr, tty) }()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-exited; tty.Close() })
+	return scr, tty, exited
+}
+
+func press(t *testing.T, tty *os.File, keys string) {
+	t.Helper()
+	if _, err := tty.Write([]byte(keys)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// listRow is the list row of program id, however narrow the screen.
+func listRow(frame string, id uint32) []string {
+	for _, l := range strings.Split(frame, "\n") {
+		if f := strings.Fields(l); len(f) > 3 && f[0] == strconv.FormatUint(uint64(id), 10) {
+			return f
+		}
+	}
+	return nil
+}
+
+// selectAndOpen moves the selection to program id's row of the list and
+// opens its detail view.
+func selectAndOpen(t *testing.T, scr *screen, tty *os.File, id uint32) string {
+	t.Helper()
+	frame := scr.waitFor(t, "the list with the canary", func(f string) bool { return listRow(f, id) != nil })
+	idx := -1
+	n := 0
+	for _, l := range strings.Split(frame, "\n") {
+		f := strings.Fields(l)
+		if len(f) > 3 {
+			if _, err := strconv.ParseUint(f[0], 10, 32); err == nil {
+				if f[0] == strconv.FormatUint(uint64(id), 10) {
+					idx = n
+				}
+				n++
+			}
+		}
+	}
+	press(t, tty, "g"+strings.Repeat("j", idx)+"\r")
+	return scr.waitFor(t, "the canary's detail view", func(f string) bool { return isDetail(f, id) })
+}
+
+func isDetail(frame string, id uint32) bool {
+	return strings.Contains(frame, "— program "+strconv.FormatUint(uint64(id), 10)+" ") ||
+		strings.Contains(frame, "- program "+strconv.FormatUint(uint64(id), 10)+" ")
+}
+
+var (
+	missesLast  = regexp.MustCompile(`misses/s \([^)]*\)  last \S+ \(\+(\d+)\)`)
+	missesTotal = regexp.MustCompile(`\smisses +(\d+)\s*$`)
+	unloadedAt  = regexp.MustCompile(`program (\d+) unloaded at \d\d:\d\d:\d\d`)
+)
+
+// detailMisses reads the misses graph's newest point (its counter delta)
+// and the cumulative count from the facts, both of one scan.
+func detailMisses(frame string) (last, total uint64, ok bool) {
+	var haveLast, haveTotal bool
+	for _, l := range strings.Split(frame, "\n") {
+		if m := missesLast.FindStringSubmatch(l); m != nil {
+			last, _ = strconv.ParseUint(m[1], 10, 64)
+			haveLast = true
+		}
+		if m := missesTotal.FindStringSubmatch(l); m != nil {
+			total, _ = strconv.ParseUint(m[1], 10, 64)
+			haveTotal = true
+		}
+	}
+	return last, total, haveLast && haveTotal
+}
+
+// checkFits fails when a frame has more lines or wider lines than the
+// terminal: either would wrap or scroll it.
+func checkFits(t *testing.T, what, frame string, rows, cols int) {
+	t.Helper()
+	lines := strings.Split(frame, "\n")
+	if len(lines) > rows {
+		t.Errorf("%s: %d lines on a %d-row terminal:\n%s", what, len(lines), rows, frame)
+	}
+	for i, l := range lines {
+		if n := utf8.RuneCountInString(l); n > cols {
+			t.Errorf("%s: line %d is %d columns wide on a %d-column terminal: %q", what, i+1, n, cols, l)
+		}
+	}
+}
+
+// triggerLoop fires the canary until the returned stop is called.
+func triggerLoop(c *canary.Canary) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(10 * time.Millisecond):
+				c.Trigger(5)
+			}
+		}
+	})
+	var once sync.Once
+	return func() { once.Do(func() { close(done); wg.Wait() }) }
+}
+
+// TestTopDetailInPty drives the real `bpfleet top` on an 80×24 terminal:
+// the canary's detail view shows its misses rising while it is triggered,
+// the misses graph's newest point equals the kernel counter's growth over
+// that interval, Esc returns to the list, a resize redraws at once, and
+// unloading the canary while its view is open says so.
+func TestTopDetailInPty(t *testing.T) {
+	c, id := canarytest.Load(t)
+	stop := triggerLoop(c)
+	defer stop() // before the canary's cleanup closes it
+
+	scr, tty, exited := ptyTop(t, 24, 80, []string{"LC_ALL=C.UTF-8"}, "top", "--interval", "300ms", "--no-owners", "--filter", "canary")
+	list := scr.waitFor(t, "the canary in the list", func(f string) bool { return listRow(f, id) != nil })
+	checkFits(t, "list", list, 24, 80)
+	t.Logf("list:\n%s", list)
+	if !strings.Contains(list, "Enter/d detail") || !strings.Contains(list, "select") {
+		t.Errorf("the list's key line does not show the detail and select keys:\n%s", list)
+	}
+
+	frame := selectAndOpen(t, scr, tty, id)
+	checkFits(t, "detail view", frame, 24, 80)
+	for _, want := range []string{"runs/s", "ns/run", "CPU %", "link missed/s", "tp_btf", "bpf_trace_printk", "sleepable"} {
+		if !strings.Contains(frame, want) {
+			t.Errorf("detail view lacks %q:\n%s", want, frame)
+		}
+	}
+	// The misses graph names the kind the facts give for this kernel.
+	if m := regexp.MustCompile(`miss kind (\S+)`).FindStringSubmatch(frame); m == nil || !strings.Contains(frame, "misses/s ("+m[1]+")") {
+		t.Errorf("the misses graph does not name the program's miss kind:\n%s", frame)
+	}
+
+	// Misses rise while the canary is triggered.
+	var first uint64
+	scr.waitFor(t, "the canary missing in its detail view", func(f string) bool {
+		last, total, ok := detailMisses(f)
+		first = total
+		return ok && last > 0 && total > 0
+	})
+	frame = scr.waitFor(t, "the canary's miss count rising", func(f string) bool {
+		last, total, ok := detailMisses(f)
+		return ok && last > 0 && total > first
+	})
+	t.Logf("detail view while missing:\n%s", frame)
+	if !strings.Contains(frame, "open miss episode since") {
+		t.Errorf("the canary is missing but its view shows no open episode:\n%s", frame)
+	}
+	checkFits(t, "detail view with graphs", frame, 24, 80)
+
+	// The newest point is the kernel's own count over that interval. The
+	// burst takes well under a millisecond; should a 300ms scan still fall
+	// inside it, the point holds part of it and the next burst is tried.
+	stop()
+	const burst = 23
+	exact := false
+	for attempt := 0; attempt < 3 && !exact; attempt++ {
+		k0, err := c.KernelMisses()
+		if err != nil {
+			t.Fatal(err)
+		}
+		scr.waitFor(t, "the view settled on the kernel's count", func(f string) bool {
+			last, total, ok := detailMisses(f)
+			return ok && last == 0 && total == k0
+		})
+		if err := c.Trigger(burst); err != nil {
+			t.Fatal(err)
+		}
+		k1, err := c.KernelMisses()
+		if err != nil {
+			t.Fatal(err)
+		}
+		frame = scr.waitFor(t, "the burst counted", func(f string) bool {
+			_, total, ok := detailMisses(f)
+			return ok && total == k1
+		})
+		last, _, _ := detailMisses(frame)
+		switch {
+		case last == k1-k0:
+			exact = true
+		case last > k1-k0 || last == 0:
+			t.Fatalf("newest point of the misses graph is +%d, the kernel counted %d (%d → %d):\n%s", last, k1-k0, k0, k1, frame)
+		default:
+			t.Logf("a scan fell inside the burst (+%d of %d); again", last, k1-k0)
+		}
+	}
+	if !exact {
+		t.Fatal("three bursts in a row were split by a scan")
+	}
+
+	press(t, tty, "\x1b")
+	list = scr.waitFor(t, "the list after Esc", func(f string) bool { return !isDetail(f, id) && listRow(f, id) != nil })
+	checkFits(t, "list after Esc", list, 24, 80)
+
+	// A resize redraws at once, at the new size.
+	if err := pty.Setsize(tty, &pty.Winsize{Rows: 30, Cols: 120}); err != nil {
+		t.Fatal(err)
+	}
+	scr.waitFor(t, "a redraw at 120 columns", func(f string) bool {
+		for _, l := range strings.Split(f, "\n") {
+			if utf8.RuneCountInString(l) > 80 {
+				return true
+			}
+		}
+		return false
+	})
+	if err := pty.Setsize(tty, &pty.Winsize{Rows: 24, Cols: 80}); err != nil {
+		t.Fatal(err)
+	}
+
+	press(t, tty, "\r")
+	scr.waitFor(t, "the detail view again", func(f string) bool { return isDetail(f, id) })
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	frame = scr.waitFor(t, "the canary reported unloaded", func(f string) bool {
+		m := unloadedAt.FindStringSubmatch(f)
+		return m != nil && m[1] == strconv.FormatUint(uint64(id), 10)
+	})
+	checkFits(t, "unloaded view", frame, 24, 80)
+	t.Logf("after the unload:\n%s", frame)
+	// Still live: the screen keeps redrawing after the unload.
+	n := strings.Count(scr.all(), "\x1b[H\x1b[2J")
+	scr.waitFor(t, "frames after the unload", func(string) bool { return strings.Count(scr.all(), "\x1b[H\x1b[2J") > n+1 })
+
+	press(t, tty, "q")
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("top exited with %v after q", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("top did not quit on q")
+	}
+}
+
+func (s *screen) all() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
+}
+
+// TestTopDetailASCII: with --ascii every byte top writes is ASCII, graphs
+// included, and the frame still fits 80×24.
+func TestTopDetailASCII(t *testing.T) {
+	c, id := canarytest.Load(t)
+	stop := triggerLoop(c)
+	defer stop()
+	scr, tty, _ := ptyTop(t, 24, 80, []string{"LC_ALL=C.UTF-8"}, "top", "--interval", "200ms", "--no-owners", "--filter", "canary", "--ascii")
+	selectAndOpen(t, scr, tty, id)
+	frame := scr.waitFor(t, "a graph with bars", func(f string) bool {
+		last, _, ok := detailMisses(f)
+		return ok && last > 0 && strings.Contains(f, "#")
+	})
+	checkFits(t, "ascii detail view", frame, 24, 80)
+	t.Logf("ascii detail view:\n%s", frame)
+	if i := bytes.IndexFunc([]byte(scr.all()), func(r rune) bool { return r >= utf8.RuneSelf }); i >= 0 {
+		out := scr.all()
+		t.Errorf("--ascii output has a non-ASCII byte at %d: %q", i, out[max(i-40, 0):min(i+40, len(out))])
+	}
+}
+
+// TestTopRemoteDetail: top --remote opens the detail view of a program
+// with the history a served agent keeps (real scans, in-process), and
+// shows the canary's misses from it.
+func TestTopRemoteDetail(t *testing.T) {
+	c, id := canarytest.Load(t)
+	a, err := agent.New(agent.Config{EnableStats: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	var latest atomic.Pointer[agent.Snapshot]
+	store := history.New(history.Capacity(history.Window, 100*time.Millisecond))
+	const token = "0123456789abcdef-test-token"
+	srv, err := api.NewServer(api.Options{Addr: "127.0.0.1:0", Token: token, Snapshot: latest.Load, History: store.Series})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := srv.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go srv.Serve(ctx)
+	var scans sync.WaitGroup
+	defer func() { cancel(); scans.Wait() }() // before the canary and agent are closed
+	scans.Go(func() {
+		for ctx.Err() == nil {
+			c.Trigger(5)
+			if s, err := a.Scan(ctx); err == nil {
+				store.Record(s)
+				latest.Store(s)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	for deadline := time.Now().Add(5 * time.Second); latest.Load() == nil && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(tokenFile, []byte(token+"\n"), 0o600)
+
+	scr, tty, _ := ptyTop(t, 24, 80, []string{"LC_ALL=C.UTF-8"}, "top", "--remote", "http://"+addr.String(), "--token-file", tokenFile,
+		"--interval", "200ms", "--filter", "canary")
+	selectAndOpen(t, scr, tty, id)
+	frame := scr.waitFor(t, "the agent's history of the canary", func(f string) bool {
+		last, total, ok := detailMisses(f)
+		return ok && last > 0 && total > 0 && strings.Contains(f, "history: last")
+	})
+	checkFits(t, "remote detail view", frame, 24, 80)
+	t.Logf("remote detail view:\n%s", frame)
+	if strings.Contains(frame, "history: agent") {
+		t.Errorf("remote history failed:\n%s", frame)
+	}
+}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/bpfleet/bpfleet/agent/history"
+	"github.com/bpfleet/bpfleet/api"
+)
+
+// maxHistoryBytes bounds one history answer: 600 points are about 200 KB
+// of JSON; more is a wrong URL or a hostile server.
+const maxHistoryBytes = 4 << 20
+
+var historyClient = &http.Client{}
+
+// fetchHistory reads program id's history from a remote agent's API. base
+// is the agent URL as --remote takes it (a trailing /v1/snapshot is
+// dropped). The caller's context bounds the request.
+func fetchHistory(ctx context.Context, base, token string, id uint32) (*history.Series, error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return nil, fmt.Errorf("agent URL %q: %w", base, err)
+	}
+	u.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/v1/snapshot"), "/") + "/v1/programs/" + strconv.FormatUint(uint64(id), 10) + "/history"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("building request for %s: %w", u, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := historyClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("fetching history of program %d: %w", id, err)
+	}
+	defer resp.Body.Close()
+	body := io.LimitReader(resp.Body, maxHistoryBytes)
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(body, 4<<10))
+		msg := strings.TrimSpace(string(b))
+		var e api.Error
+		if json.Unmarshal(b, &e) == nil && e.Error != "" {
+			msg = e.Error
+		}
+		return nil, fmt.Errorf("agent %s: %s: %s", u.Host, resp.Status, msg)
+	}
+	var s history.Series
+	if err := json.NewDecoder(body).Decode(&s); err != nil {
+		return nil, fmt.Errorf("decoding history of program %d from %s: %w", id, u.Host, err)
+	}
+	return &s, nil
+}
