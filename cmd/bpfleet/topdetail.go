@@ -22,9 +22,21 @@ type detailState struct {
 	unloaded time.Time
 }
 
+// openDetail opens the selected program's view, with its facts from the
+// last frame: should it be unloaded before the next scan, the view still
+// says what it was.
 func (v *topView) openDetail() {
-	if v.selected != 0 && v.selected != v.detail.id {
-		v.detail = detailState{id: v.selected}
+	if v.selected == 0 || v.selected == v.detail.id {
+		return
+	}
+	v.detail = detailState{id: v.selected}
+	if s := v.shown; s != nil {
+		for i := range s.Programs {
+			if s.Programs[i].ID == v.selected {
+				p := s.Programs[i]
+				v.detail.prog = &p
+			}
+		}
 	}
 }
 

@@ -30,6 +30,7 @@ type topView struct {
 	selIdx   int
 	offset   int
 	ids      []uint32
+	shown    *agent.Snapshot // the last frame's
 
 	// detail is the program whose detail view is open, 0 in the list.
 	detail detailState
@@ -335,6 +336,7 @@ func asciiOnly(s string) string {
 // renderScreen draws one full frame for a rows×cols terminal.
 func (v *topView) renderScreen(s *agent.Snapshot, rows, cols int) string {
 	f := &frame{rows: rows, cols: cols, ascii: v.ascii}
+	v.shown = s
 	if v.detail.id != 0 {
 		v.renderDetail(f, s)
 		return f.String()

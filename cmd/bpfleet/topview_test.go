@@ -1,0 +1,229 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/agent/history"
+)
+
+func TestDecodeKeys(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []int
+	}{
+		{"q", []int{'q'}},
+		{"\x1b", []int{keyEsc}},
+		{"\x1b[A\x1b[B", []int{keyUp, keyDown}},
+		{"\x1bOA", []int{keyUp}}, // application cursor mode
+		{"\x1b[5~\x1b[6~\x1b[H\x1b[4~", []int{keyPgUp, keyPgDn, keyHome, keyEnd}},
+		{"\x1b[1;5A", []int{keyUp}},   // Ctrl-Up: still up
+		{"\x1b[15~j", []int{'j'}},     // F5: dropped whole, not typed
+		{"\x1bq", []int{keyEsc, 'q'}}, // Esc then q, read together
+		{"/ab\r", []int{'/', 'a', 'b', '\r'}},
+	} {
+		if got := decodeKeys([]byte(c.in)); !slices.Equal(got, c.want) {
+			t.Errorf("decodeKeys(%q) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}
+
+func TestUTF8Locale(t *testing.T) {
+	for _, c := range []struct {
+		all, ctype, lang string
+		want             bool
+	}{
+		{"", "", "en_US.UTF-8", true},
+		{"", "", "C.utf8", true},
+		{"", "", "", false},
+		{"C", "", "en_US.UTF-8", false}, // LC_ALL wins
+		{"", "POSIX", "en_US.UTF-8", false},
+		{"", "de_DE.UTF-8", "C", true},
+		{"", "", "en_US.ISO-8859-1", false},
+	} {
+		t.Setenv("LC_ALL", c.all)
+		t.Setenv("LC_CTYPE", c.ctype)
+		t.Setenv("LANG", c.lang)
+		if got := utf8Locale(); got != c.want {
+			t.Errorf("LC_ALL=%q LC_CTYPE=%q LANG=%q: utf8Locale() = %v, want %v", c.all, c.ctype, c.lang, got, c.want)
+		}
+	}
+}
+
+func pts(deltas ...uint64) []history.Point {
+	var out []history.Point
+	t0 := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	for i, d := range deltas {
+		out = append(out, history.Point{Time: t0.Add(time.Duration(i+1) * time.Second), Interval: time.Second, Runs: d, RecursionMisses: d})
+	}
+	return out
+}
+
+// Columns fold points evenly, the newest always alone at the right when
+// they fit, and a folded column's rate is its sum over its time.
+func TestColumns(t *testing.T) {
+	for _, c := range []struct {
+		n, width int
+		want     []float64 // runs per column
+	}{
+		{3, 10, []float64{1, 2, 3}},
+		{4, 2, []float64{1 + 2, 3 + 4}},
+		{300, 48, nil}, // folded 7 to a column
+	} {
+		var d []uint64
+		for i := 1; i <= c.n; i++ {
+			d = append(d, uint64(i))
+		}
+		cols := columns(pts(d...), c.width)
+		if len(cols) > c.width {
+			t.Errorf("%d points in %d columns: got %d columns", c.n, c.width, len(cols))
+		}
+		if c.want == nil {
+			continue
+		}
+		var got []float64
+		for _, a := range cols {
+			got = append(got, a.runs)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%d points in %d columns: runs %v, want %v", c.n, c.width, got, c.want)
+		}
+	}
+	cols := columns(pts(1, 2, 3, 4, 5), 2)
+	if len(cols) != 2 || cols[0].runs != 3 || cols[1].runs != 12 || cols[1].dt != 3 {
+		t.Errorf("5 points in 2 columns = %+v, want {1,2} and {3,4,5}", cols)
+	}
+	if got := perSec(cols[1].runs, cols[1].dt); got != 4 {
+		t.Errorf("rate of the folded column = %v, want 12 runs / 3 s", got)
+	}
+}
+
+func TestSparkRows(t *testing.T) {
+	rows := sparkRows([]float64{0, 1, 8, 16}, 16, 6, 2, false)
+	want := []string{"     █", "   ▁██"}
+	if !slices.Equal(rows, want) {
+		t.Errorf("sparkRows = %q, want %q", rows, want)
+	}
+	// A tiny value beside a large peak still shows.
+	if rows := sparkRows([]float64{0.001, 1000}, 1000, 2, 1, true); rows[0] != ".#" {
+		t.Errorf("ascii sparkRows = %q, want %q", rows[0], ".#")
+	}
+}
+
+func fixtureSnapshot(n int) *agent.Snapshot {
+	t0 := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	s := &agent.Snapshot{Seq: 2, Time: t0, Interval: time.Second, Kernel: agent.KernelInfo{Release: "6.18.0", Arch: "x86_64"}, Stats: agent.StatsState{Enabled: true}}
+	for i := 1; i <= n; i++ {
+		m := uint64(i * 3)
+		s.Programs = append(s.Programs, agent.ProgramStat{
+			Program: agent.Program{ID: uint32(i), Name: fmt.Sprintf("prog_%d_with_a_long_name", i), Type: "tracing", AttachType: "fentry",
+				AttachTarget: "some_kernel_function_with_a_long_name", RecursionMisses: &m, MissKind: agent.MissKindRecursion,
+				Owners: []agent.Owner{{PID: 100 + i, Comm: "café-agent", ContainerID: strings.Repeat("ab", 32), Runtime: "containerd", PodName: "pod", PodNamespace: "ns"}},
+				Links:  []agent.Link{{ID: uint32(1000 + i), Type: "perf_event", Missed: &m}}},
+			Delta: agent.Rates{Runs: uint64(i * 100), RunTimeNs: uint64(i * 10000), Misses: uint64(i), RunsPerSec: float64(i * 100), CPUShare: 0.001 * float64(i), NsPerRun: 100},
+		})
+	}
+	s.Episodes = []agent.Episode{{Source: agent.SourceRecursionMisses, ProgID: 1, Open: true, Start: t0.Add(-time.Minute), End: t0, Misses: 60, Runs: 600, PeakRate: 2}}
+	return s
+}
+
+// Every frame, list or detail, fits the terminal at any size, and the
+// ASCII mode writes no byte beyond ASCII even with a non-ASCII comm.
+func TestFramesFit(t *testing.T) {
+	snap := fixtureSnapshot(40)
+	store := history.New(300)
+	for i := 0; i < 400; i++ {
+		s := *snap
+		s.Time = snap.Time.Add(time.Duration(i) * time.Second)
+		store.Record(&s)
+	}
+	for _, ascii := range []bool{false, true} {
+		for _, size := range [][2]int{{24, 80}, {10, 40}, {60, 200}, {3, 20}} {
+			v := newTopView()
+			v.ascii = ascii
+			v.renderScreen(snap, size[0], size[1])
+			second := v.ids[1]
+			v.key(keyDown)
+			v.key('\r')
+			if v.detail.id != second {
+				t.Fatalf("Enter after one Down opened %d, want the second row's program %d", v.detail.id, second)
+			}
+			sr, _ := store.Series(second)
+			v.setHistory(&sr, nil)
+			for _, view := range []string{"detail", "list"} {
+				out := v.renderScreen(snap, size[0], size[1])
+				frame := strings.ReplaceAll(ansi.ReplaceAllString(out, ""), "\r", "")
+				lines := strings.Split(frame, "\n")
+				if len(lines) > size[0] {
+					t.Errorf("ascii=%v %s %dx%d: %d lines", ascii, view, size[0], size[1], len(lines))
+				}
+				for _, l := range lines {
+					if utf8.RuneCountInString(l) > size[1] {
+						t.Errorf("ascii=%v %s %dx%d: line %q is wider", ascii, view, size[0], size[1], l)
+					}
+				}
+				if ascii && strings.IndexFunc(out, func(r rune) bool { return r >= utf8.RuneSelf }) >= 0 {
+					t.Errorf("%s %dx%d in ascii mode has non-ASCII: %q", view, size[0], size[1], frame)
+				}
+				v.key(keyEsc)
+			}
+		}
+	}
+}
+
+// The selection follows its program when the order changes, and falls to
+// the row at its place when the program goes.
+func TestSelectionFollowsProgram(t *testing.T) {
+	snap := fixtureSnapshot(5)
+	v := newTopView()
+	v.renderScreen(snap, 24, 200) // sorted by cpu: 5 4 3 2 1
+	v.key('j')
+	v.key('j')
+	if v.selected != 3 {
+		t.Fatalf("two rows down selects %d, want 3", v.selected)
+	}
+	v.key('m') // sort by misses: same order here
+	v.key('r') // reversed: 1 2 3 4 5
+	v.renderScreen(snap, 24, 200)
+	if v.selected != 3 || v.selIdx != 2 {
+		t.Errorf("after reversing, selection is %d at %d, want 3 at 2", v.selected, v.selIdx)
+	}
+	gone := *snap
+	gone.Programs = slices.DeleteFunc(slices.Clone(snap.Programs), func(p agent.ProgramStat) bool { return p.ID == 3 })
+	v.renderScreen(&gone, 24, 200)
+	if v.selected != 4 {
+		t.Errorf("after program 3 went, selection is %d, want 4 (now at its row)", v.selected)
+	}
+	v.key('G')
+	if v.selected != 5 {
+		t.Errorf("End selects %d, want the last row 5", v.selected)
+	}
+}
+
+// An open view whose program is gone says when, and keeps its facts.
+func TestDetailUnloaded(t *testing.T) {
+	snap := fixtureSnapshot(2)
+	v := newTopView()
+	v.renderScreen(snap, 24, 80)
+	v.key('d')
+	id := v.detail.id
+	later := *snap
+	later.Time = snap.Time.Add(2 * time.Second)
+	later.Programs = slices.DeleteFunc(slices.Clone(snap.Programs), func(p agent.ProgramStat) bool { return p.ID == id })
+	frame := ansi.ReplaceAllString(v.renderScreen(&later, 24, 80), "")
+	want := fmt.Sprintf("program %d unloaded at %s", id, later.Time.Local().Format("15:04:05"))
+	if !strings.Contains(frame, want) || !strings.Contains(frame, "prog_2_with_a_long") {
+		t.Errorf("frame lacks %q or the program's facts:\n%s", want, frame)
+	}
+	// The time stays that of the first scan without it.
+	evenLater := later
+	evenLater.Time = later.Time.Add(time.Minute)
+	if frame := ansi.ReplaceAllString(v.renderScreen(&evenLater, 24, 80), ""); !strings.Contains(frame, want) {
+		t.Errorf("a later frame moved the unload time:\n%s", frame)
+	}
+}
