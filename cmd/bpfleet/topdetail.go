@@ -268,6 +268,14 @@ func (v *topView) graphLines(pts []history.Point, width, rows int) []string {
 			vals[i] = g.value(c)
 			peak = math.Max(peak, vals[i])
 		}
+		// The title's max is the highest single interval, which a folded
+		// column averages away; the bars scale to the columns.
+		maxPoint := 0.0
+		for _, p := range pts {
+			var a agg
+			a.add(p)
+			maxPoint = math.Max(maxPoint, g.value(a))
+		}
 		title := g.label + "  last -"
 		if len(pts) > 0 {
 			var last agg
@@ -277,7 +285,7 @@ func (v *topView) graphLines(pts []history.Point, width, rows int) []string {
 				n, _ := g.delta(pts[len(pts)-1])
 				title += " (+" + strconv.FormatUint(n, 10) + ")"
 			}
-			if m := "  max " + g.unit(peak); len([]rune(title+m)) <= width {
+			if m := "  max " + g.unit(maxPoint); len([]rune(title+m)) <= width {
 				title += m
 			}
 		}
@@ -328,7 +336,12 @@ func axisLine(pts []history.Point, cols []agg, width int) string {
 	if span < time.Second {
 		l = "-" + span.Round(time.Millisecond).String()
 	}
-	per := time.Duration(float64(span) / float64(len(cols))).Round(time.Millisecond)
+	per := time.Duration(float64(span) / float64(len(cols)))
+	if per >= time.Second {
+		per = per.Round(100 * time.Millisecond)
+	} else {
+		per = per.Round(time.Millisecond)
+	}
 	mid := fmt.Sprintf(" 1 column = %s ", per)
 	pad := width - len(l) - len(mid) - len("now")
 	if pad < 2 {
@@ -360,6 +373,10 @@ func (v *topView) factLines() []string {
 			linkMissed = strconv.FormatUint(lm, 10)
 		}
 	}
+	loaded := "-"
+	if !p.LoadTime.IsZero() {
+		loaded = p.LoadTime.Local().Format("Jan 2 15:04:05")
+	}
 	out := []string{
 		kv("id", strconv.FormatUint(uint64(p.ID), 10)),
 		kv("name", p.Name),
@@ -369,7 +386,7 @@ func (v *topView) factLines() []string {
 		kv("target", orDash(p.AttachTarget)),
 		kv("sleepable", sleepable),
 		kv("miss kind", orDash(p.MissKind)),
-		kv("loaded", p.LoadTime.Local().Format("Jan 2 15:04:05")),
+		kv("loaded", loaded),
 		kv("runs", strconv.FormatUint(p.RunCount, 10)),
 		kv("misses", misses),
 		kv("link miss", linkMissed),

@@ -275,6 +275,27 @@ func columnsHeader() string {
 	return fmt.Sprintf(topColumns, "ID", "NAME", "TYPE", "ATTACH", "TARGET", "RUNS/S", "NS/RUN", "CPU%", "MISSES/S", "MISSES", "OWNER")
 }
 
+// Below fullWidth columns the list drops type, target and owner, so the
+// rates still show on an 80-column terminal (the detail view has the rest).
+const (
+	fullWidth      = 128
+	compactColumns = "%7s %-14s %-10s %8s %8s %6s %8s %9s"
+)
+
+func compactHeader() string {
+	return fmt.Sprintf(compactColumns, "ID", "NAME", "ATTACH", "RUNS/S", "NS/RUN", "CPU%", "MISS/S", "MISSES")
+}
+
+func compactLine(p *agent.ProgramStat) (line string, missing bool) {
+	misses := strconv.FormatUint(totalMisses(&p.Program), 10)
+	if p.RecursionMisses == nil && len(p.Links) == 0 {
+		misses = "n/a"
+	}
+	line = fmt.Sprintf(compactColumns, strconv.FormatUint(uint64(p.ID), 10), trunc(p.Name, 14), trunc(p.AttachType, 10),
+		fmtRate(p.Delta.RunsPerSec), fmtNs(p.Delta.NsPerRun), fmtPct(p.Delta.CPUShare), fmtRate(p.Delta.MissesPerSec), misses)
+	return line, p.Delta.Misses+p.Delta.LinkMissed > 0
+}
+
 // listKeys is the list's key line; it fits 80 columns.
 const listKeys = "q quit  ↑↓/jk select  Enter/d detail  s sort  r rev  c n m cpu/runs/miss  / filter"
 
@@ -352,7 +373,11 @@ func (v *topView) renderScreen(s *agent.Snapshot, rows, cols int) string {
 	}
 	panel := v.attachPanel(s)
 	room := max(rows-4-len(panel), 1)
-	f.add(ansiRev, columnsHeader())
+	header, line := columnsHeader(), programLine
+	if cols < fullWidth {
+		header, line = compactHeader(), compactLine
+	}
+	f.add(ansiRev, header)
 	progs := v.rows(s)
 	v.selectIn(progs)
 	more := len(progs) > room
@@ -368,7 +393,7 @@ func (v *topView) renderScreen(s *agent.Snapshot, rows, cols int) string {
 	v.offset = max(min(v.offset, len(progs)-room), 0)
 	for i := v.offset; i < len(progs) && i < v.offset+room; i++ {
 		p := progs[i]
-		text, missing := programLine(p)
+		text, missing := line(p)
 		style := ""
 		switch {
 		case i == v.selIdx && missing:
