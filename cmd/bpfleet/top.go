@@ -245,7 +245,6 @@ func decodeKeys(b []byte) []int {
 				j++
 			}
 			if j < len(b) {
-				param := string(b[i+2 : j])
 				k := 0
 				switch b[j] {
 				case 'A':
@@ -257,7 +256,7 @@ func decodeKeys(b []byte) []int {
 				case 'F':
 					k = keyEnd
 				case '~':
-					k = map[string]int{"1": keyHome, "7": keyHome, "4": keyEnd, "8": keyEnd, "5": keyPgUp, "6": keyPgDn}[param]
+					k = tildeKeys[string(b[i+2:j])]
 				}
 				if k != 0 {
 					out = append(out, k)
@@ -270,6 +269,9 @@ func decodeKeys(b []byte) []int {
 	}
 	return out
 }
+
+// tildeKeys are the keys sent as ESC [ n ~.
+var tildeKeys = map[string]int{"1": keyHome, "7": keyHome, "4": keyEnd, "8": keyEnd, "5": keyPgUp, "6": keyPgDn}
 
 // utf8Locale reports whether the locale (the first of LC_ALL, LC_CTYPE and
 // LANG that is set, as POSIX orders them) names UTF-8.
