@@ -151,7 +151,7 @@ func TestTopDetailInPty(t *testing.T) {
 	stop := triggerLoop(c)
 	defer stop() // before the canary's cleanup closes it
 
-	scr, tty, exited := ptyTop(t, 24, 80, []string{"LC_ALL=C.UTF-8"}, "top", "--interval", "300ms", "--no-owners", "--filter", "canary")
+	scr, tty, exited := ptyTop(t, 24, 80, []string{"LC_ALL=C.UTF-8"}, "top", "--interval", "300ms", "--filter", "canary")
 	list := scr.waitFor(t, "the canary in the list", func(f string) bool { return listRow(f, id) != nil })
 	checkFits(t, "list", list, 24, 80)
 	t.Logf("list:\n%s", list)
@@ -165,6 +165,10 @@ func TestTopDetailInPty(t *testing.T) {
 		if !strings.Contains(frame, want) {
 			t.Errorf("detail view lacks %q:\n%s", want, frame)
 		}
+	}
+	// The owner chain starts at this test process, which holds the canary.
+	if !regexp.MustCompile(`owner +pid ` + strconv.Itoa(os.Getpid()) + ` `).MatchString(frame) {
+		t.Errorf("the facts do not name this process (pid %d) as the canary's owner:\n%s", os.Getpid(), frame)
 	}
 	// The misses graph names the kind the facts give for this kernel.
 	if m := regexp.MustCompile(`miss kind (\S+)`).FindStringSubmatch(frame); m == nil || !strings.Contains(frame, "misses/s ("+m[1]+")") {
