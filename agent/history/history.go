@@ -107,6 +107,7 @@ type ring struct {
 	rmTot uint64
 	lmTot uint64
 	gone  time.Time // zero while loaded
+	gen   uint64    // the last Record that saw the program
 }
 
 func (r *ring) add(p point, capacity int) {
@@ -142,6 +143,7 @@ type Store struct {
 	capacity int
 	mu       sync.RWMutex
 	rings    map[uint32]*ring
+	gen      uint64 // counts Record calls
 }
 
 // New makes a store whose rings keep capacity points each.
@@ -157,16 +159,16 @@ func (s *Store) Record(snap *agent.Snapshot) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	seen := make(map[uint32]bool, len(snap.Programs))
+	s.gen++
 	prevScan := snap.Time.Add(-snap.Interval)
 	for i := range snap.Programs {
 		p := &snap.Programs[i]
-		seen[p.ID] = true
 		r := s.rings[p.ID]
 		if r == nil {
 			r = &ring{}
 			s.rings[p.ID] = r
 		}
+		r.gen = s.gen
 		r.name, r.kind, r.gone = p.Name, p.MissKind, time.Time{}
 		r.hasRM = p.RecursionMisses != nil
 		r.runs, r.rmTot, r.lmTot, r.hasLM = p.RunCount, 0, 0, false
@@ -192,7 +194,7 @@ func (s *Store) Record(snap *agent.Snapshot) {
 	}
 	var gone []uint32
 	for id, r := range s.rings {
-		if seen[id] {
+		if r.gen == s.gen {
 			continue
 		}
 		if r.gone.IsZero() {
