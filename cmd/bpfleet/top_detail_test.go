@@ -3,6 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -375,5 +379,76 @@ func TestTopRemoteDetail(t *testing.T) {
 	t.Logf("remote detail view:\n%s", frame)
 	if strings.Contains(frame, "history: agent") {
 		t.Errorf("remote history failed:\n%s", frame)
+	}
+}
+
+// TestAgentServesHistory runs the real `bpfleet agent` and reads the
+// canary's history from its API: every scan is recorded, so once the
+// series' cumulative count reaches the kernel's, its points add up to it
+// (the canary is untouched before the agent's first scan).
+func TestAgentServesHistory(t *testing.T) {
+	c, id := canarytest.Load(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(bpfleetBin(t), "agent", "--api-addr", addr, "--interval", "200ms", "--calibrate=false", "--no-owners")
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() }()
+	base := "http://" + addr
+	get := func(path string, v any) int {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			return 0
+		}
+		defer resp.Body.Close()
+		if v != nil && resp.StatusCode == 200 {
+			json.NewDecoder(resp.Body).Decode(v)
+		}
+		return resp.StatusCode
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for get("/readyz", nil) != 200 {
+		if time.Now().After(deadline) {
+			t.Fatalf("agent never ready:\n%s", logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for range 3 {
+		if err := c.Trigger(20); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	want, err := c.KernelMisses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s history.Series
+	for {
+		s = history.Series{}
+		if code := get(fmt.Sprintf("/v1/programs/%d/history", id), &s); code == 200 && s.RecursionMissesTotal == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("history of the canary never reached the kernel's %d misses: %+v\n%s", want, s, logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var sum uint64
+	for _, p := range s.Points {
+		sum += p.RecursionMisses
+	}
+	if sum != want || len(s.Points) < 2 || s.Capacity != history.Capacity(history.Window, 200*time.Millisecond) {
+		t.Errorf("agent's history: %d points (capacity %d) adding up to %d misses, kernel counted %d", len(s.Points), s.Capacity, sum, want)
+	}
+	if code := get("/v1/programs/4294967295/history", nil); code != 404 {
+		t.Errorf("history of an unknown program: %d, want 404", code)
 	}
 }
