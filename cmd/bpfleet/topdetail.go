@@ -422,11 +422,10 @@ func (v *topView) factLines() []string {
 		if i == 0 {
 			k = "links"
 		}
-		text := fmt.Sprintf("%d %s", l.ID, l.Type)
+		out = append(out, kv(k, fmt.Sprintf("%d %s", l.ID, l.Type)))
 		if l.Missed != nil {
-			text += " missed " + strconv.FormatUint(*l.Missed, 10)
+			out = append(out, kv("", "  missed "+strconv.FormatUint(*l.Missed, 10)))
 		}
-		out = append(out, kv(k, text))
 	}
 	for i := range out {
 		out[i] = padRunes(out[i], factsWidth)

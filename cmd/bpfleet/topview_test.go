@@ -227,3 +227,29 @@ func TestDetailUnloaded(t *testing.T) {
 		t.Errorf("a later frame moved the unload time:\n%s", frame)
 	}
 }
+
+// A kprobe program's view graphs its links' missed counter apart from
+// recursion misses, with the newest interval's count.
+func TestDetailLinkMissed(t *testing.T) {
+	snap := fixtureSnapshot(1)
+	store := history.New(10)
+	for i := 0; i < 4; i++ {
+		s := *snap
+		s.Time = snap.Time.Add(time.Duration(i) * time.Second)
+		p := s.Programs[0]
+		p.Delta.Misses, p.Delta.LinkMissed = 2, uint64(i+1)
+		s.Programs = []agent.ProgramStat{p}
+		store.Record(&s)
+	}
+	v := newTopView()
+	v.renderScreen(snap, 24, 80)
+	v.key('\r')
+	sr, _ := store.Series(1)
+	v.setHistory(&sr, nil)
+	frame := ansi.ReplaceAllString(v.renderScreen(snap, 24, 80), "")
+	for _, want := range []string{"link missed/s  last 4.0 (+4)", "misses/s (recursion)  last 2.0 (+2)", "links     1001 perf_event", "            missed 3", "open miss episode since"} {
+		if !strings.Contains(frame, want) {
+			t.Errorf("detail view lacks %q:\n%s", want, frame)
+		}
+	}
+}
