@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/bpfleet/bpfleet/agent"
 	"github.com/bpfleet/bpfleet/agent/owners"
@@ -42,12 +44,25 @@ type Pods struct {
 	lastErr  atomic.Pointer[error]
 }
 
-// NewInCluster watches the node's pods with the pod's service account.
-// It fails when the process is not in a cluster (no service account or
-// KUBERNETES_SERVICE_HOST), which callers treat as "no pod names".
+// KubeconfigEnv names a kubeconfig file to use instead of the pod's
+// service account: for an agent run on a host outside any pod (a systemd
+// unit on a node), or a test that talks to its own API server.
+const KubeconfigEnv = "KUBECONFIG"
+
+// NewInCluster watches the node's pods with the pod's service account, or
+// with the kubeconfig $KUBECONFIG names when it is set. It fails when the
+// process is not in a cluster (no service account or
+// KUBERNETES_SERVICE_HOST) and no kubeconfig is given, which callers treat
+// as "no pod names".
 func NewInCluster(node string) (*Pods, error) {
-	cfg, err := rest.InClusterConfig()
-	if err != nil {
+	var cfg *rest.Config
+	var err error
+	if path := os.Getenv(KubeconfigEnv); path != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", path)
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes API: kubeconfig %s ($%s): %w", path, KubeconfigEnv, err)
+		}
+	} else if cfg, err = rest.InClusterConfig(); err != nil {
 		return nil, fmt.Errorf("kubernetes API: %w", err)
 	}
 	cfg.UserAgent = "bpfleet-agent"
