@@ -16,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -117,18 +118,35 @@ func New(client PodClient, node string, resync time.Duration) (*Pods, error) {
 // Run watches until ctx is done. Start it in its own goroutine.
 func (p *Pods) Run(ctx context.Context) { p.informer.RunWithContext(ctx) }
 
-// WaitSynced waits up to timeout for the first list. A false return is not
-// fatal: attribution degrades to pod UIDs until the list arrives.
+// WaitSynced waits up to timeout for the first list, less when the server
+// refuses the agent (see Refused): waiting would not change that. An error
+// is not fatal: attribution degrades to pod UIDs until the list arrives
+// (the informer keeps retrying, so access granted later takes effect).
 func (p *Pods) WaitSynced(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if !cache.WaitForCacheSync(ctx.Done(), p.informer.HasSynced) {
-		if err := p.Err(); err != nil {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for !p.informer.HasSynced() {
+		if err := p.Err(); Refused(err) {
 			return fmt.Errorf("listing pods of node %s: %w", p.node, err)
 		}
-		return fmt.Errorf("listing pods of node %s: not synced after %s", p.node, timeout)
+		select {
+		case <-ctx.Done():
+			if err := p.Err(); err != nil {
+				return fmt.Errorf("listing pods of node %s: %w", p.node, err)
+			}
+			return fmt.Errorf("listing pods of node %s: not synced after %s", p.node, timeout)
+		case <-tick.C:
+		}
 	}
 	return nil
+}
+
+// Refused reports whether err is the API server refusing the agent's
+// credentials (401) or what its RBAC allows (403): an operator has to act.
+func Refused(err error) bool {
+	return err != nil && (apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err))
 }
 
 // Err is the latest list/watch error (e.g. RBAC forbids listing pods), nil

@@ -174,7 +174,10 @@ func runAgent(ctx context.Context, o agentOptions, log *slog.Logger) error {
 			log.Warn("no pod names: the Kubernetes API is not reachable; owners keep container ids and pod UIDs", "err", err)
 		} else {
 			go pods.Run(ctx)
-			if err := pods.WaitSynced(ctx, 10*time.Second); err != nil {
+			switch err := pods.WaitSynced(ctx, 10*time.Second); {
+			case kube.Refused(err):
+				log.Warn("no pod names: the Kubernetes API refuses the agent's pod list; grant get, list and watch on pods (the chart's rbac.create) and they will appear; owners keep container ids and pod UIDs", "err", err)
+			case err != nil:
 				log.Warn("pod cache not synced yet; pod names will appear once it is", "err", err)
 			}
 		}
