@@ -23,6 +23,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -557,7 +558,7 @@ func TestAgentWithoutRBAC(t *testing.T) {
 	}
 	token := serviceAccountToken(t, workloadNS, "no-rbac")
 	parent := cgroupParent(t)
-	_, ctr := createPod(t, "unnamed", nodeName, func(uid string) *container { return startContainer(t, parent, uid) })
+	pod, ctr := createPod(t, "late", nodeName, func(uid string) *container { return startContainer(t, parent, uid) })
 
 	a := startAgent(t, token, "--console")
 	a.waitOwner(t, "owner from its cgroup alone", ctr, unnamed(ctr))
@@ -596,4 +597,19 @@ func TestAgentWithoutRBAC(t *testing.T) {
 	if !strings.Contains(forbidden[0], "system:serviceaccount:"+workloadNS+":no-rbac") || !strings.Contains(forbidden[0], "pods") {
 		t.Errorf("the line does not say who may not list what: %s", forbidden[0])
 	}
+
+	// Granted the chart's ClusterRole, the same running agent names the pod:
+	// its informer kept retrying.
+	role := theRelease(t).object("ClusterRole")
+	if role == nil {
+		t.Fatal("the chart created no ClusterRole")
+	}
+	if _, err := srv.admin(t).RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "no-rbac-granted"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.GetName()},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "no-rbac", Namespace: workloadNS}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.waitOwner(t, "pod named once the role is granted", ctr, named(ctr, pod))
 }
