@@ -498,10 +498,7 @@ func TestAgentAttribution(t *testing.T) {
 	a.waitOwner(t, "pod a's name gone after its deletion", ctrA, unnamed(ctrA))
 
 	t.Run("api-server-restart", func(t *testing.T) {
-		srv.stopAPIServer()
-		if err := srv.startAPIServer(); err != nil {
-			t.Fatalf("restarting kube-apiserver: %v", err)
-		}
+		srv.restartAPIServer(t, nil)
 		logVersion(t)
 		podB, ctrB := createPod(t, "b", nodeName, startIn)
 		a.waitOwner(t, "pod b (created after the restart) named", ctrB, named(ctrB, podB))
@@ -520,15 +517,13 @@ func TestAgentAttribution(t *testing.T) {
 		podC, ctrC := createPod(t, "c", nodeName, startIn)
 		deletePod(t, podC)
 		podD, ctrD := createPod(t, "d", nodeName, startIn)
-		srv.stopAPIServer()
-		rev, err := srv.compactEtcd()
-		if err != nil {
-			t.Fatalf("compacting etcd: %v", err)
-		}
-		t.Logf("etcd compacted at revision %d; the agent's watch is at or before %s", rev, seen)
-		if err := srv.startAPIServer(); err != nil {
-			t.Fatalf("restarting kube-apiserver: %v", err)
-		}
+		srv.restartAPIServer(t, func() {
+			rev, err := srv.compactEtcd()
+			if err != nil {
+				t.Fatalf("compacting etcd: %v", err)
+			}
+			t.Logf("etcd compacted at revision %d; the agent's watch is at or before %s", rev, seen)
+		})
 		eventually(t, time.Minute, "410 Gone for a watch from "+seen, func() error { return watchExpired(t, seen) })
 		srv.proxy.resume()
 		a.waitOwner(t, "pod d (created while the agent was cut off) named", ctrD, named(ctrD, podD))
