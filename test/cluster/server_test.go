@@ -204,9 +204,11 @@ func startCluster() (*cluster, error) {
 		}
 	}
 	c.etcdURL = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	start := time.Now()
 	if err := c.startEtcd(ports[1]); err != nil {
 		return c, err
 	}
+	etcdUp := time.Since(start)
 
 	c.apiPort = ports[2]
 	c.apiArgs = []string{
@@ -236,6 +238,8 @@ func startCluster() (*cluster, error) {
 	if err := c.startAPIServer(); err != nil {
 		return c, err
 	}
+	fmt.Fprintf(os.Stderr, "test/cluster: etcd ready in %s, kube-apiserver ready in %s (logs in %s)\n",
+		etcdUp.Round(time.Millisecond), (time.Since(start) - etcdUp).Round(time.Millisecond), dir)
 	c.proxy, err = newProxy(fmt.Sprintf("127.0.0.1:%d", c.apiPort))
 	if err != nil {
 		return c, err
