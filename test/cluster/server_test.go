@@ -77,7 +77,7 @@ func cacheBin(name, version string) (string, error) {
 	}
 	p := filepath.Join(cache, "bin", name+"-"+version)
 	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("%s %s not found at %s: run scripts/build-backends.sh kube-apiserver etcd (the first kube-apiserver build takes about 20 min on 2 cores)", name, version, p)
+		return "", fmt.Errorf("%s %s not found at %s: run scripts/build-backends.sh kube-apiserver etcd (the first kube-apiserver build takes about 25 min on a busy 2-core machine)", name, version, p)
 	}
 	return p, nil
 }
