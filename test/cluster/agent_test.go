@@ -244,6 +244,7 @@ func startAgent(t *testing.T, token string, extra ...string) *agentRun {
 	}
 	a.cmd.Env = append(a.cmd.Env, "K8S_NODE_NAME="+nodeName, "KUBECONFIG="+writeKubeconfig(t, token))
 	a.cmd.Stdout, a.cmd.Stderr = a.stdout, a.stderr
+	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := a.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

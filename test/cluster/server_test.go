@@ -107,6 +107,8 @@ func startProc(name, logPath, bin string, args ...string) (*proc, error) {
 	fmt.Fprintf(logf, "==== %s %s\n", time.Now().UTC().Format(time.RFC3339), strings.Join(append([]string{bin}, args...), " "))
 	p := &proc{name: name, cmd: exec.Command(bin, args...), done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	// A test binary killed by its timeout must not leave servers behind.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		logf.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
