@@ -228,7 +228,27 @@ current-context: test
 
 var apiAddrRE = regexp.MustCompile(`msg="serving the local API" addr=(\S+)`)
 
-func startAgent(t *testing.T, token string, extra ...string) *agentRun {
+// How an agent finds the API server.
+const (
+	// inPod: as in the chart's pod, the ServiceAccount's token and the
+	// cluster CA in /var/run/secrets/kubernetes.io/serviceaccount (in a
+	// mount namespace of the agent's own) and KUBERNETES_SERVICE_HOST/PORT.
+	inPod = iota
+	// withKubeconfig: as on a host outside any pod, $KUBECONFIG.
+	withKubeconfig
+)
+
+// inPodScript lays out a pod's ServiceAccount volume in a private mount
+// namespace (a tmpfs over /run, so nothing of the host's changes) and
+// execs the agent: $1 holds the files, the rest is the command.
+const inPodScript = `set -e
+mount -t tmpfs -o size=1m tmpfs /run
+mkdir -p /run/secrets/kubernetes.io/serviceaccount
+cp "$1"/token "$1"/ca.crt "$1"/namespace /run/secrets/kubernetes.io/serviceaccount/
+shift
+exec "$@"`
+
+func startAgent(t *testing.T, how int, token string, extra ...string) *agentRun {
 	t.Helper()
 	bin, err := buildAgent()
 	if err != nil {
@@ -236,13 +256,33 @@ func startAgent(t *testing.T, token string, extra ...string) *agentRun {
 	}
 	a := &agentRun{stdout: &syncBuffer{}, stderr: &syncBuffer{}}
 	args := append([]string{"agent", "--interval", "1s", "--api-addr", "127.0.0.1:0", "--calibrate=false"}, extra...)
-	a.cmd = exec.Command(bin, args...)
+	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "OTEL_") && !strings.HasPrefix(kv, "KUBERNETES_") && !strings.HasPrefix(kv, "KUBECONFIG=") {
-			a.cmd.Env = append(a.cmd.Env, kv)
+			env = append(env, kv)
 		}
 	}
-	a.cmd.Env = append(a.cmd.Env, "K8S_NODE_NAME="+nodeName, "KUBECONFIG="+writeKubeconfig(t, token))
+	env = append(env, "K8S_NODE_NAME="+nodeName)
+	switch how {
+	case inPod:
+		sa := t.TempDir()
+		ca, err := os.ReadFile(srv.caFile())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, b := range map[string][]byte{"token": []byte(token), "ca.crt": ca, "namespace": []byte(releaseNS)} {
+			if err := os.WriteFile(filepath.Join(sa, name), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		host, port, _ := strings.Cut(srv.proxy.addr(), ":")
+		env = append(env, "KUBERNETES_SERVICE_HOST="+host, "KUBERNETES_SERVICE_PORT="+port)
+		a.cmd = exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "sh", "-c", inPodScript, "sh", sa, bin}, args...)...)
+	case withKubeconfig:
+		env = append(env, "KUBECONFIG="+writeKubeconfig(t, token))
+		a.cmd = exec.Command(bin, args...)
+	}
+	a.cmd.Env = env
 	a.cmd.Stdout, a.cmd.Stderr = a.stdout, a.stderr
 	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := a.cmd.Start(); err != nil {
@@ -486,7 +526,7 @@ func TestAgentAttribution(t *testing.T) {
 	_, other := createPod(t, "elsewhere", otherNode, startIn)
 	podA, ctrA := createPod(t, "a", nodeName, startIn)
 
-	a := startAgent(t, token)
+	a := startAgent(t, inPod, token)
 	o := a.waitOwner(t, "pod a named", ctrA, named(ctrA, podA))
 	t.Logf("pod a's container: %+v", o)
 	if o, err := a.ownerAfterRefresh(other); err != nil {
@@ -556,7 +596,7 @@ func TestAgentWithoutRBAC(t *testing.T) {
 	parent := cgroupParent(t)
 	pod, ctr := createPod(t, "late", nodeName, func(uid string) *container { return startContainer(t, parent, uid) })
 
-	a := startAgent(t, token, "--console")
+	a := startAgent(t, withKubeconfig, token, "--console")
 	a.waitOwner(t, "owner from its cgroup alone", ctr, unnamed(ctr))
 
 	// Scanning goes on: snapshots keep coming.
