@@ -155,15 +155,12 @@ func startContainer(t *testing.T, parent, podUID string) *container {
 	return c
 }
 
-// The agent binary, built once as the Makefile ships it.
+// The agent binary, built once as the Makefile ships it into the cluster's
+// directory.
 var buildAgent = sync.OnceValues(func() (string, error) {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
-	dir, err := os.MkdirTemp("", "bpfleet-cluster-bin-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "bpfleet")
+	bin := filepath.Join(srv.dir, "bpfleet")
 	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./cmd/bpfleet")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
