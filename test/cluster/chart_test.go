@@ -59,6 +59,8 @@ type installed struct {
 	rel      *release.Release
 	warnings []string
 	objects  []*unstructured.Unstructured // the manifest's documents
+	helm     *action.Configuration        // for later actions on the release
+	warn     *warnings                    // every warning of those, too
 }
 
 func (in *installed) object(kind string) *unstructured.Unstructured {
@@ -135,7 +137,7 @@ func installChart() (*installed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w\nhelm debug log:\n%s", err, strings.Join(debug, "\n"))
 	}
-	in := &installed{rel: rel, warnings: w.list()}
+	in := &installed{rel: rel, warnings: w.list(), helm: cfg, warn: w}
 	for _, doc := range strings.Split(rel.Manifest, "\n---") {
 		var obj map[string]any
 		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
@@ -284,5 +286,63 @@ func TestChartPodSecurity(t *testing.T) {
 		if !strings.Contains(err.Error(), need) {
 			t.Errorf("baseline refusal does not name %s: %v", need, err)
 		}
+	}
+}
+
+// TestChartUpgrade upgrades the release with values that change the
+// DaemonSet and add the OTLP headers Secret: the server accepts the patch,
+// without warnings, and stores what the new values say.
+func TestChartUpgrade(t *testing.T) {
+	logVersion(t)
+	in := theRelease(t)
+	warned := len(in.warn.list())
+	ch, err := loader.Load(chartDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := action.NewUpgrade(in.helm)
+	up.Namespace = releaseNS
+	up.Timeout = 2 * time.Minute
+	rel, err := up.Run(releaseName, ch, map[string]any{
+		"agent": map[string]any{"metricsLevel": "owner"},
+		"otel":  map[string]any{"headers": map[string]any{"Authorization": "Bearer not-a-secret"}},
+	})
+	if err != nil {
+		t.Fatalf("helm upgrade: %v", err)
+	}
+	if rel.Info.Status != release.StatusDeployed || rel.Version < 2 {
+		t.Fatalf("release after upgrade: status %s, revision %d", rel.Info.Status, rel.Version)
+	}
+	for _, w := range in.warn.list()[warned:] {
+		t.Errorf("API server warning during helm upgrade: %s", w)
+	}
+	ctx := context.Background()
+	cs := srv.admin(t)
+	ds, err := cs.AppsV1().DaemonSets(releaseNS).Get(ctx, releaseName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ds.Spec.Template.Spec.Containers[0]
+	if !slices.Contains(c.Args, "--metrics-level=owner") {
+		t.Errorf("upgraded DaemonSet args %v, want --metrics-level=owner", c.Args)
+	}
+	var secretName string
+	for _, e := range c.Env {
+		if e.Name == "OTEL_EXPORTER_OTLP_HEADERS" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			secretName = e.ValueFrom.SecretKeyRef.Name
+		}
+	}
+	if secretName == "" {
+		t.Fatalf("upgraded DaemonSet takes no OTEL_EXPORTER_OTLP_HEADERS from a Secret: %+v", c.Env)
+	}
+	sec, err := cs.CoreV1().Secrets(releaseNS).Get(ctx, secretName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the headers Secret: %v", err)
+	}
+	if got := string(sec.Data["OTEL_EXPORTER_OTLP_HEADERS"]); got != "Authorization=Bearer not-a-secret" {
+		t.Errorf("headers Secret holds %q", got)
+	}
+	if ds.Spec.Template.Annotations["checksum/otlp"] == "" {
+		t.Errorf("upgraded pod template has no checksum/otlp annotation (pods would not roll on a header change): %v", ds.Spec.Template.Annotations)
 	}
 }
