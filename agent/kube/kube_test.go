@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -182,9 +183,14 @@ func TestNoAPIAccess(t *testing.T) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New(`User "system:serviceaccount:x:y" cannot list resource "pods"`))
 	})
 	p := start(t, client)
-	err := p.WaitSynced(context.Background(), 300*time.Millisecond)
-	if err == nil || !strings.Contains(err.Error(), "cannot list") {
+	// A refusal ends the wait at once: waiting would not change it.
+	begin := time.Now()
+	err := p.WaitSynced(context.Background(), time.Minute)
+	if err == nil || !strings.Contains(err.Error(), "cannot list") || !Refused(err) {
 		t.Errorf("WaitSynced = %v, want the forbidden error", err)
+	}
+	if d := time.Since(begin); d > 30*time.Second {
+		t.Errorf("WaitSynced waited %s on a refused list", d)
 	}
 	if p.Synced() {
 		t.Error("Synced() true after a forbidden list")
@@ -203,5 +209,31 @@ func TestNoAPIAccess(t *testing.T) {
 	}
 	if _, err := New(client.CoreV1().Pods(""), "", 0); err == nil || !strings.Contains(err.Error(), NodeNameEnv) {
 		t.Errorf("New without a node name: %v", err)
+	}
+}
+
+// TestKubeconfig: an agent outside a pod takes its API server and
+// credentials from $KUBECONFIG; a bad one is named in the error.
+func TestKubeconfig(t *testing.T) {
+	dir := t.TempDir()
+	missing := dir + "/missing"
+	t.Setenv(KubeconfigEnv, missing)
+	if _, err := NewInCluster(node1); err == nil || !strings.Contains(err.Error(), missing) || !strings.Contains(err.Error(), KubeconfigEnv) {
+		t.Errorf("NewInCluster with a missing kubeconfig: %v, want an error naming it", err)
+	}
+	good := dir + "/kubeconfig"
+	kc := `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`
+	if err := os.WriteFile(good, []byte(kc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(KubeconfigEnv, good)
+	if _, err := NewInCluster(node1); err != nil {
+		t.Errorf("NewInCluster with a kubeconfig: %v", err)
 	}
 }
