@@ -227,6 +227,9 @@ func startCluster() (*cluster, error) {
 		"--token-auth-file=" + filepath.Join(dir, "tokens.csv"),
 		"--authorization-mode=RBAC",
 		"--enable-admission-plugins=PodSecurity",
+		// The chart's pod is not privileged: the server must admit it
+		// without allowing privileged containers (the default, said here).
+		"--allow-privileged=false",
 		"--service-account-key-file=" + filepath.Join(dir, "sa.key"),
 		"--service-account-signing-key-file=" + filepath.Join(dir, "sa.key"),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
