@@ -49,7 +49,11 @@ OTEL_EXPORTER_OTLP_{METRICS,TRACES}_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL,
 OTEL_EXPORTER_OTLP_HEADERS, OTEL_METRIC_EXPORT_INTERVAL, OTEL_RESOURCE_ATTRIBUTES,
 OTEL_SERVICE_NAME, ...); --otlp-endpoint and --otlp-protocol override them.
 With no endpoint the agent says so once and keeps scanning (and serving its
-local API). SIGTERM or SIGINT ends open miss episodes and flushes.`,
+local API). SIGTERM or SIGINT ends open miss episodes and flushes.
+
+With K8S_NODE_NAME set (the chart sets it from the downward API) owners get
+pod names from the pods of that node, watched with the pod's ServiceAccount,
+or with the kubeconfig $KUBECONFIG names on a host outside any pod.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
