@@ -14,8 +14,8 @@
 # the real-cluster tests in test/cluster.
 #
 # About 6 min (Prometheus) + 4.5 min (Jaeger) on 2 cores when nothing is cached;
-# kube-apiserver takes 10 min of CPU (26 min wall measured on a busy 2-core
-# machine, module downloads included), etcd 2 min.
+# kube-apiserver 19 min wall on a fresh 2-core machine (26 min on a busy one,
+# module downloads included), etcd 2 min.
 #
 # With arguments, only the named binaries are built (and the symlinks set):
 #   scripts/build-backends.sh kube-apiserver etcd
