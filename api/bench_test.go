@@ -24,7 +24,7 @@ func BenchmarkSnapshot200(b *testing.B) {
 	h := newTestServer(b, Options{Snapshot: func() *agent.Snapshot { return snap }}).Handler()
 	for _, target := range []string{"/v1/snapshot", "/v1/programs?sort=cpu&limit=10"} {
 		b.Run(target, func(b *testing.B) {
-			req := httptest.NewRequest(http.MethodGet, target, nil)
+			req := localRequest(http.MethodGet, target, nil)
 			var n int
 			for b.Loop() {
 				w := httptest.NewRecorder()

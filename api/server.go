@@ -169,6 +169,19 @@ func (s *Server) Listen() (net.Addr, error) {
 	return ln.Addr(), nil
 }
 
+// Addr is the address the server listens on: the bound one after Listen,
+// else the configured one.
+func (s *Server) Addr() net.Addr {
+	if s.ln != nil {
+		return s.ln.Addr()
+	}
+	addr, err := net.ResolveTCPAddr("tcp", s.opts.Addr)
+	if err != nil {
+		return &net.TCPAddr{}
+	}
+	return addr
+}
+
 // Serve serves until ctx is done, then shuts down gracefully (5s at most).
 // It calls Listen first if the caller has not.
 func (s *Server) Serve(ctx context.Context) error {
@@ -197,6 +210,15 @@ func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		w.Header().Set("Cache-Control", "no-store")
+		// Without a token, the loopback bind is the only protection: a
+		// page in a browser on the node could reach it through DNS
+		// rebinding (evil.example resolving to 127.0.0.1). Such a request
+		// carries the attacker's name in Host, so only the names this
+		// server is really reached by are answered.
+		if s.opts.Token == "" && !s.hostAllowed(r.Host) {
+			writeError(w, http.StatusMisdirectedRequest, "host %q is not this API's address: use 127.0.0.1, localhost or the address it listens on", r.Host)
+			return
+		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
 			writeError(w, http.StatusMethodNotAllowed, "method %s not allowed: the API is read-only (GET, HEAD)", r.Method)
@@ -224,6 +246,32 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// hostAllowed reports whether a request's Host names this server: the
+// bound address's host, localhost, or a loopback IP literal, with any port.
+func (s *Server) hostAllowed(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	if host == "" {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		if ip.IsLoopback() {
+			return true
+		}
+		if a, ok := s.Addr().(*net.TCPAddr); ok && a.IP.Equal(ip) {
+			return true
+		}
+		return false
+	}
+	bound, _, err := net.SplitHostPort(s.opts.Addr)
+	return err == nil && strings.EqualFold(bound, host)
 }
 
 // unauthenticated paths are the probes: the kubelet calls them without

@@ -61,10 +61,22 @@ func newTestServer(t testing.TB, o Options) *Server {
 	return s
 }
 
+// localRequest is a request as a local client sends it (httptest's
+// default Host, example.com, is refused by the DNS-rebinding guard).
+func localRequest(method, target string, body io.Reader) *http.Request {
+	r := httptest.NewRequest(method, target, body)
+	r.Host = "127.0.0.1:9808"
+	return r
+}
+
 func get(t *testing.T, h http.Handler, target string, hdr ...string) *httptest.ResponseRecorder {
 	t.Helper()
-	r := httptest.NewRequest(http.MethodGet, target, nil)
+	r := localRequest(http.MethodGet, target, nil)
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" {
+			r.Host = hdr[i+1]
+			continue
+		}
 		r.Header.Set(hdr[i], hdr[i+1])
 	}
 	w := httptest.NewRecorder()
@@ -226,18 +238,18 @@ func TestMethodsAndBodies(t *testing.T) {
 	h := newTestServer(t, Options{}).Handler()
 	for _, m := range []string{"POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT", "BREW"} {
 		w := httptest.NewRecorder()
-		h.ServeHTTP(w, httptest.NewRequest(m, "/v1/snapshot", nil))
+		h.ServeHTTP(w, localRequest(m, "/v1/snapshot", nil))
 		if w.Code != http.StatusMethodNotAllowed || w.Header().Get("Allow") != "GET, HEAD" {
 			t.Errorf("%s = %d Allow=%q, want 405 with Allow: GET, HEAD", m, w.Code, w.Header().Get("Allow"))
 		}
 	}
 	w := httptest.NewRecorder()
-	h.ServeHTTP(w, httptest.NewRequest("GET", "/v1/snapshot", strings.NewReader("{}")))
+	h.ServeHTTP(w, localRequest("GET", "/v1/snapshot", strings.NewReader("{}")))
 	if w.Code != http.StatusRequestEntityTooLarge {
 		t.Errorf("GET with a body = %d, want 413", w.Code)
 	}
 	w = httptest.NewRecorder()
-	h.ServeHTTP(w, httptest.NewRequest("HEAD", "/v1/snapshot", nil))
+	h.ServeHTTP(w, localRequest("HEAD", "/v1/snapshot", nil))
 	if w.Code != 200 || w.Header().Get("Content-Length") == "" {
 		t.Errorf("HEAD = %d, Content-Length %q", w.Code, w.Header().Get("Content-Length"))
 	}
@@ -400,4 +412,65 @@ func hasProgram(ps []agent.ProgramStat, id uint32) bool {
 		}
 	}
 	return false
+}
+
+// TestHostHeader: without a token the API answers only requests whose Host
+// names it (the bound address, localhost or a loopback literal), so a page
+// that rebinds its own name to 127.0.0.1 cannot read it; with a token the
+// token is the guard and any Host is served.
+func TestHostHeader(t *testing.T) {
+	for _, withToken := range []bool{false, true} {
+		opts := Options{Addr: "127.0.0.1:0"}
+		if withToken {
+			opts.Token = "correct-horse-battery-staple"
+		}
+		s := newTestServer(t, opts)
+		addr, err := s.Listen()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- s.Serve(ctx) }()
+		_, port, _ := net.SplitHostPort(addr.String())
+		for _, c := range []struct {
+			host string
+			want int
+		}{
+			{addr.String(), 200},
+			{"127.0.0.1", 200},
+			{"localhost:" + port, 200},
+			{"LOCALHOST", 200},
+			{"127.0.0.2:" + port, 200},
+			{"[::1]:" + port, 200},
+			{"evil.example", 421},
+			{"evil.example:" + port, 421},
+			{"localhost.evil.example", 421},
+			{"10.0.0.7:" + port, 421},
+			{"127.0.0.1.nip.io", 421},
+		} {
+			req, _ := http.NewRequest("GET", "http://"+addr.String()+"/v1/snapshot", nil)
+			req.Host = c.host
+			if withToken {
+				req.Header.Set("Authorization", "Bearer "+opts.Token)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			want := c.want
+			if withToken {
+				want = 200
+			}
+			if resp.StatusCode != want {
+				t.Errorf("token %v, Host %q: status %d, want %d: %s", withToken, c.host, resp.StatusCode, want, body)
+			}
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
 }

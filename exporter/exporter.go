@@ -7,7 +7,6 @@ package exporter
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -29,8 +28,8 @@ type Config struct {
 	Level Level
 	// MaxPrograms caps the programs exported at LevelProgram; 0: no cap.
 	MaxPrograms int
-	// Interval is the metric export interval used when
-	// OTEL_METRIC_EXPORT_INTERVAL is unset; 0: the SDK default (60s).
+	// Interval is the metric export interval; 0: OTEL_METRIC_EXPORT_INTERVAL,
+	// else the SDK default (60s).
 	Interval time.Duration
 
 	// Kernel describes the node for the resource (os.version, host.arch,
@@ -46,6 +45,10 @@ type Config struct {
 	Endpoint string
 	// Protocol overrides OTEL_EXPORTER_OTLP_PROTOCOL: grpc or http/protobuf.
 	Protocol string
+	// MetricsExporter and TracesExporter are OTEL_METRICS_EXPORTER and
+	// OTEL_TRACES_EXPORTER as resolved by internal/config (otlp, console,
+	// none); "": read the variables.
+	MetricsExporter, TracesExporter string
 	// Console adds exporters that print metrics and spans to ConsoleOut.
 	Console    bool
 	ConsoleOut io.Writer
@@ -89,14 +92,9 @@ type Exporter struct {
 }
 
 // New sets up the OpenTelemetry SDK: resource, OTLP exporters from the
-// environment and cfg, instruments from the metrics table.
+// environment and cfg, instruments from the metrics table. cfg is taken as
+// valid: internal/config checks the agent's settings before anything starts.
 func New(ctx context.Context, cfg Config) (*Exporter, error) {
-	if cfg.Level < LevelAttachType || cfg.Level > LevelProgram {
-		return nil, fmt.Errorf("metrics level %d: out of range", cfg.Level)
-	}
-	if cfg.MaxPrograms < 0 {
-		return nil, fmt.Errorf("max programs %d: must not be negative", cfg.MaxPrograms)
-	}
 	e := &Exporter{
 		cfg:       cfg,
 		log:       cfg.Log,

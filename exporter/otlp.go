@@ -40,21 +40,17 @@ func env(names ...string) string {
 }
 
 // protocol picks the OTLP protocol of one signal: the flag, then the
-// signal's variable, then the generic one, then the spec's default.
-func protocol(flag, signal string) (string, error) {
+// signal's variable, then the generic one, then the spec's default. The
+// values were checked by internal/config before the exporter was built.
+func protocol(flag, signal string) string {
 	p := flag
 	if p == "" {
 		p = env("OTEL_EXPORTER_OTLP_"+signal+"_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
 	}
-	switch p {
-	case "":
-		return ProtocolHTTP, nil
-	case ProtocolGRPC, ProtocolHTTP:
-		return p, nil
-	case "http/json":
-		return "", fmt.Errorf("OTLP protocol http/json is not supported by the Go SDK: use grpc or http/protobuf")
+	if p == ProtocolGRPC {
+		return ProtocolGRPC
 	}
-	return "", fmt.Errorf("OTLP protocol %q: want grpc or http/protobuf", p)
+	return ProtocolHTTP
 }
 
 // signalEndpoint says where a signal goes: the flag's base URL, else the
@@ -79,11 +75,19 @@ func (e *Exporter) signals(ctx context.Context) (signalSetup, error) {
 	if out == nil {
 		out = os.Stdout
 	}
-	metricsKind := env("OTEL_METRICS_EXPORTER")
-	tracesKind := env("OTEL_TRACES_EXPORTER")
+	metricsKind := e.cfg.MetricsExporter
+	if metricsKind == "" {
+		metricsKind = env("OTEL_METRICS_EXPORTER")
+	}
+	tracesKind := e.cfg.TracesExporter
+	if tracesKind == "" {
+		tracesKind = env("OTEL_TRACES_EXPORTER")
+	}
 
+	// The interval given wins over OTEL_METRIC_EXPORT_INTERVAL, so the
+	// interval the agent logs is the one in use.
 	var readerOpts []sdkmetric.PeriodicReaderOption
-	if e.cfg.Interval > 0 && env("OTEL_METRIC_EXPORT_INTERVAL") == "" {
+	if e.cfg.Interval > 0 {
 		readerOpts = append(readerOpts, sdkmetric.WithInterval(e.cfg.Interval))
 	}
 
@@ -127,10 +131,8 @@ func (e *Exporter) signals(ctx context.Context) (signalSetup, error) {
 }
 
 func (e *Exporter) metricExporter(ctx context.Context) (sdkmetric.Exporter, string, error) {
-	proto, err := protocol(e.cfg.Protocol, "METRICS")
-	if err != nil {
-		return nil, "", err
-	}
+	proto := protocol(e.cfg.Protocol, "METRICS")
+	var err error
 	// Cumulative whatever OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE
 	// says: the values are the kernel's cumulative counters, and Prometheus'
 	// OTLP receiver accepts only cumulative sums.
@@ -156,10 +158,8 @@ func (e *Exporter) metricExporter(ctx context.Context) (sdkmetric.Exporter, stri
 }
 
 func (e *Exporter) spanExporter(ctx context.Context) (sdktrace.SpanExporter, string, error) {
-	proto, err := protocol(e.cfg.Protocol, "TRACES")
-	if err != nil {
-		return nil, "", err
-	}
+	proto := protocol(e.cfg.Protocol, "TRACES")
+	var err error
 	var exp sdktrace.SpanExporter
 	if proto == ProtocolGRPC {
 		var opts []otlptracegrpc.Option

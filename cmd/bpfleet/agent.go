@@ -18,26 +18,11 @@ import (
 	"github.com/bpfleet/bpfleet/agent/kube"
 	"github.com/bpfleet/bpfleet/api"
 	"github.com/bpfleet/bpfleet/exporter"
+	"github.com/bpfleet/bpfleet/internal/config"
 )
 
-// agentOptions are `bpfleet agent`'s flags.
-type agentOptions struct {
-	common       agentFlags
-	interval     time.Duration
-	level        string
-	maxPrograms  int
-	console      bool
-	endpoint     string
-	protocol     string
-	clusterName  string
-	apiAddr      string
-	apiTokenFile string
-	calibrate    bool
-	shutdownWait time.Duration
-}
-
 func init() {
-	var o agentOptions
+	c := config.DefaultAgent()
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the node agent: scan every interval, export to OpenTelemetry",
@@ -48,51 +33,64 @@ OTLP is configured by the standard variables (OTEL_EXPORTER_OTLP_ENDPOINT,
 OTEL_EXPORTER_OTLP_{METRICS,TRACES}_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL,
 OTEL_EXPORTER_OTLP_HEADERS, OTEL_METRIC_EXPORT_INTERVAL, OTEL_RESOURCE_ATTRIBUTES,
 OTEL_SERVICE_NAME, ...); --otlp-endpoint and --otlp-protocol override them.
+Every flag and OTEL_* variable is checked before anything starts: a bad one
+is refused with one line naming it (exit status 2), all of them at once.
 With no endpoint the agent says so once and keeps scanning (and serving its
 local API). SIGTERM or SIGINT ends open miss episodes and flushes.
 
 With K8S_NODE_NAME set (the chart sets it from the downward API) owners get
 pod names from the pods of that node, watched with the pod's ServiceAccount,
 or with the kubeconfig $KUBECONFIG names on a host outside any pod.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			scanFlagsSet(cmd, &c.Scan)
+			if err := c.Resolve(config.Env); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-			return runAgent(ctx, o, log)
+			return runAgent(ctx, c, log)
 		},
 	}
 	f := cmd.Flags()
-	o.common.register(cmd)
-	f.DurationVar(&o.interval, "interval", 10*time.Second, "time between scans; also the metric export interval unless OTEL_METRIC_EXPORT_INTERVAL is set")
-	f.StringVar(&o.level, "metrics-level", "program", "metrics detail: program, owner or attach-type")
-	f.IntVar(&o.maxPrograms, "max-programs", 1000, "most programs exported at --metrics-level=program (0: no cap); the rest are counted in bpf.agent.programs.dropped")
-	f.BoolVar(&o.console, "console", false, "also print metrics and spans to stdout")
-	f.StringVar(&o.endpoint, "otlp-endpoint", "", "OTLP base URL, e.g. http://collector:4318 (overrides OTEL_EXPORTER_OTLP_ENDPOINT)")
-	f.StringVar(&o.protocol, "otlp-protocol", "", "grpc or http/protobuf (overrides OTEL_EXPORTER_OTLP_PROTOCOL)")
-	f.StringVar(&o.clusterName, "cluster-name", os.Getenv("K8S_CLUSTER_NAME"), "k8s.cluster.name resource attribute (default $K8S_CLUSTER_NAME)")
-	f.StringVar(&o.apiAddr, "api-addr", api.DefaultAddr, "address of the local read-only HTTP API (empty: off); a non-loopback address needs --api-token-file")
-	f.StringVar(&o.apiTokenFile, "api-token-file", "", "file holding the bearer token the local API requires")
-	f.BoolVar(&o.calibrate, "calibrate", true, "measure each attach type's overhead with the agent's own probes at start (bounded: about half a second of CPU)")
-	f.DurationVar(&o.shutdownWait, "shutdown-timeout", 10*time.Second, "how long the final flush may take")
+	registerScanFlags(cmd, &c.Scan)
+	f.DurationVar(&c.Interval, "interval", c.Interval, fmt.Sprintf("time between scans, at least %v (a scan of 1,000 programs costs about 4 ms of CPU: %v keeps the agent under 1%% of a CPU)", config.MinScanInterval, config.MinScanInterval))
+	f.DurationVar(&c.ExportInterval, "export-interval", 0, fmt.Sprintf("metric export interval, at least %v (0: OTEL_METRIC_EXPORT_INTERVAL, else --interval)", config.MinExportInterval))
+	f.StringVar((*string)(&c.Level), "metrics-level", string(c.Level), "metrics detail: program, owner or attach-type")
+	f.IntVar(&c.MaxPrograms, "max-programs", c.MaxPrograms, "most programs exported at --metrics-level=program (0: no cap); the rest are counted in bpf.agent.programs.dropped")
+	f.BoolVar(&c.Console, "console", false, "also print metrics and spans to stdout")
+	f.StringVar(&c.OTLPEndpoint, "otlp-endpoint", "", "OTLP base URL, e.g. http://collector:4318, or host:port with grpc (overrides OTEL_EXPORTER_OTLP_ENDPOINT)")
+	f.StringVar(&c.OTLPProtocol, "otlp-protocol", "", "grpc or http/protobuf (overrides OTEL_EXPORTER_OTLP_PROTOCOL)")
+	f.StringVar(&c.ClusterName, "cluster-name", c.ClusterName, "k8s.cluster.name resource attribute (default $K8S_CLUSTER_NAME)")
+	f.StringVar(&c.APIAddr, "api-addr", c.APIAddr, "address of the local read-only HTTP API (empty: off); a non-loopback address needs --api-token-file")
+	f.StringVar(&c.APITokenFile, "api-token-file", "", fmt.Sprintf("file holding the bearer token the local API requires (at least %d bytes; default $%s)", config.MinTokenLen, api.TokenEnv))
+	f.BoolVar(&c.Calibrate, "calibrate", c.Calibrate, "measure each attach type's overhead with the agent's own probes at start (bounded: about half a second of CPU)")
+	f.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long the final flush may take")
 	rootCmd.AddCommand(cmd)
 }
 
-func runAgent(ctx context.Context, o agentOptions, log *slog.Logger) error {
-	if o.interval <= 0 {
-		return fmt.Errorf("--interval must be positive, got %v", o.interval)
-	}
-	level, err := exporter.ParseLevel(o.level)
-	if err != nil {
-		return fmt.Errorf("--metrics-level: %w", err)
-	}
-	if o.maxPrograms < 0 {
-		return fmt.Errorf("--max-programs must not be negative, got %d", o.maxPrograms)
+// runAgent runs the agent with a validated configuration. The API socket
+// is bound first: a taken port fails before anything is loaded or logged.
+func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
+	var latest atomic.Pointer[agent.Snapshot]
+	hist := history.New(history.Capacity(history.Window, c.Interval)) // per-program history for /v1/programs/{id}/history
+	publish := func(s *agent.Snapshot) { hist.Record(s); latest.Store(s) }
+	var srv *api.Server
+	if c.APIAddr != "" {
+		var err error
+		srv, err = api.NewServer(api.Options{Addr: c.APIAddr, Token: c.APIToken, Snapshot: latest.Load, History: hist.Series, StaleAfter: 3 * c.Interval})
+		if err != nil {
+			return err
+		}
+		if _, err := srv.Listen(); err != nil {
+			return err
+		}
 	}
 
-	cfg := o.common.config()
+	cfg := agentConfig(c.Scan)
 	cfg.EnableStats = true
-	cfg.OwnerIterator = !o.common.noIter
+	cfg.OwnerIterator = !c.Scan.NoIterator
 	a, err := newAgent(cfg)
 	if err != nil {
 		return err
@@ -104,7 +102,38 @@ func runAgent(ctx context.Context, o agentOptions, log *slog.Logger) error {
 		}
 	}()
 
-	if o.calibrate {
+	level, err := exporter.ParseLevel(string(c.Level)) // valid: checked by config
+	if err != nil {
+		return err
+	}
+	exp, err := exporter.New(ctx, exporter.Config{
+		Level:           level,
+		MaxPrograms:     c.MaxPrograms,
+		Interval:        c.EffectiveExportInterval(),
+		Kernel:          a.Kernel(),
+		ClusterName:     c.ClusterName,
+		Endpoint:        c.OTel.Endpoint,
+		Protocol:        c.OTLPProtocol,
+		MetricsExporter: string(c.OTel.Metrics.Exporter),
+		TracesExporter:  string(c.OTel.Traces.Exporter),
+		Console:         c.Console,
+		Log:             log,
+	})
+	if err != nil {
+		return err
+	}
+	// The SDK reports export failures through the global handler; fold them
+	// into the exporter's once-per-interval line instead of one line each.
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(exp.HandleError))
+
+	// Everything is set up: only now say what the agent does, with the
+	// settings it really uses.
+	log.Info("agent started", c.Settings()...)
+	if exp.MetricsTarget == "" && exp.TracesTarget == "" {
+		log.Info("no OTLP endpoint set (OTEL_EXPORTER_OTLP_ENDPOINT or --otlp-endpoint): not exporting; scanning and the local API go on")
+	}
+
+	if c.Calibrate {
 		// In the background: scanning starts at once, and the overhead
 		// figures join the snapshots when they are ready.
 		go func() {
@@ -122,49 +151,11 @@ func runAgent(ctx context.Context, o agentOptions, log *slog.Logger) error {
 		}()
 	}
 
-	exp, err := exporter.New(ctx, exporter.Config{
-		Level:       level,
-		MaxPrograms: o.maxPrograms,
-		Interval:    o.interval,
-		Kernel:      a.Kernel(),
-		ClusterName: o.clusterName,
-		Endpoint:    o.endpoint,
-		Protocol:    o.protocol,
-		Console:     o.console,
-		Log:         log,
-	})
-	if err != nil {
-		return err
-	}
-	// The SDK reports export failures through the global handler; fold them
-	// into the exporter's once-per-interval line instead of one line each.
-	otel.SetErrorHandler(otel.ErrorHandlerFunc(exp.HandleError))
-	if exp.MetricsTarget == "" && exp.TracesTarget == "" {
-		log.Info("no OTLP endpoint set (OTEL_EXPORTER_OTLP_ENDPOINT or --otlp-endpoint): not exporting; scanning and the local API go on")
-	} else {
-		log.Info("exporting", "metrics", orNone(exp.MetricsTarget), "traces", orNone(exp.TracesTarget), "level", level.String(), "interval", o.interval)
-	}
-
 	// The local read-only API serves the latest snapshot; it never blocks
 	// or changes the scan loop.
-	var latest atomic.Pointer[agent.Snapshot]
-	hist := history.New(history.Capacity(history.Window, o.interval)) // per-program history for /v1/programs/{id}/history
-	publish := func(s *agent.Snapshot) { hist.Record(s); latest.Store(s) }
 	var apiDone chan error
-	if o.apiAddr != "" {
-		token, err := api.LoadToken(o.apiTokenFile)
-		if err != nil {
-			return err
-		}
-		srv, err := api.NewServer(api.Options{Addr: o.apiAddr, Token: token, Snapshot: latest.Load, History: hist.Series, StaleAfter: 3 * o.interval})
-		if err != nil {
-			return err
-		}
-		addr, err := srv.Listen()
-		if err != nil {
-			return err
-		}
-		log.Info("serving the local API", "addr", addr.String())
+	if srv != nil {
+		log.Info("serving the local API", "addr", srv.Addr().String())
 		apiDone = make(chan error, 1)
 		go func() { apiDone <- srv.Serve(ctx) }()
 	}
@@ -172,7 +163,7 @@ func runAgent(ctx context.Context, o agentOptions, log *slog.Logger) error {
 	// In a cluster the downward API names the node; the pod informer then
 	// names the pods and containers that own programs. Without API access
 	// owners keep the container id and pod UID their cgroups name.
-	if node := os.Getenv(kube.NodeNameEnv); node != "" && !o.common.noOwners {
+	if node := os.Getenv(kube.NodeNameEnv); node != "" && !c.Scan.NoOwners {
 		pods, err := kube.NewInCluster(node)
 		if err != nil {
 			log.Warn("no pod names: the Kubernetes API is not reachable; owners keep container ids and pod UIDs", "err", err)
@@ -188,7 +179,7 @@ func runAgent(ctx context.Context, o agentOptions, log *slog.Logger) error {
 		a.SetOwnerFiller(pods) // a nil *Pods still fills ids from cgroup paths
 	}
 
-	tick := time.NewTicker(o.interval)
+	tick := time.NewTicker(c.Interval)
 	defer tick.Stop()
 	for {
 		snap, err := a.Scan(ctx)
@@ -209,7 +200,7 @@ func runAgent(ctx context.Context, o agentOptions, log *slog.Logger) error {
 					log.Warn("local API", "err", err)
 				}
 			}
-			return shutdownAgent(a, &closed, exp, o.shutdownWait, log)
+			return shutdownAgent(a, &closed, exp, c.ShutdownTimeout, log)
 		case <-tick.C:
 		}
 	}
@@ -233,11 +224,4 @@ func shutdownAgent(a *agent.Agent, closed *bool, exp *exporter.Exporter, wait ti
 		log.Warn("final flush incomplete", "err", err)
 	}
 	return nil
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "none"
-	}
-	return s
 }

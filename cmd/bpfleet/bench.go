@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/bpfleet/bpfleet/internal/config"
 	"github.com/bpfleet/bpfleet/probes/bench"
 	"github.com/bpfleet/bpfleet/probes/catalog"
 	"github.com/spf13/cobra"
@@ -14,9 +15,8 @@ import (
 
 func init() {
 	var (
-		types, mode, stats, output string
-		calls, rounds, batch       int
-		noProgress                 bool
+		c          config.Bench
+		noProgress bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -32,24 +32,12 @@ the attach type's own cost; "auto" uses kernel mode where the kernel has a
 trigger for the attach type, else syscall mode.
 
 Times are thread CPU time; --stats on holds BPF_ENABLE_STATS while measuring.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts := bench.Options{Calls: calls, Rounds: rounds, Batch: batch, Stats: bench.Stats(stats), Mode: catalog.Mode(mode)}
-			if types != "" {
-				for _, s := range strings.Split(types, ",") {
-					t, err := catalog.ParseAttachType(strings.TrimSpace(s))
-					if err != nil {
-						return fmt.Errorf("--attach-types: %w", err)
-					}
-					opts.AttachTypes = append(opts.AttachTypes, t)
-				}
+			if err := c.Validate(); err != nil {
+				return err
 			}
-			if err := opts.Validate(); err != nil {
-				return fmt.Errorf("bench options: %w", err)
-			}
-			if output != "table" && output != "json" {
-				return fmt.Errorf("--output %q: want table or json", output)
-			}
+			opts := c.Options()
 			raiseMemlock()
 			var bar *progressBar
 			if f, ok := cmd.ErrOrStderr().(*os.File); ok && !noProgress && isTerminal(f) {
@@ -61,7 +49,7 @@ Times are thread CPU time; --stats on holds BPF_ENABLE_STATS while measuring.`,
 			if err != nil {
 				return fmt.Errorf("bench: %w", err)
 			}
-			if output == "json" {
+			if c.Output == "json" {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
 				return enc.Encode(rep)
@@ -70,13 +58,13 @@ Times are thread CPU time; --stats on holds BPF_ENABLE_STATS while measuring.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&types, "attach-types", "", "comma-separated attach types (default: all of "+allTypes()+")")
-	f.StringVar(&mode, "mode", "auto", "trigger: syscall, kernel or auto")
-	f.IntVar(&calls, "calls", 0, fmt.Sprintf("triggered calls per measurement (default %d in syscall mode, %d in kernel mode)", bench.DefaultSyscallCalls, bench.DefaultKernelCalls))
-	f.IntVar(&rounds, "rounds", bench.DefaultRounds, "measured rounds (median and spread are over these)")
-	f.IntVar(&batch, "batch", catalog.DefaultBatch, "kernel mode: attach-point calls per driver run")
-	f.StringVar(&stats, "stats", "off", "BPF run-time stats while measuring: on, off or both")
-	f.StringVarP(&output, "output", "o", "table", "output format: table or json")
+	f.StringVar(&c.AttachTypes, "attach-types", "", "comma-separated attach types (default: all of "+allTypes()+")")
+	f.StringVar(&c.Mode, "mode", "auto", "trigger: syscall, kernel or auto")
+	f.IntVar(&c.Calls, "calls", 0, fmt.Sprintf("triggered calls per measurement (default %d in syscall mode, %d in kernel mode)", bench.DefaultSyscallCalls, bench.DefaultKernelCalls))
+	f.IntVar(&c.Rounds, "rounds", bench.DefaultRounds, "measured rounds (median and spread are over these)")
+	f.IntVar(&c.Batch, "batch", catalog.DefaultBatch, "kernel mode: attach-point calls per driver run")
+	f.StringVar(&c.Stats, "stats", "off", "BPF run-time stats while measuring: on, off or both")
+	f.StringVarP(&c.Output, "output", "o", "table", "output format: table or json")
 	f.BoolVar(&noProgress, "no-progress", false, "no progress bar on stderr")
 	rootCmd.AddCommand(cmd)
 }

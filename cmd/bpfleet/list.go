@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/internal/config"
 	"github.com/spf13/cobra"
 )
 
@@ -58,13 +59,7 @@ func newListOutput(s *agent.Snapshot, watch bool) any {
 }
 
 func init() {
-	var (
-		output string
-		watch  bool
-		every  time.Duration
-		count  int
-		common agentFlags
-	)
+	var c config.List
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List every BPF program on this node with its cost, misses, links and owners",
@@ -75,25 +70,27 @@ misses, and the processes holding it.
 With --watch it keeps scanning and prints one JSON object per interval
 (-o jsonl), with per-interval deltas and rates: a headless bpftop for
 scripts and log pipelines.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			switch output {
-			case "table", "json", "jsonl":
-			default:
-				return fmt.Errorf("unknown output %q: use table, json or jsonl", output)
+			scanFlagsSet(cmd, &c.Scan)
+			c.IntervalSet, c.CountSet = cmd.Flags().Changed("interval"), cmd.Flags().Changed("count")
+			if err := c.Validate(); err != nil {
+				return err
 			}
-			if watch && output == "json" {
+			output := c.Output
+			if c.Watch && output == "json" {
 				output = "jsonl"
 			}
-			if !watch {
+			pretty = c.Pretty
+			if !c.Watch {
 				// One scan lives for milliseconds and allocates a few MB:
 				// collecting that garbage costs more than it frees. The
 				// limit still bounds a node with a huge number of programs.
 				debug.SetGCPercent(-1)
 				debug.SetMemoryLimit(256 << 20)
 			}
-			cfg := common.config()
-			cfg.EnableStats = watch // a single scan shows counters as they are
+			cfg := agentConfig(c.Scan)
+			cfg.EnableStats = c.Watch // a single scan shows counters as they are
 			cfg.Parallel = runtime.NumCPU()
 			a, err := newAgent(cfg)
 			if err != nil {
@@ -103,29 +100,26 @@ scripts and log pipelines.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			out := cmd.OutOrStdout()
-			if !watch {
+			if !c.Watch {
 				s, err := a.Scan(ctx)
 				if err != nil {
 					return err
 				}
 				return printList(out, output, s)
 			}
-			return watchList(ctx, a, out, output, every, count)
+			return watchList(ctx, a, out, output, c.Interval, c.Count)
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, json or jsonl")
-	cmd.Flags().BoolVarP(&pretty, "pretty", "p", false, "indent -o json output")
-	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "keep scanning and print every interval (deltas and rates)")
-	cmd.Flags().DurationVarP(&every, "interval", "i", time.Second, "scan interval with --watch")
-	cmd.Flags().IntVarP(&count, "count", "n", 0, "with --watch, stop after this many intervals (0: until interrupted)")
-	common.register(cmd)
+	registerScanFlags(cmd, &c.Scan)
+	cmd.Flags().StringVarP(&c.Output, "output", "o", "table", "output format: table, json or jsonl")
+	cmd.Flags().BoolVarP(&c.Pretty, "pretty", "p", false, "indent -o json output")
+	cmd.Flags().BoolVarP(&c.Watch, "watch", "w", false, "keep scanning and print every interval (deltas and rates)")
+	cmd.Flags().DurationVarP(&c.Interval, "interval", "i", time.Second, fmt.Sprintf("scan interval with --watch (at least %v)", config.MinToolInterval))
+	cmd.Flags().IntVarP(&c.Count, "count", "n", 0, "with --watch, stop after this many intervals (0: until interrupted)")
 	rootCmd.AddCommand(cmd)
 }
 
 func watchList(ctx context.Context, a *agent.Agent, out io.Writer, output string, every time.Duration, count int) error {
-	if every <= 0 {
-		return fmt.Errorf("--interval must be positive, got %v", every)
-	}
 	return everyInterval(ctx, a.Scan, every, count, func(s *agent.Snapshot) error { return printList(out, output, s) })
 }
 

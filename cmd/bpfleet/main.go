@@ -6,9 +6,12 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
+
+	"github.com/bpfleet/bpfleet/internal/config"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -21,11 +24,27 @@ var rootCmd = &cobra.Command{
 	SilenceErrors: true,
 }
 
+// Exit statuses: a usage error (a bad flag, variable or argument, refused
+// before anything starts) is 2, as for other Unix tools; a runtime failure
+// is 1.
+const (
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+// noArgs is cobra.NoArgs as a usage error.
+func noArgs(cmd *cobra.Command, args []string) error {
+	return config.Usage(cobra.NoArgs(cmd, args))
+}
+
 func init() {
+	// Flag parse errors (an unknown flag, "abc" for a duration) are usage
+	// errors like the ones internal/config finds.
+	rootCmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return config.Usage(err) })
 	rootCmd.AddCommand(&cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		Run: func(cmd *cobra.Command, _ []string) {
 			fmt.Fprintln(cmd.OutOrStdout(), "bpfleet", version)
 		},
@@ -34,9 +53,23 @@ func init() {
 
 func main() {
 	if err := rootCmd.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "bpfleet:", err)
-		os.Exit(1)
+		os.Exit(reportError(err))
 	}
+}
+
+// reportError prints err, one "bpfleet: " line per problem (internal/config
+// joins every problem of one run), and returns the exit status.
+func reportError(err error) int {
+	for _, line := range strings.Split(err.Error(), "\n") {
+		if line = strings.TrimSpace(line); line != "" {
+			fmt.Fprintln(os.Stderr, "bpfleet:", line)
+		}
+	}
+	// An unknown subcommand is cobra's own error, not marked.
+	if config.IsUsage(err) || strings.HasPrefix(err.Error(), "unknown command ") {
+		return exitUsage
+	}
+	return exitFailure
 }
 
 // raiseMemlock lifts RLIMIT_MEMLOCK before a command loads BPF objects:

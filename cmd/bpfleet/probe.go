@@ -7,12 +7,13 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/bpfleet/bpfleet/internal/config"
 	"github.com/bpfleet/bpfleet/probes/features"
 	"github.com/spf13/cobra"
 )
 
 func init() {
-	var output string
+	var c config.Probe
 	cmd := &cobra.Command{
 		Use:   "probe",
 		Short: "Report what this kernel supports, asked of the kernel by loading and attaching",
@@ -21,14 +22,14 @@ func init() {
 kretprobe, kprobe.multi, uprobe, lsm), in syscall and in-kernel trigger mode,
 and checks BTF, run-time stats, iterators, the ring buffer and kprobe link
 "missed". Each refusal carries the kernel's reason.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "table" && output != "json" {
-				return fmt.Errorf("--output %q: want table or json", output)
+			if err := c.Validate(); err != nil {
+				return err
 			}
 			raiseMemlock()
 			r := features.Probe()
-			if output == "json" {
+			if c.Output == "json" {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
 				return enc.Encode(r)
@@ -36,7 +37,7 @@ and checks BTF, run-time stats, iterators, the ring buffer and kprobe link
 			return writeProbeTable(cmd.OutOrStdout(), r)
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	cmd.Flags().StringVarP(&c.Output, "output", "o", "table", "output format: table or json")
 	rootCmd.AddCommand(cmd)
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/bpfleet/bpfleet/agent"
 	"github.com/bpfleet/bpfleet/agent/history"
 	"github.com/bpfleet/bpfleet/api"
+	"github.com/bpfleet/bpfleet/internal/config"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 )
@@ -27,14 +28,8 @@ type historySource func(ctx context.Context, id uint32) (*history.Series, error)
 
 func init() {
 	var (
-		every      time.Duration
-		remote     string
-		tokenFile  string
-		sortKey    string
-		filter     string
-		iterations int
-		ascii      bool
-		common     agentFlags
+		c     config.Top
+		ascii bool
 	)
 	cmd := &cobra.Command{
 		Use:   "top",
@@ -55,35 +50,34 @@ Graphs use Unicode block characters when LC_ALL, LC_CTYPE or LANG names
 UTF-8, ASCII otherwise or with --ascii.
 
 When stdout is not a terminal, top prints plain lines, one block per interval.`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if every < 100*time.Millisecond {
-				return fmt.Errorf("--interval must be at least 100ms, got %v", every)
-			}
-			view := newTopView()
-			if err := view.setSort(sortKey); err != nil {
+			scanFlagsSet(cmd, &c.Scan)
+			if err := c.Resolve(config.Env); err != nil {
 				return err
 			}
-			view.filter = filter
+			every := c.Interval
+			view := newTopView()
+			if err := view.setSort(c.Sort); err != nil {
+				return err
+			}
+			view.filter = c.Filter
 			view.ascii = ascii || !utf8Locale()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 
 			var src snapshotSource
 			var hist historySource
-			if remote != "" {
-				token, err := api.LoadToken(tokenFile)
-				if err != nil {
-					return err
-				}
+			if c.Remote != "" {
+				remote, token := c.Remote, c.Token
 				src = func(ctx context.Context) (*agent.Snapshot, error) { return api.FetchSnapshot(ctx, remote, token) }
 				hist = func(ctx context.Context, id uint32) (*history.Series, error) {
 					return fetchHistory(ctx, remote, token, id)
 				}
 			} else {
-				cfg := common.config()
+				cfg := agentConfig(c.Scan)
 				cfg.EnableStats = true
-				cfg.OwnerIterator = !common.noIter
+				cfg.OwnerIterator = !c.Scan.NoIterator
 				a, err := newAgent(cfg)
 				if err != nil {
 					return err
@@ -109,17 +103,17 @@ When stdout is not a terminal, top prints plain lines, one block per interval.`,
 			if f, ok := out.(*os.File); ok && isTerminal(f) && isTerminal(os.Stdin) {
 				return runInteractive(ctx, src, hist, view, every, f, os.Stdin)
 			}
-			return runPlain(ctx, src, view, every, out, iterations)
+			return runPlain(ctx, src, view, every, out, c.Count)
 		},
 	}
-	cmd.Flags().DurationVarP(&every, "interval", "i", time.Second, "refresh interval")
-	cmd.Flags().StringVar(&remote, "remote", "", "read snapshots from a bpfleet agent's API at this URL instead of scanning locally")
-	cmd.Flags().StringVar(&tokenFile, "token-file", "", "bearer token file for --remote")
-	cmd.Flags().StringVar(&sortKey, "sort", "cpu", "initial sort: cpu, runs, misses, nsrun, id, name")
-	cmd.Flags().StringVar(&filter, "filter", "", "initial filter (substring of name, type, attach type or target)")
-	cmd.Flags().IntVarP(&iterations, "count", "n", 0, "plain output: stop after this many intervals (0: until interrupted)")
+	registerScanFlags(cmd, &c.Scan)
+	cmd.Flags().DurationVarP(&c.Interval, "interval", "i", time.Second, fmt.Sprintf("refresh interval (at least %v)", config.MinToolInterval))
+	cmd.Flags().StringVar(&c.Remote, "remote", "", "read snapshots from a bpfleet agent's API at this URL instead of scanning locally")
+	cmd.Flags().StringVar(&c.TokenFile, "token-file", "", "bearer token file for --remote (default $BPFLEET_API_TOKEN)")
+	cmd.Flags().StringVar(&c.Sort, "sort", "cpu", "initial sort: "+strings.Join(config.TopSorts, ", "))
+	cmd.Flags().StringVar(&c.Filter, "filter", "", "initial filter (substring of name, type, attach type or target)")
+	cmd.Flags().IntVarP(&c.Count, "count", "n", 0, "plain output: stop after this many intervals (0: until interrupted)")
 	cmd.Flags().BoolVar(&ascii, "ascii", false, "draw with ASCII only (the default when the locale is not UTF-8)")
-	common.register(cmd)
 	rootCmd.AddCommand(cmd)
 }
 

@@ -1,0 +1,192 @@
+package config
+
+import (
+	"errors"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/bpfleet/bpfleet/api"
+)
+
+// MetricsLevel is --metrics-level.
+type MetricsLevel string
+
+// The metrics levels, least detail first.
+const (
+	LevelAttachType MetricsLevel = "attach-type"
+	LevelOwner      MetricsLevel = "owner"
+	LevelProgram    MetricsLevel = "program"
+)
+
+// Valid reports whether l is one of the levels.
+func (l MetricsLevel) Valid() bool {
+	return l == LevelAttachType || l == LevelOwner || l == LevelProgram
+}
+
+// Agent is `bpfleet agent`'s configuration.
+type Agent struct {
+	Scan Scan
+
+	Interval        time.Duration // --interval: between scans
+	ExportInterval  time.Duration // --export-interval; 0: OTEL_METRIC_EXPORT_INTERVAL, else Interval
+	Level           MetricsLevel
+	MaxPrograms     int
+	Console         bool
+	ClusterName     string
+	Calibrate       bool
+	ShutdownTimeout time.Duration
+
+	APIAddr      string
+	APITokenFile string
+	// APIToken is read by Resolve from APITokenFile or $BPFLEET_API_TOKEN.
+	APIToken string
+
+	// OTel is set by Resolve from the flags below and OTEL_* variables.
+	OTel OTel
+	// OTLPEndpoint and OTLPProtocol are --otlp-endpoint and --otlp-protocol.
+	OTLPEndpoint string
+	OTLPProtocol string
+}
+
+// DefaultAgent is the flags' defaults.
+func DefaultAgent() Agent {
+	return Agent{
+		Scan:            DefaultScan(),
+		Interval:        10 * time.Second,
+		Level:           LevelProgram,
+		MaxPrograms:     1000,
+		ClusterName:     os.Getenv("K8S_CLUSTER_NAME"),
+		Calibrate:       true,
+		ShutdownTimeout: 10 * time.Second,
+		APIAddr:         api.DefaultAddr,
+	}
+}
+
+// Resolve reads the environment and the token file into c and validates
+// the whole: the returned error joins every problem, one line each.
+func (c *Agent) Resolve(env Lookup) error {
+	var errs []error
+	if err := c.OTel.resolve(env, c.OTLPEndpoint, c.OTLPProtocol); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.loadToken(env); err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, c.Validate())
+	return errors.Join(errs...)
+}
+
+func (c *Agent) loadToken(env Lookup) error {
+	if c.APITokenFile == "" {
+		v, _ := env(api.TokenEnv)
+		c.APIToken = strings.TrimSpace(v)
+		return nil
+	}
+	b, err := os.ReadFile(c.APITokenFile)
+	if err != nil {
+		return problem("--api-token-file", c.APITokenFile, "%s: want a readable file holding the API's bearer token", statReason(err))
+	}
+	c.APIToken = strings.TrimSpace(string(b))
+	if c.APIToken == "" {
+		return problem("--api-token-file", c.APITokenFile, "the file is empty: want a bearer token of at least %d bytes", MinTokenLen)
+	}
+	return nil
+}
+
+// EffectiveExportInterval is the metric export interval the agent uses:
+// --export-interval, else OTEL_METRIC_EXPORT_INTERVAL, else --interval.
+func (c *Agent) EffectiveExportInterval() time.Duration {
+	switch {
+	case c.ExportInterval > 0:
+		return c.ExportInterval
+	case c.OTel.MetricExportInterval > 0:
+		return c.OTel.MetricExportInterval
+	}
+	return c.Interval
+}
+
+// Validate checks every bound and enum; Resolve calls it.
+func (c *Agent) Validate() error {
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	add(c.Scan.Validate())
+	if c.Interval < MinScanInterval {
+		add(problem("--interval", c.Interval.String(), "want at least %v: a scan of 1,000 programs costs about 4 ms of CPU, so %v keeps the agent under 1%% of a CPU", MinScanInterval, MinScanInterval))
+	}
+	if c.ExportInterval != 0 && c.ExportInterval < MinExportInterval {
+		add(problem("--export-interval", c.ExportInterval.String(), "want at least %v (or 0: OTEL_METRIC_EXPORT_INTERVAL, else --interval); more often only repeats the same data to the collector", MinExportInterval))
+	}
+	if c.ExportInterval == 0 && c.OTel.MetricExportInterval > 0 && c.OTel.MetricExportInterval < MinExportInterval {
+		add(problem("OTEL_METRIC_EXPORT_INTERVAL", strconv.FormatInt(c.OTel.MetricExportInterval.Milliseconds(), 10), "want at least %d (milliseconds); more often only repeats the same data to the collector", MinExportInterval.Milliseconds()))
+	}
+	if !c.Level.Valid() {
+		add(problem("--metrics-level", string(c.Level), "want program, owner or attach-type"))
+	}
+	if c.MaxPrograms < 0 {
+		add(problem("--max-programs", strconv.Itoa(c.MaxPrograms), "want 0 (no cap) or a positive number of programs"))
+	}
+	if c.ShutdownTimeout <= 0 {
+		add(problem("--shutdown-timeout", c.ShutdownTimeout.String(), "want a positive duration for the final flush, e.g. 10s"))
+	}
+	add(c.validateAPI())
+	add(c.OTel.Validate())
+	return errors.Join(errs...)
+}
+
+// validateAPI checks --api-addr and the token: an unauthenticated API on
+// the node network would hand every program's identity and owners to
+// anyone who can reach the node.
+func (c *Agent) validateAPI() error {
+	tokenName, tokenValue := "--api-token-file", c.APITokenFile
+	if c.APITokenFile == "" {
+		tokenName, tokenValue = api.TokenEnv, "<hidden>"
+	}
+	if c.APIToken != "" && len(c.APIToken) < MinTokenLen {
+		return problem(tokenName, tokenValue, "the token is %d bytes: want at least %d (shorter is guessable)", len(c.APIToken), MinTokenLen)
+	}
+	if c.APIAddr == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(c.APIAddr)
+	if err != nil {
+		return problem("--api-addr", c.APIAddr, "not host:port: want e.g. 127.0.0.1:9808, or empty to turn the API off")
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return problem("--api-addr", c.APIAddr, "port %s: want a number from 0 to 65535", quote(port))
+	}
+	if host != "" && net.ParseIP(host) == nil && !strings.EqualFold(host, "localhost") {
+		return problem("--api-addr", c.APIAddr, "host %s: want an IP address or localhost (a name may resolve to other interfaces)", quote(host))
+	}
+	if !api.IsLoopback(host) && c.APIToken == "" {
+		return problem("--api-addr", c.APIAddr, "not loopback and no bearer token: set --api-token-file or %s, or bind 127.0.0.1", api.TokenEnv)
+	}
+	return nil
+}
+
+// Settings are the settings the agent really uses, for its start-up log
+// line: key-value pairs for slog.
+func (c *Agent) Settings() []any {
+	s := []any{
+		"interval", c.Interval,
+		"export_interval", c.EffectiveExportInterval(),
+		"metrics_level", string(c.Level),
+		"max_programs", c.MaxPrograms,
+		"api", orNone(c.APIAddr),
+		"api_auth", c.APIToken != "",
+	}
+	return append(s, c.OTel.settings()...)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}

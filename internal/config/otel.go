@@ -1,0 +1,526 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Protocol is an OTLP protocol as OTEL_EXPORTER_OTLP_PROTOCOL spells it.
+type Protocol string
+
+// The protocols the agent exports with.
+const (
+	ProtocolGRPC Protocol = "grpc"
+	ProtocolHTTP Protocol = "http/protobuf"
+)
+
+// ExporterKind is an OTEL_METRICS_EXPORTER / OTEL_TRACES_EXPORTER value.
+type ExporterKind string
+
+// The exporters the agent supports.
+const (
+	ExporterOTLP       ExporterKind = "otlp"
+	ExporterConsole    ExporterKind = "console"
+	ExporterNone       ExporterKind = "none"
+	ExporterPrometheus ExporterKind = "prometheus" // metrics only
+)
+
+// prometheusSupported says the exporter has the Prometheus scrape path.
+// TODO(collect): set true when exporter wires OTEL_METRICS_EXPORTER=prometheus;
+// until then the value is refused rather than silently exporting OTLP.
+const prometheusSupported = false
+
+// Compression is an OTEL_EXPORTER_OTLP_COMPRESSION value.
+type Compression string
+
+// The compressions the OTLP exporters support.
+const (
+	CompressionNone Compression = "none"
+	CompressionGzip Compression = "gzip"
+)
+
+// Signal is where one signal (metrics or traces) goes, as the agent will
+// really send it.
+type Signal struct {
+	Exporter ExporterKind
+	// Endpoint is the full URL the OTLP exporter sends to ("" with no
+	// endpoint configured); EndpointFrom names the flag or variable it
+	// came from.
+	Endpoint     string
+	EndpointFrom string
+	Protocol     Protocol
+	// HeaderNames are the names of the headers sent (values may be
+	// secrets and are never logged).
+	HeaderNames []string
+	Timeout     time.Duration
+	Compression Compression
+}
+
+// OTLP reports whether the signal is exported over OTLP.
+func (s *Signal) OTLP() bool { return s.Exporter == ExporterOTLP && s.Endpoint != "" }
+
+// OTel is the agent's OpenTelemetry configuration, resolved from
+// --otlp-endpoint/--otlp-protocol and the OTEL_* variables.
+type OTel struct {
+	SDKDisabled     bool
+	Metrics, Traces Signal
+	// Endpoint is --otlp-endpoint as the exporter takes it (a URL; a gRPC
+	// host:port given on the flag gets its scheme here); "" when unset.
+	Endpoint string
+	// MetricExportInterval and MetricExportTimeout are
+	// OTEL_METRIC_EXPORT_INTERVAL / _TIMEOUT; 0 when unset.
+	MetricExportInterval time.Duration
+	MetricExportTimeout  time.Duration
+	ServiceName          string
+	ResourceAttributes   map[string]string
+
+	// problems are the parse errors resolve found; Validate reports them.
+	problems []error
+}
+
+// The variables of one signal, with the generic one last.
+func otlpVars(signal, suffix string) []string {
+	return []string{"OTEL_EXPORTER_OTLP_" + signal + "_" + suffix, "OTEL_EXPORTER_OTLP_" + suffix}
+}
+
+// resolve reads every OTEL_* variable the SDK or the agent reads, checks
+// each set one, and fills o. Empty values count as unset (the spec says
+// so).
+func (o *OTel) resolve(env Lookup, flagEndpoint, flagProtocol string) error {
+	*o = OTel{}
+	get := func(name string) string {
+		v, _ := env(name)
+		return strings.TrimSpace(v)
+	}
+	bad := func(err error) { o.problems = append(o.problems, err) }
+
+	// Variables the SDK reads itself and, when malformed, only warns
+	// about (or silently ignores) before falling back to its default.
+	for _, c := range envChecks {
+		if v := get(c.name); v != "" {
+			if want := c.check(v); want != "" {
+				bad(problem(c.name, v, "%s", want))
+			}
+		}
+	}
+
+	if v := get("OTEL_SDK_DISABLED"); v != "" {
+		b, err := parseBool(v)
+		if err != nil {
+			bad(problem("OTEL_SDK_DISABLED", v, "want true or false"))
+		}
+		o.SDKDisabled = b
+	}
+	o.ServiceName = get("OTEL_SERVICE_NAME")
+	if v := get("OTEL_RESOURCE_ATTRIBUTES"); v != "" {
+		kv, err := parseKV(v, false)
+		if err != nil {
+			bad(problem("OTEL_RESOURCE_ATTRIBUTES", v, "%v: want key=value,key=value with values URL-encoded (%%2C for a comma)", err))
+		}
+		o.ResourceAttributes = kv
+	}
+	o.MetricExportInterval = o.millis(get, "OTEL_METRIC_EXPORT_INTERVAL")
+	o.MetricExportTimeout = o.millis(get, "OTEL_METRIC_EXPORT_TIMEOUT")
+
+	o.Metrics.Exporter = o.exporterKind(get, "OTEL_METRICS_EXPORTER", true)
+	o.Traces.Exporter = o.exporterKind(get, "OTEL_TRACES_EXPORTER", false)
+	if o.SDKDisabled {
+		o.Metrics.Exporter, o.Traces.Exporter = ExporterNone, ExporterNone
+	}
+
+	// Every endpoint, header, timeout and compression variable is checked
+	// whether or not a more specific one overrides it: a malformed value
+	// is a mistake wherever it is.
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"} {
+		if v := get(name); v != "" {
+			if _, err := parseEndpoint(v, false); err != nil {
+				bad(problem(name, v, "%v", err))
+			}
+		}
+	}
+	if flagProtocol != "" {
+		if want := checkProtocol(flagProtocol); want != "" {
+			bad(problem("--otlp-protocol", flagProtocol, "%s", want))
+		}
+	}
+	for _, sig := range []struct {
+		name, path string
+		s          *Signal
+	}{{"METRICS", "/v1/metrics", &o.Metrics}, {"TRACES", "/v1/traces", &o.Traces}} {
+		s := sig.s
+		s.Protocol = ProtocolHTTP
+		if p := firstSet(get, otlpVars(sig.name, "PROTOCOL")...); flagProtocol != "" {
+			if checkProtocol(flagProtocol) == "" {
+				s.Protocol = Protocol(flagProtocol)
+			}
+		} else if p.value != "" {
+			if want := checkProtocol(p.value); want != "" {
+				bad(problem(p.name, p.value, "%s", want))
+			} else {
+				s.Protocol = Protocol(p.value)
+			}
+		}
+		switch ep := firstSet(get, otlpVars(sig.name, "ENDPOINT")...); {
+		case flagEndpoint != "":
+			s.EndpointFrom = "--otlp-endpoint"
+			u, err := parseEndpoint(flagEndpoint, s.Protocol == ProtocolGRPC)
+			if err != nil {
+				break // reported once, below
+			}
+			o.Endpoint = u
+			s.Endpoint = u
+			if s.Protocol != ProtocolGRPC {
+				s.Endpoint = strings.TrimRight(u, "/") + sig.path
+			}
+		case ep.name != "":
+			s.EndpointFrom = ep.name
+			s.Endpoint = ep.value
+			// The generic variable is a base URL: the SDK adds the
+			// signal's path for HTTP.
+			if ep.name == "OTEL_EXPORTER_OTLP_ENDPOINT" && s.Protocol != ProtocolGRPC {
+				s.Endpoint = strings.TrimRight(ep.value, "/") + sig.path
+			}
+		}
+		if h := firstSet(get, otlpVars(sig.name, "HEADERS")...); h.value != "" {
+			kv, _ := parseKV(h.value, true)
+			for k := range kv {
+				s.HeaderNames = append(s.HeaderNames, k)
+			}
+			slices.Sort(s.HeaderNames)
+		}
+		s.Timeout = 10 * time.Second // the SDK's default
+		if t := firstSet(get, otlpVars(sig.name, "TIMEOUT")...); t.value != "" {
+			if n, err := strconv.ParseInt(t.value, 10, 64); err == nil && n > 0 {
+				s.Timeout = time.Duration(n) * time.Millisecond
+			}
+		}
+		s.Compression = CompressionNone
+		// Invalid values were reported by envChecks.
+		if c := firstSet(get, otlpVars(sig.name, "COMPRESSION")...); c.value == string(CompressionGzip) {
+			s.Compression = CompressionGzip
+		}
+	}
+	if flagEndpoint != "" {
+		if _, err := parseEndpoint(flagEndpoint, o.Metrics.Protocol == ProtocolGRPC && o.Traces.Protocol == ProtocolGRPC); err != nil {
+			bad(problem("--otlp-endpoint", flagEndpoint, "%v", err))
+		}
+	}
+	return nil
+}
+
+// Validate checks the resolved settings and returns, joined, every
+// problem resolve found. resolve keeps only valid values in the fields, so
+// the enum checks here only catch an OTel built by hand.
+func (o *OTel) Validate() error {
+	errs := slices.Clone(o.problems)
+	for _, s := range []struct {
+		name string
+		s    *Signal
+	}{{"METRICS", &o.Metrics}, {"TRACES", &o.Traces}} {
+		switch s.s.Exporter {
+		case ExporterOTLP, ExporterConsole, ExporterNone:
+		case ExporterPrometheus:
+			if s.name != "METRICS" || !prometheusSupported {
+				errs = append(errs, problem("OTEL_"+s.name+"_EXPORTER", string(s.s.Exporter), "want otlp, console or none"))
+			}
+		default:
+			errs = append(errs, problem("OTEL_"+s.name+"_EXPORTER", string(s.s.Exporter), "want otlp, console or none"))
+		}
+		if s.s.Protocol != ProtocolGRPC && s.s.Protocol != ProtocolHTTP {
+			errs = append(errs, problem("OTEL_EXPORTER_OTLP_"+s.name+"_PROTOCOL", string(s.s.Protocol), "want grpc or http/protobuf"))
+		}
+		if s.s.Compression != CompressionGzip && s.s.Compression != CompressionNone {
+			errs = append(errs, problem("OTEL_EXPORTER_OTLP_"+s.name+"_COMPRESSION", string(s.s.Compression), "want gzip or none"))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (o *OTel) millis(get func(string) string, name string) time.Duration {
+	v := get(name)
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 || n > int64(24*time.Hour/time.Millisecond) {
+		o.problems = append(o.problems, problem(name, v, "want a whole number of milliseconds from 1 to 86400000"))
+		return 0
+	}
+	return time.Duration(n) * time.Millisecond
+}
+
+func (o *OTel) exporterKind(get func(string) string, name string, metrics bool) ExporterKind {
+	v := get(name)
+	if v == "" {
+		return ExporterOTLP
+	}
+	k := ExporterKind(v)
+	switch {
+	case k == ExporterOTLP, k == ExporterConsole, k == ExporterNone:
+		return k
+	case k == ExporterPrometheus && metrics && prometheusSupported:
+		return k
+	case k == ExporterPrometheus && metrics:
+		o.problems = append(o.problems, problem(name, v, "this build has no Prometheus scrape exporter: want otlp, console or none"))
+	case strings.Contains(v, ","):
+		o.problems = append(o.problems, problem(name, v, "one exporter only: want otlp, console or none (--console adds console output to otlp)"))
+	case metrics && prometheusSupported:
+		o.problems = append(o.problems, problem(name, v, "want otlp, console, none or prometheus"))
+	default:
+		o.problems = append(o.problems, problem(name, v, "want otlp, console or none"))
+	}
+	return ExporterNone
+}
+
+type setVar struct{ name, value string }
+
+// firstSet returns the first of names that is set.
+func firstSet(get func(string) string, names ...string) setVar {
+	for _, n := range names {
+		if v := get(n); v != "" {
+			return setVar{n, v}
+		}
+	}
+	return setVar{}
+}
+
+func checkProtocol(p string) string {
+	switch Protocol(p) {
+	case ProtocolGRPC, ProtocolHTTP:
+		return ""
+	case "http/json":
+		return "OTLP over http/json is not supported by the Go SDK: want grpc or http/protobuf"
+	}
+	return "want grpc or http/protobuf"
+}
+
+// parseEndpoint checks an OTLP endpoint: an http:// or https:// URL with
+// a host, or, for gRPC, also a bare host:port (given http:// here, as the
+// OTel spec's insecure default for a scheme-less gRPC endpoint is not
+// what the Go SDK does; say https:// for TLS).
+func parseEndpoint(v string, grpc bool) (string, error) {
+	if grpc && !strings.Contains(v, "://") {
+		host, port, err := net.SplitHostPort(v)
+		if err != nil || host == "" || !validPort(port) {
+			return "", errors.New("want a URL such as http://collector:4317, or host:port for grpc")
+		}
+		return "http://" + v, nil
+	}
+	u, err := url.Parse(v)
+	if err != nil {
+		return "", errors.New("not a URL: want e.g. http://collector:4318")
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return "", fmt.Errorf("scheme %s: want http:// or https://, e.g. http://collector:4318", quote(u.Scheme))
+	}
+	if u.Host == "" || u.Hostname() == "" {
+		return "", errors.New("no host: want e.g. http://collector:4318")
+	}
+	if p := u.Port(); p != "" && !validPort(p) {
+		return "", fmt.Errorf("port %s: want a number from 1 to 65535", quote(p))
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return "", errors.New("want a URL without user, query or fragment, e.g. http://collector:4318")
+	}
+	return v, nil
+}
+
+func validPort(p string) bool {
+	n, err := strconv.ParseUint(p, 10, 16)
+	return err == nil && n > 0
+}
+
+// parseKV parses the W3C-baggage-like lists of OTEL_EXPORTER_OTLP_HEADERS
+// and OTEL_RESOURCE_ATTRIBUTES: key=value pairs separated by commas, values
+// URL-encoded. headers says keys must be HTTP header names.
+func parseKV(s string, headers bool) (map[string]string, error) {
+	kv := map[string]string{}
+	for i, item := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(item, "=")
+		k = strings.TrimSpace(k)
+		if !ok {
+			return nil, fmt.Errorf("item %d %s has no '='", i+1, quote(item))
+		}
+		if k == "" {
+			return nil, fmt.Errorf("item %d has an empty key", i+1)
+		}
+		if headers && !isToken(k) {
+			return nil, fmt.Errorf("item %d: %s is not an HTTP header name", i+1, quote(k))
+		}
+		if _, err := url.PathUnescape(k); err != nil {
+			return nil, fmt.Errorf("item %d: key %s is not URL-encoded correctly", i+1, quote(k))
+		}
+		val, err := url.PathUnescape(strings.TrimSpace(v))
+		if err != nil {
+			return nil, fmt.Errorf("item %d: value of %s is not URL-encoded correctly", i+1, quote(k))
+		}
+		if headers && strings.ContainsAny(val, "\r\n\x00") {
+			return nil, fmt.Errorf("item %d: value of %s has a line break or NUL", i+1, quote(k))
+		}
+		kv[k] = val
+	}
+	return kv, nil
+}
+
+// isToken reports whether s is an RFC 9110 token (a header field name).
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r > 0x7e || r <= 0x20 || strings.ContainsRune("\"(),/:;<=>?@[\\]{}", r) {
+			return false
+		}
+	}
+	return true
+}
+
+func parseBool(v string) (bool, error) {
+	switch strings.ToLower(v) {
+	case "true":
+		return true, nil
+	case "false":
+		return false, nil
+	}
+	return false, errors.New("not a boolean")
+}
+
+// envCheck checks one variable's value: "" when valid, else what is
+// accepted.
+type envCheck struct {
+	name  string
+	check func(string) string
+}
+
+func oneOf(vals ...string) func(string) string {
+	return func(v string) string {
+		if slices.Contains(vals, v) {
+			return ""
+		}
+		return "want " + strings.Join(vals[:len(vals)-1], ", ") + " or " + vals[len(vals)-1]
+	}
+}
+
+func intAtLeast(min int64, unit string) func(string) string {
+	return func(v string) string {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= min {
+			return ""
+		}
+		return fmt.Sprintf("want a whole number%s of at least %d", unit, min)
+	}
+}
+
+func anyInt(v string) string {
+	if _, err := strconv.ParseInt(v, 10, 32); err != nil {
+		return "want a whole number (negative: no limit)"
+	}
+	return ""
+}
+
+func readableFile(v string) string {
+	f, err := os.Open(v)
+	if err != nil {
+		return statReason(err) + ": want a readable PEM file"
+	}
+	f.Close()
+	return ""
+}
+
+func headersCheck(v string) string {
+	if _, err := parseKV(v, true); err != nil {
+		return err.Error() + ": want name=value,name=value with values URL-encoded (%2C for a comma)"
+	}
+	return ""
+}
+
+func timeoutCheck(v string) string {
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > 0 && n <= int64(24*time.Hour/time.Millisecond) {
+		return ""
+	}
+	return "want a whole number of milliseconds from 1 to 86400000"
+}
+
+func temporalityCheck(v string) string {
+	switch strings.ToLower(v) {
+	case "cumulative":
+		return ""
+	case "delta", "lowmemory":
+		return "bpfleet exports cumulative sums only (the kernel's counters are cumulative, and Prometheus' OTLP receiver takes cumulative only): unset it or want cumulative"
+	}
+	return "want cumulative"
+}
+
+func samplerArgCheck(v string) string {
+	if f, err := strconv.ParseFloat(v, 64); err == nil && f >= 0 && f <= 1 {
+		return ""
+	}
+	return "want a ratio from 0 to 1"
+}
+
+// envChecks are the variables checked by value alone. Endpoints, protocols,
+// exporters, intervals and resource attributes are parsed in resolve.
+var envChecks = func() []envCheck {
+	c := []envCheck{
+		{"OTEL_BSP_SCHEDULE_DELAY", intAtLeast(0, " of milliseconds")},
+		{"OTEL_BSP_EXPORT_TIMEOUT", intAtLeast(0, " of milliseconds")},
+		{"OTEL_BSP_MAX_QUEUE_SIZE", intAtLeast(1, "")},
+		{"OTEL_BSP_MAX_EXPORT_BATCH_SIZE", intAtLeast(1, "")},
+		{"OTEL_TRACES_SAMPLER", oneOf("always_on", "always_off", "traceidratio", "parentbased_always_on", "parentbased_always_off", "parentbased_traceidratio")},
+		{"OTEL_TRACES_SAMPLER_ARG", samplerArgCheck},
+		{"OTEL_METRICS_EXEMPLAR_FILTER", oneOf("always_on", "always_off", "trace_based")},
+		{"OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", temporalityCheck},
+		{"OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION", oneOf("explicit_bucket_histogram", "base2_exponential_bucket_histogram")},
+	}
+	for _, n := range []string{"OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_ATTRIBUTE_COUNT_LIMIT", "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT",
+		"OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "OTEL_SPAN_EVENT_COUNT_LIMIT", "OTEL_SPAN_LINK_COUNT_LIMIT", "OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT",
+		"OTEL_LINK_ATTRIBUTE_COUNT_LIMIT"} {
+		c = append(c, envCheck{n, anyInt})
+	}
+	for _, sig := range []string{"", "METRICS_", "TRACES_"} {
+		p := "OTEL_EXPORTER_OTLP_" + sig
+		c = append(c,
+			envCheck{p + "HEADERS", headersCheck},
+			envCheck{p + "TIMEOUT", timeoutCheck},
+			envCheck{p + "COMPRESSION", oneOf(string(CompressionGzip), string(CompressionNone))},
+			envCheck{p + "INSECURE", oneOf("true", "false")},
+			envCheck{p + "CERTIFICATE", readableFile},
+			envCheck{p + "CLIENT_CERTIFICATE", readableFile},
+			envCheck{p + "CLIENT_KEY", readableFile},
+		)
+	}
+	return c
+}()
+
+func (o *OTel) settings() []any {
+	sig := func(s *Signal) string {
+		switch {
+		case s.Exporter == ExporterOTLP && s.Endpoint == "":
+			return "none (no endpoint)"
+		case s.Exporter != ExporterOTLP:
+			return string(s.Exporter)
+		}
+		out := fmt.Sprintf("otlp %s %s (from %s) timeout=%v compression=%s", s.Protocol, s.Endpoint, s.EndpointFrom, s.Timeout, s.Compression)
+		if len(s.HeaderNames) > 0 {
+			out += " headers=" + strings.Join(s.HeaderNames, ",")
+		}
+		return out
+	}
+	kv := []any{"metrics", sig(&o.Metrics), "traces", sig(&o.Traces)}
+	if o.SDKDisabled {
+		kv = append(kv, "otel_sdk_disabled", true)
+	}
+	if o.ServiceName != "" {
+		kv = append(kv, "service_name", o.ServiceName)
+	}
+	if o.MetricExportTimeout > 0 {
+		kv = append(kv, "metric_export_timeout", o.MetricExportTimeout)
+	}
+	return kv
+}

@@ -1,0 +1,199 @@
+package config
+
+import (
+	"errors"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/bpfleet/bpfleet/probes/bench"
+	"github.com/bpfleet/bpfleet/probes/catalog"
+)
+
+// List is `bpfleet list`'s configuration.
+type List struct {
+	Scan     Scan
+	Output   string // table, json or jsonl
+	Pretty   bool
+	Watch    bool
+	Interval time.Duration
+	Count    int
+	// IntervalSet and CountSet say the flags were given: without --watch
+	// they would be ignored, which is a mistake worth saying.
+	IntervalSet, CountSet bool
+}
+
+// Validate checks every flag.
+func (c *List) Validate() error {
+	errs := []error{c.Scan.Validate()}
+	if !slices.Contains([]string{"table", "json", "jsonl"}, c.Output) {
+		errs = append(errs, problem("--output", c.Output, "want table, json or jsonl"))
+	}
+	if c.Watch {
+		if c.Interval < MinToolInterval {
+			errs = append(errs, problem("--interval", c.Interval.String(), "want at least %v", MinToolInterval))
+		}
+		if c.Count < 0 {
+			errs = append(errs, problem("--count", strconv.Itoa(c.Count), "want 0 (until interrupted) or a positive number of intervals"))
+		}
+	} else {
+		if c.IntervalSet {
+			errs = append(errs, problem("--interval", c.Interval.String(), "only used with --watch: add --watch or drop it"))
+		}
+		if c.CountSet {
+			errs = append(errs, problem("--count", strconv.Itoa(c.Count), "only used with --watch: add --watch or drop it"))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// TopSorts are the columns `bpfleet top --sort` accepts.
+var TopSorts = []string{"cpu", "runs", "misses", "nsrun", "id", "name"}
+
+// Top is `bpfleet top`'s configuration.
+type Top struct {
+	Scan      Scan
+	Interval  time.Duration
+	Remote    string
+	TokenFile string
+	Sort      string
+	Filter    string
+	Count     int
+	// Token is read by Resolve from TokenFile or $BPFLEET_API_TOKEN.
+	Token string
+}
+
+// Resolve reads the token and validates the whole.
+func (c *Top) Resolve(env Lookup) error {
+	var errs []error
+	switch {
+	case c.TokenFile != "" && c.Remote == "":
+		errs = append(errs, problem("--token-file", c.TokenFile, "only used with --remote: add --remote URL or drop it"))
+	case c.TokenFile != "":
+		b, err := os.ReadFile(c.TokenFile)
+		if err != nil {
+			errs = append(errs, problem("--token-file", c.TokenFile, "%s: want a readable file holding the agent API's bearer token", statReason(err)))
+		} else if c.Token = strings.TrimSpace(string(b)); len(c.Token) < MinTokenLen {
+			errs = append(errs, problem("--token-file", c.TokenFile, "the token is %d bytes: the agent's API takes at least %d", len(c.Token), MinTokenLen))
+		}
+	case c.Remote != "":
+		v, _ := env("BPFLEET_API_TOKEN")
+		c.Token = strings.TrimSpace(v)
+	}
+	return errors.Join(append(errs, c.Validate())...)
+}
+
+// Validate checks every flag.
+func (c *Top) Validate() error {
+	var errs []error
+	if c.Remote == "" {
+		errs = append(errs, c.Scan.Validate())
+	} else if err := checkAgentURL(c.Remote); err != "" {
+		errs = append(errs, problem("--remote", c.Remote, "%s", err))
+	}
+	if c.Interval < MinToolInterval {
+		errs = append(errs, problem("--interval", c.Interval.String(), "want at least %v", MinToolInterval))
+	}
+	if !slices.Contains(TopSorts, c.Sort) {
+		errs = append(errs, problem("--sort", c.Sort, "want one of %s", strings.Join(TopSorts, ", ")))
+	}
+	if c.Count < 0 {
+		errs = append(errs, problem("--count", strconv.Itoa(c.Count), "want 0 (until interrupted) or a positive number of intervals"))
+	}
+	return errors.Join(errs...)
+}
+
+func checkAgentURL(v string) string {
+	u, err := url.Parse(v)
+	switch {
+	case err != nil:
+		return "not a URL: want the agent's API, e.g. http://10.0.0.7:9808"
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "want an http:// or https:// URL of the agent's API, e.g. http://10.0.0.7:9808"
+	case u.Hostname() == "":
+		return "no host: want e.g. http://10.0.0.7:9808"
+	case u.Port() != "" && !validPort(u.Port()):
+		return "bad port: want a number from 1 to 65535"
+	}
+	return ""
+}
+
+// Probe is `bpfleet probe`'s configuration.
+type Probe struct {
+	Output string
+}
+
+// Validate checks every flag.
+func (c *Probe) Validate() error {
+	if c.Output != "table" && c.Output != "json" {
+		return problem("--output", c.Output, "want table or json")
+	}
+	return nil
+}
+
+// Bench is `bpfleet bench`'s configuration.
+type Bench struct {
+	AttachTypes string // comma separated
+	Mode        string
+	Stats       string
+	Calls       int
+	Rounds      int
+	Batch       int
+	Output      string
+}
+
+// Options returns the bench options; valid after Validate.
+func (c *Bench) Options() bench.Options {
+	o := bench.Options{Calls: c.Calls, Rounds: c.Rounds, Batch: c.Batch, Stats: bench.Stats(c.Stats), Mode: catalog.Mode(c.Mode)}
+	if c.AttachTypes != "" {
+		for _, s := range strings.Split(c.AttachTypes, ",") {
+			if t, err := catalog.ParseAttachType(strings.TrimSpace(s)); err == nil {
+				o.AttachTypes = append(o.AttachTypes, t)
+			}
+		}
+	}
+	return o
+}
+
+// Validate checks every flag.
+func (c *Bench) Validate() error {
+	var errs []error
+	if c.AttachTypes != "" {
+		for _, s := range strings.Split(c.AttachTypes, ",") {
+			if _, err := catalog.ParseAttachType(strings.TrimSpace(s)); err != nil {
+				var known []string
+				for _, t := range catalog.All() {
+					known = append(known, string(t))
+				}
+				errs = append(errs, problem("--attach-types", c.AttachTypes, "unknown attach type %s: want a comma-separated list of %s", quote(strings.TrimSpace(s)), strings.Join(known, ",")))
+				break
+			}
+		}
+	}
+	switch catalog.Mode(c.Mode) {
+	case bench.Auto, catalog.Syscall, catalog.Kernel:
+	default:
+		errs = append(errs, problem("--mode", c.Mode, "want syscall, kernel or auto"))
+	}
+	switch bench.Stats(c.Stats) {
+	case bench.StatsOff, bench.StatsOn, bench.StatsBoth:
+	default:
+		errs = append(errs, problem("--stats", c.Stats, "want on, off or both"))
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+		min  int
+	}{{"--calls", c.Calls, 0}, {"--rounds", c.Rounds, 1}, {"--batch", c.Batch, 1}} {
+		if f.v < f.min {
+			errs = append(errs, problem(f.name, strconv.Itoa(f.v), "want at least %d", f.min))
+		}
+	}
+	if c.Output != "table" && c.Output != "json" {
+		errs = append(errs, problem("--output", c.Output, "want table or json"))
+	}
+	return errors.Join(errs...)
+}
