@@ -151,13 +151,33 @@ func (r *reader) keep(st *ScanStats, err error) bool {
 	switch {
 	case err == nil:
 		return true
-	case errors.Is(err, unix.ENOENT):
-		st.Vanished++ // unloaded between GET_NEXT_ID and GET_FD_BY_ID
+	case cameOrWent(err):
+		st.Vanished++
 	default:
 		st.Errors++
 		st.addError(err)
 	}
 	return false
+}
+
+// cameOrWent reports whether err is the kernel's answer for an object that
+// is appearing or disappearing under the scan, not a failure to read it:
+// ENOENT for one freed between GET_NEXT_ID and GET_FD_BY_ID, EAGAIN for a
+// link whose id is allocated but not yet settled (bpf_link_settle) or that
+// is being torn down.
+func cameOrWent(err error) bool {
+	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EAGAIN)
+}
+
+// retryTransient reads once more after an answer that says the object is
+// coming or going: a link caught mid-create is usually settled a moment
+// later. A second such answer is final (the caller counts it as vanished).
+func retryTransient[T any](read func() (T, error)) (T, error) {
+	v, err := read()
+	if err != nil && cameOrWent(err) {
+		v, err = read()
+	}
+	return v, err
 }
 
 // progRead is one program's read: fresh says it was seen for the first
@@ -269,6 +289,9 @@ func newScratch(dir *fdinfoDir) scratch {
 func (r *reader) readOne(id uint32, bootWall time.Time, sc *scratch) progRead {
 	cached := r.progs[id]
 	p, s, err := readProg(id, cached, bootWall, sc)
+	if err != nil && cameOrWent(err) {
+		p, s, err = readProg(id, cached, bootWall, sc) // see retryTransient
+	}
 	return progRead{prog: p, static: s, fresh: cached == nil, err: err}
 }
 
@@ -368,9 +391,9 @@ func (r *reader) readLinks(st *ScanStats) ([]Link, error) {
 			links = append(links, c.link)
 			continue
 		}
-		l, err := r.readLink(id, c)
+		l, err := retryTransient(func() (Link, error) { return r.readLink(id, c) })
 		switch {
-		case errors.Is(err, unix.ENOENT):
+		case err != nil && cameOrWent(err):
 			st.Vanished++
 			continue
 		case err != nil:

@@ -244,8 +244,10 @@ type ScanStats struct {
 	Duration time.Duration `json:"duration_ns"`
 	Programs int           `json:"programs"`
 	Links    int           `json:"links"`
-	// Vanished counts objects that disappeared between GET_NEXT_ID and
-	// GET_FD_BY_ID (ENOENT): a normal race, not an error.
+	// Vanished counts objects that came or went under the scan: freed
+	// between GET_NEXT_ID and GET_FD_BY_ID (ENOENT), or a link still being
+	// created or torn down (EAGAIN, after one retry). A normal race, not an
+	// error.
 	Vanished int `json:"vanished"`
 	// Errors counts objects that could not be read for another reason.
 	Errors    int      `json:"errors"`
