@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bpfleet/bpfleet/internal/config"
+	"github.com/bpfleet/bpfleet/internal/initquiet"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -52,6 +53,7 @@ func init() {
 }
 
 func main() {
+	initquiet.Restore()
 	if err := rootCmd.Execute(); err != nil {
 		os.Exit(reportError(err))
 	}
@@ -60,13 +62,18 @@ func main() {
 // reportError prints err, one "bpfleet: " line per problem (internal/config
 // joins every problem of one run), and returns the exit status.
 func reportError(err error) int {
-	for _, line := range strings.Split(err.Error(), "\n") {
+	msg := err.Error()
+	if strings.HasPrefix(msg, "unknown command ") {
+		// cobra adds its suggestions on lines of their own.
+		msg = strings.Join(strings.Fields(msg), " ")
+	}
+	for _, line := range strings.Split(msg, "\n") {
 		if line = strings.TrimSpace(line); line != "" {
 			fmt.Fprintln(os.Stderr, "bpfleet:", line)
 		}
 	}
 	// An unknown subcommand is cobra's own error, not marked.
-	if config.IsUsage(err) || strings.HasPrefix(err.Error(), "unknown command ") {
+	if config.IsUsage(err) || strings.HasPrefix(msg, "unknown command ") {
 		return exitUsage
 	}
 	return exitFailure

@@ -212,6 +212,13 @@ func (o *OTel) resolve(env Lookup, flagEndpoint, flagProtocol string) error {
 			bad(problem("--otlp-endpoint", flagEndpoint, "%v", err))
 		}
 	}
+	// A generic variable is read for both signals: say it once.
+	seen := map[string]bool{}
+	o.problems = slices.DeleteFunc(o.problems, func(err error) bool {
+		dup := seen[err.Error()]
+		seen[err.Error()] = true
+		return dup
+	})
 	return nil
 }
 
