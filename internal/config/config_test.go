@@ -1,0 +1,194 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func agentWith(mod func(*Agent)) Agent {
+	c := DefaultAgent()
+	c.ClusterName = ""
+	if mod != nil {
+		mod(&c)
+	}
+	return c
+}
+
+// TestAgentResolve: valid settings resolve to what the agent will really
+// use; every bad one is one line naming its flag or variable.
+func TestAgentResolve(t *testing.T) {
+	dir := t.TempDir()
+	token := filepath.Join(dir, "token")
+	os.WriteFile(token, []byte("0123456789abcdef\n"), 0o600)
+
+	for _, tc := range []struct {
+		name string
+		mod  func(*Agent)
+		env  map[string]string
+		want []string // names of the problems, in any order; none: valid
+	}{
+		{name: "defaults"},
+		{name: "interval at the minimum", mod: func(c *Agent) { c.Interval = MinScanInterval }},
+		{name: "interval below", mod: func(c *Agent) { c.Interval = time.Nanosecond }, want: []string{"--interval"}},
+		{name: "export interval below", mod: func(c *Agent) { c.ExportInterval = 100 * time.Millisecond }, want: []string{"--export-interval"}},
+		{name: "env export interval below", env: map[string]string{"OTEL_METRIC_EXPORT_INTERVAL": "100"}, want: []string{"OTEL_METRIC_EXPORT_INTERVAL"}},
+		{name: "env export interval overridden by flag", mod: func(c *Agent) { c.ExportInterval = time.Second }, env: map[string]string{"OTEL_METRIC_EXPORT_INTERVAL": "100"}},
+		{name: "grpc host:port", mod: func(c *Agent) { c.OTLPEndpoint, c.OTLPProtocol = "collector:4317", "grpc" }},
+		{name: "http host:port", mod: func(c *Agent) { c.OTLPEndpoint = "collector:4318" }, want: []string{"--otlp-endpoint"}},
+		{name: "token file", mod: func(c *Agent) { c.APITokenFile, c.APIAddr = token, "0.0.0.0:9808" }},
+		{name: "non-loopback without token", mod: func(c *Agent) { c.APIAddr = "0.0.0.0:9808" }, want: []string{"--api-addr"}},
+		{name: "short env token", env: map[string]string{"BPFLEET_API_TOKEN": "abc"}, want: []string{"BPFLEET_API_TOKEN"}},
+		{name: "api off", mod: func(c *Agent) { c.APIAddr = "" }},
+		{name: "api port out of range", mod: func(c *Agent) { c.APIAddr = "127.0.0.1:70000" }, want: []string{"--api-addr"}},
+		{name: "headers", env: map[string]string{"OTEL_EXPORTER_OTLP_HEADERS": "Authorization=Bearer%20abc, X-Tenant=a%2Cb"}},
+		{name: "header name with space", env: map[string]string{"OTEL_EXPORTER_OTLP_HEADERS": "X Tenant=a"}, want: []string{"OTEL_EXPORTER_OTLP_HEADERS"}},
+		{name: "trailing comma", env: map[string]string{"OTEL_EXPORTER_OTLP_TRACES_HEADERS": "a=b,"}, want: []string{"OTEL_EXPORTER_OTLP_TRACES_HEADERS"}},
+		{name: "resource attributes", env: map[string]string{"OTEL_RESOURCE_ATTRIBUTES": "k8s.cluster.name=prod,team=a%20b"}},
+		{name: "bad resource attributes", env: map[string]string{"OTEL_RESOURCE_ATTRIBUTES": "=x"}, want: []string{"OTEL_RESOURCE_ATTRIBUTES"}},
+		{name: "generic protocol reported once", env: map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, want: []string{"OTEL_EXPORTER_OTLP_PROTOCOL"}},
+		{name: "empty counts as unset", env: map[string]string{"OTEL_METRICS_EXPORTER": "", "OTEL_EXPORTER_OTLP_ENDPOINT": " "}},
+		{name: "prometheus", env: map[string]string{"OTEL_METRICS_EXPORTER": "prometheus"}, want: wantPrometheus()},
+		{name: "everything wrong at once", mod: func(c *Agent) {
+			c.Interval, c.Level, c.MaxPrograms, c.Scan.QuietIntervals = 0, "pods", -1, 0
+		}, env: map[string]string{"OTEL_TRACES_EXPORTER": "jaeger", "OTEL_EXPORTER_OTLP_COMPRESSION": "zstd"},
+			want: []string{"--interval", "--metrics-level", "--max-programs", "--quiet-intervals", "OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_COMPRESSION"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := agentWith(tc.mod)
+			err := c.Resolve(MapEnv(tc.env))
+			got := problemNames(t, err)
+			if strings.Join(sorted(got), " ") != strings.Join(sorted(tc.want), " ") {
+				t.Errorf("problems %v, want %v: %v", got, tc.want, err)
+			}
+			if err != nil && !IsUsage(err) {
+				t.Errorf("%v is not a usage error", err)
+			}
+		})
+	}
+}
+
+func wantPrometheus() []string {
+	if prometheusSupported {
+		return nil
+	}
+	return []string{"OTEL_METRICS_EXPORTER"}
+}
+
+// problemNames checks every line of err is one Problem and returns their
+// names.
+func problemNames(t *testing.T, err error) []string {
+	t.Helper()
+	if err == nil {
+		return nil
+	}
+	var names []string
+	var walk func(error)
+	walk = func(err error) {
+		switch e := err.(type) {
+		case interface{ Unwrap() []error }:
+			for _, e := range e.Unwrap() {
+				walk(e)
+			}
+		case *Problem:
+			if strings.Contains(e.Error(), "\n") {
+				t.Errorf("problem spans lines: %q", e.Error())
+			}
+			names = append(names, e.Name)
+		default:
+			t.Errorf("%T %v is not a Problem", err, err)
+		}
+	}
+	walk(err)
+	if n := strings.Count(err.Error(), "\n") + 1; n != len(names) {
+		t.Errorf("%d lines for %d problems: %q", n, len(names), err.Error())
+	}
+	return names
+}
+
+func sorted(s []string) []string {
+	s = append([]string(nil), s...)
+	for i := range s {
+		for j := i + 1; j < len(s); j++ {
+			if s[j] < s[i] {
+				s[i], s[j] = s[j], s[i]
+			}
+		}
+	}
+	return s
+}
+
+// TestResolvedSignals: the endpoint, protocol and interval the agent logs
+// are the ones the exporter is given.
+func TestResolvedSignals(t *testing.T) {
+	c := agentWith(nil)
+	err := c.Resolve(MapEnv(map[string]string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT":        "http://collector:4318/",
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://jaeger:4317",
+		"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc",
+		"OTEL_EXPORTER_OTLP_TIMEOUT":         "2500",
+		"OTEL_EXPORTER_OTLP_COMPRESSION":     "gzip",
+		"OTEL_METRIC_EXPORT_INTERVAL":        "30000",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, tr := c.OTel.Metrics, c.OTel.Traces
+	if m.Endpoint != "http://collector:4318/v1/metrics" || m.Protocol != ProtocolHTTP || m.EndpointFrom != "OTEL_EXPORTER_OTLP_ENDPOINT" {
+		t.Errorf("metrics %+v", m)
+	}
+	if tr.Endpoint != "http://jaeger:4317" || tr.Protocol != ProtocolGRPC || tr.EndpointFrom != "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" {
+		t.Errorf("traces %+v", tr)
+	}
+	if m.Timeout != 2500*time.Millisecond || m.Compression != CompressionGzip {
+		t.Errorf("metrics timeout %v compression %s", m.Timeout, m.Compression)
+	}
+	if got := c.EffectiveExportInterval(); got != 30*time.Second {
+		t.Errorf("export interval %v, want 30s from OTEL_METRIC_EXPORT_INTERVAL", got)
+	}
+
+	c = agentWith(func(c *Agent) { c.OTLPEndpoint, c.OTLPProtocol = "otel:4317", "grpc" })
+	if err := c.Resolve(MapEnv(map[string]string{"OTEL_SDK_DISABLED": "true"})); err != nil {
+		t.Fatal(err)
+	}
+	if c.OTel.Endpoint != "http://otel:4317" || c.OTel.Metrics.Exporter != ExporterNone || c.OTel.Traces.Exporter != ExporterNone {
+		t.Errorf("grpc host:port with the SDK disabled: %+v", c.OTel)
+	}
+}
+
+// TestToolsValidate covers list, top, probe and bench.
+func TestToolsValidate(t *testing.T) {
+	scan := DefaultScan()
+	for _, tc := range []struct {
+		name string
+		err  error
+		want []string
+	}{
+		{"list ok", (&List{Scan: scan, Output: "table"}).Validate(), nil},
+		{"list watch count", (&List{Scan: scan, Output: "jsonl", Watch: true, Interval: time.Second, Count: -1}).Validate(), []string{"--count"}},
+		{"list count without watch", (&List{Scan: scan, Output: "json", Count: 3, CountSet: true}).Validate(), []string{"--count"}},
+		{"top ok", (&Top{Scan: scan, Interval: time.Second, Sort: "cpu"}).Validate(), nil},
+		{"top remote", (&Top{Scan: scan, Interval: time.Second, Sort: "cpu", Remote: "unix:///x"}).Validate(), []string{"--remote"}},
+		{"top all", (&Top{Scan: scan, Interval: time.Millisecond, Sort: "x", Count: -1}).Validate(), []string{"--interval", "--sort", "--count"}},
+		{"probe", (&Probe{Output: "xml"}).Validate(), []string{"--output"}},
+		{"bench ok", (&Bench{Mode: "auto", Stats: "off", Rounds: 5, Batch: 1, Output: "json", AttachTypes: "raw_tp, tp_btf"}).Validate(), nil},
+		{"bench all", (&Bench{Mode: "x", Stats: "x", Calls: -1, Output: "x", AttachTypes: "nope"}).Validate(), []string{"--attach-types", "--mode", "--stats", "--calls", "--rounds", "--batch", "--output"}},
+	} {
+		got := problemNames(t, tc.err)
+		if strings.Join(sorted(got), " ") != strings.Join(sorted(tc.want), " ") {
+			t.Errorf("%s: problems %v, want %v: %v", tc.name, got, tc.want, tc.err)
+		}
+	}
+}
+
+func TestUsage(t *testing.T) {
+	if !IsUsage(Usage(errors.New("unknown flag: --x"))) || IsUsage(errors.New("listening: address in use")) || Usage(nil) != nil {
+		t.Error("Usage/IsUsage")
+	}
+	if !IsUsage(errors.Join(errors.New("x"), &Problem{Name: "--a"})) {
+		t.Error("a joined Problem is a usage error")
+	}
+}
