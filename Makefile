@@ -9,7 +9,7 @@ KERNELS ?=
 BENCH ?= all
 KERNEL_FLAGS ?=
 
-.PHONY: build run test bench generate test-kernels
+.PHONY: build run test bench generate test-kernels fuzz
 
 build:
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(GO_LDFLAGS)' -o $(BIN) ./cmd/bpfleet
@@ -27,6 +27,10 @@ bench:
 
 generate:
 	go generate ./...
+
+# Every fuzz target for FUZZTIME each (default 20s); README lists the last run.
+fuzz:
+	scripts/fuzz.sh
 
 test-kernels:
 	go run ./test/kernels -kernels "$(KERNELS)" $(KERNEL_FLAGS)

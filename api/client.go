@@ -58,13 +58,21 @@ func FetchSnapshot(ctx context.Context, base, token string) (*agent.Snapshot, er
 		}
 		return nil, fmt.Errorf("fetching snapshot from %s: %s: %s", u.Host, resp.Status, msg)
 	}
+	return DecodeSnapshot(body, u.Host)
+}
+
+// DecodeSnapshot decodes one snapshot as the API serves it, reading at
+// most MaxSnapshotBytes (beyond that it is "truncated or too large"). from
+// names the source in errors. It never panics on hostile input
+// (FuzzDecodeSnapshot).
+func DecodeSnapshot(r io.Reader, from string) (*agent.Snapshot, error) {
 	var snap agent.Snapshot
-	dec := json.NewDecoder(body)
+	dec := json.NewDecoder(io.LimitReader(r, MaxSnapshotBytes+1))
 	if err := dec.Decode(&snap); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, fmt.Errorf("decoding snapshot from %s: truncated or larger than %d bytes", u.Host, MaxSnapshotBytes)
+			return nil, fmt.Errorf("decoding snapshot from %s: truncated or larger than %d bytes", from, MaxSnapshotBytes)
 		}
-		return nil, fmt.Errorf("decoding snapshot from %s: %w", u.Host, err)
+		return nil, fmt.Errorf("decoding snapshot from %s: %w", from, err)
 	}
 	return &snap, nil
 }
