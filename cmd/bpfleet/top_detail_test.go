@@ -394,7 +394,7 @@ func TestAgentServesHistory(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	cmd := exec.Command(bpfleetBin(t), "agent", "--api-addr", addr, "--interval", "200ms", "--calibrate=false", "--no-owners")
+	cmd := exec.Command(bpfleetBin(t), "agent", "--api-addr", addr, "--interval", "500ms", "--calibrate=false", "--no-owners")
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
@@ -445,7 +445,7 @@ func TestAgentServesHistory(t *testing.T) {
 	for _, p := range s.Points {
 		sum += p.RecursionMisses
 	}
-	if sum != want || len(s.Points) < 2 || s.Capacity != history.Capacity(history.Window, 200*time.Millisecond) {
+	if sum != want || len(s.Points) < 2 || s.Capacity != history.Capacity(history.Window, 500*time.Millisecond) {
 		t.Errorf("agent's history: %d points (capacity %d) adding up to %d misses, kernel counted %d", len(s.Points), s.Capacity, sum, want)
 	}
 	if code := get("/v1/programs/4294967295/history", nil); code != 404 {
