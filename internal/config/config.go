@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/bpfleet/bpfleet/api"
 )
 
 // MinScanInterval is the shortest --interval the agent accepts. A
@@ -36,7 +38,7 @@ const MinToolInterval = 100 * time.Millisecond
 
 // MinTokenLen is the shortest API bearer token accepted: anything shorter is
 // guessable by a patient client on the node network.
-const MinTokenLen = 16
+const MinTokenLen = api.MinTokenLen
 
 // Problem is one invalid setting: the flag (--name) or variable (NAME), the
 // value it had, and what is accepted.
