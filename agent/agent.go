@@ -14,6 +14,12 @@ type Config struct {
 	// EnableStats turns run-time stats on with BPF_ENABLE_STATS for the
 	// agent's lifetime (the fd is held, the sysctl is never written).
 	EnableStats bool
+	// StatsMode is always, sampled or off (see StatsAlways...). Empty:
+	// always when EnableStats, else the agent leaves stats alone.
+	StatsMode string
+	// StatsWindow of every StatsPeriod is when sampled mode holds stats on
+	// (defaults DefaultStatsWindow, DefaultStatsPeriod).
+	StatsWindow, StatsPeriod time.Duration
 	// QuietIntervals is how many consecutive scans without new misses close
 	// a miss episode. Default 2.
 	QuietIntervals int
@@ -59,7 +65,8 @@ type Agent struct {
 	mu     sync.Mutex
 	cfg    Config
 	r      *reader
-	stats  *statsHolder
+	stats  *statsCtl
+	smp    *sampler // sampled mode only
 	kernel KernelInfo
 	eps    *episodeTracker
 
@@ -74,6 +81,8 @@ type Agent struct {
 	maxProgID  uint32 // the highest program id of the last scan
 
 	calibration []Calibration
+	statsCosts  []StatsCost
+	prevCPU     time.Duration
 	closed      bool
 }
 
@@ -113,9 +122,20 @@ func New(cfg Config) (*Agent, error) {
 	if _, _, err := nextID(cmdProgGetNextID, 0); err != nil {
 		return nil, fmt.Errorf("%w (%v)", errPrivilege, err)
 	}
-	if cfg.EnableStats {
-		a.stats = enableStats()
+	if cfg.StatsMode == "" && cfg.EnableStats {
+		cfg.StatsMode = StatsAlways
 	}
+	if cfg.StatsMode != "" {
+		if _, err := ParseStatsMode(cfg.StatsMode); err != nil {
+			return nil, err
+		}
+		a.stats = newStatsCtl(cfg.StatsMode, cfg.StatsWindow, cfg.StatsPeriod, cfg.Now)
+		if cfg.StatsMode == StatsSampled {
+			a.smp = newSampler(a.stats.window)
+		}
+		a.cfg.StatsMode = cfg.StatsMode
+	}
+	a.prevCPU = processCPU()
 	if cfg.Owners {
 		a.attr = newAttribution(cfg)
 	}
@@ -196,6 +216,20 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 		Degraded: a.degraded(),
 		Programs: make([]ProgramStat, len(progs)),
 	}
+	// Sampled mode scales run counts from the windows, unless another
+	// holder keeps stats on: then the counts are exact as they are.
+	smp := a.smp
+	if smp != nil && snap.Stats.HeldElsewhere {
+		smp = nil
+	}
+	if smp != nil {
+		smp.begin(a.stats.onTime(now))
+	}
+	cpu := processCPU()
+	if dt > 0 {
+		snap.AgentCPUShare = float64(cpu-a.prevCPU) / float64(dt)
+	}
+	a.prevCPU = cpu
 	next := make(map[uint32]counters, len(progs))
 	nextLink := make(map[uint32]uint64, len(a.prevLink))
 	obs := make([]missObservation, 0, 4)
@@ -203,7 +237,11 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 		p := &progs[i]
 		cur := progCounters(p)
 		prev, havePrev := a.prev[p.ID]
-		d := withRates(programDelta(cur, prev, havePrev, p.LoadTime, a.prevTime), dt)
+		raw := programDelta(cur, prev, havePrev, p.LoadTime, a.prevTime)
+		if smp != nil {
+			raw = smp.program(p, raw, dt)
+		}
+		d := withRates(raw, dt)
 		next[p.ID] = cur
 		kind := missKind(p, &a.kernel)
 		p.MissKind = kind
@@ -224,6 +262,9 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 	}
 	a.prevLink = nextLink
 	present := func(k episodeKey) bool { _, ok := next[k.prog]; return ok }
+	if smp != nil {
+		smp.end(func(id uint32) bool { _, ok := next[id]; return ok })
+	}
 	snap.Episodes = a.eps.observe(now, dt, obs, present)
 
 	overhead := map[string]float64{}
@@ -235,6 +276,8 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 	snap.AttachTypes = aggregateAttachTypes(snap.Programs, dt, overhead)
 	snap.Owners = aggregateOwners(snap.Programs, dt)
 	snap.Calibration = append([]Calibration(nil), a.calibration...)
+	snap.StatsCosts = append([]StatsCost(nil), a.statsCosts...)
+	snap.StatsTax = computeTax(snap.Programs, a.statsCosts, snap.Stats, dt, now)
 
 	st.Duration = a.cfg.Now().Sub(start)
 	snap.Scan = st
@@ -300,8 +343,8 @@ func (a *Agent) attachOwners(progs []Program, now time.Time, st *ScanStats, earl
 // degraded lists, one line each, what the agent cannot do on this node.
 func (a *Agent) degraded() []string {
 	var out []string
-	if a.stats != nil && a.stats.err != nil {
-		out = append(out, a.stats.err.Error())
+	if err := a.stats.err(); err != nil {
+		out = append(out, err.Error())
 	}
 	if a.r.factsErr != nil {
 		out = append(out, a.r.factsErr.Error())

@@ -5,21 +5,60 @@ import (
 	"time"
 
 	"github.com/bpfleet/bpfleet/probes/bench"
+	"github.com/bpfleet/bpfleet/probes/catalog"
 )
 
 // Calibrate measures what each attach type costs on this node with the
 // agent's own probes (probes/bench: a trigger without and with a counting
 // probe, bounded by budget) and carries the result in every later snapshot
-// as the per-attach-type overhead. The probes are ordinary BPF programs:
-// while they run, the agent's scans report them like anyone else's.
+// as the per-attach-type overhead. It then measures the stats tax (see
+// CalibrateStats) for the attach types that worked. The probes are
+// ordinary BPF programs: while they run, the agent's scans report them
+// like anyone else's.
 func (a *Agent) Calibrate(ctx context.Context, budget time.Duration) ([]Calibration, error) {
 	rs, err := bench.Calibrate(ctx, budget)
 	out := make([]Calibration, 0, len(rs))
+	var ok []catalog.AttachType
 	for _, r := range rs {
 		out = append(out, Calibration{AttachType: r.AttachType, Mode: r.Mode, Supported: r.Supported, Reason: r.Reason, OverheadNs: r.OverheadNs})
+		if r.Supported {
+			ok = append(ok, catalog.AttachType(r.AttachType))
+		}
 	}
 	if len(out) > 0 {
 		a.SetCalibration(out)
 	}
+	if err != nil {
+		return out, err
+	}
+	_, err = a.CalibrateStats(ctx, ok)
+	return out, err
+}
+
+// CalibrateStats measures the stats tax per run, stats off and on
+// alternated, for a no-op XDP and tc program (BPF_PROG_TEST_RUN) and the
+// given attach types (nil: none), and carries it in later snapshots. The
+// agent's own stats fd is released while it measures (well under a second:
+// runs in that time are not counted in always mode); if stats stay on
+// without it, every figure says "not measurable: stats held elsewhere".
+func (a *Agent) CalibrateStats(ctx context.Context, types []catalog.AttachType) ([]StatsCost, error) {
+	if types == nil {
+		types = []catalog.AttachType{}
+	}
+	a.stats.pause()
+	rs, err := bench.MeasureTax(ctx, bench.TaxOptions{AttachTypes: types, Rounds: 3, ProcRoot: a.cfg.ProcRoot})
+	a.stats.resume()
+	out := make([]StatsCost, 0, len(rs))
+	elsewhere := false
+	for _, r := range rs {
+		out = append(out, StatsCost{Kind: r.Kind, Method: r.Method, Measured: r.Measured, Reason: r.Reason, TaxNs: r.TaxNs, TaxNsMin: r.TaxNsMin, TaxNsMax: r.TaxNsMax})
+		if !r.Measured && len(r.Reason) >= len(bench.HeldElsewhere) && r.Reason[:len(bench.HeldElsewhere)] == bench.HeldElsewhere {
+			elsewhere = true
+		}
+	}
+	a.stats.setElsewhere(elsewhere)
+	a.mu.Lock()
+	a.statsCosts = out
+	a.mu.Unlock()
 	return out, err
 }

@@ -49,15 +49,3 @@ func readStatsSysctl(procRoot string) int {
 	}
 	return v
 }
-
-func (s *statsHolder) state(procRoot string) StatsState {
-	st := StatsState{Sysctl: readStatsSysctl(procRoot)}
-	if s != nil {
-		st.HeldByAgent = s.fd != nil
-		if s.err != nil {
-			st.Error = s.err.Error()
-		}
-	}
-	st.Enabled = st.HeldByAgent || st.Sysctl > 0
-	return st
-}

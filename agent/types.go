@@ -210,6 +210,16 @@ type StatsState struct {
 	Sysctl int `json:"sysctl"`
 	// Error says why the agent could not enable stats, if it could not.
 	Error string `json:"error,omitempty"`
+	// Mode is the agent's --stats mode: always, sampled or off.
+	Mode string `json:"mode"`
+	// Window and Period are the sampled mode's: stats on for Window of
+	// each Period; run counts and run time are scaled from the windows.
+	Window time.Duration `json:"window_ns,omitempty"`
+	Period time.Duration `json:"period_ns,omitempty"`
+	// HeldElsewhere is true when stats were seen on while this agent held
+	// no fd (another tool's BPF_ENABLE_STATS fd, or the sysctl): then a
+	// sampled estimate is not scaled and the tax is not this agent's.
+	HeldElsewhere bool `json:"held_elsewhere,omitempty"`
 }
 
 // KernelInfo describes the node's kernel and CPU.
@@ -277,4 +287,11 @@ type Snapshot struct {
 	// those that closed in it (Open=false).
 	Episodes    []Episode     `json:"episodes"`
 	Calibration []Calibration `json:"calibration,omitempty"`
+	// AgentCPUShare is the agent process's own CPU time over the interval
+	// (user + system, all threads), as a fraction of one CPU.
+	AgentCPUShare float64 `json:"agent_cpu_share"`
+	// StatsTax is what BPF run-time stats accounting costs this node.
+	StatsTax StatsTax `json:"stats_tax"`
+	// StatsCosts are the measured stats costs per run (calibration).
+	StatsCosts []StatsCost `json:"stats_costs,omitempty"`
 }

@@ -1,0 +1,282 @@
+package agent
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+)
+
+// Stats modes (--stats): how long the agent keeps BPF run-time stats on.
+const (
+	// StatsAlways holds a BPF_ENABLE_STATS fd for the agent's life: exact
+	// run counts and run time, and the stats tax on every run of every
+	// program on the node.
+	StatsAlways = "always"
+	// StatsSampled holds the fd for a window of each period; run counts
+	// and run time are scaled from the windows.
+	StatsSampled = "sampled"
+	// StatsOff never enables stats: misses, attach types and owners only.
+	StatsOff = "off"
+)
+
+// Sampling defaults: stats on 1 s of every 10 s.
+const (
+	DefaultStatsWindow = time.Second
+	DefaultStatsPeriod = 10 * time.Second
+)
+
+// ParseStatsMode checks a --stats value.
+func ParseStatsMode(s string) (string, error) {
+	switch s {
+	case StatsAlways, StatsSampled, StatsOff:
+		return s, nil
+	}
+	return "", fmt.Errorf("stats mode %q: want always, sampled or off", s)
+}
+
+// statsCtl switches the agent's BPF_ENABLE_STATS holder on and off as the
+// mode says and keeps the account a sampled estimate needs: for how long,
+// in total, the agent's fd has been held. The kernel counts runs only
+// while some holder exists, so runs counted over an interval divided by
+// the on-time in it is the run rate, as long as no one else holds stats
+// (elsewhere), which it checks before each window.
+type statsCtl struct {
+	mode           string
+	window, period time.Duration
+	now            func() time.Time
+
+	mu       sync.Mutex
+	holder   *statsHolder // open fd, nil while off
+	openedAt time.Time
+	onTotal  time.Duration // closed windows
+	lastErr  error
+	paused   bool
+	// elsewhere is set when stats were seen on while the agent held no fd.
+	elsewhere bool
+	canary    *ebpf.Program // a no-op program test-run to see whether stats are on
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+func newStatsCtl(mode string, window, period time.Duration, now func() time.Time) *statsCtl {
+	if window <= 0 {
+		window = DefaultStatsWindow
+	}
+	if period <= 0 {
+		period = DefaultStatsPeriod
+	}
+	if window > period {
+		window = period
+	}
+	c := &statsCtl{mode: mode, window: window, period: period, now: now}
+	switch mode {
+	case StatsAlways:
+		c.open()
+	case StatsSampled:
+		c.stop, c.done = make(chan struct{}), make(chan struct{})
+		go c.sample()
+	}
+	return c
+}
+
+// open takes a stats fd unless one is held or the controller is paused.
+func (c *statsCtl) open() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.openLocked()
+}
+
+func (c *statsCtl) openLocked() {
+	if c.holder != nil || c.paused {
+		return
+	}
+	h := enableStats()
+	if h.err != nil {
+		c.lastErr = h.err
+		return
+	}
+	c.lastErr = nil
+	c.holder, c.openedAt = h, c.now()
+}
+
+func (c *statsCtl) closeFd() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closeLocked()
+}
+
+func (c *statsCtl) closeLocked() {
+	if c.holder == nil {
+		return
+	}
+	c.holder.close()
+	c.holder = nil
+	c.onTotal += c.now().Sub(c.openedAt)
+}
+
+// sample opens a window at the start of each period.
+func (c *statsCtl) sample() {
+	defer close(c.done)
+	for {
+		c.checkElsewhere()
+		c.open()
+		select {
+		case <-c.stop:
+			c.closeFd()
+			return
+		case <-time.After(c.window):
+		}
+		c.closeFd()
+		select {
+		case <-c.stop:
+			return
+		case <-time.After(c.period - c.window):
+		}
+	}
+}
+
+// checkElsewhere test-runs a no-op program while the agent holds no fd:
+// if its run_cnt grows, another holder (or the sysctl) keeps stats on, and
+// a sampled estimate would count runs from outside the windows.
+func (c *statsCtl) checkElsewhere() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.holder != nil {
+		return
+	}
+	on, err := c.statsOnLocked()
+	if err == nil {
+		c.elsewhere = on
+	}
+}
+
+func (c *statsCtl) statsOnLocked() (bool, error) {
+	if c.canary == nil {
+		p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+			Name: "bpfleet_statson", Type: ebpf.SocketFilter, License: "GPL",
+			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
+		})
+		if err != nil {
+			return false, fmt.Errorf("loading the stats canary: %w", err)
+		}
+		c.canary = p
+	}
+	before, err := c.canary.Stats()
+	if err != nil {
+		return false, err
+	}
+	if _, err := c.canary.Run(&ebpf.RunOptions{Data: make([]byte, 14)}); err != nil {
+		return false, fmt.Errorf("test-running the stats canary: %w", err)
+	}
+	after, err := c.canary.Stats()
+	if err != nil {
+		return false, err
+	}
+	return after.RunCount > before.RunCount, nil
+}
+
+// pause releases the agent's fd (the stats tax calibration needs stats
+// off) until resume.
+func (c *statsCtl) pause() {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closeLocked()
+	c.paused = true
+}
+
+func (c *statsCtl) resume() {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.paused = false
+	if c.mode == StatsAlways {
+		c.openLocked()
+	}
+}
+
+// setElsewhere records what a measurement found out about other holders.
+func (c *statsCtl) setElsewhere(v bool) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	c.elsewhere = v
+	c.mu.Unlock()
+}
+
+// onTime is the total time the agent has held stats on, up to t.
+func (c *statsCtl) onTime(t time.Time) time.Duration {
+	if c == nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	on := c.onTotal
+	if c.holder != nil {
+		on += t.Sub(c.openedAt)
+	}
+	return on
+}
+
+func (c *statsCtl) state(procRoot string) StatsState {
+	st := StatsState{Sysctl: readStatsSysctl(procRoot), Mode: StatsOff}
+	if c == nil {
+		st.Enabled = st.Sysctl > 0
+		return st
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st.Mode = c.mode
+	if c.mode == StatsSampled {
+		st.Window, st.Period = c.window, c.period
+	}
+	st.HeldByAgent = c.holder != nil
+	if c.lastErr != nil {
+		st.Error = c.lastErr.Error()
+	}
+	if c.mode == StatsOff && c.holder == nil {
+		// Off mode asks the kernel at each scan: three cheap syscalls.
+		if on, err := c.statsOnLocked(); err == nil {
+			c.elsewhere = on
+		}
+	}
+	st.HeldElsewhere = c.elsewhere || st.Sysctl > 0
+	st.Enabled = st.HeldByAgent || st.HeldElsewhere || (c.mode == StatsSampled && c.lastErr == nil)
+	return st
+}
+
+func (c *statsCtl) err() error {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lastErr
+}
+
+func (c *statsCtl) close() {
+	if c == nil {
+		return
+	}
+	if c.stop != nil {
+		close(c.stop)
+		<-c.done
+		c.stop = nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closeLocked()
+	if c.canary != nil {
+		c.canary.Close()
+		c.canary = nil
+	}
+}
