@@ -228,7 +228,7 @@ func (c *statsCtl) onTime(t time.Time) time.Duration {
 }
 
 func (c *statsCtl) state(procRoot string) StatsState {
-	st := StatsState{Sysctl: readStatsSysctl(procRoot), Mode: StatsOff}
+	st := StatsState{Sysctl: readStatsSysctl(procRoot)}
 	if c == nil {
 		st.Enabled = st.Sysctl > 0
 		return st

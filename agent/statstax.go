@@ -36,7 +36,8 @@ type StatsTax struct {
 	// AlwaysCPUShare is what the tax would be with stats always on.
 	AlwaysCPUShare float64 `json:"always_cpu_share"`
 	// Duty is the fraction of time the agent holds stats on: 1 always,
-	// window/period sampled, 0 off.
+	// window/period sampled, 0 off or when the agent leaves stats alone
+	// (one-shot list: then AlwaysCPUShare is the figure).
 	Duty float64 `json:"duty"`
 	// RatesSince says where the run rates come from: "interval" (exact),
 	// "windows" (sampled, scaled) or "load" (one scan: runs since load).
@@ -119,7 +120,7 @@ func computeTax(progs []ProgramStat, costs []StatsCost, st StatsState, dt time.D
 		}
 	}
 	switch {
-	case st.Mode == StatsOff || st.Mode == "":
+	case st.Mode == StatsOff:
 		tax.Known, tax.Reason = true, "stats off: no tax from bpfleet"
 		if st.HeldElsewhere {
 			tax.Reason = "stats off in bpfleet, but held elsewhere: that tax is another tool's"

@@ -210,7 +210,8 @@ type StatsState struct {
 	Sysctl int `json:"sysctl"`
 	// Error says why the agent could not enable stats, if it could not.
 	Error string `json:"error,omitempty"`
-	// Mode is the agent's --stats mode: always, sampled or off.
+	// Mode is the agent's --stats mode: always, sampled or off; empty when
+	// the agent leaves stats alone (one-shot list).
 	Mode string `json:"mode"`
 	// Window and Period are the sampled mode's: stats on for Window of
 	// each Period; run counts and run time are scaled from the windows.

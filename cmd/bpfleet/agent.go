@@ -21,13 +21,17 @@ import (
 	"github.com/bpfleet/bpfleet/internal/config"
 )
 
+// stats are the agent's --stats, --stats-window, --stats-period and
+// --profile (statsflags.go), kept beside the config package.
+var stats statsFlags
+
 func init() {
 	c := config.DefaultAgent()
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the node agent: scan every interval, export to OpenTelemetry",
 		Long: `agent scans the kernel's BPF programs every --interval, holds BPF run-time
-stats on while it runs, and exports metrics and miss-episode spans over OTLP.
+stats on as --stats says, and exports metrics and miss-episode spans over OTLP.
 
 OTLP is configured by the standard variables (OTEL_EXPORTER_OTLP_ENDPOINT,
 OTEL_EXPORTER_OTLP_{METRICS,TRACES}_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL,
@@ -46,6 +50,9 @@ or with the kubeconfig $KUBECONFIG names on a host outside any pod.`,
 			scanFlagsSet(cmd, &c.Scan)
 			if err := c.Resolve(config.Env); err != nil {
 				return err
+			}
+			if err := stats.apply(&agent.Config{}); err != nil {
+				return config.Usage(err)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -67,6 +74,7 @@ or with the kubeconfig $KUBECONFIG names on a host outside any pod.`,
 	f.StringVar(&c.APITokenFile, "api-token-file", "", fmt.Sprintf("file holding the bearer token the local API requires (at least %d bytes; default $%s)", config.MinTokenLen, api.TokenEnv))
 	f.BoolVar(&c.Calibrate, "calibrate", c.Calibrate, "measure each attach type's overhead with the agent's own probes at start (bounded: about half a second of CPU)")
 	f.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long the final flush may take")
+	stats.register(cmd)
 	rootCmd.AddCommand(cmd)
 }
 
@@ -89,7 +97,7 @@ func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 	}
 
 	cfg := agentConfig(c.Scan)
-	cfg.EnableStats = true
+	stats.apply(&cfg) // checked in RunE
 	cfg.OwnerIterator = !c.Scan.NoIterator
 	a, err := newAgent(cfg)
 	if err != nil {

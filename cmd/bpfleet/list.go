@@ -32,34 +32,41 @@ type listOutput struct {
 	Programs    []agent.Program        `json:"programs"`
 	AttachTypes []agent.AttachTypeStat `json:"attach_types"`
 	Scan        agent.ScanStats        `json:"scan"`
+	// StatsTax and AgentCPUShare: what watching costs (see statstax.go).
+	StatsTax      agent.StatsTax `json:"stats_tax"`
+	AgentCPUShare float64        `json:"agent_cpu_share"`
 }
 
 // listWatchOutput is one interval of `bpfleet list --watch -o jsonl`.
 type listWatchOutput struct {
-	Time        time.Time              `json:"time"`
-	Interval    time.Duration          `json:"interval_ns"`
-	Kernel      agent.KernelInfo       `json:"kernel"`
-	Stats       agent.StatsState       `json:"stats"`
-	Programs    []agent.ProgramStat    `json:"programs"`
-	AttachTypes []agent.AttachTypeStat `json:"attach_types"`
-	Episodes    []agent.Episode        `json:"episodes"`
-	Scan        agent.ScanStats        `json:"scan"`
+	Time          time.Time              `json:"time"`
+	Interval      time.Duration          `json:"interval_ns"`
+	Kernel        agent.KernelInfo       `json:"kernel"`
+	Stats         agent.StatsState       `json:"stats"`
+	Programs      []agent.ProgramStat    `json:"programs"`
+	AttachTypes   []agent.AttachTypeStat `json:"attach_types"`
+	Episodes      []agent.Episode        `json:"episodes"`
+	Scan          agent.ScanStats        `json:"scan"`
+	StatsTax      agent.StatsTax         `json:"stats_tax"`
+	AgentCPUShare float64                `json:"agent_cpu_share"`
 }
 
 func newListOutput(s *agent.Snapshot, watch bool) any {
 	if watch {
 		return listWatchOutput{Time: s.Time, Interval: s.Interval, Kernel: s.Kernel, Stats: s.Stats, Programs: s.Programs,
-			AttachTypes: s.AttachTypes, Episodes: s.Episodes, Scan: s.Scan}
+			AttachTypes: s.AttachTypes, Episodes: s.Episodes, Scan: s.Scan, StatsTax: s.StatsTax, AgentCPUShare: s.AgentCPUShare}
 	}
 	progs := make([]agent.Program, len(s.Programs))
 	for i := range s.Programs {
 		progs[i] = s.Programs[i].Program
 	}
-	return listOutput{Time: s.Time, Kernel: s.Kernel, Stats: s.Stats, Programs: progs, AttachTypes: s.AttachTypes, Scan: s.Scan}
+	return listOutput{Time: s.Time, Kernel: s.Kernel, Stats: s.Stats, Programs: progs, AttachTypes: s.AttachTypes, Scan: s.Scan,
+		StatsTax: s.StatsTax, AgentCPUShare: s.AgentCPUShare}
 }
 
 func init() {
 	var c config.List
+	var tax bool
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List every BPF program on this node with its cost, misses, links and owners",
@@ -99,6 +106,9 @@ scripts and log pipelines.`,
 			defer a.Close()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if tax {
+				measureTax(ctx, a, cmd.ErrOrStderr())
+			}
 			out := cmd.OutOrStdout()
 			if !c.Watch {
 				s, err := a.Scan(ctx)
@@ -116,6 +126,7 @@ scripts and log pipelines.`,
 	cmd.Flags().BoolVarP(&c.Watch, "watch", "w", false, "keep scanning and print every interval (deltas and rates)")
 	cmd.Flags().DurationVarP(&c.Interval, "interval", "i", time.Second, fmt.Sprintf("scan interval with --watch (at least %v)", config.MinToolInterval))
 	cmd.Flags().IntVarP(&c.Count, "count", "n", 0, "with --watch, stop after this many intervals (0: until interrupted)")
+	cmd.Flags().BoolVar(&tax, "stats-tax", false, "first measure what BPF run-time stats cost per run here (about a second), then show the stats tax: with one scan from runs since each program's load")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -192,6 +203,7 @@ func printTable(w io.Writer, s *agent.Snapshot) error {
 		return err
 	}
 	fmt.Fprintf(w, "\n%d programs, %d links; %s\n", s.Scan.Programs, s.Scan.Links, statsLine(s.Stats))
+	fmt.Fprintf(w, "%s; %s\n", taxLine(s), agentCPULine(s))
 	return nil
 }
 

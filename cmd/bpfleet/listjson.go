@@ -50,6 +50,8 @@ func writeListJSON(w io.Writer, s *agent.Snapshot) error {
 	b = append(b, ']')
 	field("attach_types", s.AttachTypes, false)
 	field("scan", s.Scan, false)
+	field("stats_tax", s.StatsTax, false)
+	field("agent_cpu_share", s.AgentCPUShare, false)
 	if err != nil {
 		return err
 	}

@@ -30,6 +30,7 @@ func init() {
 	var (
 		c     config.Top
 		ascii bool
+		tax   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "top",
@@ -83,6 +84,11 @@ When stdout is not a terminal, top prints plain lines, one block per interval.`,
 					return err
 				}
 				defer a.Close()
+				if tax {
+					// Before the first scan: the measurement switches stats
+					// off for a moment, which would spoil the first interval.
+					measureTax(ctx, a, cmd.ErrOrStderr())
+				}
 				store := history.New(history.Capacity(history.Window, every))
 				src = func(ctx context.Context) (*agent.Snapshot, error) {
 					s, err := a.Scan(ctx)
@@ -114,6 +120,7 @@ When stdout is not a terminal, top prints plain lines, one block per interval.`,
 	cmd.Flags().StringVar(&c.Filter, "filter", "", "initial filter (substring of name, type, attach type or target)")
 	cmd.Flags().IntVarP(&c.Count, "count", "n", 0, "plain output: stop after this many intervals (0: until interrupted)")
 	cmd.Flags().BoolVar(&ascii, "ascii", false, "draw with ASCII only (the default when the locale is not UTF-8)")
+	cmd.Flags().BoolVar(&tax, "stats-tax", true, "first measure what BPF run-time stats cost per run here (under a second) and show the stats tax in the header")
 	rootCmd.AddCommand(cmd)
 }
 

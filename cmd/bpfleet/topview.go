@@ -251,6 +251,7 @@ func (v *topView) header(s *agent.Snapshot) string {
 	}
 	h := fmt.Sprintf("bpfleet top — %s %s, %s — %d programs — interval %s — sort: %s %s",
 		s.Kernel.Release, s.Kernel.Arch, stats, len(s.Programs), s.Interval.Round(time.Millisecond), topSorts[v.sortIdx].name, dir)
+	h += " — " + taxLine(s) + " — " + agentCPULine(s)
 	if v.filter != "" {
 		h += " — filter: " + v.filter
 	}

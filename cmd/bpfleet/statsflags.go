@@ -1,0 +1,33 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/bpfleet/bpfleet/agent"
+	"github.com/spf13/cobra"
+)
+
+// statsFlags are the agent's --stats, --stats-window and --stats-period.
+type statsFlags struct {
+	mode           string
+	window, period time.Duration
+}
+
+func (f *statsFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.mode, "stats", agent.StatsAlways, "BPF run-time stats: always (exact, taxes every run of every program), sampled (on for --stats-window of every --stats-period, counts scaled) or off (misses, attach types and owners only)")
+	cmd.Flags().DurationVar(&f.window, "stats-window", agent.DefaultStatsWindow, "with --stats=sampled: how long stats stay on in each period")
+	cmd.Flags().DurationVar(&f.period, "stats-period", agent.DefaultStatsPeriod, "with --stats=sampled: how often a stats window opens")
+}
+
+func (f *statsFlags) apply(cfg *agent.Config) error {
+	mode, err := agent.ParseStatsMode(f.mode)
+	if err != nil {
+		return fmt.Errorf("--stats: %w", err)
+	}
+	if mode == agent.StatsSampled && (f.window <= 0 || f.period <= 0 || f.window > f.period) {
+		return fmt.Errorf("--stats-window %v and --stats-period %v: want 0 < window <= period", f.window, f.period)
+	}
+	cfg.StatsMode, cfg.StatsWindow, cfg.StatsPeriod = mode, f.window, f.period
+	return nil
+}

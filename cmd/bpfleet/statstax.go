@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/probes/catalog"
+)
+
+// taxKinds are the attach types top and list measure the stats tax for,
+// beside xdp and tc: the cheap in-kernel triggers; other tracing types
+// take raw_tp's figure.
+var taxKinds = []catalog.AttachType{catalog.RawTp, catalog.TpBTF, catalog.Tracepoint}
+
+// measureTax measures the stats cost per run; w (if not nil) gets one line
+// when it cannot.
+func measureTax(ctx context.Context, a *agent.Agent, w io.Writer) {
+	raiseMemlock()
+	if _, err := a.CalibrateStats(ctx, taxKinds); err != nil && w != nil {
+		fmt.Fprintf(w, "stats tax not measured: %v\n", err)
+	}
+}
+
+// taxLine says what stats accounting costs the node, for top's header and
+// list's footer.
+func taxLine(s *agent.Snapshot) string {
+	t := s.StatsTax
+	if !t.Known {
+		if t.Reason == "" {
+			return "stats tax n/a"
+		}
+		return "stats tax: " + t.Reason
+	}
+	mode := s.Stats.Mode
+	if mode == agent.StatsSampled && s.Stats.Period > 0 {
+		mode = fmt.Sprintf("sampled %s/%s", s.Stats.Window, s.Stats.Period)
+	}
+	switch s.Stats.Mode {
+	case agent.StatsOff:
+		return "stats off (" + t.Reason + ")"
+	case "":
+		return "stats tax if always on: " + fmtShare(t.AlwaysCPUShare) + " CPU (from runs since load, which count only while stats are on)"
+	}
+	line := "stats " + mode + ": tax " + fmtShare(t.CPUShare) + " CPU"
+	if t.Duty < 1 {
+		line += " (always-on " + fmtShare(t.AlwaysCPUShare) + ")"
+	}
+	if t.RatesSince == "load" {
+		line += ", runs since load"
+	}
+	return line
+}
+
+func agentCPULine(s *agent.Snapshot) string {
+	if s.Interval <= 0 {
+		return "bpfleet CPU n/a in one scan"
+	}
+	return "bpfleet " + fmtShare(s.AgentCPUShare) + " CPU"
+}
+
+// fmtShare prints a fraction of one CPU as a percentage with enough digits
+// for the small shares a tax usually is.
+func fmtShare(f float64) string {
+	switch {
+	case f == 0:
+		return "0%"
+	case f < 0.0001:
+		return strconv.FormatFloat(f*100, 'f', 5, 64) + "%"
+	case f < 0.01:
+		return strconv.FormatFloat(f*100, 'f', 3, 64) + "%"
+	}
+	return strconv.FormatFloat(f*100, 'f', 2, 64) + "%"
+}
