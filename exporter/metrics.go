@@ -65,11 +65,6 @@ var (
 	ownerAttrs     = []string{"bpf.owner.key", "process.pid", "process.executable.name", "container.id", "k8s.pod.name", "k8s.namespace.name"}
 	attachAttrs    = []string{"bpf.attach.type"}
 	exportAttrs    = []string{"signal"}
-	// statsModeAttrs is also carried, as "sampled", by every run count and
-	// run time series scaled from stats windows.
-	statsModeAttrs   = []string{"bpf.stats.mode"}
-	programTypeAttrs = []string{"bpf.program.type"}
-	statsKindAttrs   = []string{"bpf.stats.kind"}
 	noAttrs        = []string(nil)
 	allLevels      = []Level{LevelAttachType, LevelOwner, LevelProgram}
 	ownerLevels    = []Level{LevelOwner}

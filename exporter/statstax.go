@@ -6,6 +6,14 @@ import (
 	"github.com/bpfleet/bpfleet/agent"
 )
 
+// Attribute sets of the stats rows. statsModeAttrs is also carried, as
+// "sampled", by every run count and run time series scaled from windows.
+var (
+	statsModeAttrs   = []string{"bpf.stats.mode"}
+	programTypeAttrs = []string{"bpf.program.type"}
+	statsKindAttrs   = []string{"bpf.stats.kind"}
+)
+
 // statsView is what the stats-mode and stats-tax metrics read.
 type statsView struct {
 	mode     string

@@ -39,16 +39,17 @@ type listOutput struct {
 
 // listWatchOutput is one interval of `bpfleet list --watch -o jsonl`.
 type listWatchOutput struct {
-	Time          time.Time              `json:"time"`
-	Interval      time.Duration          `json:"interval_ns"`
-	Kernel        agent.KernelInfo       `json:"kernel"`
-	Stats         agent.StatsState       `json:"stats"`
-	Programs      []agent.ProgramStat    `json:"programs"`
-	AttachTypes   []agent.AttachTypeStat `json:"attach_types"`
-	Episodes      []agent.Episode        `json:"episodes"`
-	Scan          agent.ScanStats        `json:"scan"`
-	StatsTax      agent.StatsTax         `json:"stats_tax"`
-	AgentCPUShare float64                `json:"agent_cpu_share"`
+	Time        time.Time              `json:"time"`
+	Interval    time.Duration          `json:"interval_ns"`
+	Kernel      agent.KernelInfo       `json:"kernel"`
+	Stats       agent.StatsState       `json:"stats"`
+	Programs    []agent.ProgramStat    `json:"programs"`
+	AttachTypes []agent.AttachTypeStat `json:"attach_types"`
+	Episodes    []agent.Episode        `json:"episodes"`
+	Scan        agent.ScanStats        `json:"scan"`
+
+	StatsTax      agent.StatsTax `json:"stats_tax"`
+	AgentCPUShare float64        `json:"agent_cpu_share"`
 }
 
 func newListOutput(s *agent.Snapshot, watch bool) any {
