@@ -15,8 +15,8 @@ import (
 
 func init() {
 	var (
-		c          config.Bench
-		noProgress bool
+		c               config.Bench
+		noProgress, tax bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -39,6 +39,9 @@ Times are thread CPU time; --stats on holds BPF_ENABLE_STATS while measuring.`,
 			}
 			opts := c.Options()
 			raiseMemlock()
+			if tax {
+				return runTaxBench(cmd, opts, c.Output)
+			}
 			var bar *progressBar
 			if f, ok := cmd.ErrOrStderr().(*os.File); ok && !noProgress && isTerminal(f) {
 				bar = &progressBar{w: f}
@@ -66,7 +69,22 @@ Times are thread CPU time; --stats on holds BPF_ENABLE_STATS while measuring.`,
 	f.StringVar(&c.Stats, "stats", "off", "BPF run-time stats while measuring: on, off or both")
 	f.StringVarP(&c.Output, "output", "o", "table", "output format: table or json")
 	f.BoolVar(&noProgress, "no-progress", false, "no progress bar on stderr")
+	f.BoolVar(&tax, "tax", false, "measure the stats tax instead: what BPF run-time stats add per run (stats off and on alternated), for no-op xdp and tc programs (BPF_PROG_TEST_RUN) and the attach types")
 	rootCmd.AddCommand(cmd)
+}
+
+// runTaxBench measures the stats tax (bench --tax).
+func runTaxBench(cmd *cobra.Command, opts bench.Options, output string) error {
+	rs, err := bench.MeasureTax(cmd.Context(), bench.TaxOptions{AttachTypes: opts.AttachTypes, Mode: opts.Mode, Calls: opts.Calls, Rounds: opts.Rounds})
+	if err != nil {
+		return fmt.Errorf("bench --tax: %w", err)
+	}
+	if output == "json" {
+		enc := json.NewEncoder(cmd.OutOrStdout())
+		enc.SetIndent("", "  ")
+		return enc.Encode(rs)
+	}
+	return bench.WriteTaxTable(cmd.OutOrStdout(), rs)
 }
 
 func allTypes() string {
