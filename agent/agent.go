@@ -20,6 +20,10 @@ type Config struct {
 	// StatsWindow of every StatsPeriod is when sampled mode holds stats on
 	// (defaults DefaultStatsWindow, DefaultStatsPeriod).
 	StatsWindow, StatsPeriod time.Duration
+	// Profile selects programs to profile with fentry/fexit
+	// (probes/profiler): id:N, name:S, tag:S, attach:S, owner:S or a bare
+	// word matching any of them.
+	Profile []string
 	// QuietIntervals is how many consecutive scans without new misses close
 	// a miss episode. Default 2.
 	QuietIntervals int
@@ -66,7 +70,8 @@ type Agent struct {
 	cfg    Config
 	r      *reader
 	stats  *statsCtl
-	smp    *sampler // sampled mode only
+	smp    *sampler  // sampled mode only
+	prof   *profiles // with Config.Profile only
 	kernel KernelInfo
 	eps    *episodeTracker
 
@@ -136,6 +141,13 @@ func New(cfg Config) (*Agent, error) {
 		a.cfg.StatsMode = cfg.StatsMode
 	}
 	a.prevCPU = processCPU()
+	if len(cfg.Profile) > 0 {
+		if err := ValidateProfileSelectors(cfg.Profile); err != nil {
+			a.stats.close()
+			return nil, err
+		}
+		a.prof = newProfiles(cfg.Profile)
+	}
 	if cfg.Owners {
 		a.attr = newAttribution(cfg)
 	}
@@ -273,6 +285,10 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 			overhead[c.AttachType] = c.OverheadNs
 		}
 	}
+	if a.prof != nil {
+		a.prof.update(snap.Programs)
+		snap.Degraded = append(snap.Degraded, a.prof.errors()...)
+	}
 	snap.AttachTypes = aggregateAttachTypes(snap.Programs, dt, overhead)
 	snap.Owners = aggregateOwners(snap.Programs, dt)
 	snap.Calibration = append([]Calibration(nil), a.calibration...)
@@ -364,6 +380,9 @@ func (a *Agent) Close() []Episode {
 	}
 	a.closed = true
 	a.stats.close()
+	if a.prof != nil {
+		a.prof.close()
+	}
 	a.r.fdinfo.close()
 	if a.r.source != nil {
 		a.r.source.Close()

@@ -103,6 +103,8 @@ type ProgramStat struct {
 	// New is true in the first snapshot that saw this program: its delta is
 	// zero because there is no earlier sample to subtract.
 	New bool `json:"new"`
+	// Profile is set for programs chosen by Config.Profile.
+	Profile *ProfileStat `json:"profile,omitempty"`
 }
 
 // AttachTypeStat aggregates the programs of one attach type.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 )
 
 // Buckets is the histogram's size: bucket b counts runs that took
@@ -132,6 +133,11 @@ func Attach(target *ebpf.Program) (*Profiler, error) {
 	}
 	p := &Profiler{Target: t}
 	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
+		if errors.Is(err, unix.EPERM) {
+			// cilium/ebpf's hint says MEMLOCK; here it is the kernel
+			// refusing the trampoline (the CI host's 6.18 does).
+			return nil, fmt.Errorf("the kernel refuses fentry/fexit on program %d (%s): %w", t.ID, t.Func, unix.EPERM)
+		}
 		return nil, fmt.Errorf("loading fentry/fexit on program %d (%s): %w", t.ID, t.Func, err)
 	}
 	for _, prog := range []*ebpf.Program{p.objs.Entry, p.objs.Exit} {

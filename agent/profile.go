@@ -1,0 +1,186 @@
+package agent
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/bpfleet/bpfleet/probes/profiler"
+)
+
+// ProfileStat is what the fentry/fexit profiler (probes/profiler) measured
+// of one selected program: every run's duration, with global stats off.
+type ProfileStat struct {
+	// Error is one line when the program cannot be profiled (no BTF, or
+	// the kernel refuses tracing BPF programs); the rest is then empty.
+	Error string `json:"error,omitempty"`
+	// Func is the BTF function the pair is attached to.
+	Func string `json:"func,omitempty"`
+	// Cumulative since the profiler attached: Buckets[b] counts runs of
+	// [2^b, 2^(b+1)) ns (bucket 0 also 0 ns).
+	Buckets []uint64 `json:"buckets,omitempty"`
+	Runs    uint64   `json:"runs"`
+	SumNs   uint64   `json:"sum_ns"`
+	MaxNs   uint64   `json:"max_ns"`
+	// Over the last interval (since the previous scan): runs and
+	// percentiles from the interval's histogram, within a factor of 2 (a
+	// log2 bucket, interpolated inside it).
+	IntervalRuns uint64  `json:"interval_runs"`
+	P50Ns        float64 `json:"p50_ns"`
+	P90Ns        float64 `json:"p90_ns"`
+	P99Ns        float64 `json:"p99_ns"`
+	MeanNs       float64 `json:"mean_ns"`
+}
+
+// ValidateProfileSelectors checks --profile values: id:N, name:S, tag:S,
+// attach:S (attach type), owner:S (process name, container id or pod
+// name), or a bare word matching any of them.
+func ValidateProfileSelectors(sels []string) error {
+	for _, s := range sels {
+		k, v, ok := strings.Cut(s, ":")
+		if !ok {
+			if s == "" {
+				return fmt.Errorf("profile selector is empty")
+			}
+			continue
+		}
+		switch k {
+		case "id":
+			if _, err := strconv.ParseUint(v, 10, 32); err != nil {
+				return fmt.Errorf("profile selector %q: id must be a number", s)
+			}
+		case "name", "tag", "attach", "owner":
+			if v == "" {
+				return fmt.Errorf("profile selector %q: empty value", s)
+			}
+		default:
+			return fmt.Errorf("profile selector %q: want id:, name:, tag:, attach:, owner: or a bare word", s)
+		}
+	}
+	return nil
+}
+
+func matchOwner(p *Program, v string) bool {
+	for _, o := range p.Owners {
+		if o.Comm == v || o.ContainerID == v || (len(v) >= 12 && strings.HasPrefix(o.ContainerID, v)) || o.PodName == v {
+			return true
+		}
+	}
+	return false
+}
+
+// profileMatch reports whether a selector picks p.
+func profileMatch(sels []string, p *Program) bool {
+	for _, s := range sels {
+		k, v, ok := strings.Cut(s, ":")
+		if !ok {
+			if s == strconv.FormatUint(uint64(p.ID), 10) || s == p.Name || s == p.Tag || s == p.AttachType || matchOwner(p, s) {
+				return true
+			}
+			continue
+		}
+		switch {
+		case k == "id" && v == strconv.FormatUint(uint64(p.ID), 10),
+			k == "name" && v == p.Name,
+			k == "tag" && v == p.Tag,
+			k == "attach" && v == p.AttachType,
+			k == "owner" && matchOwner(p, v):
+			return true
+		}
+	}
+	return false
+}
+
+// profiles holds the agent's profilers, one per selected program.
+type profiles struct {
+	sels   []string
+	active map[uint32]*profiled
+	failed map[uint32]string
+	own    map[uint32]bool // the profilers' own programs
+}
+
+type profiled struct {
+	p    *profiler.Profiler
+	prev profiler.Histogram
+}
+
+func newProfiles(sels []string) *profiles {
+	return &profiles{sels: sels, active: map[uint32]*profiled{}, failed: map[uint32]string{}, own: map[uint32]bool{}}
+}
+
+// update attaches to newly selected programs, reads the others and drops
+// the vanished; it fills ps[i].Profile for every selected program.
+func (pr *profiles) update(ps []ProgramStat) {
+	present := make(map[uint32]bool, len(ps))
+	for i := range ps {
+		p := &ps[i]
+		present[p.ID] = true
+		if pr.own[p.ID] || !profileMatch(pr.sels, &p.Program) {
+			continue
+		}
+		if msg, bad := pr.failed[p.ID]; bad {
+			p.Profile = &ProfileStat{Error: msg}
+			continue
+		}
+		a := pr.active[p.ID]
+		if a == nil {
+			prof, err := profiler.AttachID(p.ID)
+			if err != nil {
+				msg := fmt.Sprintf("cannot profile program %d (%s): %v", p.ID, p.Name, err)
+				pr.failed[p.ID] = msg
+				p.Profile = &ProfileStat{Error: msg}
+				continue
+			}
+			for _, id := range prof.ProgramIDs() {
+				pr.own[id] = true
+			}
+			a = &profiled{p: prof}
+			pr.active[p.ID] = a
+		}
+		h, err := a.p.Read()
+		if err != nil {
+			p.Profile = &ProfileStat{Error: err.Error()}
+			continue
+		}
+		d := h.Sub(a.prev)
+		a.prev = h
+		st := &ProfileStat{Func: a.p.Target.Func, Buckets: append([]uint64(nil), h.Buckets[:]...), Runs: h.Count, SumNs: h.SumNs, MaxNs: h.MaxNs,
+			IntervalRuns: d.Count, P50Ns: d.Quantile(0.5), P90Ns: d.Quantile(0.9), P99Ns: d.Quantile(0.99)}
+		if d.Count > 0 {
+			st.MeanNs = float64(d.SumNs) / float64(d.Count)
+		}
+		p.Profile = st
+	}
+	for id, a := range pr.active {
+		if !present[id] {
+			for _, own := range a.p.ProgramIDs() {
+				delete(pr.own, own)
+			}
+			a.p.Close()
+			delete(pr.active, id)
+		}
+	}
+	for id := range pr.failed {
+		if !present[id] {
+			delete(pr.failed, id)
+		}
+	}
+}
+
+// errors lists one line per selected program that cannot be profiled.
+func (pr *profiles) errors() []string {
+	var out []string
+	for _, msg := range pr.failed {
+		out = append(out, msg)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (pr *profiles) close() {
+	for id, a := range pr.active {
+		a.p.Close()
+		delete(pr.active, id)
+	}
+}
