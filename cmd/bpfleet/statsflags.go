@@ -12,11 +12,13 @@ import (
 type statsFlags struct {
 	mode           string
 	window, period time.Duration
+	profile        []string
 }
 
 func (f *statsFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.mode, "stats", agent.StatsAlways, "BPF run-time stats: always (exact, taxes every run of every program), sampled (on for --stats-window of every --stats-period, counts scaled) or off (misses, attach types and owners only)")
 	cmd.Flags().DurationVar(&f.window, "stats-window", agent.DefaultStatsWindow, "with --stats=sampled: how long stats stay on in each period")
+	cmd.Flags().StringSliceVar(&f.profile, "profile", nil, "programs to time with fentry/fexit (probes/profiler), exported as a histogram: id:N, name:S, tag:S, attach:S, owner:S or a bare word (comma separated)")
 	cmd.Flags().DurationVar(&f.period, "stats-period", agent.DefaultStatsPeriod, "with --stats=sampled: how often a stats window opens")
 }
 
@@ -28,6 +30,9 @@ func (f *statsFlags) apply(cfg *agent.Config) error {
 	if mode == agent.StatsSampled && (f.window <= 0 || f.period <= 0 || f.window > f.period) {
 		return fmt.Errorf("--stats-window %v and --stats-period %v: want 0 < window <= period", f.window, f.period)
 	}
-	cfg.StatsMode, cfg.StatsWindow, cfg.StatsPeriod = mode, f.window, f.period
+	if err := agent.ValidateProfileSelectors(f.profile); err != nil {
+		return fmt.Errorf("--profile: %w", err)
+	}
+	cfg.StatsMode, cfg.StatsWindow, cfg.StatsPeriod, cfg.Profile = mode, f.window, f.period, f.profile
 	return nil
 }
