@@ -14,22 +14,18 @@ char LICENSE[] SEC("license") = "GPL";
 
 // hist is one CPU's histogram: bucket b counts durations in [2^b, 2^(b+1))
 // ns (bucket 0 also holds 0 ns).
+//
+// start_ns is the entry time of the run in progress on this CPU: BPF
+// programs run with migration disabled, and the kernel's recursion guard
+// keeps a second run of a traced program off the CPU while one is in it.
+// Keeping it in the same per-CPU value costs each program one lookup.
 struct hist {
 	__u64 buckets[BUCKETS];
 	__u64 count;
 	__u64 sum_ns;
 	__u64 max_ns;
+	__u64 start_ns;
 };
-
-// start holds the entry time of the run in progress on this CPU: BPF
-// programs run with migration disabled, and the kernel's recursion guard
-// keeps a second run of a traced program off the CPU while one is in it.
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} start SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -57,10 +53,10 @@ SEC("fentry/target")
 int BPF_PROG(prof_entry)
 {
 	__u32 k = 0;
-	__u64 *t = bpf_map_lookup_elem(&start, &k);
+	struct hist *h = bpf_map_lookup_elem(&hist, &k);
 
-	if (t)
-		*t = bpf_ktime_get_ns();
+	if (h)
+		h->start_ns = bpf_ktime_get_ns();
 	return 0;
 }
 
@@ -69,15 +65,14 @@ int BPF_PROG(prof_exit)
 {
 	__u64 now = bpf_ktime_get_ns();
 	__u32 k = 0;
-	__u64 *t = bpf_map_lookup_elem(&start, &k);
 	struct hist *h = bpf_map_lookup_elem(&hist, &k);
 	__u64 d;
 	__u32 b;
 
-	if (!t || !h || !*t)
+	if (!h || !h->start_ns)
 		return 0; // attached mid-run: no entry time
-	d = now - *t;
-	*t = 0;
+	d = now - h->start_ns;
+	h->start_ns = 0;
 	b = log2_u64(d);
 	if (b >= BUCKETS)
 		b = BUCKETS - 1;

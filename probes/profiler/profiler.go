@@ -88,7 +88,6 @@ type profObjects struct {
 	Entry *ebpf.Program `ebpf:"prof_entry"`
 	Exit  *ebpf.Program `ebpf:"prof_exit"`
 	Hist  *ebpf.Map     `ebpf:"hist"`
-	Start *ebpf.Map     `ebpf:"start"`
 }
 
 // ErrNoBTF says the target has no BTF function info: the kernel attaches
@@ -203,7 +202,6 @@ func (p *Profiler) Close() error {
 	p.objs.Entry.Close()
 	p.objs.Exit.Close()
 	p.objs.Hist.Close()
-	p.objs.Start.Close()
 	return nil
 }
 

@@ -19,6 +19,7 @@ type profilerHist struct {
 	Count   uint64
 	SumNs   uint64
 	MaxNs   uint64
+	StartNs uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -26,7 +27,6 @@ type profilerHist struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	profilerMapHist         = "hist"
-	profilerMapStart        = "start"
 	profilerProgProfEntry   = "prof_entry"
 	profilerProgProfExit    = "prof_exit"
 	profilerProgTimedTarget = "timed_target"
@@ -85,8 +85,7 @@ type profilerProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerMapSpecs struct {
-	Hist  *ebpf.MapSpec `ebpf:"hist"`
-	Start *ebpf.MapSpec `ebpf:"start"`
+	Hist *ebpf.MapSpec `ebpf:"hist"`
 }
 
 // profilerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -117,14 +116,12 @@ func (o *profilerObjects) Close() error {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerMaps struct {
-	Hist  *ebpf.Map `ebpf:"hist"`
-	Start *ebpf.Map `ebpf:"start"`
+	Hist *ebpf.Map `ebpf:"hist"`
 }
 
 func (m *profilerMaps) Close() error {
 	return _ProfilerClose(
 		m.Hist,
-		m.Start,
 	)
 }
 
