@@ -77,6 +77,7 @@ type Exporter struct {
 
 	mu        sync.Mutex
 	view      *view
+	prof      *profileProducer
 	progCache map[uint32]cachedAttrs
 	owners    map[string]*aggSeries
 	attach    map[string]*aggSeries
@@ -105,6 +106,7 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 	if e.log == nil {
 		e.log = slog.Default()
 	}
+	e.prof = &profileProducer{e: e}
 	res, err := newResource(ctx, cfg)
 	if err != nil {
 		return nil, err

@@ -124,7 +124,7 @@ func (e *Exporter) registerInstruments(m metric.Meter) error {
 	var all []metric.Observable
 	var exportErrs metric.Int64Observable
 	for _, d := range metricDefs {
-		if !slices.Contains(d.Levels, e.cfg.Level) {
+		if !slices.Contains(d.Levels, e.cfg.Level) || d.Name == profileMetric { // profileMetric: profile.go's producer
 			continue
 		}
 		var err error

@@ -171,6 +171,8 @@ var metricDefs = []metricDef{
 		"What bpf.agent.stats.tax would be with stats always on (the same sum with duty 1)."},
 	{"bpf.program_type.stats.tax", "", kindGauge, floatValue, allLevels, programTypeAttrs,
 		"bpf.agent.stats.tax of the programs of one program type."},
+	{"bpf.program.profile.duration", "s", kindHistogram, floatValue, allLevels, identityAttrs,
+		"Duration of every run of a program chosen by --profile, timed by an fentry/fexit pair attached to it (probes/profiler), with global stats off; log2 buckets (2 ns .. 2^40 ns). Only for the chosen programs, at every level."},
 	{"bpf.agent.stats.cost", "s", kindGauge, floatValue, allLevels, statsKindAttrs,
 		"Measured stats cost of one run (stats on minus off, alternated in the same calibration run) by kind: an attach type fired by its trigger, or xdp / tc through BPF_PROG_TEST_RUN."},
 }

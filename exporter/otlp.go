@@ -86,7 +86,7 @@ func (e *Exporter) signals(ctx context.Context) (signalSetup, error) {
 
 	// The interval given wins over OTEL_METRIC_EXPORT_INTERVAL, so the
 	// interval the agent logs is the one in use.
-	var readerOpts []sdkmetric.PeriodicReaderOption
+	readerOpts := []sdkmetric.PeriodicReaderOption{sdkmetric.WithProducer(e.prof)}
 	if e.cfg.Interval > 0 {
 		readerOpts = append(readerOpts, sdkmetric.WithInterval(e.cfg.Interval))
 	}

@@ -12,6 +12,7 @@ var (
 	statsModeAttrs   = []string{"bpf.stats.mode"}
 	programTypeAttrs = []string{"bpf.program.type"}
 	statsKindAttrs   = []string{"bpf.stats.kind"}
+	identityAttrs    = []string{"bpf.program.id", "bpf.program.name", "bpf.program.tag", "bpf.program.type", "bpf.attach.type", "bpf.attach.target", "bpf.program.sleepable"}
 )
 
 // statsView is what the stats-mode and stats-tax metrics read.

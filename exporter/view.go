@@ -24,6 +24,7 @@ type view struct {
 	statsEnabled, statsHeld bool
 	scans, scanErrors       int64
 	stats                   statsView
+	profiles                []profileSeries
 }
 
 type programSeries struct {
@@ -196,6 +197,7 @@ func (e *Exporter) buildView(s *agent.Snapshot) *view {
 		scans:        e.scans,
 		scanErrors:   e.scanErrors,
 		stats:        newStatsView(s),
+		profiles:     e.profileSeries(s),
 	}
 
 	if e.cfg.Level == LevelProgram {
