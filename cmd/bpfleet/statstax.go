@@ -74,3 +74,30 @@ func fmtShare(f float64) string {
 	}
 	return strconv.FormatFloat(f*100, 'f', 2, 64) + "%"
 }
+
+// profilePanel lists the programs chosen by --profile with their interval
+// percentiles (fentry/fexit profiler), after top's attach-type panel.
+func profilePanel(s *agent.Snapshot) []string {
+	var out []string
+	for i := range s.Programs {
+		p := &s.Programs[i]
+		if p.Profile == nil {
+			continue
+		}
+		if out == nil {
+			out = append(out, fmt.Sprintf("%-24s %11s %9s %9s %9s %9s %12s", "PROFILED (fentry/fexit)", "RUNS/S", "P50 NS", "P90 NS", "P99 NS", "MEAN NS", "MAX NS"))
+		}
+		name := trunc(strconv.FormatUint(uint64(p.ID), 10)+" "+p.Name, 24)
+		if p.Profile.Error != "" {
+			out = append(out, fmt.Sprintf("%-24s %s", name, p.Profile.Error))
+			continue
+		}
+		rate := 0.0
+		if s.Interval > 0 {
+			rate = float64(p.Profile.IntervalRuns) / s.Interval.Seconds()
+		}
+		out = append(out, fmt.Sprintf("%-24s %11s %9.0f %9.0f %9.0f %9.0f %12d", name, fmtRate(rate),
+			p.Profile.P50Ns, p.Profile.P90Ns, p.Profile.P99Ns, p.Profile.MeanNs, p.Profile.MaxNs))
+	}
+	return out
+}

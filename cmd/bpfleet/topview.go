@@ -372,7 +372,7 @@ func (v *topView) renderScreen(s *agent.Snapshot, rows, cols int) string {
 	default:
 		f.add("", listKeys)
 	}
-	panel := v.attachPanel(s)
+	panel := append(v.attachPanel(s), profilePanel(s)...)
 	room := max(rows-4-len(panel), 1)
 	header, line := columnsHeader(), programLine
 	if cols < fullWidth {
@@ -445,7 +445,7 @@ func (v *topView) renderPlain(w io.Writer, s *agent.Snapshot) {
 		}
 		fmt.Fprintln(w, text)
 	}
-	for _, l := range v.attachPanel(s) {
+	for _, l := range append(v.attachPanel(s), profilePanel(s)...) {
 		fmt.Fprintln(w, l)
 	}
 	fmt.Fprintln(w)
