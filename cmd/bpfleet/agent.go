@@ -157,6 +157,8 @@ func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 			}
 			log.Info("calibrated attach types", "supported", n, "of", len(cal))
 		}()
+	} else {
+		go statsTaxOnly(ctx, a, log) // the stats tax needs no attached probe
 	}
 
 	// The local read-only API serves the latest snapshot; it never blocks

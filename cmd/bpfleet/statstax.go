@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"strconv"
 
 	"github.com/bpfleet/bpfleet/agent"
@@ -21,6 +22,24 @@ func measureTax(ctx context.Context, a *agent.Agent, w io.Writer) {
 	raiseMemlock()
 	if _, err := a.CalibrateStats(ctx, taxKinds); err != nil && w != nil {
 		fmt.Fprintf(w, "stats tax not measured: %v\n", err)
+	}
+}
+
+// statsTaxOnly measures the stats cost per run of no-op xdp and tc
+// programs (BPF_PROG_TEST_RUN, nothing attached) when --calibrate is off:
+// every node gets a tax figure; tracing programs take the xdp figure.
+func statsTaxOnly(ctx context.Context, a *agent.Agent, log *slog.Logger) {
+	costs, err := a.CalibrateStats(ctx, nil)
+	if err != nil && ctx.Err() == nil {
+		log.Warn("stats tax not measured", "err", err)
+		return
+	}
+	for _, c := range costs {
+		if c.Measured {
+			log.Info("stats cost per run", "kind", c.Kind, "ns", c.TaxNs)
+		} else {
+			log.Info("stats cost per run", "kind", c.Kind, "reason", c.Reason)
+		}
 	}
 }
 
