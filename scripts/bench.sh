@@ -41,3 +41,16 @@ if selected attach; then
 	make -s build
 	bin/bpfleet bench --mode kernel --stats both
 fi
+
+if selected statstax; then
+	section "statstax: the stats tax per run (off/on alternated), --stats modes on a no-op xdp run flat out, sampled run counts of a steady program"
+	make -s build
+	bin/bpfleet bench --tax --mode kernel
+	go test -tags bench -count=1 -timeout 5m -run 'TestBenchStatsModes' -v ./agent | grep -E 'BENCH|FAIL|ok'
+fi
+
+if selected profiler; then
+	section "profiler: fentry/fexit cost per run against the stats tax (kernel matrix, sid-amd64; the host refuses fentry)"
+	make -s test-kernels KERNELS=sid-amd64 KERNEL_FLAGS="-packages ./probes/profiler -cmd none -work ${TMPDIR:-/tmp}/bpfleet-bench-profiler"
+	grep -rh 'no-op target\|cost ratio\|short: runs\|long: runs' "${TMPDIR:-/tmp}/bpfleet-bench-profiler" || true
+fi
