@@ -55,7 +55,7 @@ func TestProfileHistogram(t *testing.T) {
 	}
 	dp := h.DataPoints[0]
 	if id, _ := dp.Attributes.Value("bpf.program.id"); id.AsInt64() != 42 {
-		t.Errorf("series of program %v, want 42", id.Emit())
+		t.Errorf("series of program %v, want 42", id.String())
 	}
 	if dp.Count != 100 || len(dp.BucketCounts) != len(dp.Bounds)+1 || h.Temporality != metricdata.CumulativeTemporality {
 		t.Fatalf("count %d, %d counts for %d bounds, temporality %v", dp.Count, len(dp.BucketCounts), len(dp.Bounds), h.Temporality)
