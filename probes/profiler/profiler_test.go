@@ -96,8 +96,10 @@ func TestProfilesTimedTargets(t *testing.T) {
 		t.Logf("%s: runs %d p50 %.0f ns p90 %.0f p99 %.0f max %d mean %.0f", c.name, c.h.Count, p50, p90, p99, c.h.MaxNs, float64(c.h.SumNs)/float64(c.h.Count))
 		metric(t, "profiler."+c.name+".runs", c.h.Count)
 	}
-	if !(hl.Quantile(0.5) > hs.Quantile(0.5)) || !(hl.SumNs > 10*hs.SumNs) {
-		t.Errorf("long target p50 %.0f, mean %d not above the short one's %.0f, %d", hl.Quantile(0.5), hl.SumNs/fires, hs.Quantile(0.5), hs.SumNs/fires)
+	// 100x the loop: the long p50 lies buckets above the short one. Not the
+	// mean: one run preempted for milliseconds (TCG does that) moves it.
+	if !(hl.Quantile(0.5) > 4*hs.Quantile(0.5)) || !(hl.Quantile(0.9) > hs.Quantile(0.9)) {
+		t.Errorf("long target p50 %.0f, p90 %.0f not above 4x the short one's p50 %.0f and its p90 %.0f", hl.Quantile(0.5), hl.Quantile(0.9), hs.Quantile(0.5), hs.Quantile(0.9))
 	}
 	metric(t, "profiler.long_over_short_p50_above_1", hl.Quantile(0.5) > hs.Quantile(0.5))
 	if statsSysctl() == "0" {
