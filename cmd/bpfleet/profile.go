@@ -12,14 +12,15 @@ import (
 	"time"
 
 	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/internal/config"
 	"github.com/spf13/cobra"
 )
 
 func init() {
 	var (
-		every  time.Duration
-		count  int
-		common agentFlags
+		every time.Duration
+		count int
+		scan  config.Scan
 	)
 	cmd := &cobra.Command{
 		Use:   "profile PROG...",
@@ -37,12 +38,16 @@ saying so.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if every <= 0 {
-				return fmt.Errorf("--interval must be positive, got %v", every)
+				return config.Usage(fmt.Errorf("--interval must be positive, got %v", every))
 			}
-			if err := agent.ValidateProfileSelectors(args); err != nil {
+			scanFlagsSet(cmd, &scan)
+			if err := scan.Validate(); err != nil {
 				return err
 			}
-			cfg := common.config()
+			if err := agent.ValidateProfileSelectors(args); err != nil {
+				return config.Usage(err)
+			}
+			cfg := agentConfig(scan)
 			cfg.Profile = args
 			a, err := newAgent(cfg)
 			if err != nil {
@@ -56,7 +61,7 @@ saying so.`,
 	}
 	cmd.Flags().DurationVarP(&every, "interval", "i", time.Second, "print every interval")
 	cmd.Flags().IntVarP(&count, "count", "n", 0, "stop after this many intervals (0: until interrupted)")
-	common.register(cmd)
+	registerScanFlags(cmd, &scan)
 	rootCmd.AddCommand(cmd)
 }
 
