@@ -76,6 +76,12 @@ type Owner struct {
 	PodName       string `json:"pod_name,omitempty"`
 	PodNamespace  string `json:"pod_namespace,omitempty"`
 	ContainerName string `json:"container_name,omitempty"`
+	// WorkloadKind and WorkloadName name the pod's controller, what stays
+	// when the pod is replaced: DaemonSet, Deployment (a ReplicaSet's
+	// owner), StatefulSet, Job, CronJob, ... Empty for a pod no controller
+	// owns.
+	WorkloadKind string `json:"workload_kind,omitempty"`
+	WorkloadName string `json:"workload_name,omitempty"`
 	// Via says how the ownership was found: "fd" (holds the program's fd),
 	// "link" (holds only a link of it) or "attachment" (no process holds
 	// it; the container is the one whose cgroup it is attached to).

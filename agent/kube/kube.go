@@ -170,6 +170,14 @@ func slim(obj any) (any, error) {
 		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion},
 		Spec:       corev1.PodSpec{NodeName: pod.Spec.NodeName},
 	}
+	// The controller reference and the pod-template-hash label are what
+	// workloadOf needs to name the pod's workload.
+	if c := metav1.GetControllerOfNoCopy(pod); c != nil {
+		s.OwnerReferences = []metav1.OwnerReference{{Kind: c.Kind, Name: c.Name, APIVersion: c.APIVersion, Controller: c.Controller}}
+	}
+	if h, ok := pod.Labels[podTemplateHash]; ok {
+		s.Labels = map[string]string{podTemplateHash: h}
+	}
 	keep := func(cs []corev1.ContainerStatus) []corev1.ContainerStatus {
 		out := make([]corev1.ContainerStatus, 0, len(cs))
 		for _, c := range cs {
@@ -240,6 +248,7 @@ func (p *Pods) Fill(o *agent.Owner) {
 	if o.ContainerID != "" {
 		if pod := p.one(idx, byContainerID, o.ContainerID); pod != nil {
 			o.PodUID, o.PodName, o.PodNamespace = string(pod.UID), pod.Name, pod.Namespace
+			o.WorkloadKind, o.WorkloadName = workloadOf(pod)
 			for _, c := range allStatuses(pod) {
 				if bareID(c.ContainerID) == o.ContainerID {
 					o.ContainerName = c.Name
@@ -251,8 +260,49 @@ func (p *Pods) Fill(o *agent.Owner) {
 	if o.PodUID != "" {
 		if pod := p.one(idx, byUID, o.PodUID); pod != nil {
 			o.PodName, o.PodNamespace = pod.Name, pod.Namespace
+			o.WorkloadKind, o.WorkloadName = workloadOf(pod)
 		}
 	}
+}
+
+// podTemplateHash is the label a Deployment's ReplicaSets and their pods
+// carry: the ReplicaSet is named <deployment>-<hash>.
+const podTemplateHash = "pod-template-hash"
+
+// workloadOf names the pod's workload from its controller reference, what
+// survives the pod's replacement: a ReplicaSet that a Deployment made is
+// named by the Deployment (its name less the pod-template-hash suffix), a
+// Job that a CronJob made by the CronJob (its name less the scheduled-time
+// suffix, minutes since the epoch). Both are read from names alone, so the
+// agent needs no access to ReplicaSets or Jobs. A pod without a controller
+// returns "", "".
+func workloadOf(pod *corev1.Pod) (kind, name string) {
+	c := metav1.GetControllerOfNoCopy(pod)
+	if c == nil {
+		return "", ""
+	}
+	switch c.Kind {
+	case "ReplicaSet":
+		if h := pod.Labels[podTemplateHash]; h != "" {
+			if d, ok := strings.CutSuffix(c.Name, "-"+h); ok && d != "" {
+				return "Deployment", d
+			}
+		}
+	case "Job":
+		if i := strings.LastIndexByte(c.Name, '-'); i > 0 && len(c.Name)-i-1 >= 8 && allDigits(c.Name[i+1:]) {
+			return "CronJob", c.Name[:i]
+		}
+	}
+	return c.Kind, c.Name
+}
+
+func allDigits(s string) bool {
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // one returns the pod of this node under key, nil if none. The node check

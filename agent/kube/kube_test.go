@@ -237,3 +237,39 @@ current-context: x
 		t.Errorf("NewInCluster with a kubeconfig: %v", err)
 	}
 }
+
+func TestWorkloadOf(t *testing.T) {
+	ctrl := func(kind, name string) []metav1.OwnerReference {
+		yes := true
+		return []metav1.OwnerReference{{Kind: kind, Name: name, Controller: &yes}}
+	}
+	notCtrl := []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "web-6d4cf56db6"}}
+	for _, tc := range []struct {
+		name       string
+		refs       []metav1.OwnerReference
+		labels     map[string]string
+		kind, want string
+	}{
+		{"deployment", ctrl("ReplicaSet", "web-6d4cf56db6"), map[string]string{podTemplateHash: "6d4cf56db6"}, "Deployment", "web"},
+		{"bare replicaset (no hash label)", ctrl("ReplicaSet", "web-6d4cf56db6"), nil, "ReplicaSet", "web-6d4cf56db6"},
+		{"hash does not match", ctrl("ReplicaSet", "web-abc"), map[string]string{podTemplateHash: "6d4cf56db6"}, "ReplicaSet", "web-abc"},
+		{"daemonset", ctrl("DaemonSet", "cilium"), nil, "DaemonSet", "cilium"},
+		{"statefulset", ctrl("StatefulSet", "db"), nil, "StatefulSet", "db"},
+		{"cronjob", ctrl("Job", "backup-29412345"), nil, "CronJob", "backup"},
+		{"job", ctrl("Job", "migrate-v2"), nil, "Job", "migrate-v2"},
+		{"job with a short number", ctrl("Job", "migrate-42"), nil, "Job", "migrate-42"},
+		{"owner that is not the controller", notCtrl, nil, "", ""},
+		{"bare pod", nil, nil, "", ""},
+	} {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "x", OwnerReferences: tc.refs, Labels: tc.labels}}
+		// Through slim, as the informer stores it.
+		obj, err := slim(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kind, name := workloadOf(obj.(*corev1.Pod))
+		if kind != tc.kind || name != tc.want {
+			t.Errorf("%s: workloadOf = %q %q, want %q %q", tc.name, kind, name, tc.kind, tc.want)
+		}
+	}
+}

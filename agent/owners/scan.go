@@ -26,6 +26,8 @@ type Owner struct {
 	PodName       string `json:"pod_name,omitempty"`
 	PodNamespace  string `json:"pod_namespace,omitempty"`
 	ContainerName string `json:"container_name,omitempty"`
+	WorkloadKind  string `json:"workload_kind,omitempty"`
+	WorkloadName  string `json:"workload_name,omitempty"`
 	// Via is "fd" when the process holds the program's own fd, "link" when
 	// it holds only a link of it.
 	Via string `json:"via"`
