@@ -26,11 +26,22 @@ import (
 type Config struct {
 	// Level is the metrics detail (--metrics-level).
 	Level Level
-	// MaxPrograms caps the programs exported at LevelProgram; 0: no cap.
+	// MaxPrograms caps the programs exported at LevelProgram and the
+	// workload keys at LevelWorkload, and sets the SDK's cardinality limit
+	// (see cardinalityLimit); 0: no cap, no limit.
 	MaxPrograms int
 	// Interval is the metric export interval; 0: OTEL_METRIC_EXPORT_INTERVAL,
 	// else the SDK default (60s).
 	Interval time.Duration
+	// ProgramInfo adds bpf.program.info at LevelWorkload: one series per
+	// loaded program, so new series with every reload.
+	ProgramInfo bool
+	// SpanBudget is the most episode spans (open and closed) emitted per
+	// minute; the rest are counted in bpf.agent.spans.dropped. 0: no cap.
+	SpanBudget int
+	// Compression is the OTLP compression, gzip or none; empty:
+	// OTEL_EXPORTER_OTLP_[SIGNAL_]COMPRESSION, else gzip.
+	Compression string
 
 	// Kernel describes the node for the resource (os.version, host.arch,
 	// host.cpu.model.name); take it from the first snapshot.
@@ -81,12 +92,20 @@ type Exporter struct {
 	progCache map[uint32]cachedAttrs
 	owners    map[string]*aggSeries
 	attach    map[string]*aggSeries
+	workloads map[workloadKey]*workloadSeries
+	progLast  map[uint32]programLast
+	spans     spanState
 	scans     int64
 	// scanErrors counts unreadable objects and failed scans.
 	scanErrors int64
 
 	metricErrs, traceErrs atomic.Int64
 	errs                  errorLog
+	// overflowed is how many series the SDK's cardinality limit folded
+	// into otel.metric.overflow at the latest collection.
+	overflowed   atomic.Int64
+	spansDropped atomic.Int64
+	limit        int
 
 	// Where metrics and spans go, for the agent's start-up line.
 	MetricsTarget, TracesTarget string
@@ -102,6 +121,10 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 		progCache: map[uint32]cachedAttrs{},
 		owners:    map[string]*aggSeries{},
 		attach:    map[string]*aggSeries{},
+		workloads: map[workloadKey]*workloadSeries{},
+		progLast:  map[uint32]programLast{},
+		spans:     newSpanState(),
+		limit:     cardinalityLimit(cfg.MaxPrograms),
 	}
 	if e.log == nil {
 		e.log = slog.Default()
@@ -116,7 +139,7 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 		return nil, err
 	}
 
-	mopts := []sdkmetric.Option{sdkmetric.WithResource(res)}
+	mopts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithCardinalityLimit(e.limit)}
 	for _, r := range append(sig.readers, cfg.Readers...) {
 		mopts = append(mopts, sdkmetric.WithReader(r))
 	}
@@ -147,17 +170,33 @@ func (e *Exporter) Update(ctx context.Context, snap *agent.Snapshot) {
 	e.mu.Lock()
 	e.scans++
 	e.scanErrors += int64(snap.Scan.Errors)
-	e.view = e.buildView(snap)
+	e.view = e.buildView(snap, time.Now())
 	e.mu.Unlock()
 
 	if e.scanDuration != nil {
 		e.scanDuration.Record(ctx, snap.Scan.Duration.Seconds())
 	}
+	e.spans.owners(snap)
 	for i := range snap.Episodes {
-		if !snap.Episodes[i].Open {
+		if snap.Episodes[i].Open {
+			e.episodeOpened(ctx, &snap.Episodes[i])
+		} else {
 			e.episodeSpan(ctx, &snap.Episodes[i], false)
 		}
 	}
+}
+
+// cardinalityLimit is the SDK's per-instrument series limit for a
+// --max-programs cap: room for the capped program series, one kprobe link
+// each and the attach types. The exporter's own cap bites first; the SDK's
+// is the backstop, and what it folds into otel.metric.overflow is counted
+// in bpf.agent.programs.dropped and logged. 0 (no cap) is no limit, never
+// the SDK's silent default of 2,000.
+func cardinalityLimit(maxPrograms int) int {
+	if maxPrograms <= 0 {
+		return 0
+	}
+	return 2*maxPrograms + 64
 }
 
 // ScanFailed counts a scan that returned an error (the agent keeps going).
@@ -198,6 +237,13 @@ func (e *Exporter) ExportErrors() (metrics, traces int64) {
 func (e *Exporter) LogErrors() {
 	if n, last := e.errs.take(); last != "" {
 		e.log.Warn("telemetry errors since last interval", "failures", n, "last", last)
+	}
+	if n := e.overflowed.Load(); n > 0 {
+		e.log.Warn("series over the cardinality limit folded into otel.metric.overflow (counted in bpf.agent.programs.dropped): lower --max-programs or the metrics level", "series", n, "limit", e.limit)
+	}
+	if n := e.spansDropped.Load(); n > e.spans.reported.Load() {
+		e.spans.reported.Store(n)
+		e.log.Warn("episode spans over the span budget dropped (counted in bpf.agent.spans.dropped)", "dropped_total", n, "budget_per_minute", e.cfg.SpanBudget)
 	}
 }
 

@@ -36,9 +36,18 @@ func TestMetricsDoc(t *testing.T) {
 
 func TestEveryMetricIsObserved(t *testing.T) {
 	names := map[string]bool{}
+	atLevel := map[Level]map[string]bool{}
 	for _, d := range metricDefs {
-		if names[d.Name] {
-			t.Errorf("%s: listed twice", d.Name)
+		// A name may have one row per level (the program metrics have other
+		// attributes at the workload level), never two at one level.
+		for _, l := range d.Levels {
+			if atLevel[l] == nil {
+				atLevel[l] = map[string]bool{}
+			}
+			if atLevel[l][d.Name] {
+				t.Errorf("%s: listed twice at level %v", d.Name, l)
+			}
+			atLevel[l][d.Name] = true
 		}
 		names[d.Name] = true
 		_, ok := observers[d.Name]
@@ -64,6 +73,7 @@ func TestParseLevel(t *testing.T) {
 		err  bool
 	}{
 		{"program", LevelProgram, false},
+		{"workload", LevelWorkload, false},
 		{"owner", LevelOwner, false},
 		{"attach-type", LevelAttachType, false},
 		{"programs", 0, true},
@@ -326,6 +336,7 @@ func TestLevelsLimitSeries(t *testing.T) {
 	}{
 		{LevelAttachType, false, false},
 		{LevelOwner, false, true},
+		{LevelWorkload, true, false},
 		{LevelProgram, true, false},
 	} {
 		e, r, _ := newTestExporter(t, Config{Level: tc.level})
@@ -382,8 +393,11 @@ func TestEpisodeSpans(t *testing.T) {
 	e.Update(context.Background(), s)
 
 	spans := rec.Ended()
-	if len(spans) != 1 {
-		t.Fatalf("%d spans ended, want 1 (the open episode waits)", len(spans))
+	if len(spans) != 2 {
+		t.Fatalf("%d spans ended, want 2 (the closed episode's, the open one's open span)", len(spans))
+	}
+	if spans[1].Name() != OpenSpanName {
+		t.Errorf("second span %q, want %q", spans[1].Name(), OpenSpanName)
 	}
 	sp := spans[0]
 	if sp.Name() != SpanName || !sp.StartTime().Equal(closed.Start) || !sp.EndTime().Equal(closed.End) {
@@ -412,10 +426,10 @@ func TestEpisodeSpans(t *testing.T) {
 	open.Reason = "shutdown"
 	e.EndEpisodes(context.Background(), []agent.Episode{open})
 	spans = rec.Ended()
-	if len(spans) != 2 {
-		t.Fatalf("%d spans after shutdown, want 2", len(spans))
+	if len(spans) != 3 {
+		t.Fatalf("%d spans after shutdown, want 3", len(spans))
 	}
-	attrs = attribute.NewSet(spans[1].Attributes()...)
+	attrs = attribute.NewSet(spans[2].Attributes()...)
 	if v, _ := attrs.Value("bpf.episode.ended_by"); v.AsString() != "shutdown" {
 		t.Errorf("shutdown episode ended_by = %q", v.String())
 	}

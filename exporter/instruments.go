@@ -27,14 +27,22 @@ func b2i(b bool) int64 {
 // observers read each table metric out of a view. Every observable metric
 // of metricDefs has one (a test checks).
 var observers = map[string]func(v *view, s sink){
+	// The program metrics come from v.programs at the program level and
+	// from v.workloads at the workload level; the other is empty.
 	"bpf.program.run.count": func(v *view, s sink) {
 		for i := range v.programs {
 			s.Int(int64(v.programs[i].runs), v.programs[i].attrs)
+		}
+		for i := range v.workloads {
+			s.Int(int64(v.workloads[i].acc.runs), v.workloads[i].attrs)
 		}
 	},
 	"bpf.program.run.time": func(v *view, s sink) {
 		for i := range v.programs {
 			s.Float(float64(v.programs[i].runTimeNs)/1e9, v.programs[i].attrs)
+		}
+		for i := range v.workloads {
+			s.Float(float64(v.workloads[i].acc.runTimeNs)/1e9, v.workloads[i].attrs)
 		}
 	},
 	"bpf.program.recursion_misses": func(v *view, s sink) {
@@ -43,10 +51,30 @@ var observers = map[string]func(v *view, s sink){
 				s.Int(int64(*m), v.programs[i].attrs)
 			}
 		}
+		for i := range v.workloads {
+			if v.workloads[i].hasMisses {
+				s.Int(int64(v.workloads[i].acc.misses), v.workloads[i].attrs)
+			}
+		}
 	},
 	"bpf.link.missed": func(v *view, s sink) {
 		for i := range v.links {
 			s.Int(int64(v.links[i].missed), v.links[i].attrs)
+		}
+		for i := range v.workloads {
+			if v.workloads[i].hasLinks {
+				s.Int(int64(v.workloads[i].acc.linkMissed), v.workloads[i].attrs)
+			}
+		}
+	},
+	"bpf.program.loaded": func(v *view, s sink) {
+		for i := range v.workloads {
+			s.Int(int64(v.workloads[i].loaded), v.workloads[i].attrs)
+		}
+	},
+	"bpf.program.info": func(v *view, s sink) {
+		for _, a := range v.info {
+			s.Int(1, a)
 		}
 	},
 	"bpf.owner.run.count":        aggInt(func(v *view) []aggSeries { return v.owners }, func(a *aggSeries) uint64 { return a.acc.runs }),
@@ -73,9 +101,23 @@ var observers = map[string]func(v *view, s sink){
 	"bpf.agent.scan.errors":      func(v *view, s sink) { s.Int(v.scanErrors, empty) },
 	"bpf.agent.stats.enabled":    func(v *view, s sink) { s.Int(b2i(v.statsEnabled), empty) },
 	"bpf.agent.stats.held":       func(v *view, s sink) { s.Int(b2i(v.statsHeld), empty) },
-	"bpf.agent.programs.dropped": func(v *view, s sink) { s.Int(int64(v.dropped), empty) },
+	"bpf.agent.programs.dropped": func(v *view, s sink) { s.Int(int64(v.dropped)+v.overflowed, empty) },
+	"bpf.agent.spans.dropped":    func(v *view, s sink) { s.Int(v.spansDropped, empty) },
 	// bpf.agent.export.errors is observed from the exporter's counters, not
 	// the view: see registerInstruments.
+}
+
+// overflow is how many series of the view's largest instrument the SDK's
+// cardinality limit folds into otel.metric.overflow (the limit counts that
+// series too), and remembers it for the interval's log line.
+func (e *Exporter) overflow(v *view) int64 {
+	n := max(len(v.programs), len(v.links), len(v.workloads), len(v.info), len(v.owners), len(v.attach))
+	over := 0
+	if e.limit > 0 && n > e.limit-1 {
+		over = n - (e.limit - 1)
+	}
+	e.overflowed.Store(int64(over))
+	return int64(over)
 }
 
 func aggInt(series func(*view) []aggSeries, val func(*aggSeries) uint64) func(*view, sink) {
@@ -161,10 +203,13 @@ func (e *Exporter) registerInstruments(m metric.Meter) error {
 		}
 	}
 	reg, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		v := e.latest()
-		if v != nil {
+		if latest := e.latest(); latest != nil {
+			// The counters that move between scans join a copy of the view.
+			v := *latest
+			v.spansDropped = e.spansDropped.Load()
+			v.overflowed = e.overflow(&v)
 			for _, r := range regs {
-				r.observe(v, observerSink{o: o, i: r.i, f: r.f})
+				r.observe(&v, observerSink{o: o, i: r.i, f: r.f})
 			}
 		}
 		if exportErrs != nil {

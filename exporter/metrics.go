@@ -15,7 +15,14 @@ const (
 	LevelAttachType Level = iota
 	// LevelOwner adds per-owner (process / container / pod) aggregates.
 	LevelOwner
-	// LevelProgram exports every program (up to MaxPrograms) and link.
+	// LevelWorkload exports program metrics keyed by what survives a
+	// reload (name, type, attach type and target, miss kind, owning
+	// workload or executable): the series count does not grow with
+	// reloads. The default.
+	LevelWorkload
+	// LevelProgram exports every program (up to MaxPrograms) and link with
+	// its identity (id, tag, pid, pod, container): for one node and
+	// debugging, as every reload makes new series.
 	LevelProgram
 )
 
@@ -25,6 +32,8 @@ func (l Level) String() string {
 		return "attach-type"
 	case LevelOwner:
 		return "owner"
+	case LevelWorkload:
+		return "workload"
 	case LevelProgram:
 		return "program"
 	}
@@ -33,12 +42,12 @@ func (l Level) String() string {
 
 // ParseLevel parses the --metrics-level value.
 func ParseLevel(s string) (Level, error) {
-	for _, l := range []Level{LevelAttachType, LevelOwner, LevelProgram} {
+	for _, l := range allLevels {
 		if s == l.String() {
 			return l, nil
 		}
 	}
-	return 0, fmt.Errorf("metrics level %q: want program, owner or attach-type", s)
+	return 0, fmt.Errorf("metrics level %q: want workload, program, owner or attach-type", s)
 }
 
 type instrumentKind int
@@ -61,13 +70,22 @@ var (
 		"bpf.attach.type", "bpf.attach.target", "bpf.program.sleepable", "bpf.miss.kind",
 		"process.pid", "process.executable.name", "container.id", "k8s.pod.name", "k8s.namespace.name",
 	}
-	linkAttrs      = append([]string{"bpf.link.id", "bpf.link.type"}, programAttrs...)
+	linkAttrs = append([]string{"bpf.link.id", "bpf.link.type"}, programAttrs...)
+	// workloadAttrs stay the same when a program is reloaded (new id, new
+	// pod, new pid): the key of the workload level's series.
+	workloadAttrs = []string{
+		"bpf.program.name", "bpf.program.type", "bpf.attach.type", "bpf.attach.target", "bpf.miss.kind",
+		"k8s.namespace.name", "k8s.workload.kind", "k8s.workload.name", "process.executable.name",
+	}
+	// infoAttrs join a program's identity to its workload series.
+	infoAttrs      = append([]string{"bpf.program.id", "bpf.program.tag", "process.pid", "container.id", "k8s.pod.name"}, workloadAttrs...)
 	ownerAttrs     = []string{"bpf.owner.key", "process.pid", "process.executable.name", "container.id", "k8s.pod.name", "k8s.namespace.name"}
 	attachAttrs    = []string{"bpf.attach.type"}
 	exportAttrs    = []string{"signal"}
 	noAttrs        = []string(nil)
-	allLevels      = []Level{LevelAttachType, LevelOwner, LevelProgram}
+	allLevels      = []Level{LevelAttachType, LevelOwner, LevelWorkload, LevelProgram}
 	ownerLevels    = []Level{LevelOwner}
+	workloadLevels = []Level{LevelWorkload}
 	programLevels  = []Level{LevelProgram}
 	floatValue     = true
 	intValue       = false
@@ -82,8 +100,18 @@ OTLP receiver turns ` + "`.`" + ` into ` + "`_`" + `, appends the unit (` + "`_s
 ` + "`bpf_program_run_time_seconds_total`" + `.
 
 Levels (` + "`--metrics-level`" + `): ` + "`attach-type`" + ` exports the attach-type and agent
-metrics only; ` + "`owner`" + ` adds the owner metrics; ` + "`program`" + ` adds the program and
-link metrics instead (they carry the owner attributes), capped by ` + "`--max-programs`" + `.
+metrics only; ` + "`owner`" + ` adds the owner metrics; ` + "`workload`" + ` (the default) adds the
+program and link metrics keyed by what survives a reload (program name, type, attach type and
+target, miss kind, the owning workload — namespace and controller — and executable), their
+counters accumulated across the programs' reloads; ` + "`program`" + ` keys them by program id
+and owner instead (every reload makes new series: for one node and debugging). Both are capped
+by ` + "`--max-programs`" + ` (series over the cap are counted in ` + "`bpf.agent.programs.dropped`" + `),
+which also sets the SDK's cardinality limit.
+
+Counters of a program (or workload key) first seen after it was loaded carry its load time as
+their OTLP start time: Prometheus started with ` + "`--enable-feature=created-timestamp-zero-ingestion`" + `
+writes a zero sample there, so ` + "`increase()`" + ` counts the misses of a program's first
+interval. Gauges carry no start time.
 
 Resource attributes: ` + "`service.name`" + ` (bpfleet-agent), ` + "`service.instance.id`" + ` (node
 name, else host name: Prometheus keys series by it), ` + "`host.name`" + `, ` + "`host.arch`" + `,
@@ -119,6 +147,19 @@ var metricDefs = []metricDef{
 		"Runs the kernel skipped because the program's per-CPU recursion guard was held (recursion_misses, Linux 5.12+)."},
 	{"bpf.link.missed", "{miss}", kindCounter, intValue, programLevels, linkAttrs,
 		"Events a kprobe / kprobe.multi link missed (link info missed, Linux 6.7+)."},
+
+	{"bpf.program.run.count", "{run}", kindCounter, intValue, workloadLevels, workloadAttrs,
+		"Runs of the key's programs, summed across reloads (each program's run_cnt since it loaded)."},
+	{"bpf.program.run.time", "s", kindCounter, floatValue, workloadLevels, workloadAttrs,
+		"Run time of the key's programs, summed across reloads."},
+	{"bpf.program.recursion_misses", "{miss}", kindCounter, intValue, workloadLevels, workloadAttrs,
+		"Recursion misses of the key's programs, summed across reloads (Linux 5.12+)."},
+	{"bpf.link.missed", "{miss}", kindCounter, intValue, workloadLevels, workloadAttrs,
+		"kprobe link misses of the key's programs, summed across links and reloads (Linux 6.7+)."},
+	{"bpf.program.loaded", "{program}", kindGauge, intValue, workloadLevels, workloadAttrs,
+		"Programs loaded now under the key; 0 for 15 minutes after the last one unloaded, then the series ends."},
+	{"bpf.program.info", "", kindGauge, intValue, workloadLevels, infoAttrs,
+		"1 per loaded program, naming its identity beside its workload key (join on the key's labels); only with --program-info, as every reload adds series."},
 
 	{"bpf.owner.run.count", "{run}", kindCounter, intValue, ownerLevels, ownerAttrs,
 		"Runs of the owner's programs since the agent started."},
@@ -157,7 +198,9 @@ var metricDefs = []metricDef{
 	{"bpf.agent.stats.held", "", kindGauge, intValue, allLevels, noAttrs,
 		"1 while this agent holds a BPF_ENABLE_STATS fd."},
 	{"bpf.agent.programs.dropped", "{program}", kindGauge, intValue, allLevels, noAttrs,
-		"Programs left out of the latest export by --max-programs."},
+		"Programs left out of the latest export by --max-programs (at the workload level: the programs of the keys left out), plus series the SDK's cardinality limit folded into otel.metric.overflow."},
+	{"bpf.agent.spans.dropped", "{span}", kindCounter, intValue, allLevels, noAttrs,
+		"Episode spans not emitted because the node's span budget (--span-budget per minute) was spent."},
 	{"bpf.agent.export.errors", "{error}", kindCounter, intValue, allLevels, exportAttrs,
 		"Failed exports to the OTLP backend, by signal (metrics, traces)."},
 

@@ -2,6 +2,9 @@ package exporter
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -12,17 +15,105 @@ import (
 // SpanName is the name of every miss-episode span.
 const SpanName = "bpf.recursion_miss"
 
-// episodeSpan emits one finished span for an episode. shutdown marks an
-// episode the agent ended because it stopped.
-func (e *Exporter) episodeSpan(ctx context.Context, ep *agent.Episode, shutdown bool) {
-	reason := ep.Reason
-	if shutdown {
-		reason = "shutdown"
+// OpenSpanName is the span emitted when an episode is first seen open, so
+// a long episode shows within one interval; the episode's final span links
+// to it.
+const OpenSpanName = "bpf.recursion_miss.open"
+
+type episodeKey struct {
+	source     string
+	prog, link uint32
+	start      int64
+}
+
+func keyOf(ep *agent.Episode) episodeKey {
+	return episodeKey{ep.Source, ep.ProgID, ep.LinkID, ep.Start.UnixNano()}
+}
+
+// spanState is what the span side remembers between snapshots: the owner
+// attributes of each program (an episode that closes because its program
+// unloaded still names its owner), the open spans to link to, and the
+// budget.
+type spanState struct {
+	mu       sync.Mutex
+	cur      map[uint32][]attribute.KeyValue
+	prev     map[uint32][]attribute.KeyValue
+	opened   map[episodeKey]trace.SpanContext
+	window   time.Time
+	used     int
+	reported atomic.Int64
+}
+
+func newSpanState() spanState {
+	return spanState{cur: map[uint32][]attribute.KeyValue{}, opened: map[episodeKey]trace.SpanContext{}}
+}
+
+// owners remembers the owner attributes of the programs of snap that have
+// episodes, keeping the previous snapshot's for programs just gone.
+func (s *spanState) owners(snap *agent.Snapshot) {
+	want := make(map[uint32]bool, len(snap.Episodes))
+	for i := range snap.Episodes {
+		want[snap.Episodes[i].ProgID] = true
 	}
-	if reason == "" {
-		reason = "quiet"
+	m := make(map[uint32][]attribute.KeyValue, len(want))
+	for i := range snap.Programs {
+		p := &snap.Programs[i].Program
+		if !want[p.ID] {
+			continue
+		}
+		k := workloadKeyOf(p)
+		kv := make([]attribute.KeyValue, 0, 8)
+		for _, a := range k.kvs(nil) {
+			switch a.Key {
+			case "k8s.namespace.name", "k8s.workload.kind", "k8s.workload.name", "process.executable.name":
+				kv = append(kv, a)
+			}
+		}
+		o := primaryOwner(p)
+		if o.PID > 0 {
+			kv = append(kv, attribute.Int("process.pid", o.PID))
+		}
+		if o.ContainerID != "" {
+			kv = append(kv, attribute.String("container.id", o.ContainerID))
+		}
+		if o.PodName != "" {
+			kv = append(kv, attribute.String("k8s.pod.name", o.PodName))
+		}
+		m[p.ID] = kv
 	}
-	kv := identityKVs(make([]attribute.KeyValue, 0, 20), ep.ProgID, ep.ProgName, ep.ProgTag, ep.ProgType, ep.AttachType, ep.AttachTarget, ep.Sleepable)
+	s.mu.Lock()
+	s.prev, s.cur = s.cur, m
+	s.mu.Unlock()
+}
+
+func (s *spanState) ownerKVs(id uint32) []attribute.KeyValue {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if kv, ok := s.cur[id]; ok {
+		return kv
+	}
+	return s.prev[id]
+}
+
+// take spends one span of the per-minute budget; false: over it.
+func (s *spanState) take(budget int, now time.Time) bool {
+	if budget <= 0 {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if now.Sub(s.window) >= time.Minute {
+		s.window, s.used = now, 0
+	}
+	if s.used >= budget {
+		return false
+	}
+	s.used++
+	return true
+}
+
+func (e *Exporter) episodeKVs(ep *agent.Episode) []attribute.KeyValue {
+	kv := identityKVs(make([]attribute.KeyValue, 0, 28), ep.ProgID, ep.ProgName, ep.ProgTag, ep.ProgType, ep.AttachType, ep.AttachTarget, ep.Sleepable)
 	if ep.LinkID != 0 {
 		kv = append(kv, attribute.Int64("bpf.link.id", int64(ep.LinkID)))
 	}
@@ -30,9 +121,69 @@ func (e *Exporter) episodeSpan(ctx context.Context, ep *agent.Episode, shutdown 
 	if kind == "" {
 		kind = agent.MissKindUnknown
 	}
-	kv = append(kv,
-		attribute.String("bpf.episode.source", ep.Source),
-		attribute.String("bpf.miss.kind", kind),
+	kv = append(kv, attribute.String("bpf.episode.source", ep.Source), attribute.String("bpf.miss.kind", kind))
+	return append(kv, e.spans.ownerKVs(ep.ProgID)...)
+}
+
+// episodeOpened emits the open span of an episode the first time a
+// snapshot has it open: its misses so far, at the episode's start.
+func (e *Exporter) episodeOpened(ctx context.Context, ep *agent.Episode) {
+	k := keyOf(ep)
+	e.spans.mu.Lock()
+	_, done := e.spans.opened[k]
+	e.spans.mu.Unlock()
+	if done {
+		return
+	}
+	if !e.spans.take(e.cfg.SpanBudget, time.Now()) {
+		e.spansDropped.Add(1)
+		// Remember it anyway: one drop per episode, not one per scan.
+		e.spans.mu.Lock()
+		e.spans.opened[k] = trace.SpanContext{}
+		e.spans.mu.Unlock()
+		return
+	}
+	kv := append(e.episodeKVs(ep),
+		attribute.Int64("bpf.episode.misses", int64(ep.Misses)),
+		attribute.Int64("bpf.episode.runs", int64(ep.Runs)),
+		attribute.Float64("bpf.episode.peak_rate", ep.PeakRate),
+	)
+	_, span := e.tracer.Start(ctx, OpenSpanName,
+		trace.WithNewRoot(),
+		trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithTimestamp(ep.Start),
+		trace.WithAttributes(kv...),
+	)
+	end := ep.End
+	if end.Before(ep.Start) {
+		end = ep.Start
+	}
+	span.End(trace.WithTimestamp(end))
+	e.spans.mu.Lock()
+	e.spans.opened[k] = span.SpanContext()
+	e.spans.mu.Unlock()
+}
+
+// episodeSpan emits one finished span for an episode. shutdown marks an
+// episode the agent ended because it stopped.
+func (e *Exporter) episodeSpan(ctx context.Context, ep *agent.Episode, shutdown bool) {
+	k := keyOf(ep)
+	e.spans.mu.Lock()
+	openSC := e.spans.opened[k]
+	delete(e.spans.opened, k)
+	e.spans.mu.Unlock()
+	if !e.spans.take(e.cfg.SpanBudget, time.Now()) {
+		e.spansDropped.Add(1)
+		return
+	}
+	reason := ep.Reason
+	if shutdown {
+		reason = "shutdown"
+	}
+	if reason == "" {
+		reason = "quiet"
+	}
+	kv := append(e.episodeKVs(ep),
 		attribute.Int64("bpf.episode.misses", int64(ep.Misses)),
 		attribute.Int64("bpf.episode.runs", int64(ep.Runs)),
 		attribute.Float64("bpf.episode.miss_ratio", ep.MissRatio()),
@@ -43,13 +194,17 @@ func (e *Exporter) episodeSpan(ctx context.Context, ep *agent.Episode, shutdown 
 	if ep.Truncated > 0 {
 		kv = append(kv, attribute.Int("bpf.episode.truncated", ep.Truncated))
 	}
-	// Each episode is its own trace: it is not caused by a request.
-	_, span := e.tracer.Start(ctx, SpanName,
+	opts := []trace.SpanStartOption{
+		// Each episode is its own trace: it is not caused by a request.
 		trace.WithNewRoot(),
 		trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithTimestamp(ep.Start),
 		trace.WithAttributes(kv...),
-	)
+	}
+	if openSC.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: openSC}))
+	}
+	_, span := e.tracer.Start(ctx, SpanName, opts...)
 	for _, iv := range ep.Intervals {
 		span.AddEvent("bpf.miss.interval", trace.WithTimestamp(iv.Time), trace.WithAttributes(
 			attribute.Int64("bpf.episode.misses", int64(iv.Misses)),

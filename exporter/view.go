@@ -1,8 +1,8 @@
 package exporter
 
 import (
-	"path/filepath"
 	"sort"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 
@@ -14,17 +14,25 @@ import (
 // built once per snapshot in Update and never mutated afterwards, so a
 // collection never races with a scan.
 type view struct {
-	programs []programSeries
-	links    []linkSeries
-	owners   []aggSeries
-	attach   []aggSeries
+	programs  []programSeries
+	links     []linkSeries
+	workloads []workloadSeries
+	info      []attribute.Set
+	owners    []aggSeries
+	attach    []aggSeries
+	// starts holds the start time of the counter series that did not
+	// start with the exporter: a program's load time (see stampStarts).
+	starts map[attribute.Distinct]time.Time
 
 	programsSeen, linksSeen int
 	dropped                 int
-	statsEnabled, statsHeld bool
-	scans, scanErrors       int64
-	stats                   statsView
-	profiles                []profileSeries
+	// overflowed is the series the SDK folded into otel.metric.overflow at
+	// the latest export; spansDropped the spans over the budget so far.
+	overflowed, spansDropped int64
+	statsEnabled, statsHeld  bool
+	scans, scanErrors        int64
+	stats                    statsView
+	profiles                 []profileSeries
 }
 
 type programSeries struct {
@@ -93,11 +101,7 @@ func ownerKVs(kv []attribute.KeyValue, pid int, comm, exe, container, pod, ns st
 	if pid > 0 {
 		kv = append(kv, attribute.Int("process.pid", pid))
 	}
-	name := comm
-	if exe != "" {
-		name = filepath.Base(exe)
-	}
-	if name != "" {
+	if name := exeName(comm, exe); name != "" {
 		kv = append(kv, attribute.String("process.executable.name", name))
 	}
 	if container != "" {
@@ -188,8 +192,9 @@ func selectPrograms(progs []agent.ProgramStat, max int) []int {
 }
 
 // buildView reduces a snapshot to the configured level. Called with e.mu held.
-func (e *Exporter) buildView(s *agent.Snapshot) *view {
+func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 	v := &view{
+		starts:       map[attribute.Distinct]time.Time{},
 		programsSeen: len(s.Programs),
 		linksSeen:    s.Scan.Links,
 		statsEnabled: s.Stats.Enabled,
@@ -210,12 +215,19 @@ func (e *Exporter) buildView(s *agent.Snapshot) *view {
 			seen[p.ID] = true
 			c := e.programAttrs(p)
 			v.programs = append(v.programs, programSeries{attrs: c.set, runs: p.RunCount, runTimeNs: p.RunTimeNs, misses: p.RecursionMisses})
+			if !p.LoadTime.IsZero() {
+				v.starts[c.set.Equivalent()] = p.LoadTime
+			}
 			for _, l := range p.Links {
 				if l.Missed == nil {
 					continue
 				}
 				kv := append([]attribute.KeyValue{attribute.Int64("bpf.link.id", int64(l.ID)), attribute.String("bpf.link.type", l.Type)}, c.attrs...)
-				v.links = append(v.links, linkSeries{attrs: attribute.NewSet(kv...), missed: *l.Missed})
+				ls := linkSeries{attrs: attribute.NewSet(kv...), missed: *l.Missed}
+				v.links = append(v.links, ls)
+				if !p.LoadTime.IsZero() {
+					v.starts[ls.attrs.Equivalent()] = p.LoadTime
+				}
 			}
 		}
 		// Forget programs no longer exported so the cache stays bounded.
@@ -224,6 +236,10 @@ func (e *Exporter) buildView(s *agent.Snapshot) *view {
 				delete(e.progCache, id)
 			}
 		}
+	}
+
+	if e.cfg.Level == LevelWorkload {
+		e.buildWorkloads(s, v, now)
 	}
 
 	if e.cfg.Level == LevelOwner {

@@ -64,8 +64,11 @@ or with the kubeconfig $KUBECONFIG names on a host outside any pod.`,
 	registerScanFlags(cmd, &c.Scan)
 	f.DurationVar(&c.Interval, "interval", c.Interval, fmt.Sprintf("time between scans, at least %v (a scan of 1,000 programs costs about 4 ms of CPU: %v keeps the agent under 1%% of a CPU)", config.MinScanInterval, config.MinScanInterval))
 	f.DurationVar(&c.ExportInterval, "export-interval", 0, fmt.Sprintf("metric export interval, at least %v (0: OTEL_METRIC_EXPORT_INTERVAL, else --interval)", config.MinExportInterval))
-	f.StringVar((*string)(&c.Level), "metrics-level", string(c.Level), "metrics detail: program, owner or attach-type")
-	f.IntVar(&c.MaxPrograms, "max-programs", c.MaxPrograms, "most programs exported at --metrics-level=program (0: no cap); the rest are counted in bpf.agent.programs.dropped")
+	f.StringVar((*string)(&c.Level), "metrics-level", string(c.Level), "metrics detail: workload (program series that survive reloads), program (one series set per program id: debugging), owner or attach-type")
+	f.IntVar(&c.MaxPrograms, "max-programs", c.MaxPrograms, "most programs (--metrics-level=program) or program keys (workload) exported, and the SDK's cardinality limit (0: no cap); the rest are counted in bpf.agent.programs.dropped")
+	f.BoolVar(&c.ProgramInfo, "program-info", false, "at --metrics-level=workload, also export bpf.program.info (one series per program id: new series with every reload)")
+	f.IntVar(&c.SpanBudget, "span-budget", c.SpanBudget, "most miss-episode spans per minute (0: no cap); the rest are counted in bpf.agent.spans.dropped")
+	f.StringVar(&c.Compression, "otlp-compression", "", "gzip or none (default: OTEL_EXPORTER_OTLP_COMPRESSION, else gzip)")
 	f.BoolVar(&c.Console, "console", false, "also print metrics and spans to stdout")
 	f.StringVar(&c.OTLPEndpoint, "otlp-endpoint", "", "OTLP base URL, e.g. http://collector:4318, or host:port with grpc (overrides OTEL_EXPORTER_OTLP_ENDPOINT)")
 	f.StringVar(&c.OTLPProtocol, "otlp-protocol", "", "grpc or http/protobuf (overrides OTEL_EXPORTER_OTLP_PROTOCOL)")
@@ -118,6 +121,9 @@ func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 		Level:           level,
 		MaxPrograms:     c.MaxPrograms,
 		Interval:        c.EffectiveExportInterval(),
+		ProgramInfo:     c.ProgramInfo,
+		SpanBudget:      c.SpanBudget,
+		Compression:     c.Compression,
 		Kernel:          a.Kernel(),
 		ClusterName:     c.ClusterName,
 		Endpoint:        c.OTel.Endpoint,

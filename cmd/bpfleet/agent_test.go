@@ -16,6 +16,7 @@ func TestAgentFlagErrors(t *testing.T) {
 		{[]string{"agent", "--interval", "1s", "--max-programs", "0", "--metrics-level", "pods"}, "--metrics-level"},
 		{[]string{"agent", "--interval", "0s", "--max-programs", "0", "--metrics-level", "program"}, "--interval"},
 		{[]string{"agent", "--interval", "1s", "--max-programs", "-1", "--metrics-level", "program"}, "--max-programs"},
+		{[]string{"agent", "--interval", "1s", "--max-programs", "0", "--metrics-level", "workload", "--export-interval", "-1s"}, "--export-interval"},
 	} {
 		var out bytes.Buffer
 		rootCmd.SetArgs(tc.args)

@@ -18,12 +18,13 @@ type MetricsLevel string
 const (
 	LevelAttachType MetricsLevel = "attach-type"
 	LevelOwner      MetricsLevel = "owner"
+	LevelWorkload   MetricsLevel = "workload"
 	LevelProgram    MetricsLevel = "program"
 )
 
 // Valid reports whether l is one of the levels.
 func (l MetricsLevel) Valid() bool {
-	return l == LevelAttachType || l == LevelOwner || l == LevelProgram
+	return l == LevelAttachType || l == LevelOwner || l == LevelWorkload || l == LevelProgram
 }
 
 // Agent is `bpfleet agent`'s configuration.
@@ -34,6 +35,9 @@ type Agent struct {
 	ExportInterval  time.Duration // --export-interval; 0: OTEL_METRIC_EXPORT_INTERVAL, else Interval
 	Level           MetricsLevel
 	MaxPrograms     int
+	ProgramInfo     bool   // --program-info: bpf.program.info at the workload level
+	SpanBudget      int    // --span-budget: episode spans per minute; 0: no cap
+	Compression     string // --otlp-compression; "": OTEL_EXPORTER_OTLP_COMPRESSION, else gzip
 	Console         bool
 	ClusterName     string
 	Calibrate       bool
@@ -56,8 +60,9 @@ func DefaultAgent() Agent {
 	return Agent{
 		Scan:            DefaultScan(),
 		Interval:        10 * time.Second,
-		Level:           LevelProgram,
+		Level:           LevelWorkload,
 		MaxPrograms:     1000,
+		SpanBudget:      600,
 		ClusterName:     os.Getenv("K8S_CLUSTER_NAME"),
 		Calibrate:       true,
 		ShutdownTimeout: 10 * time.Second,
@@ -127,10 +132,16 @@ func (c *Agent) Validate() error {
 		add(problem("OTEL_METRIC_EXPORT_INTERVAL", strconv.FormatInt(c.OTel.MetricExportInterval.Milliseconds(), 10), "want at least %d (milliseconds); more often only repeats the same data to the collector", MinExportInterval.Milliseconds()))
 	}
 	if !c.Level.Valid() {
-		add(problem("--metrics-level", string(c.Level), "want program, owner or attach-type"))
+		add(problem("--metrics-level", string(c.Level), "want workload, program, owner or attach-type"))
 	}
 	if c.MaxPrograms < 0 {
 		add(problem("--max-programs", strconv.Itoa(c.MaxPrograms), "want 0 (no cap) or a positive number of programs"))
+	}
+	if c.SpanBudget < 0 {
+		add(problem("--span-budget", strconv.Itoa(c.SpanBudget), "want 0 (no cap) or a positive number of spans per minute"))
+	}
+	if c.Compression != "" && c.Compression != string(CompressionGzip) && c.Compression != string(CompressionNone) {
+		add(problem("--otlp-compression", c.Compression, "want gzip or none"))
 	}
 	if c.ShutdownTimeout <= 0 {
 		add(problem("--shutdown-timeout", c.ShutdownTimeout.String(), "want a positive duration for the final flush, e.g. 10s"))
@@ -178,6 +189,7 @@ func (c *Agent) Settings() []any {
 		"export_interval", c.EffectiveExportInterval(),
 		"metrics_level", string(c.Level),
 		"max_programs", c.MaxPrograms,
+		"span_budget", c.SpanBudget,
 		"api", orNone(c.APIAddr),
 		"api_auth", c.APIToken != "",
 	}

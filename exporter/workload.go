@@ -1,0 +1,212 @@
+package exporter
+
+import (
+	"path/filepath"
+	"sort"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/bpfleet/bpfleet/agent"
+)
+
+// workloadGrace is how long a workload key whose programs all unloaded
+// keeps being exported (with bpf.program.loaded 0): a pod restart or an
+// upgrade reloads its programs within it, and the series then goes on
+// from where it was instead of restarting.
+const workloadGrace = 15 * time.Minute
+
+// workloadKey is what stays the same when a program is reloaded: the
+// program's name, type and attachment, and who owns it by workload (a pod's
+// namespace and controller), not by instance (pod, pid, container).
+type workloadKey struct {
+	name, typ, attachType, target, missKind string
+	namespace, kind, workload, exe          string
+}
+
+func workloadKeyOf(p *agent.Program) workloadKey {
+	o := primaryOwner(p)
+	k := workloadKey{
+		name: p.Name, typ: p.Type, attachType: p.AttachType, target: p.AttachTarget, missKind: p.MissKind,
+		namespace: o.PodNamespace, kind: o.WorkloadKind, workload: o.WorkloadName,
+		exe: exeName(o.Comm, o.Exe),
+	}
+	// A pod without a controller (a bare pod, a static pod) is its own
+	// workload: its name is as stable as it gets.
+	if k.kind == "" && o.PodName != "" {
+		k.kind, k.workload = "Pod", o.PodName
+	}
+	return k
+}
+
+func exeName(comm, exe string) string {
+	if exe != "" {
+		return filepath.Base(exe)
+	}
+	return comm
+}
+
+func (k workloadKey) kvs(kv []attribute.KeyValue) []attribute.KeyValue {
+	add := func(name, v string) {
+		if v != "" {
+			kv = append(kv, attribute.String(name, v))
+		}
+	}
+	kv = append(kv,
+		attribute.String("bpf.program.name", k.name),
+		attribute.String("bpf.program.type", k.typ),
+		attribute.String("bpf.attach.type", k.attachType),
+	)
+	add("bpf.attach.target", k.target)
+	add("bpf.miss.kind", k.missKind)
+	add("k8s.namespace.name", k.namespace)
+	add("k8s.workload.kind", k.kind)
+	add("k8s.workload.name", k.workload)
+	add("process.executable.name", k.exe)
+	return kv
+}
+
+// workloadSeries is one key's counters: the sum, over every program ever
+// seen under the key, of what the program counted while it was loaded. A
+// program first seen adds its whole counter (it counted from zero when it
+// loaded), a known one its growth since the previous scan; an unloaded
+// one adds nothing more. So the sum never goes down, whatever reloads.
+type workloadSeries struct {
+	attrs     attribute.Set
+	kv        []attribute.KeyValue
+	acc       accumulator
+	hasMisses bool
+	hasLinks  bool // some program had a kprobe link with a missed count
+	loaded    int
+	start     time.Time // the earliest load time of its programs
+	lastSeen  time.Time
+}
+
+// programLast is what a program had counted at the previous scan.
+type programLast struct {
+	runs, runTimeNs, misses, linkMissed uint64
+	key                                 workloadKey
+}
+
+// growth is cur-prev of a cumulative counter; a counter that went down
+// (it cannot for one program id, but ids are reused after a long time)
+// counts as new.
+func growth(cur, prev uint64) uint64 {
+	if cur < prev {
+		return cur
+	}
+	return cur - prev
+}
+
+func linkMissed(p *agent.Program) (uint64, bool) {
+	var n uint64
+	ok := false
+	for _, l := range p.Links {
+		if l.Missed != nil {
+			n += *l.Missed
+			ok = true
+		}
+	}
+	return n, ok
+}
+
+// buildWorkloads updates the workload accumulators from s and fills v.
+// Called with e.mu held.
+func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
+	for _, w := range e.workloads {
+		w.loaded = 0
+	}
+	seen := make(map[uint32]bool, len(s.Programs))
+	for i := range s.Programs {
+		p := &s.Programs[i].Program
+		seen[p.ID] = true
+		k := workloadKeyOf(p)
+		w := e.workloads[k]
+		if w == nil {
+			kv := k.kvs(make([]attribute.KeyValue, 0, 9))
+			w = &workloadSeries{kv: kv, attrs: attribute.NewSet(kv...), start: p.LoadTime}
+			e.workloads[k] = w
+		}
+		misses := uint64(0)
+		if p.RecursionMisses != nil {
+			misses = *p.RecursionMisses
+			w.hasMisses = true
+		}
+		lm, ok := linkMissed(p)
+		w.hasLinks = w.hasLinks || ok
+		cur := programLast{runs: p.RunCount, runTimeNs: p.RunTimeNs, misses: misses, linkMissed: lm, key: k}
+		last, known := e.progLast[p.ID]
+		if !known {
+			// The program counted from zero at its load time: the key's
+			// series must start no later, or a backend that writes a zero
+			// at the start time would put it after the counts.
+			if !p.LoadTime.IsZero() && (w.start.IsZero() || p.LoadTime.Before(w.start)) {
+				w.start = p.LoadTime
+			}
+			last = programLast{}
+		}
+		// A known program whose key changed (its pod was named once the
+		// pod cache synced) adds its growth to the new key from here on.
+		w.acc.runs += growth(cur.runs, last.runs)
+		w.acc.runTimeNs += growth(cur.runTimeNs, last.runTimeNs)
+		w.acc.misses += growth(cur.misses, last.misses)
+		w.acc.linkMissed += growth(cur.linkMissed, last.linkMissed)
+		w.loaded++
+		w.lastSeen = now
+		e.progLast[p.ID] = cur
+		if e.cfg.ProgramInfo {
+			o := primaryOwner(p)
+			kv := append(make([]attribute.KeyValue, 0, 14), attribute.Int64("bpf.program.id", int64(p.ID)), attribute.String("bpf.program.tag", p.Tag))
+			if o.PID > 0 {
+				kv = append(kv, attribute.Int("process.pid", o.PID))
+			}
+			if o.ContainerID != "" {
+				kv = append(kv, attribute.String("container.id", o.ContainerID))
+			}
+			if o.PodName != "" {
+				kv = append(kv, attribute.String("k8s.pod.name", o.PodName))
+			}
+			kv = append(kv, w.kv...)
+			v.info = append(v.info, attribute.NewSet(kv...))
+		}
+	}
+	for id := range e.progLast {
+		if !seen[id] {
+			delete(e.progLast, id)
+		}
+	}
+	keys := make([]workloadKey, 0, len(e.workloads))
+	for k, w := range e.workloads {
+		if w.loaded == 0 && now.Sub(w.lastSeen) > workloadGrace {
+			delete(e.workloads, k)
+			continue
+		}
+		keys = append(keys, k)
+	}
+	// Over the cap, keep the keys that missed, then the most expensive, in
+	// an order that rarely changes (so the exported set does not churn).
+	sort.Slice(keys, func(a, b int) bool {
+		wa, wb := e.workloads[keys[a]], e.workloads[keys[b]]
+		if ma, mb := wa.acc.misses+wa.acc.linkMissed > 0, wb.acc.misses+wb.acc.linkMissed > 0; ma != mb {
+			return ma
+		}
+		if wa.acc.runTimeNs != wb.acc.runTimeNs {
+			return wa.acc.runTimeNs > wb.acc.runTimeNs
+		}
+		return wa.attrs.Encoded(attribute.DefaultEncoder()) < wb.attrs.Encoded(attribute.DefaultEncoder())
+	})
+	if max := e.cfg.MaxPrograms; max > 0 && len(keys) > max {
+		for _, k := range keys[max:] {
+			v.dropped += e.workloads[k].loaded
+		}
+		keys = keys[:max]
+	}
+	v.workloads = make([]workloadSeries, 0, len(keys))
+	for _, k := range keys {
+		w := e.workloads[k]
+		v.workloads = append(v.workloads, *w)
+		if !w.start.IsZero() {
+			v.starts[w.attrs.Equivalent()] = w.start
+		}
+	}
+}

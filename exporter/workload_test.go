@@ -1,0 +1,291 @@
+package exporter
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/bpfleet/bpfleet/agent"
+)
+
+// podProg is a program owned by a pod of a workload, as the agent reports
+// it after the pod informer named the owner.
+func podProg(id uint32, name, workload, pod string, pid int, loaded time.Time, runs, misses uint64) agent.ProgramStat {
+	return agent.ProgramStat{Program: agent.Program{
+		ID: id, Name: name, Tag: fmt.Sprintf("tag%d", id), Type: "tracing", AttachType: "tp_btf", AttachTarget: "sched_switch",
+		MissKind: agent.MissKindRecursion, LoadTime: loaded, RunCount: runs, RunTimeNs: runs * 100, RecursionMisses: &misses,
+		Owners: []agent.Owner{{PID: pid, Comm: "agentd", Exe: "/usr/bin/agentd", ContainerID: fmt.Sprintf("c%d", id),
+			PodName: pod, PodNamespace: "obs", WorkloadKind: "DaemonSet", WorkloadName: workload, Via: "fd"}},
+	}}
+}
+
+// seriesCount is the number of data points of every metric: what a
+// backend holds as series at one instant.
+func seriesCount(got map[string][]point) int {
+	n := 0
+	for _, pts := range got {
+		n += len(pts)
+	}
+	return n
+}
+
+// Reloads (new ids, pods and pids under the same workloads) add no series
+// at the workload level, and the counters go on summing: a reloaded
+// program's first misses are added, never lost, and nothing goes down.
+func TestWorkloadSeriesSurviveReloads(t *testing.T) {
+	e, r, _ := newTestExporter(t, Config{Level: LevelWorkload})
+	t0 := time.Now().Add(-time.Hour)
+	id := uint32(100)
+	gen := func(i int, misses uint64) []agent.ProgramStat {
+		var ps []agent.ProgramStat
+		for _, w := range []string{"cilium", "tetragon"} {
+			for _, name := range []string{"on_switch", "on_exec"} {
+				id++
+				ps = append(ps, podProg(id, name, w, fmt.Sprintf("%s-%d", w, i), 1000+int(id), t0.Add(time.Duration(i)*time.Minute), 50, misses))
+			}
+		}
+		return ps
+	}
+	e.Update(context.Background(), snapshot(1, gen(0, 0)...))
+	got, _ := collect(t, r)
+	before := seriesCount(got)
+	if n := len(got["bpf.program.recursion_misses"]); n != 4 {
+		t.Fatalf("%d misses series for 2 workloads x 2 programs, want 4: %v", n, got["bpf.program.recursion_misses"])
+	}
+	key := func(pts []point, w, name string) float64 {
+		t.Helper()
+		for _, p := range pts {
+			wv, _ := p.attrs.Value("k8s.workload.name")
+			nv, _ := p.attrs.Value("bpf.program.name")
+			if wv.AsString() == w && nv.AsString() == name {
+				return p.value
+			}
+		}
+		t.Fatalf("no series %s/%s in %v", w, name, pts)
+		return 0
+	}
+	for _, p := range got["bpf.program.run.count"] {
+		for _, k := range []string{"bpf.program.id", "process.pid", "k8s.pod.name", "container.id", "bpf.program.tag"} {
+			if _, ok := p.attrs.Value(attribute.Key(k)); ok {
+				t.Errorf("workload series carries identity %s: %v", k, p.attrs.Encoded(attribute.DefaultEncoder()))
+			}
+		}
+		if v, _ := p.attrs.Value("k8s.workload.kind"); v.AsString() != "DaemonSet" {
+			t.Errorf("workload kind %q", v.AsString())
+		}
+	}
+	wantMisses := 0.0
+	for i := 1; i <= 10; i++ {
+		// Reload: every program unloads, new ones load with 7 misses each
+		// already counted by the time the agent first sees them.
+		e.Update(context.Background(), snapshot(uint64(i+1), gen(i, 7)...))
+		got, _ = collect(t, r)
+		wantMisses += 7
+		if n := seriesCount(got); n != before {
+			t.Errorf("reload %d: %d series, want %d as before", i, n, before)
+		}
+		if v := key(got["bpf.program.recursion_misses"], "cilium", "on_exec"); v != wantMisses {
+			t.Errorf("reload %d: misses %v, want %v (every reloaded program's first misses)", i, v, wantMisses)
+		}
+		if v := key(got["bpf.program.run.count"], "tetragon", "on_switch"); v != float64(50*(i+1)) {
+			t.Errorf("reload %d: runs %v, want %v", i, v, 50*(i+1))
+		}
+		if v := key(got["bpf.program.loaded"], "cilium", "on_exec"); v != 1 {
+			t.Errorf("reload %d: loaded %v, want 1", i, v)
+		}
+	}
+	// A known program's growth is added once, not its whole counter again.
+	id -= 4 // the ids of reload 10
+	again := gen(10, 9)
+	e.Update(context.Background(), snapshot(20, again...))
+	got, _ = collect(t, r)
+	if v := key(got["bpf.program.recursion_misses"], "cilium", "on_exec"); v != wantMisses+2 {
+		t.Errorf("misses %v after the same programs grew by 2, want %v", v, wantMisses+2)
+	}
+}
+
+// A key whose programs all unloaded is exported with loaded 0 for the
+// grace period (a restart within it continues the series), then ends.
+func TestWorkloadGrace(t *testing.T) {
+	e, _, _ := newTestExporter(t, Config{Level: LevelWorkload})
+	now := time.Now()
+	build := func(at time.Time, progs ...agent.ProgramStat) *view {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.buildView(snapshot(1, progs...), at)
+	}
+	build(now, podProg(1, "p", "w", "w-1", 10, now, 5, 1))
+	v := build(now.Add(time.Minute))
+	if len(v.workloads) != 1 || v.workloads[0].loaded != 0 || v.workloads[0].acc.misses != 1 {
+		t.Fatalf("after unload: %+v, want the key with loaded 0 and its 1 miss", v.workloads)
+	}
+	v = build(now.Add(2*time.Minute), podProg(2, "p", "w", "w-2", 11, now.Add(2*time.Minute), 3, 4))
+	if len(v.workloads) != 1 || v.workloads[0].acc.misses != 5 || v.workloads[0].loaded != 1 {
+		t.Fatalf("after reload within grace: %+v, want one key with 5 misses", v.workloads)
+	}
+	build(now.Add(3 * time.Minute))
+	if v := build(now.Add(3*time.Minute + workloadGrace + time.Second)); len(v.workloads) != 0 {
+		t.Errorf("%d keys after the grace period, want 0", len(v.workloads))
+	}
+}
+
+// Counters of a series first seen after its program loaded carry the load
+// time as start time (what Prometheus' created-timestamp ingestion turns
+// into a zero sample); gauges carry none.
+func TestStartTimeIsLoadTime(t *testing.T) {
+	for _, level := range []Level{LevelWorkload, LevelProgram} {
+		e, r, _ := newTestExporter(t, Config{Level: level})
+		loaded := time.Now().Add(-3 * time.Second).Truncate(time.Millisecond)
+		e.Update(context.Background(), snapshot(1, podProg(7, "p", "w", "w-1", 10, loaded, 5, 50)))
+		var rm metricdata.ResourceMetrics
+		if err := r.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		stampStarts(&rm, e.latest())
+		checked := 0
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				switch d := m.Data.(type) {
+				case metricdata.Sum[int64]:
+					if m.Name == "bpf.program.recursion_misses" {
+						checked++
+						if st := d.DataPoints[0].StartTime; !st.Equal(loaded) {
+							t.Errorf("%v: %s start %v, want the load time %v", level, m.Name, st, loaded)
+						}
+					}
+				case metricdata.Gauge[int64]:
+					for _, p := range d.DataPoints {
+						if !p.StartTime.IsZero() {
+							t.Errorf("%v: gauge %s has start time %v", level, m.Name, p.StartTime)
+						}
+					}
+				}
+			}
+		}
+		if checked != 1 {
+			t.Errorf("%v: no recursion_misses series", level)
+		}
+	}
+}
+
+// --max-programs caps the workload keys (dropped programs counted) and
+// sets the SDK's limit, whose overflow is counted too, never silent.
+func TestWorkloadCapAndCardinalityLimit(t *testing.T) {
+	e, r, _ := newTestExporter(t, Config{Level: LevelWorkload, MaxPrograms: 3, ProgramInfo: true})
+	var ps []agent.ProgramStat
+	now := time.Now()
+	for i := range 100 {
+		// 5 keys of 20 programs each.
+		ps = append(ps, podProg(uint32(i+1), fmt.Sprintf("p%d", i%5), "w", fmt.Sprintf("w-%d", i), 100+i, now, 1, 0))
+	}
+	e.Update(context.Background(), snapshot(1, ps...))
+	got, _ := collect(t, r)
+	if n := len(got["bpf.program.run.count"]); n != 3 {
+		t.Errorf("%d keys exported, want 3", n)
+	}
+	// 2 keys of 20 programs dropped by the cap; 100 info series over an
+	// SDK limit of 2*3+64 = 70 fold 100-69 = 31 into the overflow series.
+	limit := cardinalityLimit(3)
+	wantOver := 100 - (limit - 1)
+	if v := value0(got["bpf.agent.programs.dropped"]); v != float64(40+wantOver) {
+		t.Errorf("dropped = %v, want %d (40 by the cap, %d by the SDK limit %d)", v, 40+wantOver, wantOver, limit)
+	}
+	overflow := 0
+	for _, p := range got["bpf.program.info"] {
+		if v, ok := p.attrs.Value("otel.metric.overflow"); ok && v.AsBool() {
+			overflow++
+		}
+	}
+	if n := len(got["bpf.program.info"]); n != limit || overflow != 1 {
+		t.Errorf("info: %d series with %d overflow series, want %d with 1", n, overflow, limit)
+	}
+	if cardinalityLimit(0) != 0 {
+		t.Error("no cap must mean no SDK limit, not the SDK's 2,000")
+	}
+}
+
+func closedEpisode(id uint32, t0 time.Time) agent.Episode {
+	return agent.Episode{Source: agent.SourceRecursionMisses, ProgID: id, ProgName: "p", AttachType: "tp_btf", Kind: agent.MissKindRecursion,
+		Start: t0, End: t0.Add(time.Second), Misses: 3, Runs: 3, Reason: "quiet"}
+}
+
+// The span budget caps spans per minute; the rest are counted.
+func TestSpanBudget(t *testing.T) {
+	e, r, rec := newTestExporter(t, Config{Level: LevelWorkload, SpanBudget: 2})
+	s := snapshot(1)
+	for i := range 5 {
+		s.Episodes = append(s.Episodes, closedEpisode(uint32(i+1), time.Now()))
+	}
+	e.Update(context.Background(), s)
+	if n := len(rec.Ended()); n != 2 {
+		t.Errorf("%d spans, want the budget's 2", n)
+	}
+	got, _ := collect(t, r)
+	if v := value0(got["bpf.agent.spans.dropped"]); v != 3 {
+		t.Errorf("spans.dropped = %v, want 3", v)
+	}
+}
+
+// An episode seen open gets an open span at once, carrying its owner; the
+// final span links to it.
+func TestEpisodeOpenSpanLinkedWithOwner(t *testing.T) {
+	e, _, rec := newTestExporter(t, Config{Level: LevelWorkload})
+	t0 := time.Now().Add(-time.Minute)
+	p := podProg(42, "p", "cilium", "cilium-x1", 77, t0, 10, 3)
+	ep := closedEpisode(42, t0)
+	ep.Open, ep.Reason = true, ""
+	s := snapshot(1, p)
+	s.Episodes = []agent.Episode{ep}
+	e.Update(context.Background(), s)
+	e.Update(context.Background(), s) // still open: no second open span
+	spans := rec.Ended()
+	if len(spans) != 1 || spans[0].Name() != OpenSpanName {
+		t.Fatalf("spans %v, want one %s", spans, OpenSpanName)
+	}
+	openSC := spans[0].SpanContext()
+	// The program unloads as the episode ends: the owner is still named.
+	ep.Open, ep.Reason = false, "vanished"
+	s = snapshot(2)
+	s.Episodes = []agent.Episode{ep}
+	e.Update(context.Background(), s)
+	spans = rec.Ended()
+	if len(spans) != 2 {
+		t.Fatalf("%d spans, want 2", len(spans))
+	}
+	final := spans[1]
+	if l := final.Links(); len(l) != 1 || l[0].SpanContext.SpanID() != openSC.SpanID() {
+		t.Errorf("final span links %v, want the open span %v", l, openSC.SpanID())
+	}
+	for _, sp := range spans {
+		attrs := attribute.NewSet(sp.Attributes()...)
+		for k, want := range map[string]string{"k8s.workload.name": "cilium", "k8s.workload.kind": "DaemonSet", "k8s.namespace.name": "obs", "k8s.pod.name": "cilium-x1", "process.executable.name": "agentd"} {
+			if v, _ := attrs.Value(attribute.Key(k)); v.AsString() != want {
+				t.Errorf("%s: %s = %q, want %q", sp.Name(), k, v.AsString(), want)
+			}
+		}
+	}
+}
+
+func TestCompression(t *testing.T) {
+	for _, tc := range []struct {
+		cfg, generic, signal, want string
+		err                        bool
+	}{
+		{"", "", "", "gzip", false},
+		{"", "none", "", "none", false},
+		{"", "none", "gzip", "gzip", false},
+		{"none", "gzip", "", "none", false},
+		{"zstd", "", "", "", true},
+	} {
+		t.Setenv("OTEL_EXPORTER_OTLP_COMPRESSION", tc.generic)
+		t.Setenv("OTEL_EXPORTER_OTLP_METRICS_COMPRESSION", tc.signal)
+		got, err := compression(tc.cfg, "METRICS")
+		if (err != nil) != tc.err || got != tc.want {
+			t.Errorf("compression(%q) with env %q/%q = %q, %v; want %q", tc.cfg, tc.generic, tc.signal, got, err, tc.want)
+		}
+	}
+}
