@@ -263,13 +263,16 @@ func TestDefaultsLeastPrivilege(t *testing.T) {
 	if len(vols) != len(want) {
 		t.Errorf("%d host path volumes, want %d", len(vols), len(want))
 	}
-	for _, a := range []string{"agent", "--proc-root=/host/proc", "--bpffs=/sys/fs/bpf", "--interval=10s", "--metrics-level=program", "--calibrate=false", "--api-addr=127.0.0.1:9808", "--max-programs=0"} {
+	for _, a := range []string{"agent", "--proc-root=/host/proc", "--bpffs=/sys/fs/bpf", "--interval=10s", "--metrics-level=workload", "--calibrate=false", "--api-addr=127.0.0.1:9808", "--max-programs=1000", "--program-info=false", "--span-budget=600"} {
 		if !hasArg(c, a) {
 			t.Errorf("args %v lack %s", c.Args, a)
 		}
 	}
 	if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--api-token-file") }) {
 		t.Error("--api-token-file without a token secret")
+	}
+	if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--export-interval") }) {
+		t.Error("--export-interval without agent.exportInterval: the agent's default (the scan interval) must apply")
 	}
 
 	// Node name from the downward API.
@@ -352,10 +355,10 @@ func TestExposedAPIWithToken(t *testing.T) {
 	r := mustRender(t, `
 api: {address: 0.0.0.0, port: 9900, token: {existingSecret: bpfleet-api, key: tok}}
 otel: {endpoint: "http://otel-collector.observability:4318", headers: {Authorization: "Bearer abc", X-Tenant: fleet}}
-agent: {clusterName: prod-eu, metricsLevel: owner, interval: 30s, maxPrograms: 500, calibrate: true}
+agent: {clusterName: prod-eu, metricsLevel: owner, interval: 30s, maxPrograms: 500, calibrate: true, exportInterval: 1m, programInfo: true, spanBudget: 0}
 `)
 	c := agentContainer(t, r)
-	for _, a := range []string{"--api-addr=0.0.0.0:9900", "--api-token-file=/etc/bpfleet/api/token", "--metrics-level=owner", "--interval=30s", "--max-programs=500", "--calibrate=true"} {
+	for _, a := range []string{"--api-addr=0.0.0.0:9900", "--api-token-file=/etc/bpfleet/api/token", "--metrics-level=owner", "--interval=30s", "--max-programs=500", "--calibrate=true", "--export-interval=1m", "--program-info=true", "--span-budget=0"} {
 		if !hasArg(c, a) {
 			t.Errorf("args %v lack %s", c.Args, a)
 		}
@@ -494,6 +497,9 @@ func TestInvalidValuesRejected(t *testing.T) {
 		{`agent: {interval: 500ms}`, "interval"},
 		{`agent: {interval: soon}`, "interval"},
 		{`agent: {maxPrograms: -1}`, "maxPrograms"},
+		{`agent: {exportInterval: 500ms}`, "exportInterval"},
+		{`agent: {spanBudget: -1}`, "spanBudget"},
+		{`agent: {programInfo: "yes"}`, "programInfo"},
 		{`agent: {calibrate: "yes"}`, "calibrate"},
 		{`agent: {stats: {mode: sometimes}}`, "mode"},
 		{`agent: {stats: {window: 1}}`, "window"},
