@@ -203,6 +203,10 @@ func (p *Prometheus) Start() error {
 		"--storage.tsdb.path="+p.dataDir,
 		"--web.listen-address="+p.Addr,
 		"--web.enable-otlp-receiver",
+		// The agent sends each counter's start time (a program's load
+		// time); with this Prometheus writes a zero sample there, so
+		// increase() counts a new program's first interval.
+		"--enable-feature=created-timestamp-zero-ingestion",
 		"--log.level=warn",
 	)
 	if err != nil {
@@ -255,6 +259,49 @@ func (p *Prometheus) Query(ctx context.Context, q string) ([]Sample, error) {
 			return nil, fmt.Errorf("query %q: value %v: %w", q, r.Value[1], err)
 		}
 		out = append(out, Sample{Labels: r.Metric, Value: v})
+	}
+	return out, nil
+}
+
+// Point is one raw sample.
+type Point struct {
+	Time  time.Time
+	Value float64
+}
+
+// RawSamples returns the stored samples of the series sel selects over the
+// last window, by series (its labels' string form).
+func (p *Prometheus) RawSamples(ctx context.Context, sel string, window time.Duration) (map[string][]Point, error) {
+	var body struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+		Data   struct {
+			Result []struct {
+				Metric map[string]string `json:"metric"`
+				Values [][2]any          `json:"values"`
+			} `json:"result"`
+		} `json:"data"`
+	}
+	q := fmt.Sprintf("%s[%ds]", sel, int(window.Seconds()))
+	if err := getJSON(ctx, "http://"+p.Addr+"/api/v1/query?query="+url.QueryEscape(q), &body); err != nil {
+		return nil, err
+	}
+	if body.Status != "success" {
+		return nil, fmt.Errorf("query %q: %s", q, body.Error)
+	}
+	out := map[string][]Point{}
+	for _, r := range body.Data.Result {
+		var pts []Point
+		for _, v := range r.Values {
+			ts, _ := v[0].(float64)
+			s, _ := v[1].(string)
+			f, err := strconv.ParseFloat(s, 64)
+			if err != nil {
+				return nil, fmt.Errorf("query %q: value %v: %w", q, v[1], err)
+			}
+			pts = append(pts, Point{Time: time.UnixMilli(int64(ts * 1000)), Value: f})
+		}
+		out[fmt.Sprint(r.Metric)] = pts
 	}
 	return out, nil
 }
