@@ -105,6 +105,7 @@ type Exporter struct {
 	// into otel.metric.overflow at the latest collection.
 	overflowed   atomic.Int64
 	spansDropped atomic.Int64
+	stopping     atomic.Bool
 	limit        int
 
 	// Where metrics and spans go, for the agent's start-up line.
@@ -263,7 +264,9 @@ func (e *Exporter) Shutdown(ctx context.Context) error {
 		errs = append(errs, e.tp.Shutdown(ctx))
 	}
 	// The meter provider's shutdown runs a last collection, through the
-	// still registered callback, and exports it.
+	// still registered callback, and exports it: with bpf.agent.shutdown 1,
+	// so the rules know the agent left on purpose.
+	e.stopping.Store(true)
 	errs = append(errs, e.mp.Shutdown(ctx))
 	return errors.Join(errs...)
 }

@@ -103,6 +103,7 @@ var observers = map[string]func(v *view, s sink){
 	"bpf.agent.stats.held":       func(v *view, s sink) { s.Int(b2i(v.statsHeld), empty) },
 	"bpf.agent.programs.dropped": func(v *view, s sink) { s.Int(int64(v.dropped)+v.overflowed, empty) },
 	"bpf.agent.spans.dropped":    func(v *view, s sink) { s.Int(v.spansDropped, empty) },
+	"bpf.agent.shutdown":         func(v *view, s sink) { s.Int(b2i(v.shutdown), empty) },
 	// bpf.agent.export.errors is observed from the exporter's counters, not
 	// the view: see registerInstruments.
 }
@@ -207,6 +208,7 @@ func (e *Exporter) registerInstruments(m metric.Meter) error {
 			// The counters that move between scans join a copy of the view.
 			v := *latest
 			v.spansDropped = e.spansDropped.Load()
+			v.shutdown = e.stopping.Load()
 			v.overflowed = e.overflow(&v)
 			for _, r := range regs {
 				r.observe(&v, observerSink{o: o, i: r.i, f: r.f})

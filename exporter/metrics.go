@@ -69,6 +69,7 @@ var (
 		"bpf.program.id", "bpf.program.name", "bpf.program.tag", "bpf.program.type",
 		"bpf.attach.type", "bpf.attach.target", "bpf.program.sleepable", "bpf.miss.kind",
 		"process.pid", "process.executable.name", "container.id", "k8s.pod.name", "k8s.namespace.name",
+		"k8s.workload.kind", "k8s.workload.name",
 	}
 	linkAttrs = append([]string{"bpf.link.id", "bpf.link.type"}, programAttrs...)
 	// workloadAttrs stay the same when a program is reloaded (new id, new
@@ -199,6 +200,8 @@ var metricDefs = []metricDef{
 		"1 while this agent holds a BPF_ENABLE_STATS fd."},
 	{"bpf.agent.programs.dropped", "{program}", kindGauge, intValue, allLevels, noAttrs,
 		"Programs left out of the latest export by --max-programs (at the workload level: the programs of the keys left out), plus series the SDK's cardinality limit folded into otel.metric.overflow."},
+	{"bpf.agent.shutdown", "", kindGauge, intValue, allLevels, noAttrs,
+		"1 in the agent's final export when it stopped on SIGTERM (a drain, scale-down or uninstall), else 0: the alert rules do not page for an agent that left on purpose."},
 	{"bpf.agent.spans.dropped", "{span}", kindCounter, intValue, allLevels, noAttrs,
 		"Episode spans not emitted because the node's span budget (--span-budget per minute) was spent."},
 	{"bpf.agent.export.errors", "{error}", kindCounter, intValue, allLevels, exportAttrs,

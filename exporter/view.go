@@ -29,6 +29,7 @@ type view struct {
 	// overflowed is the series the SDK folded into otel.metric.overflow at
 	// the latest export; spansDropped the spans over the budget so far.
 	overflowed, spansDropped int64
+	shutdown                 bool
 	statsEnabled, statsHeld  bool
 	scans, scanErrors        int64
 	stats                    statsView
@@ -147,6 +148,10 @@ func (e *Exporter) programAttrs(p *agent.Program) cachedAttrs {
 	}
 	o := k.owner
 	kv = ownerKVs(kv, o.PID, o.Comm, o.Exe, o.ContainerID, o.PodName, o.PodNamespace)
+	// The workload too, so rules can sum by the same keys at both levels.
+	if o.WorkloadKind != "" {
+		kv = append(kv, attribute.String("k8s.workload.kind", o.WorkloadKind), attribute.String("k8s.workload.name", o.WorkloadName))
+	}
 	c := cachedAttrs{key: k, attrs: kv, set: attribute.NewSet(kv...)}
 	e.progCache[p.ID] = c
 	return c

@@ -242,6 +242,17 @@ func TestAgentToPrometheusAndJaeger(t *testing.T) {
 	final := kernelMisses(t, c)
 	waitMisses(t, prom, id, final)
 	agent.stop(t)
+	// Its final export says it left on purpose: BPFleetAgentDown stays quiet.
+	err := backends.Eventually(10*time.Second, func() error {
+		ss, err := prom.Query(context.Background(), `bpf_agent_shutdown{instance="e2e-node"}`)
+		if err != nil || len(ss) != 1 || ss[0].Value != 1 {
+			return fmt.Errorf("bpf_agent_shutdown after SIGTERM: %v, %v; want 1", ss, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
 	sp = episodeSpan(t, jg, id, "shutdown")
 	if got := num(sp.Tags["bpf.episode.misses"]); got != float64(final-want) {
 		t.Errorf("shutdown episode has %v misses, want %d", got, final-want)
