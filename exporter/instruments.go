@@ -67,11 +67,6 @@ var observers = map[string]func(v *view, s sink){
 			}
 		}
 	},
-	"bpf.program.loaded": func(v *view, s sink) {
-		for i := range v.workloads {
-			s.Int(int64(v.workloads[i].loaded), v.workloads[i].attrs)
-		}
-	},
 	"bpf.program.info": func(v *view, s sink) {
 		for _, a := range v.info {
 			s.Int(1, a)

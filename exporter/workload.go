@@ -11,7 +11,7 @@ import (
 )
 
 // workloadGrace is how long a workload key whose programs all unloaded
-// keeps being exported (with bpf.program.loaded 0): a pod restart or an
+// keeps being exported: a pod restart or an
 // upgrade reloads its programs within it, and the series then goes on
 // from where it was instead of restarting.
 const workloadGrace = 15 * time.Minute
