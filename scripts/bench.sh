@@ -54,3 +54,8 @@ if selected profiler; then
 	make -s test-kernels KERNELS=sid-amd64 KERNEL_FLAGS="-packages ./probes/profiler -cmd none -work ${TMPDIR:-/tmp}/bpfleet-bench-profiler"
 	grep -rh 'no-op target\|cost ratio\|short: runs\|long: runs' "${TMPDIR:-/tmp}/bpfleet-bench-profiler" || true
 fi
+
+if selected fleet; then
+	section "fleet: 50 nodes x 1,000 programs reloaded 10 times into a real Prometheus (series, bytes, CPU)"
+	go test -tags bench -count=1 -timeout 20m -run 'TestBenchFleet' -v ./exporter/e2e | grep -E 'BENCH|FAIL|ok'
+fi
