@@ -87,8 +87,11 @@ func eventually(t *testing.T, what string, cond func() bool) {
 }
 
 func TestPodAttribution(t *testing.T) {
+	cilium := pod("cilium-x1", "kube-system", uidA, node1, map[string]string{"cilium-agent": "containerd://" + idA}, map[string]string{"mount-bpf-fs": "containerd://" + idI})
+	yes := true
+	cilium.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "cilium", Controller: &yes}}
 	client := fake.NewClientset(
-		pod("cilium-x1", "kube-system", uidA, node1, map[string]string{"cilium-agent": "containerd://" + idA}, map[string]string{"mount-bpf-fs": "containerd://" + idI}),
+		cilium,
 		// Another node's pod: the fake ignores field selectors, so only the
 		// resolver's own node check keeps it out.
 		pod("tetragon-z", "security", uidB, "node-2", map[string]string{"tetragon": "cri-o://" + idB}, nil),
@@ -128,16 +131,16 @@ func TestPodAttribution(t *testing.T) {
 	}{
 		{"containerd container by id",
 			agent.Owner{PID: 10, Comm: "cilium-agent", Cgroup: systemdCgroup(uidA, "cri-containerd-"+idA+".scope")},
-			agent.Owner{PID: 10, Comm: "cilium-agent", Cgroup: systemdCgroup(uidA, "cri-containerd-"+idA+".scope"), ContainerID: idA, Runtime: "containerd", PodUID: uidA, PodName: "cilium-x1", PodNamespace: "kube-system", ContainerName: "cilium-agent"}},
+			agent.Owner{PID: 10, Comm: "cilium-agent", Cgroup: systemdCgroup(uidA, "cri-containerd-"+idA+".scope"), ContainerID: idA, Runtime: "containerd", PodUID: uidA, PodName: "cilium-x1", PodNamespace: "kube-system", ContainerName: "cilium-agent", WorkloadKind: "DaemonSet", WorkloadName: "cilium"}},
 		{"init container",
 			agent.Owner{Cgroup: "/kubepods/burstable/pod" + uidA + "/" + idI},
-			agent.Owner{Cgroup: "/kubepods/burstable/pod" + uidA + "/" + idI, ContainerID: idI, PodUID: uidA, PodName: "cilium-x1", PodNamespace: "kube-system", ContainerName: "mount-bpf-fs"}},
+			agent.Owner{Cgroup: "/kubepods/burstable/pod" + uidA + "/" + idI, ContainerID: idI, PodUID: uidA, PodName: "cilium-x1", PodNamespace: "kube-system", ContainerName: "mount-bpf-fs", WorkloadKind: "DaemonSet", WorkloadName: "cilium"}},
 		{"pod UID only (conmon scope)",
 			agent.Owner{Cgroup: systemdCgroup(uidA, "crio-conmon-"+idA+".scope")},
-			agent.Owner{Cgroup: systemdCgroup(uidA, "crio-conmon-"+idA+".scope"), PodUID: uidA, PodName: "cilium-x1", PodNamespace: "kube-system"}},
+			agent.Owner{Cgroup: systemdCgroup(uidA, "crio-conmon-"+idA+".scope"), PodUID: uidA, PodName: "cilium-x1", PodNamespace: "kube-system", WorkloadKind: "DaemonSet", WorkloadName: "cilium"}},
 		{"container id given by the owner walk",
 			agent.Owner{ContainerID: idA, Runtime: "containerd"},
-			agent.Owner{ContainerID: idA, Runtime: "containerd", PodUID: uidA, PodName: "cilium-x1", PodNamespace: "kube-system", ContainerName: "cilium-agent"}},
+			agent.Owner{ContainerID: idA, Runtime: "containerd", PodUID: uidA, PodName: "cilium-x1", PodNamespace: "kube-system", ContainerName: "cilium-agent", WorkloadKind: "DaemonSet", WorkloadName: "cilium"}},
 		{"other node's pod is not named",
 			agent.Owner{Cgroup: systemdCgroup(uidB, "crio-"+idB+".scope")},
 			agent.Owner{Cgroup: systemdCgroup(uidB, "crio-"+idB+".scope"), ContainerID: idB, Runtime: "cri-o", PodUID: uidB}},
