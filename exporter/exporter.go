@@ -107,6 +107,8 @@ type Exporter struct {
 	spansDropped atomic.Int64
 	stopping     atomic.Bool
 	limit        int
+	// started is when the exporter began: workload counters count from it.
+	started time.Time
 
 	// Where metrics and spans go, for the agent's start-up line.
 	MetricsTarget, TracesTarget string
@@ -126,6 +128,7 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 		progLast:  map[uint32]programLast{},
 		spans:     newSpanState(),
 		limit:     cardinalityLimit(cfg.MaxPrograms),
+		started:   time.Now(),
 	}
 	if e.log == nil {
 		e.log = slog.Default()

@@ -104,7 +104,9 @@ Levels (` + "`--metrics-level`" + `): ` + "`attach-type`" + ` exports the attach
 metrics only; ` + "`owner`" + ` adds the owner metrics; ` + "`workload`" + ` (the default) adds the
 program and link metrics keyed by what survives a reload (program name, type, attach type and
 target, miss kind, the owning workload — namespace and controller — and executable), their
-counters accumulated across the programs' reloads; ` + "`program`" + ` keys them by program id
+counters summed across the programs' reloads since the agent started (a program loaded before
+the agent counts its growth since, one loaded later all of its counts, so an agent restart is a
+plain counter reset, never a spike of history); ` + "`program`" + ` keys them by program id
 and owner instead (every reload makes new series: for one node and debugging). Both are capped
 by ` + "`--max-programs`" + ` (series over the cap are counted in ` + "`bpf.agent.programs.dropped`" + `),
 which also sets the SDK's cardinality limit.
@@ -150,7 +152,7 @@ var metricDefs = []metricDef{
 		"Events a kprobe / kprobe.multi link missed (link info missed, Linux 6.7+)."},
 
 	{"bpf.program.run.count", "{run}", kindCounter, intValue, workloadLevels, workloadAttrs,
-		"Runs of the key's programs, summed across reloads (each program's run_cnt since it loaded)."},
+		"Runs of the key's programs since the agent started, summed across reloads (a program loaded later: its run_cnt since it loaded)."},
 	{"bpf.program.run.time", "s", kindCounter, floatValue, workloadLevels, workloadAttrs,
 		"Run time of the key's programs, summed across reloads."},
 	{"bpf.program.recursion_misses", "{miss}", kindCounter, intValue, workloadLevels, workloadAttrs,

@@ -66,11 +66,12 @@ func (k workloadKey) kvs(kv []attribute.KeyValue) []attribute.KeyValue {
 	return kv
 }
 
-// workloadSeries is one key's counters: the sum, over every program ever
-// seen under the key, of what the program counted while it was loaded. A
-// program first seen adds its whole counter (it counted from zero when it
-// loaded), a known one its growth since the previous scan; an unloaded
-// one adds nothing more. So the sum never goes down, whatever reloads.
+// workloadSeries is one key's counters: the sum, over every program seen
+// under the key, of what the program counted while the exporter ran. A
+// program loaded since the exporter started adds its whole counter (it
+// counted from zero when it loaded, maybe before the agent first saw it),
+// a known one its growth since the previous scan, an unloaded one nothing
+// more. So the sum never goes down, whatever reloads.
 type workloadSeries struct {
 	attrs     attribute.Set
 	kv        []attribute.KeyValue
@@ -78,7 +79,10 @@ type workloadSeries struct {
 	hasMisses bool
 	hasLinks  bool // some program had a kprobe link with a missed count
 	loaded    int
-	start     time.Time // the earliest load time of its programs
+	// start is when the series began counting: the exporter's start for
+	// programs loaded before it, else the earliest load time of its
+	// programs.
+	start time.Time
 	lastSeen  time.Time
 }
 
@@ -124,7 +128,7 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 		w := e.workloads[k]
 		if w == nil {
 			kv := k.kvs(make([]attribute.KeyValue, 0, 9))
-			w = &workloadSeries{kv: kv, attrs: attribute.NewSet(kv...), start: p.LoadTime}
+			w = &workloadSeries{kv: kv, attrs: attribute.NewSet(kv...)}
 			e.workloads[k] = w
 		}
 		misses := uint64(0)
@@ -137,13 +141,27 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 		cur := programLast{runs: p.RunCount, runTimeNs: p.RunTimeNs, misses: misses, linkMissed: lm, key: k}
 		last, known := e.progLast[p.ID]
 		if !known {
-			// The program counted from zero at its load time: the key's
-			// series must start no later, or a backend that writes a zero
-			// at the start time would put it after the counts.
-			if !p.LoadTime.IsZero() && (w.start.IsZero() || p.LoadTime.Before(w.start)) {
-				w.start = p.LoadTime
+			from := p.LoadTime
+			if p.LoadTime.IsZero() || p.LoadTime.Before(e.started) {
+				// Loaded before the exporter started: what it counted
+				// before is history, not this series'. The series count
+				// from the exporter's start, so an agent restart starts
+				// them afresh (a counter reset, from zero) instead of
+				// adding the history of every loaded program again as one
+				// false spike.
+				last, from = cur, e.started
+			} else {
+				// Loaded since: it counted from zero at its load time,
+				// maybe before the agent first saw it; all of it is the
+				// key's.
+				last = programLast{}
 			}
-			last = programLast{}
+			// The series must start no later than what it counts, or a
+			// backend that writes a zero at the start time would put it
+			// after the counts.
+			if w.start.IsZero() || from.Before(w.start) {
+				w.start = from
+			}
 		}
 		// A known program whose key changed (its pod was named once the
 		// pod cache synced) adds its growth to the new key from here on.

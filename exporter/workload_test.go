@@ -38,14 +38,14 @@ func seriesCount(got map[string][]point) int {
 // program's first misses are added, never lost, and nothing goes down.
 func TestWorkloadSeriesSurviveReloads(t *testing.T) {
 	e, r, _ := newTestExporter(t, Config{Level: LevelWorkload})
-	t0 := time.Now().Add(-time.Hour)
+	t0 := time.Now() // every program loads after the exporter started
 	id := uint32(100)
 	gen := func(i int, misses uint64) []agent.ProgramStat {
 		var ps []agent.ProgramStat
 		for _, w := range []string{"cilium", "tetragon"} {
 			for _, name := range []string{"on_switch", "on_exec"} {
 				id++
-				ps = append(ps, podProg(id, name, w, fmt.Sprintf("%s-%d", w, i), 1000+int(id), t0.Add(time.Duration(i)*time.Minute), 50, misses))
+				ps = append(ps, podProg(id, name, w, fmt.Sprintf("%s-%d", w, i), 1000+int(id), t0.Add(time.Duration(i)*time.Millisecond), 50, misses))
 			}
 		}
 		return ps
@@ -105,6 +105,37 @@ func TestWorkloadSeriesSurviveReloads(t *testing.T) {
 	}
 }
 
+// What programs counted before the exporter started is history: the
+// workload series count from the exporter's start (their start time), so
+// an agent restart is a clean counter reset, never the history of every
+// loaded program again as one spike. Programs loaded since count whole.
+func TestWorkloadCountsFromExporterStart(t *testing.T) {
+	e, r, _ := newTestExporter(t, Config{Level: LevelWorkload})
+	old := podProg(1, "p", "w", "w-1", 10, time.Now().Add(-time.Hour), 1000, 500)
+	e.Update(context.Background(), snapshot(1, old))
+	got, rm := collect(t, r)
+	if v := value0(got["bpf.program.recursion_misses"]); v != 0 {
+		t.Errorf("misses %v at the first scan, want 0 (the 500 are from before the exporter)", v)
+	}
+	stampStarts(&rm, e.latest())
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if d, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "bpf.program.recursion_misses" {
+				if st := d.DataPoints[0].StartTime; !st.Equal(e.started) {
+					t.Errorf("start %v, want the exporter's start %v", st, e.started)
+				}
+			}
+		}
+	}
+	grown := podProg(1, "p", "w", "w-1", 10, time.Now().Add(-time.Hour), 1000, 503)
+	fresh := podProg(2, "p", "w", "w-2", 11, time.Now(), 10, 4)
+	e.Update(context.Background(), snapshot(2, grown, fresh))
+	got, _ = collect(t, r)
+	if v := value0(got["bpf.program.recursion_misses"]); v != 7 {
+		t.Errorf("misses %v, want 7 (3 grown since the first scan, 4 of a program loaded since)", v)
+	}
+}
+
 // A key whose programs all unloaded is exported with loaded 0 for the
 // grace period (a restart within it continues the series), then ends.
 func TestWorkloadGrace(t *testing.T) {
@@ -136,7 +167,7 @@ func TestWorkloadGrace(t *testing.T) {
 func TestStartTimeIsLoadTime(t *testing.T) {
 	for _, level := range []Level{LevelWorkload, LevelProgram} {
 		e, r, _ := newTestExporter(t, Config{Level: level})
-		loaded := time.Now().Add(-3 * time.Second).Truncate(time.Millisecond)
+		loaded := time.Now() // after the exporter started
 		e.Update(context.Background(), snapshot(1, podProg(7, "p", "w", "w-1", 10, loaded, 5, 50)))
 		var rm metricdata.ResourceMetrics
 		if err := r.Collect(context.Background(), &rm); err != nil {

@@ -257,6 +257,26 @@ func TestAgentToPrometheusAndJaeger(t *testing.T) {
 	if got := num(sp.Tags["bpf.episode.misses"]); got != float64(final-want) {
 		t.Errorf("shutdown episode has %v misses, want %d", got, final-want)
 	}
+	// That episode was seen open before the agent stopped: its open span
+	// went out at once, naming the owner.
+	err = backends.Eventually(30*time.Second, func() error {
+		spans, err := jg.Spans(context.Background(), "bpfleet-agent", nil)
+		if err != nil {
+			return err
+		}
+		for _, s := range spans {
+			if s.OperationName == exporter.OpenSpanName && num(s.Tags["bpf.program.id"]) == float64(id) {
+				if s.Tags["process.executable.name"] == nil || s.Tags["process.pid"] == nil {
+					return fmt.Errorf("open span without its owner: %v", s.Tags)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s span for program %d among %d spans", exporter.OpenSpanName, id, len(spans))
+	})
+	if err != nil {
+		t.Error(err)
+	}
 	t.Logf("e2e: %v", time.Since(start).Round(time.Millisecond))
 }
 
