@@ -82,8 +82,8 @@ type workloadSeries struct {
 	// start is when the series began counting: the exporter's start for
 	// programs loaded before it, else the earliest load time of its
 	// programs.
-	start time.Time
-	lastSeen  time.Time
+	start    time.Time
+	lastSeen time.Time
 }
 
 // programLast is what a program had counted at the previous scan.
