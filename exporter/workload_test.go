@@ -3,6 +3,8 @@ package exporter
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -203,7 +205,8 @@ func TestStartTimeIsLoadTime(t *testing.T) {
 // --max-programs caps the workload keys (dropped programs counted) and
 // sets the SDK's limit, whose overflow is counted too, never silent.
 func TestWorkloadCapAndCardinalityLimit(t *testing.T) {
-	e, r, _ := newTestExporter(t, Config{Level: LevelWorkload, MaxPrograms: 3, ProgramInfo: true})
+	var logBuf strings.Builder
+	e, r, _ := newTestExporter(t, Config{Level: LevelWorkload, MaxPrograms: 3, ProgramInfo: true, Log: slog.New(slog.NewTextHandler(&logBuf, nil))})
 	var ps []agent.ProgramStat
 	now := time.Now()
 	for i := range 100 {
@@ -230,6 +233,11 @@ func TestWorkloadCapAndCardinalityLimit(t *testing.T) {
 	}
 	if n := len(got["bpf.program.info"]); n != limit || overflow != 1 {
 		t.Errorf("info: %d series with %d overflow series, want %d with 1", n, overflow, limit)
+	}
+	// Said once per interval (the agent calls LogErrors once a scan).
+	e.LogErrors()
+	if n := strings.Count(logBuf.String(), "over the cardinality limit"); n != 1 {
+		t.Errorf("%d log lines about the cardinality limit after one interval, want 1:\n%s", n, logBuf.String())
 	}
 	if cardinalityLimit(0) != 0 {
 		t.Error("no cap must mean no SDK limit, not the SDK's 2,000")
