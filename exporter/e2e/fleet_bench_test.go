@@ -3,10 +3,17 @@
 package e2e
 
 import (
+	"context"
+	"fmt"
 	"math"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/bpfleet/bpfleet/exporter"
+	"github.com/bpfleet/bpfleet/exporter/internal/backends"
 )
 
 // TestBenchFleet is `make bench BENCH=fleet`: 50 nodes with 1,000 programs
@@ -35,4 +42,65 @@ func TestBenchFleet(t *testing.T) {
 	// per-container programs): 1,000 programs under 100 names.
 	r := runFleet(t, fleetConfig{agents: 50, programs: 1000, names: 100, reloads: 3, level: exporter.LevelWorkload})
 	r.report(t)
+}
+
+// procStat returns a process's resident memory and CPU time from /proc.
+func procStat(t *testing.T, pid int) (rssKB int, cpu time.Duration) {
+	t.Helper()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(status), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			rssKB, _ = strconv.Atoi(f[1])
+		}
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fields after the command's closing parenthesis: utime and stime are
+	// the 12th and 13th, in clock ticks (100 Hz on Linux).
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+	ut, _ := strconv.Atoi(f[11])
+	st, _ := strconv.Atoi(f[12])
+	return rssKB, time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// TestBenchAgentProcess: one real `bpfleet agent` (500 ms scans and
+// exports) with 1,000 programs reloaded every 3 s into a real Prometheus,
+// at the workload and the program level: its resident memory and CPU.
+func TestBenchAgentProcess(t *testing.T) {
+	prom := backends.StartPrometheus(t)
+	for _, level := range []string{"workload", "program"} {
+		progs, _ := loadFleetPrograms(t, 1000, 1000)
+		a := startAgent(t, []string{"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=" + prom.OTLPEndpoint(), "OTEL_TRACES_EXPORTER=none", "K8S_NODE_NAME=bench-" + level},
+			"--metrics-level", level, "--calibrate=false")
+		time.Sleep(3 * time.Second) // first scans and the owner walk
+		_, cpu0 := procStat(t, a.cmd.Process.Pid)
+		start := time.Now()
+		maxRSS := 0
+		for range 5 {
+			for _, p := range progs {
+				p.Close()
+			}
+			progs, _ = loadFleetPrograms(t, 1000, 1000)
+			time.Sleep(3 * time.Second)
+			rss, _ := procStat(t, a.cmd.Process.Pid)
+			maxRSS = max(maxRSS, rss)
+		}
+		_, cpu1 := procStat(t, a.cmd.Process.Pid)
+		a.stop(t)
+		for _, p := range progs {
+			p.Close()
+		}
+		ss, err := prom.Query(context.Background(), fmt.Sprintf(`count({instance="bench-%s"})`, level))
+		series := 0.0
+		if err == nil && len(ss) == 1 {
+			series = ss[0].Value
+		}
+		t.Logf("BENCH agent process level=%s, 1,000 programs reloaded 5 times, 500 ms scans and exports: RSS max %.1f MB, CPU %.1f%% of one core; %.0f series of the node live in Prometheus",
+			level, float64(maxRSS)/1000, 100*(cpu1-cpu0).Seconds()/time.Since(start).Seconds(), series)
+	}
 }
