@@ -162,9 +162,13 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 			if w.start.IsZero() || from.Before(w.start) {
 				w.start = from
 			}
+		} else if w.start.IsZero() {
+			// A known program under a new key (its pod was named once the
+			// pod cache synced): the key counts its growth from now on,
+			// and from the exporter's start as far as the backend knows.
+			// Never later: a start that moves forward reads as a reset.
+			w.start = e.started
 		}
-		// A known program whose key changed (its pod was named once the
-		// pod cache synced) adds its growth to the new key from here on.
 		w.acc.runs += growth(cur.runs, last.runs)
 		w.acc.runTimeNs += growth(cur.runTimeNs, last.runTimeNs)
 		w.acc.misses += growth(cur.misses, last.misses)

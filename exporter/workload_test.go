@@ -138,6 +138,46 @@ func TestWorkloadCountsFromExporterStart(t *testing.T) {
 	}
 }
 
+// A program whose pod is named only once the pod cache synced moves to a
+// new key: the new key counts its growth from then on, and its start time
+// is set once and never moves forward (a later start reads as a reset).
+func TestWorkloadKeyChange(t *testing.T) {
+	e, _, _ := newTestExporter(t, Config{Level: LevelWorkload})
+	build := func(p agent.ProgramStat) *view {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.buildView(snapshot(1, p), time.Now())
+	}
+	loaded := time.Now()
+	unnamed := podProg(1, "p", "", "", 10, loaded, 10, 2)
+	unnamed.Owners[0].PodName, unnamed.Owners[0].PodNamespace, unnamed.Owners[0].WorkloadKind = "", "", ""
+	build(unnamed)
+	named := podProg(1, "p", "cilium", "cilium-x", 10, loaded, 15, 5)
+	v := build(named)
+	var moved *workloadSeries
+	for i := range v.workloads {
+		if w, _ := v.workloads[i].attrs.Value("k8s.workload.name"); w.AsString() == "cilium" {
+			moved = &v.workloads[i]
+		}
+	}
+	if moved == nil || moved.acc.misses != 3 || moved.acc.runs != 5 {
+		t.Fatalf("named key: %+v, want the growth since the previous scan (3 misses, 5 runs)", moved)
+	}
+	if !moved.start.Equal(e.started) {
+		t.Errorf("named key starts %v, want the exporter's start %v", moved.start, e.started)
+	}
+	// A program loaded later under the key does not move its start.
+	later := podProg(2, "p", "cilium", "cilium-y", 11, time.Now(), 1, 1)
+	e.mu.Lock()
+	v = e.buildView(snapshot(2, named, later), time.Now())
+	e.mu.Unlock()
+	for i := range v.workloads {
+		if w, _ := v.workloads[i].attrs.Value("k8s.workload.name"); w.AsString() == "cilium" && !v.workloads[i].start.Equal(e.started) {
+			t.Errorf("start moved to %v", v.workloads[i].start)
+		}
+	}
+}
+
 // A key whose programs all unloaded is exported with loaded 0 for the
 // grace period (a restart within it continues the series), then ends.
 func TestWorkloadGrace(t *testing.T) {
