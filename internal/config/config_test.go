@@ -52,6 +52,8 @@ func TestAgentResolve(t *testing.T) {
 		{name: "generic protocol reported once", env: map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, want: []string{"OTEL_EXPORTER_OTLP_PROTOCOL"}},
 		{name: "empty counts as unset", env: map[string]string{"OTEL_METRICS_EXPORTER": "", "OTEL_EXPORTER_OTLP_ENDPOINT": " "}},
 		{name: "prometheus", env: map[string]string{"OTEL_METRICS_EXPORTER": "prometheus"}, want: wantPrometheus()},
+		{name: "fleet controls", mod: func(c *Agent) { c.Level, c.ProgramInfo, c.SpanBudget, c.Compression = LevelWorkload, true, 0, "none" }},
+		{name: "bad fleet controls", mod: func(c *Agent) { c.SpanBudget, c.Compression = -1, "zstd" }, want: []string{"--span-budget", "--otlp-compression"}},
 		{name: "everything wrong at once", mod: func(c *Agent) {
 			c.Interval, c.Level, c.MaxPrograms, c.Scan.QuietIntervals = 0, "pods", -1, 0
 		}, env: map[string]string{"OTEL_TRACES_EXPORTER": "jaeger", "OTEL_EXPORTER_OTLP_COMPRESSION": "zstd"},
