@@ -237,13 +237,14 @@ workload, executable), K_m and K_l the keys with a misses counter and with kprob
 
 | level | series per node | grows with reloads |
 | --- | --- | --- |
-| ` + "`attach-type`" + ` | 27 + 5A + C | no |
-| ` + "`owner`" + ` | 27 + 5A + C + 4O | by 4 per restarted owner (pid / container / pod) |
-| ` + "`workload`" + ` (default) | 27 + 5A + C + 2K + K_m + K_l (+ P with ` + "`--program-info`" + `) | no (the info metric: by P per reload) |
-| ` + "`program`" + ` | 27 + 5A + C + 2P + P_m + L | by 2P + P_m + L per reload of all programs |
+| ` + "`attach-type`" + ` | B + 5A + C | no |
+| ` + "`owner`" + ` | B + 5A + C + 4O | by 4 per restarted owner (pid / container / pod) |
+| ` + "`workload`" + ` (default) | B + 5A + C + 2K + K_m + K_l (+ P with ` + "`--program-info`" + `) | no (the info metric: by P per reload) |
+| ` + "`program`" + ` | B + 5A + C + 2P + P_m + L | by 2P + P_m + L per reload of all programs |
 
-27 is the agent's own: 9 gauges and counters, ` + "`bpf.agent.export.errors`" + ` for 2 signals, the scan
-duration histogram (12 buckets, +Inf, sum, count) and ` + "`target_info`" + `. K ≤ P: K = P when every
+B is the agent's own, 28 in the runs below: its gauges and counters, ` + "`bpf.agent.export.errors`" + ` for 2
+signals, the scan duration histogram (12 buckets, +Inf, sum, count), ` + "`target_info`" + `, and with
+calibration the stats-cost and stats-tax gauges (one per measured kind and program type). K ≤ P: K = P when every
 program has its own name (the worst case), K ≪ P where one workload loads the same program many
 times (per-endpoint or per-container programs).
 
@@ -252,11 +253,11 @@ socket filters per node with distinct names (K = P = 1,000, A = 1, C = 0), reloa
 
 | level | series per node | head series, first export → after reloads | bytes per export per node (gzip / uncompressed) |
 | --- | --- | --- | --- |
-| ` + "`workload`" + ` | 3,032 | 151,600 → 151,600 after 10 reloads (50 nodes) | 27.3 KB / 606.6 KB |
-| ` + "`program`" + ` | 3,032 | 15,160 → 60,160 after 3 reloads (5 nodes) | 38.6 KB / 855.7 KB |
-| ` + "`workload`" + `, 100 names (K = 100) | 332 | 16,600 → 16,600 after 3 reloads (50 nodes) | 4.3 KB / 63.9 KB |
+| ` + "`workload`" + ` | 3,033 | 151,650 → 151,650 after 10 reloads (50 nodes) | 27.3 KB / 606.8 KB |
+| ` + "`program`" + ` | 3,033 | 15,165 → 60,165 after 3 reloads (5 nodes) | 38.4 KB / 858.8 KB |
+| ` + "`workload`" + `, 100 names (K = 100) | 333 | 16,650 → 16,650 after 3 reloads (50 nodes) | 4.4 KB / 64.1 KB |
 
-Exporter CPU per export per node: 39 ms at K = 1,000, 5 ms at K = 100; Go heap per exporter
+Exporter CPU per export per node: 34–39 ms at K = 1,000, 4–5 ms at K = 100; Go heap per exporter
 2.1 MB at K = 1,000 (same run, shared 2-core machine: ratios, not absolutes).
 
 `
