@@ -160,11 +160,19 @@ func TestHarnessStopsSilentGuest(t *testing.T) {
 	start := time.Now()
 	r := RunMatrix(context.Background(), e, o)[0]
 	t.Logf("three boots in %s; error %v; retried %s", time.Since(start).Round(time.Second), r.Err, r.Retried)
-	if r.Err == nil || !strings.Contains(r.Err.Error(), "hung: no console output for 8s") {
-		t.Errorf("error %v, want the guest stopped as hung", r.Err)
+	if r.Err == nil {
+		t.Fatal("a guest that waits an hour in silence passed")
 	}
-	if n := strings.Count(r.Retried, "hung: no console output"); n != maxRetries {
-		t.Errorf("retried %q: want %d hung boots before the last", r.Retried, maxRetries)
+	if !strings.Contains(r.Err.Error()+r.Retried, "hung: no console output for 8s") {
+		t.Errorf("error %v, retried %q: no boot was stopped as hung", r.Err, r.Retried)
+	}
+	// Every boot before the last failed and was retried, each with its
+	// log named. Usually each one hung in the silence, but under TCG on a
+	// busy machine a boot may also die first (the stale-translation Oops
+	// in test/kernels/README.md): the retry is what is tested, not which
+	// way the guest went wrong.
+	if n := strings.Count(r.Retried, "(console log "); n != maxRetries {
+		t.Errorf("retried %q: want %d failed boots before the last", r.Retried, maxRetries)
 	}
 	for i := 1; i <= maxRetries; i++ {
 		if _, err := os.Stat(fmt.Sprintf("%s.%d", r.Log, i)); err != nil {
