@@ -1,0 +1,276 @@
+//go:build ignore
+
+// An iter/bpf_prog program that reads, in one pass over every BPF program
+// in the kernel, everything `bpfleet list` shows about a program, run-time
+// statistics included, so that a scan needs no per-program syscall (no fd
+// is ever opened, so no program is ever kept alive by the scan).
+//
+// The statistics are per-CPU (prog->stats is a __percpu pointer) and are
+// summed here over every possible CPU exactly as bpf_prog_get_stats() does.
+// Kernels built without percpu BTF type tags (gcc builds, the usual case)
+// refuse bpf_per_cpu_ptr() on prog->stats, so the per-CPU offset of each CPU
+// is found from a map this program owns: a one-element PERCPU_ARRAY whose
+// element address on CPU c (bpf_map_lookup_percpu_elem, Linux 5.19) minus
+// the array's __percpu base (pptrs[0]) is CPU c's per-CPU offset.
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define ATTACH_FUNC_LEN 64
+#define MAX_MAP_IDS 16
+#define MAX_FUNCS 64
+#define MAX_CPUS 4096
+
+// Bits of prog_record.flags.
+#define F_SLEEPABLE (1 << 0)
+#define F_SLEEPABLE_KNOWN (1 << 1)
+#define F_ATTACH_FUNC (1 << 2)
+#define F_ATTACH_BTF_OBJ_KNOWN (1 << 3)
+#define F_DST_PROG_KNOWN (1 << 4)
+#define F_STATS (1 << 5)        // run_cnt and run_time_ns summed over every possible CPU
+#define F_MISSES (1 << 6)       // the kernel has bpf_prog_stats.misses
+#define F_STATIC (1 << 7)       // uid, map ids, jited length, memlock pages all read
+#define F_VERIFIED_INSNS (1 << 8)
+
+// Number of possible CPUs (the highest possible CPU + 1), set by the
+// loader from /sys/devices/system/cpu/possible. The verifier sees the
+// frozen value, so the per-CPU loop is bounded by it.
+const volatile __u32 nr_cpus = 1;
+
+// Must match the layout decoded in progstats.go (recordSize and offsets).
+struct prog_record {
+	__u32 id;
+	__u32 type;
+	__u32 expected_attach_type;
+	__u32 attach_btf_id;
+	__u32 attach_btf_obj_id;
+	__u32 dst_prog_id;
+	__u32 flags;
+	__u32 nr_map_ids;
+	__u8 tag[8];
+	char name[16];
+	__u64 load_time;
+	__u64 run_cnt;
+	__u64 run_time_ns;
+	__u64 misses;
+	__u32 jited_len;
+	__u32 xlated_len;
+	__u32 uid;
+	__u32 btf_id;
+	__u32 verified_insns;
+	__u32 pages;
+	__u32 map_ids[MAX_MAP_IDS];
+	char attach_func[ATTACH_FUNC_LEN];
+	__u32 cpus;
+	__u32 _pad;
+};
+
+// A PERCPU_ARRAY of one element: its element's address on each CPU gives
+// that CPU's per-CPU offset.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} pcpu SEC(".maps");
+
+// Flavours for fields that moved or appeared over kernel versions.
+struct bpf_prog_aux___old {
+	bool sleepable;
+} __attribute__((preserve_access_index));
+
+struct bpf_prog_aux___btf {
+	struct btf *attach_btf;
+} __attribute__((preserve_access_index));
+
+struct bpf_prog_aux___dst {
+	struct bpf_prog *dst_prog;
+} __attribute__((preserve_access_index));
+
+struct bpf_prog_aux___vi {
+	u32 verified_insns;
+} __attribute__((preserve_access_index));
+
+// bpf_array's per-CPU bases: CO-RE finds pptrs through the anonymous
+// union it sits in, whichever way the kernel declares it.
+struct bpf_array___pp {
+	void *pptrs[1];
+} __attribute__((preserve_access_index));
+
+struct bpf_prog_stats___m {
+	u64_stats_t misses;
+} __attribute__((preserve_access_index));
+
+// asScalar turns a pointer the verifier tracks (map, map value) into a
+// plain number: it refuses arithmetic on those, but not on a value copied
+// out of a stack slot by a probe read.
+static __always_inline __u64 as_scalar(void *p)
+{
+	__u64 v = 0;
+
+	bpf_probe_read_kernel(&v, sizeof(v), &p);
+	return v;
+}
+
+// read_u64 reads a kernel word; a failed read sets *bad, so that a sum
+// with a hole in it is never reported.
+static __always_inline __u64 read_u64(__u64 addr, int *bad)
+{
+	__u64 v = 0;
+
+	if (bpf_probe_read_kernel(&v, sizeof(v), (void *)addr))
+		*bad = 1;
+	return v;
+}
+
+SEC("iter/bpf_prog")
+int dump_prog(struct bpf_iter__bpf_prog *ctx)
+{
+	struct bpf_prog *prog = ctx->prog;
+	struct prog_record r = {};
+	struct bpf_prog_aux *aux;
+	const char *name;
+	__u32 zero = 0;
+
+	if (!prog)
+		return 0; // end of iteration
+	aux = prog->aux;
+
+	r.id = aux->id;
+	r.type = prog->type;
+	r.expected_attach_type = prog->expected_attach_type;
+	r.attach_btf_id = aux->attach_btf_id;
+	bpf_core_read(&r.tag, sizeof(r.tag), &prog->tag);
+	bpf_core_read(&r.name, sizeof(r.name), &aux->name);
+	r.load_time = aux->load_time;
+	r.xlated_len = prog->len * 8; // bpf_prog_insn_size()
+	r.pages = BPF_CORE_READ_BITFIELD_PROBED(prog, pages);
+	if (aux->btf)
+		r.btf_id = BPF_CORE_READ(aux, btf, id);
+
+	if (bpf_core_field_exists(struct bpf_prog_aux___vi, verified_insns)) {
+		r.verified_insns = BPF_CORE_READ((struct bpf_prog_aux___vi *)aux, verified_insns);
+		r.flags |= F_VERIFIED_INSNS;
+	}
+
+	if (bpf_core_field_exists(prog->sleepable)) {
+		if (BPF_CORE_READ_BITFIELD(prog, sleepable))
+			r.flags |= F_SLEEPABLE;
+		r.flags |= F_SLEEPABLE_KNOWN;
+	} else if (bpf_core_field_exists(struct bpf_prog_aux___old, sleepable)) {
+		if (((struct bpf_prog_aux___old *)aux)->sleepable)
+			r.flags |= F_SLEEPABLE;
+		r.flags |= F_SLEEPABLE_KNOWN;
+	}
+
+	if (bpf_core_field_exists(struct bpf_prog_aux___btf, attach_btf)) {
+		struct btf *btf = ((struct bpf_prog_aux___btf *)aux)->attach_btf;
+
+		if (btf)
+			r.attach_btf_obj_id = btf->id;
+		r.flags |= F_ATTACH_BTF_OBJ_KNOWN;
+	}
+	if (bpf_core_field_exists(struct bpf_prog_aux___dst, dst_prog)) {
+		struct bpf_prog *dst = ((struct bpf_prog_aux___dst *)aux)->dst_prog;
+
+		if (dst)
+			r.dst_prog_id = dst->aux->id;
+		r.flags |= F_DST_PROG_KNOWN;
+	}
+	name = aux->attach_func_name;
+	if (name && bpf_probe_read_kernel_str(r.attach_func, sizeof(r.attach_func), name) > 0)
+		r.flags |= F_ATTACH_FUNC;
+
+	// What bpf_prog_get_info_by_fd() and the fdinfo say that needs a walk:
+	// map ids, the jited length summed over subprograms, the creator's uid.
+	// A program with more maps or subprograms than the bounds here is
+	// marked incomplete and read by syscall instead.
+	{
+		__u32 nmaps = aux->used_map_cnt, nfuncs = aux->func_cnt;
+		struct bpf_map **maps = aux->used_maps;
+		struct bpf_prog **funcs = aux->func;
+		int ok = nmaps <= MAX_MAP_IDS && nfuncs <= MAX_FUNCS;
+
+		r.nr_map_ids = nmaps;
+		for (int i = 0; i < MAX_MAP_IDS && ok; i++) {
+			struct bpf_map *m = NULL;
+
+			if (i >= nmaps)
+				break;
+			bpf_probe_read_kernel(&m, sizeof(m), &maps[i]);
+			if (!m) {
+				ok = 0;
+				break;
+			}
+			r.map_ids[i] = BPF_CORE_READ(m, id);
+		}
+		if (nfuncs == 0) {
+			r.jited_len = prog->jited_len;
+		} else {
+			for (int i = 0; i < MAX_FUNCS && ok; i++) {
+				struct bpf_prog *f = NULL;
+
+				if (i >= nfuncs)
+					break;
+				bpf_probe_read_kernel(&f, sizeof(f), &funcs[i]);
+				if (!f) {
+					ok = 0;
+					break;
+				}
+				r.jited_len += BPF_CORE_READ(f, jited_len);
+			}
+		}
+		if (bpf_core_field_exists(aux->user) && aux->user) {
+			r.uid = BPF_CORE_READ(aux, user, uid.val);
+		} else {
+			ok = 0;
+		}
+		if (ok)
+			r.flags |= F_STATIC;
+	}
+
+	// Run-time statistics: sum prog->stats over every possible CPU.
+	{
+		__u64 stats = 0, base, cnt_off, nsecs_off, misses_off = 0;
+		int have_misses = bpf_core_field_exists(struct bpf_prog_stats___m, misses);
+		__u32 n = nr_cpus;
+		int bad = 0;
+
+		bpf_core_read(&stats, sizeof(stats), &prog->stats);
+		base = read_u64(as_scalar(&pcpu) + bpf_core_field_offset(struct bpf_array___pp, pptrs), &bad);
+		cnt_off = bpf_core_field_offset(struct bpf_prog_stats, cnt);
+		nsecs_off = bpf_core_field_offset(struct bpf_prog_stats, nsecs);
+		if (have_misses)
+			misses_off = bpf_core_field_offset(struct bpf_prog_stats___m, misses);
+		if (bad || !stats || !base || n > MAX_CPUS)
+			goto emit;
+		for (__u32 cpu = 0; cpu < MAX_CPUS; cpu++) {
+			void *elem;
+			__u64 st;
+
+			if (cpu >= n)
+				break;
+			elem = bpf_map_lookup_percpu_elem(&pcpu, &zero, cpu);
+			if (!elem)
+				goto emit; // fewer CPUs than nr_cpus: leave F_STATS unset
+			st = stats + (as_scalar(elem) - base);
+			// u64_stats_t is one 64-bit counter on 64-bit kernels (the
+			// sync part is empty there), read whole at the field's offset.
+			r.run_cnt += read_u64(st + cnt_off, &bad);
+			r.run_time_ns += read_u64(st + nsecs_off, &bad);
+			if (have_misses)
+				r.misses += read_u64(st + misses_off, &bad);
+			r.cpus++;
+		}
+		if (bad)
+			goto emit;
+		r.flags |= F_STATS;
+		if (have_misses)
+			r.flags |= F_MISSES;
+	}
+emit:
+	bpf_seq_write(ctx->meta->seq, &r, sizeof(r));
+	return 0;
+}

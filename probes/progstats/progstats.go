@@ -1,0 +1,205 @@
+// Package progstats reads, in one pass of a BPF iterator over every program
+// in the kernel, what `bpfleet list` shows about each program: identity,
+// load time, sizes, map ids, the iterator-only facts (expected attach type,
+// sleepable, attach function) and the run-time statistics (run count, run
+// time, recursion misses) summed over every possible CPU as
+// bpf_prog_get_stats() sums them. No program fd is opened.
+package progstats
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/bpfleet/bpfleet/probes/internal/records"
+	"github.com/bpfleet/bpfleet/probes/internal/refuse"
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+)
+
+// MaxMapIDs is how many map ids a record carries; a program with more is
+// marked incomplete (StaticKnown false) and its caller reads it by syscall.
+const MaxMapIDs = 16
+
+// Record is what the iterator reports about one BPF program.
+type Record struct {
+	ID                 uint32
+	Type               uint32 // enum bpf_prog_type
+	ExpectedAttachType uint32 // enum bpf_attach_type, as given at load
+	AttachBTFID        uint32
+	AttachBTFObjID     uint32
+	DstProgID          uint32
+	Sleepable          bool
+	SleepableKnown     bool
+	AttachFunc         string
+
+	Tag      [8]byte
+	Name     string
+	LoadTime uint64 // ns since boot, as bpf_prog_info.load_time
+
+	// StatsKnown says RunCount and RunTimeNs are sums over every possible
+	// CPU; false when a per-CPU read failed (then they are not reported).
+	StatsKnown  bool
+	RunCount    uint64
+	RunTimeNs   uint64
+	MissesKnown bool // the kernel has bpf_prog_stats.misses (5.12+)
+	Misses      uint64
+	CPUs        uint32 // how many CPUs were summed
+
+	// StaticKnown says UID, map ids and JitedLen were all read (a program
+	// with more than MaxMapIDs maps or many subprograms is not).
+	StaticKnown        bool
+	UID                uint32
+	NrMapIDs           uint32
+	MapIDs             [MaxMapIDs]uint32
+	JitedLen           uint32
+	XlatedLen          uint32
+	BTFID              uint32
+	VerifiedInsnsKnown bool
+	VerifiedInsns      uint32
+	Pages              uint32 // prog->pages: fdinfo's memlock is Pages * page size
+}
+
+// Layout of struct prog_record in progstats.bpf.c.
+const (
+	recordSize    = 248
+	attachFuncOff = 176
+	attachFuncLen = 64
+)
+
+// Bits of prog_record.flags.
+const (
+	flagSleepable      = 1 << 0
+	flagSleepableKnown = 1 << 1
+	flagStats          = 1 << 5
+	flagMisses         = 1 << 6
+	flagStatic         = 1 << 7
+	flagVerifiedInsns  = 1 << 8
+)
+
+const bufSize = 64 << 10
+
+var pageSize = os.Getpagesize()
+
+// Iter is a loaded and attached iterator. It is not safe for concurrent use.
+type Iter struct {
+	objs   progstatsObjects
+	link   *link.Iter
+	progID uint32
+	cpus   int
+	buf    []byte
+	names  records.Strings
+}
+
+// Load loads the iterator program and attaches it, summing statistics over
+// cpus possible CPUs (PossibleCPUs). When the kernel refuses it the error
+// wraps ebpf.ErrNotSupported and says why.
+func Load(cpus int) (*Iter, error) {
+	spec, err := loadProgstats()
+	if err != nil {
+		return nil, fmt.Errorf("reading bpf_prog stats iterator spec: %w", err)
+	}
+	if err := spec.Variables["nr_cpus"].Set(uint32(cpus)); err != nil {
+		return nil, fmt.Errorf("configuring bpf_prog stats iterator: %w", err)
+	}
+	it := &Iter{buf: make([]byte, bufSize), names: records.NewStrings(), cpus: cpus}
+	if err := spec.LoadAndAssign(&it.objs, nil); err != nil {
+		return nil, fmt.Errorf("loading iter/bpf_prog stats: %w", refuse.Iterator(err, "bpf_prog"))
+	}
+	if err := it.attach(); err != nil {
+		it.objs.Close()
+		return nil, err
+	}
+	return it, nil
+}
+
+func (it *Iter) attach() error {
+	var err error
+	it.link, err = link.AttachIter(link.IterOptions{Program: it.objs.DumpProg})
+	if err != nil {
+		return fmt.Errorf("attaching iter/bpf_prog stats: %w", refuse.Iterator(err, "bpf_prog"))
+	}
+	info, err := it.objs.DumpProg.Info()
+	if err != nil {
+		it.link.Close()
+		return fmt.Errorf("reading iterator program info: %w", err)
+	}
+	id, _ := info.ID()
+	it.progID = uint32(id)
+	return nil
+}
+
+// ProgramID is the id of the iterator program itself.
+func (it *Iter) ProgramID() uint32 { return it.progID }
+
+// Read runs one pass of the iterator and returns dst[:0] with one Record
+// per program in the kernel appended, in ascending id order (the kernel
+// walks its program idr in order).
+func (it *Iter) Read(dst []Record) ([]Record, error) {
+	dst = dst[:0]
+	rd, err := it.link.Open()
+	if err != nil {
+		return dst, fmt.Errorf("opening bpf_prog iterator: %w", err)
+	}
+	defer rd.Close()
+	err = records.Read(rd, it.buf, recordSize, func(b []byte) {
+		dst = append(dst, Record{})
+		it.decode(b, &dst[len(dst)-1])
+	})
+	if err != nil {
+		return dst[:0], fmt.Errorf("reading bpf_prog iterator: %w", err)
+	}
+	// A record summed over fewer CPUs than asked (the kernel's nr_cpu_ids
+	// is smaller than the possible mask said) is not a whole sum.
+	for i := range dst {
+		if int(dst[i].CPUs) != it.cpus {
+			dst[i].StatsKnown = false
+		}
+	}
+	return dst, nil
+}
+
+func (it *Iter) decode(b []byte, r *Record) {
+	le := binary.LittleEndian // both targets (amd64, arm64) are little-endian
+	flags := le.Uint32(b[24:])
+	*r = Record{
+		ID:                 le.Uint32(b[0:]),
+		Type:               le.Uint32(b[4:]),
+		ExpectedAttachType: le.Uint32(b[8:]),
+		AttachBTFID:        le.Uint32(b[12:]),
+		AttachBTFObjID:     le.Uint32(b[16:]),
+		DstProgID:          le.Uint32(b[20:]),
+		Sleepable:          flags&flagSleepable != 0,
+		SleepableKnown:     flags&flagSleepableKnown != 0,
+		NrMapIDs:           le.Uint32(b[28:]),
+		LoadTime:           le.Uint64(b[56:]),
+		StatsKnown:         flags&flagStats != 0,
+		RunCount:           le.Uint64(b[64:]),
+		RunTimeNs:          le.Uint64(b[72:]),
+		MissesKnown:        flags&flagMisses != 0,
+		Misses:             le.Uint64(b[80:]),
+		JitedLen:           le.Uint32(b[88:]),
+		XlatedLen:          le.Uint32(b[92:]),
+		UID:                le.Uint32(b[96:]),
+		BTFID:              le.Uint32(b[100:]),
+		VerifiedInsns:      le.Uint32(b[104:]),
+		VerifiedInsnsKnown: flags&flagVerifiedInsns != 0,
+		Pages:              le.Uint32(b[108:]),
+		StaticKnown:        flags&flagStatic != 0,
+		CPUs:               le.Uint32(b[240:]),
+	}
+	copy(r.Tag[:], b[32:40])
+	r.Name = it.names.Get(b[40:56])
+	for i := range min(int(r.NrMapIDs), MaxMapIDs) {
+		r.MapIDs[i] = le.Uint32(b[112+4*i:])
+	}
+	r.AttachFunc = it.names.Get(b[attachFuncOff : attachFuncOff+attachFuncLen])
+}
+
+// Close detaches and unloads the iterator.
+func (it *Iter) Close() error {
+	return errors.Join(it.link.Close(), it.objs.Close())
+}
+
+var _ = ebpf.ErrNotSupported

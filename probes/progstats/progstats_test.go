@@ -1,0 +1,248 @@
+package progstats
+
+import (
+	"encoding/hex"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"golang.org/x/sys/unix"
+)
+
+func loadIter(tb testing.TB) *Iter {
+	tb.Helper()
+	n, err := PossibleCPUs()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	it, err := Load(n)
+	if errors.Is(err, ebpf.ErrNotSupported) {
+		tb.Skipf("kernel refuses the bpf_prog stats iterator: %v", err)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { it.Close() })
+	return it
+}
+
+func socketFilter(tb testing.TB, name string) *ebpf.Program {
+	tb.Helper()
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: name, Type: ebpf.SocketFilter, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
+	})
+	if err != nil {
+		tb.Fatalf("loading %s: %v", name, err)
+	}
+	tb.Cleanup(func() { p.Close() })
+	return p
+}
+
+func progID(tb testing.TB, p *ebpf.Program) uint32 {
+	tb.Helper()
+	info, err := p.Info()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	id, _ := info.ID()
+	return uint32(id)
+}
+
+// TestStatsEqualObjInfo checks, for every program in the kernel that was
+// idle across the check, that the iterator's run count, run time and
+// recursion misses equal what BPF_OBJ_GET_INFO_BY_FD says, and that the
+// identity and static fields agree too. The canary provides genuine
+// recursion misses and test runs provide run counts.
+func TestStatsEqualObjInfo(t *testing.T) {
+	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
+	if err != nil {
+		t.Logf("BPF_ENABLE_STATS refused (%v): run times may stay zero", err)
+	} else {
+		defer stats.Close()
+	}
+	it := loadIter(t)
+	c, canaryID := canarytest.Load(t)
+	if err := c.Trigger(5); err != nil {
+		t.Fatal(err)
+	}
+	sf := socketFilter(t, "ps_runs")
+	for range 3 {
+		if _, _, err := sf.Test(make([]byte, 14)); err != nil {
+			t.Fatalf("test-running ps_runs: %v", err)
+		}
+	}
+	sfID := progID(t, sf)
+
+	first, err := it.Read(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type ref struct {
+		info  *ebpf.ProgramInfo
+		stats *ebpf.ProgramStats
+	}
+	refs := map[uint32]ref{}
+	for _, r := range first {
+		p, err := ebpf.NewProgramFromID(ebpf.ProgramID(r.ID))
+		if err != nil {
+			continue // unloaded since the read
+		}
+		st, err := p.Stats() // one BPF_OBJ_GET_INFO_BY_FD
+		if err != nil {
+			t.Fatalf("prog %d stats: %v", r.ID, err)
+		}
+		info, err := p.Info()
+		p.Close()
+		if err != nil {
+			t.Fatalf("prog %d info: %v", r.ID, err)
+		}
+		refs[r.ID] = ref{info, st}
+	}
+	second, err := it.Read(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := map[uint32]Record{}
+	for _, r := range second {
+		again[r.ID] = r
+	}
+
+	compared, withMisses := map[uint32]bool{}, 0
+	for _, r := range first {
+		ref, ok := refs[r.ID]
+		r2, ok2 := again[r.ID]
+		if !ok || !ok2 || !r.StatsKnown || r.RunCount != r2.RunCount || r.RunTimeNs != r2.RunTimeNs || r.Misses != r2.Misses {
+			continue // gone or busy between the reads: not comparable
+		}
+		st := ref.stats
+		if r.RunCount != st.RunCount || r.RunTimeNs != uint64(st.Runtime) {
+			t.Errorf("prog %d %s: iterator runs %d time %d ns, obj info runs %d time %d ns", r.ID, r.Name, r.RunCount, r.RunTimeNs, st.RunCount, uint64(st.Runtime))
+		}
+		if r.Misses != st.RecursionMisses {
+			t.Errorf("prog %d %s: iterator misses %d (known %v), obj info %d", r.ID, r.Name, r.Misses, r.MissesKnown, st.RecursionMisses)
+		}
+		if r.Misses > 0 {
+			withMisses++
+		}
+		checkStatic(t, r, ref.info)
+		compared[r.ID] = true
+	}
+	t.Logf("%d programs compared over %d CPUs, %d with recursion misses", len(compared), first[0].CPUs, withMisses)
+	if !compared[canaryID] || !compared[sfID] {
+		t.Fatalf("the canary (%d) or ps_runs (%d) was not compared: %v", canaryID, sfID, compared)
+	}
+	for _, r := range first {
+		if r.ID == canaryID && r.Misses == 0 {
+			t.Errorf("the canary has no misses after 5 triggers")
+		}
+		if r.ID == sfID && r.RunCount != 3 {
+			t.Errorf("ps_runs ran 3 times, iterator says %d", r.RunCount)
+		}
+	}
+}
+
+func checkStatic(t *testing.T, r Record, info *ebpf.ProgramInfo) {
+	t.Helper()
+	if info.Name != r.Name || info.Tag != hex.EncodeToString(r.Tag[:]) || uint32(info.Type) != r.Type {
+		t.Errorf("prog %d: iterator name %q tag %x type %d, obj info %q %s %d", r.ID, r.Name, r.Tag, r.Type, info.Name, info.Tag, info.Type)
+	}
+	if lt, ok := info.LoadTime(); ok && uint64(lt) != r.LoadTime {
+		t.Errorf("prog %d: load time %d vs %d", r.ID, r.LoadTime, lt)
+	}
+	if b, ok := info.BTFID(); ok && uint32(b) != r.BTFID {
+		t.Errorf("prog %d: btf id %d vs %d", r.ID, r.BTFID, b)
+	}
+	if v, ok := info.VerifiedInstructions(); ok && (!r.VerifiedInsnsKnown || v != r.VerifiedInsns) {
+		t.Errorf("prog %d: verified insns %d vs %d", r.ID, r.VerifiedInsns, v)
+	}
+	if x, ok := info.TranslatedSize(); ok == nil && uint32(x) != r.XlatedLen {
+		t.Errorf("prog %d: xlated %d vs %d", r.ID, r.XlatedLen, x)
+	}
+	if !r.StaticKnown {
+		return
+	}
+	if u, ok := info.CreatedByUID(); ok && u != r.UID {
+		t.Errorf("prog %d: uid %d vs %d", r.ID, r.UID, u)
+	}
+	if ids, ok := info.MapIDs(); ok {
+		if len(ids) != int(r.NrMapIDs) {
+			t.Errorf("prog %d: %d map ids vs %d", r.ID, r.NrMapIDs, len(ids))
+		} else {
+			for i, id := range ids {
+				if uint32(id) != r.MapIDs[i] {
+					t.Errorf("prog %d: map ids %v vs %v", r.ID, r.MapIDs[:r.NrMapIDs], ids)
+					break
+				}
+			}
+		}
+	}
+	if j, ok := info.JitedSize(); ok == nil && uint32(j) != r.JitedLen {
+		t.Errorf("prog %d: jited %d vs %d", r.ID, r.JitedLen, j)
+	}
+	if m, ok := info.Memlock(); ok && m != uint64(r.Pages)*uint64(pageSize) {
+		t.Errorf("prog %d: memlock %d vs pages %d", r.ID, m, r.Pages)
+	}
+}
+
+// TestReadWhileLoading reads while another goroutine loads and unloads
+// programs: every read must succeed, list ids in ascending order, each once,
+// and hold the programs that stayed loaded throughout.
+func TestReadWhileLoading(t *testing.T) {
+	it := loadIter(t)
+	stay := progID(t, socketFilter(t, "ps_stay"))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			p := socketFilter(t, "ps_churn")
+			p.Close()
+		}
+	})
+	var recs []Record
+	deadline := time.Now().Add(time.Second)
+	reads := 0
+	for time.Now().Before(deadline) {
+		var err error
+		if recs, err = it.Read(recs); err != nil {
+			close(stop)
+			wg.Wait()
+			t.Fatal(err)
+		}
+		reads++
+		found := false
+		for i, r := range recs {
+			if i > 0 && r.ID <= recs[i-1].ID {
+				t.Fatalf("ids out of order: %d after %d", r.ID, recs[i-1].ID)
+			}
+			found = found || r.ID == stay
+		}
+		if !found {
+			t.Fatalf("program %d, loaded throughout, missing from a read", stay)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("%d reads while loading and unloading", reads)
+}
+
+func BenchmarkRead(b *testing.B) {
+	it := loadIter(b)
+	var recs []Record
+	for b.Loop() {
+		var err error
+		if recs, err = it.Read(recs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(recs)), "progs")
+}
