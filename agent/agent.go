@@ -43,8 +43,9 @@ type Config struct {
 	// /proc walk: one read() for every process, but loading it costs a
 	// kernel BTF parse (tens of ms), so only long-running commands want it.
 	OwnerIterator bool
-	// NoIterator disables the bpf_prog iterator (probes/progiter) that
-	// tells sleepable programs and expected attach types.
+	// NoIterator disables the bpf_prog iterators: the scan source
+	// (probes/progstats) and the facts one (probes/progiter) that tells
+	// sleepable programs and expected attach types.
 	NoIterator bool
 	// Parallel is how many goroutines read programs seen for the first
 	// time (default 1). One-shot commands set it to the CPU count; the
@@ -147,6 +148,15 @@ func New(cfg Config) (*Agent, error) {
 			return nil, err
 		}
 		a.prof = newProfiles(cfg.Profile)
+	}
+	// The scan source is chosen once per kernel, here (after every
+	// check that can fail New, so nothing leaks): the iterator when
+	// this kernel loads it (its first read is checked before use), else
+	// the syscall path with the reason in every snapshot.
+	if cfg.NoIterator {
+		a.r.fallback = "iterator disabled by configuration"
+	} else {
+		a.r.iter, a.r.fallback = loadStatsIter()
 	}
 	if cfg.Owners {
 		a.attr = newAttribution(cfg)
@@ -386,6 +396,9 @@ func (a *Agent) Close() []Episode {
 	a.r.fdinfo.close()
 	if a.r.source != nil {
 		a.r.source.Close()
+	}
+	if a.r.iter != nil {
+		a.r.iter.Close()
 	}
 	return a.eps.closeAll("shutdown")
 }

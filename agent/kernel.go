@@ -166,6 +166,33 @@ func guardedAttach(name string) bool {
 	return false
 }
 
+// missCounted says whether a program runs behind a guard that skips
+// nested runs: the trampoline and raw tracepoint guards (guardedAttach) and
+// bpf_prog_active, which trace_call_bpf and the kprobe/uprobe multi links
+// take. A program whose attach type is not known yet (unattached, or the
+// tracing "?" guess) is judged by its program type.
+func missCounted(p *Program) bool {
+	if guardedAttach(p.AttachType) {
+		return true
+	}
+	switch p.AttachType {
+	case "kprobe", "kretprobe", "kprobe.multi", "kretprobe.multi", "uprobe", "uretprobe",
+		"uprobe.multi", "uretprobe.multi", "tracepoint", "perf_event":
+		return true
+	case Unattached, "":
+	default:
+		if !strings.HasSuffix(p.AttachType, "?") {
+			return false
+		}
+	}
+	switch p.Type {
+	case "kprobe", "tracepoint", "raw_tracepoint", "raw_tracepoint_writable", "tracing",
+		"lsm", "perf_event", "ext", "struct_ops":
+		return true
+	}
+	return false
+}
+
 // missKind says what a program's misses most likely are on this kernel.
 //
 //   - contention-possible: the per-CPU recursion guard can be held by a task
@@ -175,7 +202,12 @@ func guardedAttach(name string) bool {
 //     "recursion" miss though nothing recursed.
 //   - recursion: none of that applies and the facts are known.
 //   - unknown: the sleepable flag or the preemption model is unknown.
+//   - none: no recursion guard covers the program (iter, socket filter,
+//     XDP, tc, cgroup, ...): the kernel never counts a miss for it.
 func missKind(p *Program, k *KernelInfo) string {
+	if !missCounted(p) {
+		return MissKindNone
+	}
 	if p.Sleepable != nil && *p.Sleepable {
 		return MissKindContentionPossible
 	}

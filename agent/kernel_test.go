@@ -53,6 +53,13 @@ func TestMissKind(t *testing.T) {
 		{"kprobe on dynamic full (runs with preemption off)", Program{AttachType: "kprobe"}, full, MissKindRecursion},
 		{"fentry with unknown sleepable", Program{AttachType: "fentry"}, vol, MissKindUnknown},
 		{"unknown preemption", Program{AttachType: "raw_tp", Sleepable: &no}, unk, MissKindUnknown},
+		{"iter program has no guard", Program{Type: "tracing", AttachType: "iter", Sleepable: &no}, vol, MissKindNone},
+		{"xdp has no guard", Program{Type: "xdp", AttachType: "xdp"}, rt, MissKindNone},
+		{"cgroup skb has no guard", Program{Type: "cgroup_skb", AttachType: "cgroup_inet_ingress"}, vol, MissKindNone},
+		{"unattached socket filter", Program{Type: "socket_filter", AttachType: Unattached}, vol, MissKindNone},
+		{"unattached raw_tracepoint by its type", Program{Type: "raw_tracepoint", AttachType: Unattached, Sleepable: &no}, vol, MissKindRecursion},
+		{"tracing guess with ?", Program{Type: "tracing", AttachType: "fentry?"}, vol, MissKindUnknown},
+		{"uprobe.multi", Program{Type: "kprobe", AttachType: "uprobe.multi"}, vol, MissKindRecursion},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/bpfleet/bpfleet/probes/progstats"
 	"golang.org/x/sys/unix"
 )
 
@@ -69,6 +70,11 @@ type reader struct {
 	scratch scratch
 	// parallel is how many goroutines read first-seen programs.
 	parallel int
+	// iter is the iterator scan source (scan_iter.go), nil on the syscall
+	// path; fallback says why it is nil.
+	iter     statsIter
+	recs     []progstats.Record
+	fallback string
 }
 
 func newReader() *reader {
@@ -94,6 +100,17 @@ func (r *reader) read(now time.Time) ([]Program, ScanStats, error) {
 	var st ScanStats
 	bootWall := bootTimeWall(now)
 
+	if r.iter != nil {
+		progs, err := r.readIter(bootWall, &st)
+		if err == nil {
+			return r.finish(progs, &st, false)
+		}
+		// A read that fails mid-way is not half a snapshot: leave the
+		// iterator for good and read this scan by syscall.
+		r.fallBack(fmt.Sprintf("iterator read failed, scanning by syscall from now on: %v", err))
+		st = ScanStats{}
+	}
+
 	progs := make([]Program, 0, len(r.progs)+8)
 	denied, wantFacts := false, false
 	err := r.readProgs(bootWall, func(res progRead) {
@@ -115,16 +132,22 @@ func (r *reader) read(now time.Time) ([]Program, ScanStats, error) {
 	if err != nil {
 		return nil, st, err
 	}
+	return r.finish(progs, &st, wantFacts)
+}
 
-	links, err := r.readLinks(&st)
+// finish reads the links and, on the syscall path, the iterator facts, and
+// joins them to progs.
+func (r *reader) finish(progs []Program, st *ScanStats, wantFacts bool) ([]Program, ScanStats, error) {
+	st.Source, st.FallbackReason = r.scanSource()
+	links, err := r.readLinks(st)
 	if err != nil {
-		return nil, st, err
+		return nil, *st, err
 	}
 
-	if wantFacts {
+	if wantFacts && r.iter == nil {
 		r.ensureFacts()
 	}
-	if r.source != nil {
+	if r.source != nil && r.iter == nil {
 		if err := r.source.ReadFacts(r.facts); err != nil {
 			st.Errors++
 			st.addError(fmt.Errorf("reading bpf_prog iterator: %w", err))
@@ -136,7 +159,7 @@ func (r *reader) read(now time.Time) ([]Program, ScanStats, error) {
 	r.evict(len(progs), len(links))
 	st.Programs = len(progs)
 	st.Links = len(links)
-	return progs, st, nil
+	return progs, *st, nil
 }
 
 func (st *ScanStats) addError(err error) {

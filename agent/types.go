@@ -26,7 +26,7 @@ type Program struct {
 	// Sleepable is nil when the kernel gave no answer.
 	Sleepable *bool `json:"sleepable"`
 	// MissKind says what a recursion miss of this program means on this
-	// kernel: recursion, contention-possible or unknown (see README).
+	// kernel: recursion, contention-possible, unknown or none (see README).
 	MissKind string `json:"miss_kind"`
 
 	LoadTime      time.Time `json:"load_time"`
@@ -149,6 +149,9 @@ const (
 	MissKindRecursion          = "recursion"
 	MissKindContentionPossible = "contention-possible"
 	MissKindUnknown            = "unknown"
+	// MissKindNone: no recursion guard covers the program, so the kernel
+	// never counts a miss for it (iter, socket filter, XDP, tc, cgroup...).
+	MissKindNone = "none"
 )
 
 // Episode sources.
@@ -273,6 +276,12 @@ type ScanStats struct {
 	ErrorMsgs []string `json:"error_messages,omitempty"`
 	// OwnersRefreshed is true when this scan re-read /proc for owners.
 	OwnersRefreshed bool `json:"owners_refreshed"`
+	// Source is where programs and counters were read from: "iterator"
+	// (one iter/bpf_prog read, no per-program syscall) or "syscall".
+	Source string `json:"source"`
+	// FallbackReason says why a node that could use the iterator does
+	// not (kernel refusal, lockdown, --no-iterator); empty otherwise.
+	FallbackReason string `json:"fallback_reason,omitempty"`
 }
 
 // Snapshot is one scan with its deltas against the previous one. It is the

@@ -1,0 +1,211 @@
+package agent
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/bpfleet/bpfleet/probes/progstats"
+	"github.com/cilium/ebpf"
+)
+
+// Scan sources: where a scan reads programs and their counters from.
+const (
+	// ScanSourceIterator is one read of an iter/bpf_prog program
+	// (probes/progstats) that sums each program's per-CPU statistics in
+	// the kernel: no per-program syscall, no program fd opened.
+	ScanSourceIterator = "iterator"
+	// ScanSourceSyscall is GET_NEXT_ID, GET_FD_BY_ID, OBJ_GET_INFO_BY_FD
+	// and close per program.
+	ScanSourceSyscall = "syscall"
+)
+
+// pageSize converts prog->pages to fdinfo's memlock (pages << PAGE_SHIFT).
+var pageSize = uint64(os.Getpagesize())
+
+// statsIter is what the reader needs of probes/progstats.
+type statsIter interface {
+	Read(dst []progstats.Record) ([]progstats.Record, error)
+	ProgramID() uint32
+	Close() error
+}
+
+// loadStatsIter loads the iterator, checks one read of it against the
+// kernel's own account of the iterator program, and returns it; on any
+// refusal it returns why, in one line, for Scan.FallbackReason.
+func loadStatsIter() (statsIter, string) {
+	cpus, err := progstats.PossibleCPUs()
+	if err != nil {
+		return nil, err.Error()
+	}
+	it, err := progstats.Load(cpus)
+	if err != nil {
+		return nil, fallbackReason(err)
+	}
+	if err := checkStatsIter(it); err != nil {
+		it.Close()
+		return nil, err.Error()
+	}
+	return it, ""
+}
+
+// checkStatsIter reads the iterator once and holds its record of itself to
+// what BPF_OBJ_GET_INFO_BY_FD says: a kernel that loads the program but
+// then refuses its reads (a probe read that fails at run time) is caught
+// here, before any snapshot, instead of producing zeros.
+func checkStatsIter(it statsIter) error {
+	recs, err := it.Read(nil)
+	if err != nil {
+		return fmt.Errorf("first iterator read failed: %w", err)
+	}
+	own := it.ProgramID()
+	for i := range recs {
+		r := &recs[i]
+		if r.ID != own {
+			continue
+		}
+		if !r.StatsKnown {
+			return errors.New("the iterator could not read per-CPU program stats on this kernel")
+		}
+		if !r.StaticKnown {
+			return errors.New("the iterator could not read program map ids or uid on this kernel")
+		}
+		p, _, err := readProg(own, nil, time.Time{}, &scratch{mapBuf: make([]uint32, 8), fdinfo: fdinfoFiles{dir: &fdinfoDir{dir: -1}, files: map[int]int{}}})
+		if err != nil {
+			return fmt.Errorf("reading the iterator's own program info: %w", err)
+		}
+		if p.Name != r.Name || p.Tag != hex.EncodeToString(r.Tag[:]) || p.XlatedSize != r.XlatedLen || p.JitedSize != r.JitedLen {
+			return fmt.Errorf("the iterator's record of itself (%q %x) disagrees with the kernel's program info (%q %s)", r.Name, r.Tag, p.Name, p.Tag)
+		}
+		return nil
+	}
+	return fmt.Errorf("the iterator did not list its own program %d", own)
+}
+
+// fallbackReason says in one line why the iterator is refused, naming the
+// kernel capability when the error shows which one is missing.
+func fallbackReason(err error) string {
+	msg := err.Error()
+	why := ""
+	switch {
+	case strings.Contains(msg, "bpf_map_lookup_percpu_elem"):
+		why = "kernel lacks bpf_map_lookup_percpu_elem (Linux 5.19+)"
+	case strings.Contains(msg, "bpf_probe_read_kernel") || strings.Contains(msg, "probe_read"):
+		why = "kernel refuses bpf_probe_read_kernel"
+		if b, _ := os.ReadFile("/sys/kernel/security/lockdown"); strings.Contains(string(b), "[confidentiality]") {
+			why += " (lockdown=confidentiality)"
+		}
+	case strings.Contains(msg, "bpf_prog iterator target"):
+		why = "kernel has no iter/bpf_prog (Linux 5.9+)"
+	case errors.Is(err, ebpf.ErrNotSupported):
+		why = "kernel refuses the iterator"
+	}
+	if len(msg) > 300 {
+		msg = msg[:300] + "…"
+	}
+	if why != "" {
+		return why + ": " + msg
+	}
+	return msg
+}
+
+// fallBack leaves the iterator for the syscall path for good.
+func (r *reader) fallBack(reason string) {
+	if r.iter != nil {
+		r.iter.Close()
+		r.iter = nil
+	}
+	r.fallback = reason
+}
+
+// source reports the scan source and, on the syscall path, why.
+func (r *reader) scanSource() (string, string) {
+	if r.iter != nil {
+		return ScanSourceIterator, ""
+	}
+	return ScanSourceSyscall, r.fallback
+}
+
+// readIter reads every program from one pass of the iterator. A program
+// seen for the first time whose record is incomplete (more maps than a
+// record holds), or whose per-CPU sum could not be read, is read by
+// syscall instead; one that is gone by then was unloaded after the pass and
+// counts as vanished. Iterator facts are filled in r.facts for join.
+func (r *reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) {
+	recs, err := r.iter.Read(r.recs)
+	r.recs = recs
+	if err != nil {
+		return nil, err
+	}
+	clear(r.facts)
+	progs := make([]Program, 0, len(recs))
+	opened := false
+	for i := range recs {
+		rec := &recs[i]
+		s := r.progs[rec.ID]
+		fresh := s == nil
+		if fresh && rec.StaticKnown {
+			s = staticFromRecord(rec, bootWall)
+		}
+		var p Program
+		if s == nil || !rec.StatsKnown {
+			if !opened {
+				r.fdinfo.open()
+				defer r.scratch.fdinfo.release()
+				opened = true
+			}
+			var err error
+			if p, s, err = readProg(rec.ID, s, bootWall, &r.scratch); !r.keep(st, err) {
+				continue
+			}
+		} else {
+			p = s.prog
+			p.RunCount, p.RunTimeNs = rec.RunCount, rec.RunTimeNs
+			if rec.MissesKnown {
+				m := rec.Misses
+				p.RecursionMisses = &m
+			}
+		}
+		if fresh {
+			r.progs[rec.ID] = s
+		}
+		s.seen = r.seq
+		r.facts[rec.ID] = ProgFacts{ExpectedAttachType: rec.ExpectedAttachType, Sleepable: rec.Sleepable, SleepableKnown: rec.SleepableKnown, AttachFunc: rec.AttachFunc}
+		progs = append(progs, p)
+	}
+	return progs, nil
+}
+
+// staticFromRecord is newProgStatic from an iterator record: the same
+// fields from the same kernel structs bpf_prog_get_info_by_fd() reads.
+func staticFromRecord(rec *progstats.Record, bootWall time.Time) *progStatic {
+	uid := rec.UID
+	memlock := uint64(rec.Pages) * pageSize
+	s := &progStatic{
+		prog: Program{
+			ID:         rec.ID,
+			Name:       rec.Name,
+			Tag:        hex.EncodeToString(rec.Tag[:]),
+			Type:       ProgTypeName(rec.Type),
+			LoadTime:   bootWall.Add(time.Duration(rec.LoadTime)),
+			BTFID:      rec.BTFID,
+			JitedSize:  rec.JitedLen,
+			XlatedSize: rec.XlatedLen,
+			AttachType: Unattached,
+			UID:        &uid,
+			MapIDs:     append([]uint32{}, rec.MapIDs[:min(int(rec.NrMapIDs), progstats.MaxMapIDs)]...),
+			Memlock:    &memlock,
+		},
+		attachBTFObjID: rec.AttachBTFObjID,
+		attachBTFID:    rec.AttachBTFID,
+		progTypeID:     rec.Type,
+	}
+	if rec.VerifiedInsnsKnown {
+		v := rec.VerifiedInsns
+		s.prog.VerifiedInsns = &v
+	}
+	return s
+}
