@@ -30,7 +30,7 @@ func TestListJSONMatchesEncodingJSON(t *testing.T) {
 		Kernel:      agent.KernelInfo{Release: "6.18", Preempt: "PREEMPT_DYNAMIC"},
 		Stats:       agent.StatsState{Enabled: true, Sysctl: -1},
 		AttachTypes: []agent.AttachTypeStat{{AttachType: "tp_btf", Programs: 1}},
-		Scan:        agent.ScanStats{Programs: 3, ErrorMsgs: []string{"x"}},
+		Scan:        agent.ScanStats{Programs: 3, ErrorMsgs: []string{"x"}, Source: agent.ScanSourceSyscall, FallbackReason: "kernel lacks \"x\" <&>"},
 	}
 	for _, p := range progs {
 		snap.Programs = append(snap.Programs, agent.ProgramStat{Program: p, Delta: agent.Rates{Runs: 3}, New: true})

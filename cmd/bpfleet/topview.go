@@ -249,13 +249,27 @@ func (v *topView) header(s *agent.Snapshot) string {
 	if !s.Stats.Enabled {
 		stats = "STATS OFF"
 	}
-	h := fmt.Sprintf("bpfleet top — %s %s, %s — %d programs — interval %s — sort: %s %s",
-		s.Kernel.Release, s.Kernel.Arch, stats, len(s.Programs), s.Interval.Round(time.Millisecond), topSorts[v.sortIdx].name, dir)
+	h := fmt.Sprintf("bpfleet top — %s %s, %s, %s — %d programs — interval %s — sort: %s %s",
+		s.Kernel.Release, s.Kernel.Arch, stats, scanLabel(&s.Scan), len(s.Programs), s.Interval.Round(time.Millisecond), topSorts[v.sortIdx].name, dir)
 	h += " — " + taxLine(s) + " — " + agentCPULine(s)
 	if v.filter != "" {
 		h += " — filter: " + v.filter
 	}
 	return h
+}
+
+// scanLabel says where the scan read programs from and, on the syscall
+// path, why (cut short: the header is one line).
+func scanLabel(st *agent.ScanStats) string {
+	l := "scan: " + st.Source
+	if st.FallbackReason != "" {
+		r := []rune(st.FallbackReason)
+		if len(r) > 60 {
+			r = append(r[:59], '…')
+		}
+		l += " (" + string(r) + ")"
+	}
+	return l
 }
 
 const topColumns = "%7s %-16s %-14s %-12s %-22s %11s %9s %7s %9s %10s  %s"

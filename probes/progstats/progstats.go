@@ -84,7 +84,8 @@ var pageSize = os.Getpagesize()
 
 // Iter is a loaded and attached iterator. It is not safe for concurrent use.
 type Iter struct {
-	objs   progstatsObjects
+	prog   *ebpf.Program
+	maps   []*ebpf.Map
 	link   *link.Iter
 	progID uint32
 	cpus   int
@@ -93,36 +94,24 @@ type Iter struct {
 }
 
 // Load loads the iterator program and attaches it, summing statistics over
-// cpus possible CPUs (PossibleCPUs). When the kernel refuses it the error
-// wraps ebpf.ErrNotSupported and says why.
+// cpus possible CPUs (PossibleCPUs), with its CO-RE result cached in
+// DefaultCacheDir (see load.go). When the kernel refuses it the error wraps
+// ebpf.ErrNotSupported and says why.
 func Load(cpus int) (*Iter, error) {
-	spec, err := loadProgstats()
-	if err != nil {
-		return nil, fmt.Errorf("reading bpf_prog stats iterator spec: %w", err)
-	}
-	if err := spec.Variables["nr_cpus"].Set(uint32(cpus)); err != nil {
-		return nil, fmt.Errorf("configuring bpf_prog stats iterator: %w", err)
-	}
-	it := &Iter{buf: make([]byte, bufSize), names: records.NewStrings(), cpus: cpus}
-	if err := spec.LoadAndAssign(&it.objs, nil); err != nil {
-		return nil, fmt.Errorf("loading iter/bpf_prog stats: %w", refuse.Iterator(err, "bpf_prog"))
-	}
-	if err := it.attach(); err != nil {
-		it.objs.Close()
-		return nil, err
-	}
-	return it, nil
+	it, _, err := LoadCached(cpus, DefaultCacheDir())
+	return it, err
 }
+
+func newNames() records.Strings { return records.NewStrings() }
 
 func (it *Iter) attach() error {
 	var err error
-	it.link, err = link.AttachIter(link.IterOptions{Program: it.objs.DumpProg})
+	it.link, err = link.AttachIter(link.IterOptions{Program: it.prog})
 	if err != nil {
 		return fmt.Errorf("attaching iter/bpf_prog stats: %w", refuse.Iterator(err, "bpf_prog"))
 	}
-	info, err := it.objs.DumpProg.Info()
+	info, err := it.prog.Info()
 	if err != nil {
-		it.link.Close()
 		return fmt.Errorf("reading iterator program info: %w", err)
 	}
 	id, _ := info.ID()
@@ -199,7 +188,15 @@ func (it *Iter) decode(b []byte, r *Record) {
 
 // Close detaches and unloads the iterator.
 func (it *Iter) Close() error {
-	return errors.Join(it.link.Close(), it.objs.Close())
+	var errs []error
+	if it.link != nil {
+		errs = append(errs, it.link.Close())
+	}
+	if it.prog != nil {
+		errs = append(errs, it.prog.Close())
+	}
+	for _, m := range it.maps {
+		errs = append(errs, m.Close())
+	}
+	return errors.Join(errs...)
 }
-
-var _ = ebpf.ErrNotSupported

@@ -246,3 +246,83 @@ func BenchmarkRead(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(recs)), "progs")
 }
+
+// TestLoadCache loads the iterator from kernel BTF (writing the CO-RE
+// cache), then from the cache, then from a damaged cache: the second load
+// must use the cache, the third must notice the damage and relocate again,
+// and all three must read the same programs the same way.
+func TestLoadCache(t *testing.T) {
+	n, err := PossibleCPUs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	loadIn := func(wantCached bool) (*Iter, LoadInfo, time.Duration) {
+		t.Helper()
+		t0 := time.Now()
+		it, li, err := LoadCached(n, dir)
+		d := time.Since(t0)
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			t.Skipf("kernel refuses the bpf_prog stats iterator: %v", err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { it.Close() })
+		if li.Cached != wantCached {
+			t.Fatalf("load cached=%v (cache error %v), want %v", li.Cached, li.CacheErr, wantCached)
+		}
+		return it, li, d
+	}
+	cold, li, dCold := loadIn(false)
+	if li.CacheErr != nil || li.CachePath == "" {
+		t.Fatalf("cold load wrote no cache: %v", li.CacheErr)
+	}
+	warm, _, dWarm := loadIn(true)
+	t.Logf("load from kernel BTF %v, from the cache %v (%.2fx)", dCold, dWarm, float64(dWarm)/float64(dCold))
+
+	// Damage the cache: one patch fewer than the program has relocations.
+	c, err := readCache(li.CachePath, mustKey(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Patches = c.Patches[1:]
+	if err := writeCache(li.CachePath, c); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := LoadCached(n, dir); err != nil {
+		t.Fatalf("a damaged cache must not fail the load: %v", err)
+	}
+	again, _, _ := loadIn(true) // the damaged entry was replaced
+
+	a, _ := cold.Read(nil)
+	b, _ := warm.Read(nil)
+	d, _ := again.Read(nil)
+	byID := func(rs []Record) map[uint32]Record {
+		m := map[uint32]Record{}
+		for _, r := range rs {
+			m[r.ID] = r
+		}
+		return m
+	}
+	mb, md := byID(b), byID(d)
+	for _, r := range a {
+		for _, o := range []map[uint32]Record{mb, md} {
+			x, ok := o[r.ID]
+			if !ok {
+				continue
+			}
+			if x.Name != r.Name || x.Tag != r.Tag || x.LoadTime != r.LoadTime || x.MapIDs != r.MapIDs || x.UID != r.UID || x.JitedLen != r.JitedLen || x.Pages != r.Pages || x.StatsKnown != r.StatsKnown {
+				t.Errorf("prog %d read differently after a cached load: %+v vs %+v", r.ID, x, r)
+			}
+		}
+	}
+}
+
+func mustKey(t *testing.T) string {
+	k, err := kernelKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
