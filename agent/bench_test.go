@@ -184,3 +184,38 @@ func BenchmarkFirstScan(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkOneShot is what `bpfleet list --no-owners` costs in-process
+// over 1,000 extra programs: New, one scan, Close, from the iterator
+// (CO-RE cache warm) and from syscalls (parallel as list runs it),
+// alternated in every iteration; x-syscall is the iterator's share.
+func BenchmarkOneShot(b *testing.B) {
+	loadPrograms(b, 1000)
+	ctx := context.Background()
+	once := func(cfg Config) (time.Duration, string) {
+		t0 := time.Now()
+		a, err := New(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s, err := a.Scan(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		a.Close()
+		return time.Since(t0), s.Scan.Source
+	}
+	if _, src := once(Config{}); src != ScanSourceIterator { // warms the CO-RE cache
+		b.Skipf("scan source is %s on this kernel", src)
+	}
+	var tIter, tSys time.Duration
+	for b.Loop() {
+		d, _ := once(Config{Parallel: runtime.NumCPU()})
+		tIter += d
+		d, _ = once(Config{NoIterator: true, Parallel: runtime.NumCPU()})
+		tSys += d
+	}
+	b.ReportMetric(float64(tIter.Microseconds())/float64(b.N), "iter-µs")
+	b.ReportMetric(float64(tSys.Microseconds())/float64(b.N), "syscall-µs")
+	b.ReportMetric(float64(tIter)/float64(tSys), "x-syscall")
+}

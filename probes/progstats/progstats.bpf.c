@@ -20,7 +20,7 @@ char LICENSE[] SEC("license") = "GPL";
 
 #define ATTACH_FUNC_LEN 64
 #define MAX_MAP_IDS 16
-#define MAX_FUNCS 64
+#define MAX_FUNCS 16
 #define MAX_CPUS 4096
 
 // Bits of prog_record.flags.
@@ -139,6 +139,49 @@ int dump_prog(struct bpf_iter__bpf_prog *ctx)
 	aux = prog->aux;
 
 	r.id = aux->id;
+	// Run-time statistics first: the verifier walks the per-CPU loop once
+	// per distinct state reaching it, and every branch below (flags, the
+	// map and subprogram loops) would multiply those states.
+	// Sum prog->stats over every possible CPU.
+	{
+		__u64 stats = 0, base, cnt_off, nsecs_off, misses_off = 0;
+		int have_misses = bpf_core_field_exists(struct bpf_prog_stats___m, misses);
+		__u32 n = nr_cpus;
+		int bad = 0;
+
+		bpf_core_read(&stats, sizeof(stats), &prog->stats);
+		base = read_u64(as_scalar(&pcpu) + bpf_core_field_offset(struct bpf_array___pp, pptrs), &bad);
+		cnt_off = bpf_core_field_offset(struct bpf_prog_stats, cnt);
+		nsecs_off = bpf_core_field_offset(struct bpf_prog_stats, nsecs);
+		if (have_misses)
+			misses_off = bpf_core_field_offset(struct bpf_prog_stats___m, misses);
+		if (bad || !stats || !base || n > MAX_CPUS)
+			goto stats_done;
+		for (__u32 cpu = 0; cpu < MAX_CPUS; cpu++) {
+			void *elem;
+			__u64 st;
+
+			if (cpu >= n)
+				break;
+			elem = bpf_map_lookup_percpu_elem(&pcpu, &zero, cpu);
+			if (!elem)
+				goto stats_done; // fewer CPUs than nr_cpus: leave F_STATS unset
+			st = stats + (as_scalar(elem) - base);
+			// u64_stats_t is one 64-bit counter on 64-bit kernels (the
+			// sync part is empty there), read whole at the field's offset.
+			r.run_cnt += read_u64(st + cnt_off, &bad);
+			r.run_time_ns += read_u64(st + nsecs_off, &bad);
+			if (have_misses)
+				r.misses += read_u64(st + misses_off, &bad);
+			r.cpus++;
+		}
+		if (bad)
+			goto stats_done;
+		r.flags |= F_STATS;
+		if (have_misses)
+			r.flags |= F_MISSES;
+	}
+stats_done:
 	r.type = prog->type;
 	r.expected_attach_type = prog->expected_attach_type;
 	r.attach_btf_id = aux->attach_btf_id;
@@ -231,46 +274,6 @@ int dump_prog(struct bpf_iter__bpf_prog *ctx)
 			r.flags |= F_STATIC;
 	}
 
-	// Run-time statistics: sum prog->stats over every possible CPU.
-	{
-		__u64 stats = 0, base, cnt_off, nsecs_off, misses_off = 0;
-		int have_misses = bpf_core_field_exists(struct bpf_prog_stats___m, misses);
-		__u32 n = nr_cpus;
-		int bad = 0;
-
-		bpf_core_read(&stats, sizeof(stats), &prog->stats);
-		base = read_u64(as_scalar(&pcpu) + bpf_core_field_offset(struct bpf_array___pp, pptrs), &bad);
-		cnt_off = bpf_core_field_offset(struct bpf_prog_stats, cnt);
-		nsecs_off = bpf_core_field_offset(struct bpf_prog_stats, nsecs);
-		if (have_misses)
-			misses_off = bpf_core_field_offset(struct bpf_prog_stats___m, misses);
-		if (bad || !stats || !base || n > MAX_CPUS)
-			goto emit;
-		for (__u32 cpu = 0; cpu < MAX_CPUS; cpu++) {
-			void *elem;
-			__u64 st;
-
-			if (cpu >= n)
-				break;
-			elem = bpf_map_lookup_percpu_elem(&pcpu, &zero, cpu);
-			if (!elem)
-				goto emit; // fewer CPUs than nr_cpus: leave F_STATS unset
-			st = stats + (as_scalar(elem) - base);
-			// u64_stats_t is one 64-bit counter on 64-bit kernels (the
-			// sync part is empty there), read whole at the field's offset.
-			r.run_cnt += read_u64(st + cnt_off, &bad);
-			r.run_time_ns += read_u64(st + nsecs_off, &bad);
-			if (have_misses)
-				r.misses += read_u64(st + misses_off, &bad);
-			r.cpus++;
-		}
-		if (bad)
-			goto emit;
-		r.flags |= F_STATS;
-		if (have_misses)
-			r.flags |= F_MISSES;
-	}
-emit:
 	bpf_seq_write(ctx->meta->seq, &r, sizeof(r));
 	return 0;
 }

@@ -326,3 +326,32 @@ func mustKey(t *testing.T) string {
 	}
 	return k
 }
+
+// BenchmarkLoadCached is the one-shot cost `bpfleet list` pays for the
+// iterator: a load from the CO-RE cache, attach, first read, close.
+func BenchmarkLoadCached(b *testing.B) {
+	n, err := PossibleCPUs()
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	it, _, err := LoadCached(n, dir)
+	if err != nil {
+		b.Skipf("kernel refuses the bpf_prog stats iterator: %v", err)
+	}
+	info, _ := it.prog.Info()
+	if v, ok := info.VerifiedInstructions(); ok {
+		b.ReportMetric(float64(v), "verified-insns")
+	}
+	it.Close()
+	for b.Loop() {
+		it, li, err := LoadCached(n, dir)
+		if err != nil || !li.Cached {
+			b.Fatal(err, li.CacheErr)
+		}
+		if _, err := it.Read(nil); err != nil {
+			b.Fatal(err)
+		}
+		it.Close()
+	}
+}
