@@ -38,7 +38,7 @@ func TestKernelFacts(t *testing.T) {
 		t.Logf("kernel BTF percpu type tags: %d", tags)
 	}
 	lookup := features.HaveProgramHelper(ebpf.SocketFilter, asm.FnMapLookupPercpuElem) // a base helper: any type answers
-	t.Logf("bpf_map_lookup_percpu_elem : %v", errOrYes(lookup))
+	t.Logf("bpf_map_lookup_percpu_elem: %v", errOrYes(lookup))
 	it, _, err := LoadCached(max(cpus, 1), "")
 	if err == nil {
 		it.Close()

@@ -1,0 +1,254 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
+	"github.com/bpfleet/bpfleet/probes/progstats"
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+)
+
+// iterAgent is an agent whose scan source is the iterator, or a skip with
+// the reason the kernel gave.
+func iterAgent(t *testing.T) *Agent {
+	t.Helper()
+	a := newTestAgent(t)
+	if a.r.iter == nil {
+		t.Skipf("scan source is syscall on this kernel: %s", a.r.fallback)
+	}
+	return a
+}
+
+// manyMaps loads a socket filter that references n maps: more than an
+// iterator record holds, so its static part must come from a syscall.
+func manyMaps(t *testing.T, n int) *ebpf.Program {
+	t.Helper()
+	var insns asm.Instructions
+	for i := range n {
+		m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		insns = append(insns, asm.LoadMapPtr(asm.R1, m.FD()).WithSymbol(fmt.Sprint("m", i)))
+	}
+	insns = append(insns, asm.Mov.Imm(asm.R0, 0), asm.Return())
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "many_maps", Type: ebpf.SocketFilter, License: "GPL", Instructions: insns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// TestIteratorMatchesSyscall scans with the iterator, then by syscall, then
+// with the iterator again: every program idle across the three (same
+// counters in both iterator scans) must read the same in both sources,
+// counters (the canary's genuine misses included), identity, sizes, map ids
+// and memlock. Ids in one source and not the other are programs loaded or
+// unloaded in between (each agent's own iterator among them) and are only
+// counted.
+func TestIteratorMatchesSyscall(t *testing.T) {
+	it := iterAgent(t)
+	sys := newTestAgentWith(t, Config{NoIterator: true})
+	c, canaryID := canarytest.Load(t)
+	if err := c.Trigger(3); err != nil {
+		t.Fatal(err)
+	}
+	many := progID(t, manyMaps(t, progstats.MaxMapIDs+1))
+	loadPrograms(t, 5)
+
+	a := scan(t, it)
+	b := scan(t, sys)
+	a2 := scan(t, it)
+	if a.Scan.Source != ScanSourceIterator || a.Scan.FallbackReason != "" {
+		t.Fatalf("iterator agent reports source %q (%q)", a.Scan.Source, a.Scan.FallbackReason)
+	}
+	if b.Scan.Source != ScanSourceSyscall || b.Scan.FallbackReason == "" {
+		t.Fatalf("syscall agent reports source %q without a reason (%q)", b.Scan.Source, b.Scan.FallbackReason)
+	}
+	byID := func(s *Snapshot) map[uint32]*Program {
+		m := map[uint32]*Program{}
+		for i := range s.Programs {
+			m[s.Programs[i].ID] = &s.Programs[i].Program
+		}
+		return m
+	}
+	sb, sa2 := byID(b), byID(a2)
+	compared, onlyOne := 0, 0
+	seen := map[uint32]bool{}
+	for i := range a.Programs {
+		p := &a.Programs[i].Program
+		q, inSys := sb[p.ID]
+		p2, again := sa2[p.ID]
+		if !inSys || !again {
+			onlyOne++
+			continue
+		}
+		if p2.RunCount != p.RunCount || p2.RunTimeNs != p.RunTimeNs || !reflect.DeepEqual(p2.RecursionMisses, p.RecursionMisses) {
+			continue // ran between the scans
+		}
+		want := *q
+		got := *p
+		if want.Sleepable == nil || got.Sleepable == nil { // the syscall agent loads its facts iterator only when needed
+			want.Sleepable, got.Sleepable = nil, nil
+			want.MissKind, got.MissKind = "", ""
+		}
+		want.Owners, got.Owners = nil, nil
+		// Both turn the same load_time (ns since boot) into wall time
+		// against a boot time each agent computes from its own clock
+		// reads: they may differ by the time between those reads.
+		if d := got.LoadTime.Sub(want.LoadTime); d < -time.Millisecond || d > time.Millisecond {
+			t.Errorf("prog %d: load time %v vs %v", p.ID, got.LoadTime, want.LoadTime)
+		}
+		want.LoadTime, got.LoadTime = time.Time{}, time.Time{}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("prog %d (%s) differs:\niterator %+v\nsyscall  %+v", p.ID, p.Name, got, want)
+		}
+		compared++
+		seen[p.ID] = true
+	}
+	for id := range sb {
+		if _, ok := byID(a)[id]; !ok {
+			onlyOne++
+		}
+	}
+	t.Logf("%d programs compared, %d in one source only", compared, onlyOne)
+	if !seen[canaryID] || !seen[many] {
+		t.Fatalf("the canary (%d) or the %d-map program (%d) was not compared", canaryID, progstats.MaxMapIDs+1, many)
+	}
+	if m := findProg(a, canaryID).RecursionMisses; m == nil || *m != 3 {
+		t.Errorf("canary misses %v, want 3", m)
+	}
+	if n := len(findProg(a, many).MapIDs); n != progstats.MaxMapIDs+1 {
+		t.Errorf("the %d-map program has %d map ids", progstats.MaxMapIDs+1, n)
+	}
+}
+
+// TestIteratorFailsHalfway: the iterator stops working after the agent
+// chose it (here: its link and program are closed under it). The next
+// scan must not be half a snapshot: it is read by syscall, says why, and
+// still has the canary's exact count; later scans stay on syscall.
+func TestIteratorFailsHalfway(t *testing.T) {
+	a := iterAgent(t)
+	c, canaryID := canarytest.Load(t)
+	if err := c.Trigger(2); err != nil {
+		t.Fatal(err)
+	}
+	if s := scan(t, a); s.Scan.Source != ScanSourceIterator {
+		t.Fatalf("first scan from %s", s.Scan.Source)
+	}
+	a.r.iter.Close()
+	s := scan(t, a)
+	if s.Scan.Source != ScanSourceSyscall || !strings.Contains(s.Scan.FallbackReason, "iterator read failed") {
+		t.Fatalf("after the iterator broke: source %q, reason %q", s.Scan.Source, s.Scan.FallbackReason)
+	}
+	p := findProg(s, canaryID)
+	if p == nil || p.RecursionMisses == nil || *p.RecursionMisses != 2 {
+		t.Fatalf("canary after the fallback: %+v", p)
+	}
+	if s := scan(t, a); s.Scan.Source != ScanSourceSyscall {
+		t.Fatalf("a later scan went back to %s", s.Scan.Source)
+	}
+}
+
+// unreadable wraps the real iterator as a kernel whose probe reads fail
+// at run time would: every record without its sums or static fields.
+type unreadable struct{ statsIter }
+
+func (u unreadable) Read(dst []progstats.Record) ([]progstats.Record, error) {
+	dst, err := u.statsIter.Read(dst)
+	for i := range dst {
+		dst[i].StatsKnown, dst[i].StaticKnown, dst[i].RunCount, dst[i].RunTimeNs = false, false, 0, 0
+	}
+	return dst, err
+}
+
+// TestIteratorCheckRefuses: an iterator that loads but cannot read the
+// per-CPU stats is refused at start with a reason, and a record without
+// sums in a later scan is read by syscall instead of reported as zero.
+func TestIteratorCheckRefuses(t *testing.T) {
+	a := iterAgent(t)
+	err := checkStatsIter(unreadable{a.r.iter})
+	if err == nil || !strings.Contains(err.Error(), "per-CPU") {
+		t.Fatalf("check of an iterator without sums: %v", err)
+	}
+	sf := loadPrograms(t, 1)[0]
+	for range 4 {
+		if _, _, err := sf.Test(make([]byte, 14)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.r.iter = unreadable{a.r.iter}
+	s := scan(t, a)
+	p := findProg(s, progID(t, sf))
+	if p == nil || p.RunCount != 4 || p.Memlock == nil {
+		t.Fatalf("program without iterator sums read as %+v, want 4 runs from a syscall", p)
+	}
+}
+
+// TestIteratorScanWhileLoading scans while another goroutine loads and
+// unloads programs: no scan may fail or count an error, and a program
+// loaded throughout keeps its exact run count in every snapshot.
+func TestIteratorScanWhileLoading(t *testing.T) {
+	a := iterAgent(t)
+	stay := loadPrograms(t, 1)[0]
+	for range 3 {
+		if _, _, err := stay.Test(make([]byte, 14)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id := progID(t, stay)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	spec := &ebpf.ProgramSpec{Type: ebpf.SocketFilter, License: "GPL", Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}}
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if p, err := ebpf.NewProgram(spec); err == nil {
+				p.Close()
+			}
+		}
+	})
+	defer func() { close(stop); wg.Wait() }()
+	deadline := time.Now().Add(time.Second)
+	scans := 0
+	for time.Now().Before(deadline) {
+		s := scan(t, a)
+		scans++
+		if s.Scan.Errors != 0 || s.Scan.Source != ScanSourceIterator {
+			t.Fatalf("scan %d: source %s, errors %v", scans, s.Scan.Source, s.Scan.ErrorMsgs)
+		}
+		if p := findProg(s, id); p == nil || p.RunCount != 3 {
+			t.Fatalf("scan %d: the program loaded throughout reads %+v", scans, p)
+		}
+	}
+	t.Logf("%d scans while loading and unloading", scans)
+}
+
+func TestFallbackReason(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("%w: verifier rejected the iterator: invalid argument: unknown func bpf_map_lookup_percpu_elem#195", ebpf.ErrNotSupported), "kernel lacks bpf_map_lookup_percpu_elem (Linux 5.19+): "},
+		{fmt.Errorf("%w: kernel BTF has no bpf_prog iterator target: not found", ebpf.ErrNotSupported), "kernel has no iter/bpf_prog (Linux 5.9+): "},
+		{fmt.Errorf("%w: verifier rejected the iterator: unknown func bpf_probe_read_kernel#113", ebpf.ErrNotSupported), "kernel refuses bpf_probe_read_kernel"},
+		{errors.New("operation not permitted"), "operation not permitted"},
+	} {
+		if got := fallbackReason(c.err); !strings.HasPrefix(got, c.want) {
+			t.Errorf("fallbackReason(%v) = %q, want prefix %q", c.err, got, c.want)
+		}
+	}
+}
