@@ -91,6 +91,7 @@ var observers = map[string]func(v *view, s sink){
 	},
 
 	"bpf.agent.scans":            func(v *view, s sink) { s.Int(v.scans, empty) },
+	"bpf.agent.scan.source":      func(v *view, s sink) { s.Int(1, v.scanSource) },
 	"bpf.agent.programs":         func(v *view, s sink) { s.Int(int64(v.programsSeen), empty) },
 	"bpf.agent.links":            func(v *view, s sink) { s.Int(int64(v.linksSeen), empty) },
 	"bpf.agent.scan.errors":      func(v *view, s sink) { s.Int(v.scanErrors, empty) },

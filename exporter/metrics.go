@@ -83,6 +83,7 @@ var (
 	ownerAttrs     = []string{"bpf.owner.key", "process.pid", "process.executable.name", "container.id", "k8s.pod.name", "k8s.namespace.name"}
 	attachAttrs    = []string{"bpf.attach.type"}
 	exportAttrs    = []string{"signal"}
+	scanAttrs      = []string{"bpf.scan.source", "bpf.scan.fallback_reason"}
 	noAttrs        = []string(nil)
 	allLevels      = []Level{LevelAttachType, LevelOwner, LevelWorkload, LevelProgram}
 	ownerLevels    = []Level{LevelOwner}
@@ -188,6 +189,8 @@ var metricDefs = []metricDef{
 		"Time one scan of the kernel's programs, links and owners took."},
 	{"bpf.agent.scans", "{scan}", kindCounter, intValue, allLevels, noAttrs,
 		"Scans completed; stops growing when the agent is stuck."},
+	{"bpf.agent.scan.source", "", kindGauge, intValue, allLevels, scanAttrs,
+		"1, for the source the latest scan read programs from: iterator (one iter/bpf_prog read) or syscall, with the reason the iterator is not used."},
 	{"bpf.agent.programs", "{program}", kindGauge, intValue, allLevels, noAttrs,
 		"Programs the latest scan saw."},
 	{"bpf.agent.links", "{link}", kindGauge, intValue, allLevels, noAttrs,

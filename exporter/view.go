@@ -34,6 +34,7 @@ type view struct {
 	scans, scanErrors        int64
 	stats                    statsView
 	profiles                 []profileSeries
+	scanSource               attribute.Set
 }
 
 type programSeries struct {
@@ -208,6 +209,8 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 		scanErrors:   e.scanErrors,
 		stats:        newStatsView(s),
 		profiles:     e.profileSeries(s),
+		scanSource: attribute.NewSet(attribute.String("bpf.scan.source", s.Scan.Source),
+			attribute.String("bpf.scan.fallback_reason", s.Scan.FallbackReason)),
 	}
 
 	if e.cfg.Level == LevelProgram {
