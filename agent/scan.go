@@ -39,6 +39,10 @@ type progStatic struct {
 	attachBTFID    uint32
 	progTypeID     uint32
 	seen           uint64
+	// facts are the iterator's, kept from the program's whole record
+	// (the iterator source reads them once per id).
+	facts     ProgFacts
+	haveFacts bool
 }
 
 // linkStatic is the immutable part of a link; dynamic says whether the link
@@ -75,6 +79,8 @@ type reader struct {
 	iter     statsIter
 	recs     []progstats.Record
 	fallback string
+	// knownMax is the highest id the last iterator read kept.
+	knownMax uint32
 }
 
 func newReader() *reader {

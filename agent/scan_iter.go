@@ -29,6 +29,7 @@ var pageSize = uint64(os.Getpagesize())
 // statsIter is what the reader needs of probes/progstats.
 type statsIter interface {
 	Read(dst []progstats.Record) ([]progstats.Record, error)
+	SetKnownMaxID(id uint32) error
 	ProgramID() uint32
 	Close() error
 }
@@ -135,6 +136,11 @@ func (r *reader) scanSource() (string, string) {
 // syscall instead; one that is gone by then was unloaded after the pass and
 // counts as vanished. Iterator facts are filled in r.facts for join.
 func (r *reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) {
+	// Programs up to the highest id read whole last time need only their
+	// counters: the iterator skips their static fields.
+	if err := r.iter.SetKnownMaxID(r.knownMax); err != nil {
+		return nil, err
+	}
 	recs, err := r.iter.Read(r.recs)
 	r.recs = recs
 	if err != nil {
@@ -143,11 +149,12 @@ func (r *reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) 
 	clear(r.facts)
 	progs := make([]Program, 0, len(recs))
 	opened := false
+	var maxID uint32
 	for i := range recs {
 		rec := &recs[i]
 		s := r.progs[rec.ID]
 		fresh := s == nil
-		if fresh && rec.StaticKnown {
+		if fresh && rec.Whole && rec.StaticKnown {
 			s = staticFromRecord(rec, bootWall)
 		}
 		var p Program
@@ -173,9 +180,17 @@ func (r *reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) 
 			r.progs[rec.ID] = s
 		}
 		s.seen = r.seq
-		r.facts[rec.ID] = ProgFacts{ExpectedAttachType: rec.ExpectedAttachType, Sleepable: rec.Sleepable, SleepableKnown: rec.SleepableKnown, AttachFunc: rec.AttachFunc}
+		if rec.Whole {
+			s.facts = ProgFacts{ExpectedAttachType: rec.ExpectedAttachType, Sleepable: rec.Sleepable, SleepableKnown: rec.SleepableKnown, AttachFunc: rec.AttachFunc}
+			s.haveFacts = true
+		}
+		if s.haveFacts {
+			r.facts[rec.ID] = s.facts
+		}
 		progs = append(progs, p)
+		maxID = max(maxID, rec.ID)
 	}
+	r.knownMax = maxID
 	return progs, nil
 }
 

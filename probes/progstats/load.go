@@ -266,12 +266,15 @@ func load(spec *ebpf.CollectionSpec, c *coreCache, cpus int) (_ *Iter, err error
 	data = bytes.Clone(data)
 	binary.LittleEndian.PutUint32(data[v.Offset:], uint32(cpus))
 	rodata.Contents[0].Value = data
-	for name, ms := range map[string]*ebpf.MapSpec{".rodata": rodata, "pcpu": spec.Maps["pcpu"]} {
+	for name, ms := range map[string]*ebpf.MapSpec{".rodata": rodata, "pcpu": spec.Maps["pcpu"], "known_max_id": spec.Maps["known_max_id"]} {
 		m, err := ebpf.NewMap(ms)
 		if err != nil {
 			return nil, fmt.Errorf("creating map %s: %w", name, err)
 		}
 		it.maps = append(it.maps, m)
+		if name == "known_max_id" {
+			it.known = m
+		}
 		if err := insns.AssociateMap(name, m); err != nil && !errors.Is(err, asm.ErrUnreferencedSymbol) {
 			return nil, fmt.Errorf("map %s: %w", name, err)
 		}

@@ -76,6 +76,16 @@ struct {
 	__type(value, __u64);
 } pcpu SEC(".maps");
 
+// The highest program id whose static fields the reader already holds:
+// ids are handed out in increasing order, so every program up to it was
+// read whole before, and a steady-state pass reads only id and stats.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} known_max_id SEC(".maps");
+
 // Flavours for fields that moved or appeared over kernel versions.
 struct bpf_prog_aux___old {
 	bool sleepable;
@@ -182,6 +192,12 @@ int dump_prog(struct bpf_iter__bpf_prog *ctx)
 			r.flags |= F_MISSES;
 	}
 stats_done:
+	{
+		__u32 *known = bpf_map_lookup_elem(&known_max_id, &zero);
+
+		if (known && r.id <= *known)
+			goto emit;
+	}
 	r.type = prog->type;
 	r.expected_attach_type = prog->expected_attach_type;
 	r.attach_btf_id = aux->attach_btf_id;
@@ -274,6 +290,7 @@ stats_done:
 			r.flags |= F_STATIC;
 	}
 
+emit:
 	bpf_seq_write(ctx->meta->seq, &r, sizeof(r));
 	return 0;
 }

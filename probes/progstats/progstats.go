@@ -24,7 +24,10 @@ const MaxMapIDs = 16
 
 // Record is what the iterator reports about one BPF program.
 type Record struct {
-	ID                 uint32
+	ID uint32
+	// Whole is false for a program up to SetKnownMaxID's id: the record
+	// then has only ID and the statistics.
+	Whole              bool
 	Type               uint32 // enum bpf_prog_type
 	ExpectedAttachType uint32 // enum bpf_attach_type, as given at load
 	AttachBTFID        uint32
@@ -86,6 +89,8 @@ var pageSize = os.Getpagesize()
 type Iter struct {
 	prog   *ebpf.Program
 	maps   []*ebpf.Map
+	known  *ebpf.Map // known_max_id
+	knownV uint32
 	link   *link.Iter
 	progID uint32
 	cpus   int
@@ -119,6 +124,24 @@ func (it *Iter) attach() error {
 	return nil
 }
 
+// SetKnownMaxID tells the iterator that the caller holds the static
+// fields (StaticKnown's and the facts) of every program up to id: later
+// reads give only ID and the statistics for those (StaticKnown false), and
+// the whole record for newer ids. Program ids only grow (until they wrap
+// after 2^31 loads), so a program up to id that the caller does not hold
+// was unreadable or gone in its last read; the caller reads it by syscall.
+// 0 asks for whole records.
+func (it *Iter) SetKnownMaxID(id uint32) error {
+	if id == it.knownV {
+		return nil
+	}
+	if err := it.known.Put(uint32(0), id); err != nil {
+		return fmt.Errorf("setting known program id: %w", err)
+	}
+	it.knownV = id
+	return nil
+}
+
 // ProgramID is the id of the iterator program itself.
 func (it *Iter) ProgramID() uint32 { return it.progID }
 
@@ -145,6 +168,7 @@ func (it *Iter) Read(dst []Record) ([]Record, error) {
 		if int(dst[i].CPUs) != it.cpus {
 			dst[i].StatsKnown = false
 		}
+		dst[i].Whole = dst[i].ID > it.knownV
 	}
 	return dst, nil
 }

@@ -16,9 +16,10 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	progstatsMapPcpu      = "pcpu"
-	progstatsProgDumpProg = "dump_prog"
-	progstatsVarNrCpus    = "nr_cpus"
+	progstatsMapKnownMaxId = "known_max_id"
+	progstatsMapPcpu       = "pcpu"
+	progstatsProgDumpProg  = "dump_prog"
+	progstatsVarNrCpus     = "nr_cpus"
 )
 
 // loadProgstats returns the embedded CollectionSpec for progstats.
@@ -70,7 +71,8 @@ type progstatsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type progstatsMapSpecs struct {
-	Pcpu *ebpf.MapSpec `ebpf:"pcpu"`
+	KnownMaxId *ebpf.MapSpec `ebpf:"known_max_id"`
+	Pcpu       *ebpf.MapSpec `ebpf:"pcpu"`
 }
 
 // progstatsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -100,11 +102,13 @@ func (o *progstatsObjects) Close() error {
 //
 // It can be passed to loadProgstatsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type progstatsMaps struct {
-	Pcpu *ebpf.Map `ebpf:"pcpu"`
+	KnownMaxId *ebpf.Map `ebpf:"known_max_id"`
+	Pcpu       *ebpf.Map `ebpf:"pcpu"`
 }
 
 func (m *progstatsMaps) Close() error {
 	return _ProgstatsClose(
+		m.KnownMaxId,
 		m.Pcpu,
 	)
 }
