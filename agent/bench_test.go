@@ -219,3 +219,28 @@ func BenchmarkOneShot(b *testing.B) {
 	b.ReportMetric(float64(tSys.Microseconds())/float64(b.N), "syscall-µs")
 	b.ReportMetric(float64(tIter)/float64(tSys), "x-syscall")
 }
+
+// BenchmarkIterRead is the scan source alone (reader.read: the iterator
+// read, the join with links and cached static fields), without the
+// snapshot Agent.Scan builds, against the 4-syscall floor.
+func BenchmarkIterRead(b *testing.B) {
+	loadPrograms(b, 1000)
+	a, err := New(Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close()
+	if a.r.iter == nil {
+		b.Skipf("scan source is syscall on this kernel: %s", a.r.fallback)
+	}
+	if _, _, err := a.r.read(time.Now()); err != nil {
+		b.Fatal(err)
+	}
+	benchAgainstFloor(b, false, func() int {
+		p, _, err := a.r.read(time.Now())
+		if err != nil {
+			b.Fatal(err)
+		}
+		return len(p)
+	})
+}

@@ -81,6 +81,7 @@ type reader struct {
 	fallback string
 	// knownMax is the highest id the last iterator read kept.
 	knownMax uint32
+	progBuf  []Program
 }
 
 func newReader() *reader {
@@ -562,13 +563,14 @@ func (r *reader) join(progs []Program, links []Link) {
 	for _, l := range links {
 		byProg[l.ProgID] = append(byProg[l.ProgID], l)
 	}
+	sleepable := make([]bool, len(progs)) // one allocation for every flag of the scan
 	for i := range progs {
 		p := &progs[i]
 		s := r.progs[p.ID]
 		f, haveFacts := r.facts[p.ID]
 		if haveFacts && f.SleepableKnown {
-			v := f.Sleepable
-			p.Sleepable = &v
+			sleepable[i] = f.Sleepable
+			p.Sleepable = &sleepable[i]
 		}
 		p.Links = byProg[p.ID]
 		p.Owners = []Owner{} // JSON readers get [] rather than null

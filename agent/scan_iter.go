@@ -147,9 +147,15 @@ func (r *reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) 
 		return nil, err
 	}
 	clear(r.facts)
-	progs := make([]Program, 0, len(recs))
+	// The slice is reused from scan to scan: Agent.Scan copies every
+	// program into its snapshot and keeps none of progs.
+	progs := r.progBuf[:0]
+	defer func() { r.progBuf = progs[:0] }()
 	opened := false
 	var maxID uint32
+	// One allocation for every program's misses counter: a pointer into
+	// the cache would change under snapshots already handed out.
+	misses := make([]uint64, len(recs))
 	for i := range recs {
 		rec := &recs[i]
 		s := r.progs[rec.ID]
@@ -172,8 +178,8 @@ func (r *reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) 
 			p = s.prog
 			p.RunCount, p.RunTimeNs = rec.RunCount, rec.RunTimeNs
 			if rec.MissesKnown {
-				m := rec.Misses
-				p.RecursionMisses = &m
+				misses[i] = rec.Misses
+				p.RecursionMisses = &misses[i]
 			}
 		}
 		if fresh {
