@@ -30,6 +30,15 @@ if selected scan; then
 	go test -count=1 -run X -bench 'FirstScan|Scan$' ./agent
 fi
 
+if selected iterator; then
+	section "iterator: the bpf_prog stats iterator (scan source) against the syscall floor and path, 1,000 programs"
+	# IterRead: the iterator scan source alone; OneShot: New + one scan +
+	# Close (what list pays) from the iterator vs from syscalls;
+	# LoadCached: loading the iterator with its CO-RE result cached.
+	go test -count=1 -run X -bench 'IterRead|OneShot' ./agent
+	go test -count=1 -run X -bench 'LoadCached|Read$' ./probes/progstats
+fi
+
 if selected owners; then
 	section "owners: task_file iterator against the /proc walk"
 	go test -count=1 -run X -bench . ./probes/taskfile
