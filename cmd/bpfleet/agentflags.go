@@ -14,7 +14,7 @@ func registerScanFlags(cmd *cobra.Command, c *config.Scan) {
 	f.StringVar(&c.ProcRoot, "proc-root", c.ProcRoot, "where the host's procfs is mounted")
 	f.StringSliceVar(&c.BPFFS, "bpffs", c.BPFFS, "bpffs mount points searched for pinned programs")
 	f.BoolVar(&c.NoOwners, "no-owners", false, "skip owner attribution through /proc")
-	f.BoolVar(&c.NoIterator, "no-iterator", false, "never load the bpf_prog iterator (it is loaded only when tracing/lsm programs exist, to tell fentry.s from fentry)")
+	f.BoolVar(&c.NoIterator, "no-iterator", false, "never load the bpf_prog iterators: scan by syscall (scan.fallback_reason says so) and tell fentry.s from fentry only where the kernel says")
 	f.IntVar(&c.QuietIntervals, "quiet-intervals", c.QuietIntervals, "scans without new misses that close a miss episode")
 }
 
