@@ -58,11 +58,17 @@ func loadStatsIter() (statsIter, string) {
 // then refuses its reads (a probe read that fails at run time) is caught
 // here, before any snapshot, instead of producing zeros.
 func checkStatsIter(it statsIter) error {
+	own := it.ProgramID()
+	// Whole records only from the iterator's own id up (it is the newest
+	// program or close to it): the check costs a fraction of a scan.
+	if err := it.SetKnownMaxID(own - 1); err != nil {
+		return err
+	}
+	defer it.SetKnownMaxID(0)
 	recs, err := it.Read(nil)
 	if err != nil {
 		return fmt.Errorf("first iterator read failed: %w", err)
 	}
-	own := it.ProgramID()
 	for i := range recs {
 		r := &recs[i]
 		if r.ID != own {

@@ -36,7 +36,7 @@ if selected iterator; then
 	# Close (what list pays) from the iterator vs from syscalls;
 	# LoadCached: loading the iterator with its CO-RE result cached.
 	go test -count=1 -run X -bench 'IterRead|OneShot' ./agent
-	go test -count=1 -run X -bench 'LoadCached|Read$' ./probes/progstats
+	go test -count=1 -run X -bench 'LoadCached|Read' ./probes/progstats
 fi
 
 if selected owners; then

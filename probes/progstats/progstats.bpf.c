@@ -86,6 +86,19 @@ struct {
 	__type(value, __u32);
 } known_max_id SEC(".maps");
 
+// Each CPU's per-CPU offset, learned once (see dump_prog).
+struct cpu_offs {
+	__u64 learned;
+	__u64 off[MAX_CPUS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct cpu_offs);
+} offs SEC(".maps");
+
 // Flavours for fields that moved or appeared over kernel versions.
 struct bpf_prog_aux___old {
 	bool sleepable;
@@ -154,35 +167,62 @@ int dump_prog(struct bpf_iter__bpf_prog *ctx)
 	// map and subprogram loops) would multiply those states.
 	// Sum prog->stats over every possible CPU.
 	{
-		__u64 stats = 0, base, cnt_off, nsecs_off, misses_off = 0;
+		__u64 stats = 0, cnt_off, nsecs_off, misses_off = 0;
 		int have_misses = bpf_core_field_exists(struct bpf_prog_stats___m, misses);
 		__u32 n = nr_cpus;
 		int bad = 0;
+		struct cpu_offs *o = bpf_map_lookup_elem(&offs, &zero);
 
+		if (!o || n > MAX_CPUS)
+			goto stats_done;
+		if (!o->learned) {
+			// The first program of the first pass learns each CPU's
+			// per-CPU offset, fixed since boot, for every later one.
+			__u64 base = read_u64(as_scalar(&pcpu) + bpf_core_field_offset(struct bpf_array___pp, pptrs), &bad);
+
+			if (bad || !base)
+				goto stats_done;
+			for (__u32 cpu = 0; cpu < MAX_CPUS; cpu++) {
+				void *elem;
+
+				if (cpu >= n)
+					break;
+				elem = bpf_map_lookup_percpu_elem(&pcpu, &zero, cpu);
+				if (!elem)
+					goto stats_done; // fewer CPUs than nr_cpus: no sums
+				o->off[cpu & (MAX_CPUS - 1)] = as_scalar(elem) - base;
+			}
+			o->learned = 1;
+		}
 		bpf_core_read(&stats, sizeof(stats), &prog->stats);
-		base = read_u64(as_scalar(&pcpu) + bpf_core_field_offset(struct bpf_array___pp, pptrs), &bad);
+		if (!stats)
+			goto stats_done;
 		cnt_off = bpf_core_field_offset(struct bpf_prog_stats, cnt);
 		nsecs_off = bpf_core_field_offset(struct bpf_prog_stats, nsecs);
 		if (have_misses)
 			misses_off = bpf_core_field_offset(struct bpf_prog_stats___m, misses);
-		if (bad || !stats || !base || n > MAX_CPUS)
-			goto stats_done;
 		for (__u32 cpu = 0; cpu < MAX_CPUS; cpu++) {
-			void *elem;
-			__u64 st;
+			__u64 st, v[3] = {};
 
 			if (cpu >= n)
 				break;
-			elem = bpf_map_lookup_percpu_elem(&pcpu, &zero, cpu);
-			if (!elem)
-				goto stats_done; // fewer CPUs than nr_cpus: leave F_STATS unset
-			st = stats + (as_scalar(elem) - base);
+			st = stats + o->off[cpu & (MAX_CPUS - 1)];
 			// u64_stats_t is one 64-bit counter on 64-bit kernels (the
-			// sync part is empty there), read whole at the field's offset.
-			r.run_cnt += read_u64(st + cnt_off, &bad);
-			r.run_time_ns += read_u64(st + nsecs_off, &bad);
-			if (have_misses)
-				r.misses += read_u64(st + misses_off, &bad);
+			// sync part is empty there). Where cnt, nsecs and misses
+			// are adjacent, as in every kernel so far, one read takes
+			// all three.
+			if (nsecs_off == cnt_off + 8 && misses_off == cnt_off + 16 && have_misses) {
+				if (bpf_probe_read_kernel(v, 24, (void *)(st + cnt_off)))
+					bad = 1;
+			} else {
+				v[0] = read_u64(st + cnt_off, &bad);
+				v[1] = read_u64(st + nsecs_off, &bad);
+				if (have_misses)
+					v[2] = read_u64(st + misses_off, &bad);
+			}
+			r.run_cnt += v[0];
+			r.run_time_ns += v[1];
+			r.misses += v[2];
 			r.cpus++;
 		}
 		if (bad)

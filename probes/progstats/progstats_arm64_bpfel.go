@@ -8,15 +8,23 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
+	"structs"
 
 	"github.com/cilium/ebpf"
 )
+
+type progstatsCpuOffs struct {
+	_       structs.HostLayout
+	Learned uint64
+	Off     [4096]uint64
+}
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	progstatsMapKnownMaxId = "known_max_id"
+	progstatsMapOffs       = "offs"
 	progstatsMapPcpu       = "pcpu"
 	progstatsProgDumpProg  = "dump_prog"
 	progstatsVarNrCpus     = "nr_cpus"
@@ -72,6 +80,7 @@ type progstatsProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type progstatsMapSpecs struct {
 	KnownMaxId *ebpf.MapSpec `ebpf:"known_max_id"`
+	Offs       *ebpf.MapSpec `ebpf:"offs"`
 	Pcpu       *ebpf.MapSpec `ebpf:"pcpu"`
 }
 
@@ -103,12 +112,14 @@ func (o *progstatsObjects) Close() error {
 // It can be passed to loadProgstatsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type progstatsMaps struct {
 	KnownMaxId *ebpf.Map `ebpf:"known_max_id"`
+	Offs       *ebpf.Map `ebpf:"offs"`
 	Pcpu       *ebpf.Map `ebpf:"pcpu"`
 }
 
 func (m *progstatsMaps) Close() error {
 	return _ProgstatsClose(
 		m.KnownMaxId,
+		m.Offs,
 		m.Pcpu,
 	)
 }
