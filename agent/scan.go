@@ -82,6 +82,8 @@ type reader struct {
 	// knownMax is the highest id the last iterator read kept.
 	knownMax uint32
 	progBuf  []Program
+	// iterChecked says the first read passed checkRecords.
+	iterChecked bool
 }
 
 func newReader() *reader {
@@ -114,7 +116,11 @@ func (r *reader) read(now time.Time) ([]Program, ScanStats, error) {
 		}
 		// A read that fails mid-way is not half a snapshot: leave the
 		// iterator for good and read this scan by syscall.
-		r.fallBack(fmt.Sprintf("iterator read failed, scanning by syscall from now on: %v", err))
+		if ce := (checkError{}); errors.As(err, &ce) {
+			r.fallBack(ce.Error())
+		} else {
+			r.fallBack(fmt.Sprintf("iterator read failed, scanning by syscall from now on: %v", err))
+		}
 		st = ScanStats{}
 	}
 

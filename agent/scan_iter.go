@@ -46,10 +46,8 @@ func loadStatsIter() (statsIter, string) {
 	if err != nil {
 		return nil, fallbackReason(err)
 	}
-	if err := checkStatsIter(it); err != nil {
-		it.Close()
-		return nil, err.Error()
-	}
+	// The first scan's read is checked (checkRecords) before any of it
+	// is used: a separate check read would cost a one-shot list a pass.
 	return it, ""
 }
 
@@ -58,17 +56,21 @@ func loadStatsIter() (statsIter, string) {
 // then refuses its reads (a probe read that fails at run time) is caught
 // here, before any snapshot, instead of producing zeros.
 func checkStatsIter(it statsIter) error {
-	own := it.ProgramID()
-	// Whole records only from the iterator's own id up (it is the newest
-	// program or close to it): the check costs a fraction of a scan.
-	if err := it.SetKnownMaxID(own - 1); err != nil {
-		return err
-	}
-	defer it.SetKnownMaxID(0)
 	recs, err := it.Read(nil)
 	if err != nil {
 		return fmt.Errorf("first iterator read failed: %w", err)
 	}
+	return checkRecords(it, recs)
+}
+
+// checkError is a first read that failed checkRecords: the reason to fall
+// back, as it is.
+type checkError struct{ error }
+
+// checkRecords holds a read's record of the iterator program itself to the
+// kernel's program info.
+func checkRecords(it statsIter, recs []progstats.Record) error {
+	own := it.ProgramID()
 	for i := range recs {
 		r := &recs[i]
 		if r.ID != own {
@@ -151,6 +153,12 @@ func (r *reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) 
 	r.recs = recs
 	if err != nil {
 		return nil, err
+	}
+	if !r.iterChecked {
+		if err := checkRecords(r.iter, recs); err != nil {
+			return nil, checkError{err}
+		}
+		r.iterChecked = true
 	}
 	clear(r.facts)
 	// The slice is reused from scan to scan: Agent.Scan copies every

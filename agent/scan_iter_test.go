@@ -175,8 +175,9 @@ func (u unreadable) Read(dst []progstats.Record) ([]progstats.Record, error) {
 }
 
 // TestIteratorCheckRefuses: an iterator that loads but cannot read the
-// per-CPU stats is refused at start with a reason, and a record without
-// sums in a later scan is read by syscall instead of reported as zero.
+// per-CPU stats is refused on its first read, with a reason, before any of
+// that read is used; a record without sums in a later scan is read by
+// syscall instead of reported as zero.
 func TestIteratorCheckRefuses(t *testing.T) {
 	a := iterAgent(t)
 	err := checkStatsIter(unreadable{a.r.iter})
@@ -189,8 +190,23 @@ func TestIteratorCheckRefuses(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A kernel like that on the first scan: refused, with the reason.
+	b := iterAgent(t)
+	b.r.iter = unreadable{b.r.iter}
+	if s := scan(t, b); s.Scan.Source != ScanSourceSyscall || !strings.Contains(s.Scan.FallbackReason, "per-CPU") {
+		t.Fatalf("first read without sums: source %q, reason %q", s.Scan.Source, s.Scan.FallbackReason)
+	}
+	if p := findProg(scan(t, b), progID(t, sf)); p == nil || p.RunCount != 4 {
+		t.Fatalf("after the refusal the program reads %+v, want 4 runs", p)
+	}
+
+	// After a good first read: records without sums are read by syscall.
+	scan(t, a)
 	a.r.iter = unreadable{a.r.iter}
 	s := scan(t, a)
+	if s.Scan.Source != ScanSourceIterator {
+		t.Fatalf("source %s after a checked first read", s.Scan.Source)
+	}
 	p := findProg(s, progID(t, sf))
 	if p == nil || p.RunCount != 4 || p.Memlock == nil {
 		t.Fatalf("program without iterator sums read as %+v, want 4 runs from a syscall", p)

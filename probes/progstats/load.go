@@ -267,6 +267,10 @@ func load(spec *ebpf.CollectionSpec, c *coreCache, cpus int) (_ *Iter, err error
 	binary.LittleEndian.PutUint32(data[v.Offset:], uint32(cpus))
 	rodata.Contents[0].Value = data
 	for name, ms := range map[string]*ebpf.MapSpec{".rodata": rodata, "pcpu": spec.Maps["pcpu"], "known_max_id": spec.Maps["known_max_id"], "offs": spec.Maps["offs"]} {
+		// Without key/value BTF: none of these maps needs it, and each
+		// type would cost a BTF_LOAD.
+		ms = ms.Copy()
+		ms.Key, ms.Value = nil, nil
 		m, err := ebpf.NewMap(ms)
 		if err != nil {
 			return nil, fmt.Errorf("creating map %s: %w", name, err)
