@@ -20,7 +20,6 @@ char LICENSE[] SEC("license") = "GPL";
 
 #define ATTACH_FUNC_LEN 64
 #define MAX_MAP_IDS 16
-#define MAX_FUNCS 16
 #define MAX_CPUS 4096
 
 // Bits of prog_record.flags.
@@ -283,14 +282,13 @@ stats_done:
 		r.flags |= F_ATTACH_FUNC;
 
 	// What bpf_prog_get_info_by_fd() and the fdinfo say that needs a walk:
-	// map ids, the jited length summed over subprograms, the creator's uid.
-	// A program with more maps or subprograms than the bounds here is
-	// marked incomplete and read by syscall instead.
+	// map ids, the jited length, the creator's uid. A program with more
+	// maps than a record holds, or with subprograms, is marked incomplete
+	// and read by syscall instead.
 	{
 		__u32 nmaps = aux->used_map_cnt, nfuncs = aux->func_cnt;
 		struct bpf_map **maps = aux->used_maps;
-		struct bpf_prog **funcs = aux->func;
-		int ok = nmaps <= MAX_MAP_IDS && nfuncs <= MAX_FUNCS;
+		int ok = nmaps <= MAX_MAP_IDS && nfuncs == 0;
 
 		r.nr_map_ids = nmaps;
 		for (int i = 0; i < MAX_MAP_IDS && ok; i++) {
@@ -305,22 +303,10 @@ stats_done:
 			}
 			r.map_ids[i] = BPF_CORE_READ(m, id);
 		}
-		if (nfuncs == 0) {
-			r.jited_len = prog->jited_len;
-		} else {
-			for (int i = 0; i < MAX_FUNCS && ok; i++) {
-				struct bpf_prog *f = NULL;
-
-				if (i >= nfuncs)
-					break;
-				bpf_probe_read_kernel(&f, sizeof(f), &funcs[i]);
-				if (!f) {
-					ok = 0;
-					break;
-				}
-				r.jited_len += BPF_CORE_READ(f, jited_len);
-			}
-		}
+		// A program with subprograms has the sum of theirs as its jited
+		// length: read by syscall (a loop here would cost every load of
+		// this program verifier time).
+		r.jited_len = prog->jited_len;
 		if (bpf_core_field_exists(aux->user) && aux->user) {
 			r.uid = BPF_CORE_READ(aux, user, uid.val);
 		} else {
