@@ -47,6 +47,13 @@ type Config struct {
 	// (probes/progstats) and the facts one (probes/progiter) that tells
 	// sleepable programs and expected attach types.
 	NoIterator bool
+	// ScanSource is ScanSourceIterator, ScanSourceSyscall or "auto"
+	// (empty): the iterator where the kernel loads it, unless OneShot.
+	ScanSource string
+	// OneShot says the agent scans once and exits (list without
+	// --watch). Loading the iterator costs more than the one syscall scan
+	// it would replace, so "auto" scans by syscall then.
+	OneShot bool
 	// Parallel is how many goroutines read programs seen for the first
 	// time (default 1). One-shot commands set it to the CPU count; the
 	// long-running agent keeps one, since after its first scan nearly
@@ -153,9 +160,14 @@ func New(cfg Config) (*Agent, error) {
 	// check that can fail New, so nothing leaks): the iterator when
 	// this kernel loads it (its first read is checked before use), else
 	// the syscall path with the reason in every snapshot.
-	if cfg.NoIterator {
+	switch {
+	case cfg.NoIterator:
 		a.r.fallback = "iterator disabled by configuration"
-	} else {
+	case cfg.ScanSource == ScanSourceSyscall:
+		a.r.fallback = "syscall source chosen by configuration"
+	case cfg.OneShot && cfg.ScanSource != ScanSourceIterator:
+		a.r.fallback = "one scan: loading the iterator costs more than the syscall scan it replaces"
+	default:
 		a.r.iter, a.r.fallback = loadStatsIter()
 	}
 	if cfg.Owners {

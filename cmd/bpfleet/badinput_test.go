@@ -93,6 +93,8 @@ func TestBadInputRefusedAtStart(t *testing.T) {
 		agent("--metrics-level", nil, "--metrics-level", "pods"),
 		agent("--max-programs", nil, "--max-programs", "-1"),
 		agent("--quiet-intervals", nil, "--quiet-intervals", "0"),
+		agent("--scan-source", nil, "--scan-source", "bpftool"),
+		{[]string{"list", "--scan-source", "iterator", "--no-iterator"}, nil, "--scan-source"},
 		agent("--shutdown-timeout", nil, "--shutdown-timeout", "0s"),
 		agent("--api-token-file", nil, "--api-token-file", filepath.Join(dir, "missing")),
 		agent("--api-token-file", nil, "--api-token-file", emptyToken),

@@ -100,6 +100,7 @@ scripts and log pipelines.`,
 			cfg := agentConfig(c.Scan)
 			cfg.EnableStats = c.Watch // a single scan shows counters as they are
 			cfg.Parallel = runtime.NumCPU()
+			cfg.OneShot = !c.Watch
 			a, err := newAgent(cfg)
 			if err != nil {
 				return err

@@ -47,14 +47,16 @@ func TestBenchListAgainstBpftool(t *testing.T) {
 	}
 	ids := loadSocketFilters(t, 1000)
 	const runs = 21
-	var oursWall, oursCPU, theirsWall, theirsCPU, ownersWall, ownersCPU []time.Duration
+	var oursWall, oursCPU, theirsWall, theirsCPU, ownersWall, ownersCPU, iterWall, iterCPU []time.Duration
 	for i := 0; i < runs; i++ {
 		o := runTimed(t, bin, "list", "-o", "json", "--no-owners")
 		th := runTimed(t, bpftool, "prog", "show", "-j")
 		w := runTimed(t, bin, "list", "-o", "json")
+		it := runTimed(t, bin, "list", "-o", "json", "--no-owners", "--scan-source", "iterator")
 		oursWall, oursCPU = append(oursWall, o.wall), append(oursCPU, o.cpu)
 		theirsWall, theirsCPU = append(theirsWall, th.wall), append(theirsCPU, th.cpu)
 		ownersWall, ownersCPU = append(ownersWall, w.wall), append(ownersCPU, w.cpu)
+		iterWall, iterCPU = append(iterWall, it.wall), append(iterCPU, it.cpu)
 	}
 	ours, theirs, owners := median(oursWall), median(theirsWall), median(ownersWall)
 	t.Logf("BENCH list-vs-bpftool: %d+ programs, median of %d alternated runs", len(ids), runs)
@@ -63,4 +65,7 @@ func TestBenchListAgainstBpftool(t *testing.T) {
 		ours, median(oursCPU), float64(ours)/float64(theirs), float64(median(oursCPU))/float64(median(theirsCPU)))
 	t.Logf("BENCH   bpfleet list -o json (owners)    wall %8v  cpu %8v  = %.2fx bpftool wall",
 		owners, median(ownersCPU), float64(owners)/float64(theirs))
+	iter := median(iterWall)
+	t.Logf("BENCH   ... --no-owners --scan-source iterator wall %8v  cpu %8v  = %.2fx bpftool wall",
+		iter, median(iterCPU), float64(iter)/float64(theirs))
 }

@@ -106,10 +106,12 @@ func MapEnv(m map[string]string) Lookup {
 
 // Scan is what every command that scans the kernel shares (agentFlags).
 type Scan struct {
-	ProcRoot       string
-	BPFFS          []string
-	NoOwners       bool
-	NoIterator     bool
+	ProcRoot   string
+	BPFFS      []string
+	NoOwners   bool
+	NoIterator bool
+	// ScanSource is auto, iterator or syscall (agent.ScanSource*).
+	ScanSource     string
 	QuietIntervals int
 	// BPFFSSet says --bpffs was given: a missing default mount is only
 	// "no pins to find", a missing mount the operator named is a mistake.
@@ -118,7 +120,7 @@ type Scan struct {
 
 // DefaultScan is the flags' defaults.
 func DefaultScan() Scan {
-	return Scan{ProcRoot: "/proc", BPFFS: []string{"/sys/fs/bpf"}, QuietIntervals: 2}
+	return Scan{ProcRoot: "/proc", BPFFS: []string{"/sys/fs/bpf"}, ScanSource: "auto", QuietIntervals: 2}
 }
 
 // Validate checks that the mounts exist: a wrong path otherwise shows only
@@ -140,6 +142,14 @@ func (s *Scan) Validate() error {
 		case err == nil && !fi.IsDir():
 			errs = append(errs, problem("--bpffs", p, "not a directory: want a bpffs mount point"))
 		}
+	}
+	switch s.ScanSource {
+	case "auto", "iterator", "syscall":
+	default:
+		errs = append(errs, problem("--scan-source", s.ScanSource, "want auto, iterator or syscall"))
+	}
+	if s.NoIterator && s.ScanSource == "iterator" {
+		errs = append(errs, problem("--scan-source", s.ScanSource, "contradicts --no-iterator: drop one of them"))
 	}
 	if s.QuietIntervals < 1 {
 		errs = append(errs, problem("--quiet-intervals", fmt.Sprint(s.QuietIntervals), "want at least 1"))
