@@ -2,7 +2,11 @@
 # build-backends.sh builds the real OTLP backends the end-to-end tests talk to:
 # Prometheus and promtool (github.com/prometheus/prometheus, which has the OTLP
 # receiver Debian's package strips) and Jaeger v2 all-in-one
-# (github.com/jaegertracing/jaeger cmd/jaeger). Binaries land in
+# (github.com/jaegertracing/jaeger cmd/jaeger), and an OpenTelemetry Collector
+# (otlp receiver, batch processor, otlp and otlphttp exporters) built with the
+# collector builder (ocb) from go.opentelemetry.io/collector modules, so the
+# e2e tests put a real Collector between the agent and the backends, as fleets
+# do. Binaries land in
 # ${BPFLEET_CACHE:-/var/cache/bpfleet}/bin as <name>-<version>, with a plain
 # <name> symlink beside each. A binary of the pinned version that already
 # exists is not rebuilt, so the script is cheap to run on every CI run.
@@ -15,7 +19,8 @@
 #
 # About 6 min (Prometheus) + 4.5 min (Jaeger) on 2 cores when nothing is cached;
 # kube-apiserver 19 min wall on a fresh 2-core machine (26 min on a busy one,
-# module downloads included), etcd 2 min.
+# module downloads included), etcd 2 min, the Collector 5.7 min (busy 2-core
+# machine, module downloads included).
 #
 # With arguments, only the named binaries are built (and the symlinks set):
 #   scripts/build-backends.sh kube-apiserver etcd
@@ -25,6 +30,10 @@ PROMETHEUS_VERSION=v0.316.0
 JAEGER_VERSION=v1.75.0
 KUBERNETES_VERSION=v1.37.2
 ETCD_VERSION=v3.7.3
+# All go.opentelemetry.io/collector modules at one release; ocb of the same
+# release picks the matching 1.x versions of the stable modules (confmap
+# providers) itself.
+OTELCOL_VERSION=v0.165.0
 
 cache=${BPFLEET_CACHE:-/var/cache/bpfleet}
 bin=$cache/bin
@@ -180,7 +189,45 @@ func main() {
 }'
 }
 
-targets=(prometheus promtool jaeger kube-apiserver etcd)
+# build_otelcol: build the Collector with ocb as $bin/otelcol-$OTELCOL_VERSION.
+build_otelcol() {
+	local version=$OTELCOL_VERSION name=otelcol
+	local out=$bin/$name-$version
+	if [[ -x $out ]]; then
+		echo "build-backends: $name $version cached at $out"
+	else
+		local dir start
+		dir=$(mktemp -d)
+		start=$SECONDS
+		echo "build-backends: building $name with go.opentelemetry.io/collector/cmd/builder@$version ..."
+		cat >"$dir/builder.yaml" <<-EOF
+			dist:
+			  module: bpfleet.example/otelcol
+			  name: otelcol
+			  description: OpenTelemetry Collector for bpfleet's end-to-end tests
+			  version: ${version#v}
+			  output_path: $dir/out
+			receivers:
+			  - gomod: go.opentelemetry.io/collector/receiver/otlpreceiver $version
+			processors:
+			  - gomod: go.opentelemetry.io/collector/processor/batchprocessor $version
+			exporters:
+			  - gomod: go.opentelemetry.io/collector/exporter/otlpexporter $version
+			  - gomod: go.opentelemetry.io/collector/exporter/otlphttpexporter $version
+			  - gomod: go.opentelemetry.io/collector/exporter/debugexporter $version
+		EOF
+		(
+			cd "$dir"
+			GOFLAGS= go run "go.opentelemetry.io/collector/cmd/builder@$version" --config "$dir/builder.yaml"
+		)
+		mv "$dir/out/otelcol" "$out"
+		rm -rf "$dir"
+		echo "build-backends: built $out in $((SECONDS - start))s"
+	fi
+	ln -sf "$name-$version" "$bin/$name"
+}
+
+targets=(prometheus promtool jaeger otelcol kube-apiserver etcd)
 for arg in "$@"; do
 	if [[ " ${targets[*]} " != *" $arg "* ]]; then
 		echo "build-backends: unknown backend $arg (known: ${targets[*]})" >&2
@@ -193,6 +240,7 @@ for target in "${targets[@]}"; do
 	prometheus) build github.com/prometheus/prometheus "$PROMETHEUS_VERSION" github.com/prometheus/prometheus/cmd/prometheus prometheus ;;
 	promtool) build github.com/prometheus/prometheus "$PROMETHEUS_VERSION" github.com/prometheus/prometheus/cmd/promtool promtool ;;
 	jaeger) build github.com/jaegertracing/jaeger "$JAEGER_VERSION" github.com/jaegertracing/jaeger/cmd/jaeger jaeger ;;
+	otelcol) build_otelcol ;;
 	kube-apiserver) build_kube_apiserver ;;
 	etcd) build_etcd ;;
 	esac
