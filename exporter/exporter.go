@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -112,6 +113,10 @@ type Exporter struct {
 
 	// Where metrics and spans go, for the agent's start-up line.
 	MetricsTarget, TracesTarget string
+	// PrometheusAddr is where the Prometheus exporter listens
+	// (OTEL_METRICS_EXPORTER=prometheus), else empty.
+	PrometheusAddr string
+	promServer     *http.Server
 }
 
 // New sets up the OpenTelemetry SDK: resource, OTLP exporters from the
@@ -140,6 +145,7 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 	}
 	sig, err := e.signals(ctx)
 	if err != nil {
+		e.closePrometheus(ctx)
 		return nil, err
 	}
 
@@ -150,6 +156,7 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 	e.mp = sdkmetric.NewMeterProvider(mopts...)
 	if err := e.registerInstruments(e.mp.Meter("github.com/bpfleet/bpfleet/exporter")); err != nil {
 		_ = e.mp.Shutdown(ctx)
+		e.closePrometheus(ctx)
 		return nil, err
 	}
 
@@ -271,7 +278,15 @@ func (e *Exporter) Shutdown(ctx context.Context) error {
 	// so the rules know the agent left on purpose.
 	e.stopping.Store(true)
 	errs = append(errs, e.mp.Shutdown(ctx))
+	e.closePrometheus(ctx)
 	return errors.Join(errs...)
+}
+
+// closePrometheus stops serving scrapes (OTEL_METRICS_EXPORTER=prometheus).
+func (e *Exporter) closePrometheus(ctx context.Context) {
+	if e.promServer != nil {
+		_ = e.promServer.Shutdown(ctx)
+	}
 }
 
 // ForceFlush exports the current metrics and queued spans now.

@@ -3,8 +3,18 @@ package exporter
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/otlptranslator"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
@@ -86,20 +96,58 @@ func signalPath(base, path string) string {
 	return strings.TrimRight(base, "/") + path
 }
 
+// Exporter kinds, as OTEL_METRICS_EXPORTER and OTEL_TRACES_EXPORTER spell
+// them (a comma-separated list; empty means otlp).
+const (
+	KindOTLP       = "otlp"
+	KindPrometheus = "prometheus" // metrics only: served for scraping
+	KindConsole    = "console"
+	KindNone       = "none"
+)
+
+// exporterKinds parses the given OTEL_<SIGNAL>_EXPORTER value, else the
+// variable: the set of kinds it names, otlp when unset. A kind the agent cannot do is an error, not a silent
+// fallback: an operator who asked for prometheus and got nothing has no
+// way to tell.
+func exporterKinds(variable, given string, allowed ...string) (map[string]bool, error) {
+	v := given
+	if v == "" {
+		v = env(variable)
+	}
+	if v == "" {
+		v = KindOTLP
+	}
+	kinds := map[string]bool{}
+	for _, k := range strings.Split(v, ",") {
+		k = strings.TrimSpace(k)
+		if !slices.Contains(allowed, k) {
+			return nil, fmt.Errorf("%s=%q: %q is not one of %s", variable, v, k, strings.Join(allowed, ", "))
+		}
+		kinds[k] = true
+	}
+	if kinds[KindNone] && len(kinds) > 1 {
+		return nil, fmt.Errorf("%s=%q: none cannot be combined with other exporters", variable, v)
+	}
+	return kinds, nil
+}
+
 func (e *Exporter) signals(ctx context.Context) (signalSetup, error) {
 	var s signalSetup
 	out := e.cfg.ConsoleOut
 	if out == nil {
 		out = os.Stdout
 	}
-	metricsKind := e.cfg.MetricsExporter
-	if metricsKind == "" {
-		metricsKind = env("OTEL_METRICS_EXPORTER")
+	// The kinds internal/config resolved win; the variables are read for
+	// callers that built no config (tests).
+	metricsKinds, err := exporterKinds("OTEL_METRICS_EXPORTER", e.cfg.MetricsExporter, KindOTLP, KindPrometheus, KindConsole, KindNone)
+	if err != nil {
+		return s, err
 	}
-	tracesKind := e.cfg.TracesExporter
-	if tracesKind == "" {
-		tracesKind = env("OTEL_TRACES_EXPORTER")
+	tracesKinds, err := exporterKinds("OTEL_TRACES_EXPORTER", e.cfg.TracesExporter, KindOTLP, KindConsole, KindNone)
+	if err != nil {
+		return s, err
 	}
+	var targets []string
 
 	// The interval given wins over OTEL_METRIC_EXPORT_INTERVAL, so the
 	// interval the agent logs is the one in use.
@@ -108,24 +156,33 @@ func (e *Exporter) signals(ctx context.Context) (signalSetup, error) {
 		readerOpts = append(readerOpts, sdkmetric.WithInterval(e.cfg.Interval))
 	}
 
-	if ep := signalEndpoint(e.cfg.Endpoint, "METRICS"); ep != "" && metricsKind != "none" && metricsKind != "console" {
+	if ep := signalEndpoint(e.cfg.Endpoint, "METRICS"); ep != "" && metricsKinds[KindOTLP] {
 		exp, proto, err := e.metricExporter(ctx)
 		if err != nil {
 			return s, err
 		}
 		s.readers = append(s.readers, sdkmetric.NewPeriodicReader(&countingMetricExporter{Exporter: exp, e: e}, readerOpts...))
-		s.metricsTarget = "otlp " + proto + " " + ep
+		targets = append(targets, "otlp "+proto+" "+ep)
 	}
-	if e.cfg.Console || metricsKind == "console" {
+	if metricsKinds[KindPrometheus] {
+		r, url, err := e.prometheusReader()
+		if err != nil {
+			return s, err
+		}
+		s.readers = append(s.readers, r)
+		targets = append(targets, "prometheus "+url)
+	}
+	if e.cfg.Console || metricsKinds[KindConsole] {
 		exp, err := stdoutmetric.New(stdoutmetric.WithWriter(out))
 		if err != nil {
 			return s, fmt.Errorf("creating console metric exporter: %w", err)
 		}
 		s.readers = append(s.readers, sdkmetric.NewPeriodicReader(exp, readerOpts...))
-		s.metricsTarget = strings.TrimSpace(s.metricsTarget + " console")
+		targets = append(targets, "console")
 	}
+	s.metricsTarget = strings.Join(targets, " ")
 
-	if ep := signalEndpoint(e.cfg.Endpoint, "TRACES"); ep != "" && tracesKind != "none" && tracesKind != "console" {
+	if ep := signalEndpoint(e.cfg.Endpoint, "TRACES"); ep != "" && tracesKinds[KindOTLP] {
 		exp, proto, err := e.spanExporter(ctx)
 		if err != nil {
 			return s, err
@@ -136,7 +193,7 @@ func (e *Exporter) signals(ctx context.Context) (signalSetup, error) {
 		s.spanProcessors = append(s.spanProcessors, sdktrace.NewBatchSpanProcessor(&countingSpanExporter{SpanExporter: exp, e: e}))
 		s.tracesTarget = "otlp " + proto + " " + ep
 	}
-	if e.cfg.Console || tracesKind == "console" {
+	if e.cfg.Console || tracesKinds[KindConsole] {
 		exp, err := stdouttrace.New(stdouttrace.WithWriter(out))
 		if err != nil {
 			return s, fmt.Errorf("creating console span exporter: %w", err)
@@ -145,6 +202,50 @@ func (e *Exporter) signals(ctx context.Context) (signalSetup, error) {
 		s.tracesTarget = strings.TrimSpace(s.tracesTarget + " console")
 	}
 	return s, nil
+}
+
+// Defaults of OTEL_EXPORTER_PROMETHEUS_HOST and _PORT, as the spec has them.
+const (
+	DefaultPrometheusHost = "localhost"
+	DefaultPrometheusPort = 9464
+)
+
+// prometheusReader serves the metrics for scraping at
+// http://OTEL_EXPORTER_PROMETHEUS_HOST:OTEL_EXPORTER_PROMETHEUS_PORT/metrics.
+// Scrapes read the latest snapshot like the periodic readers do, so a
+// scrape never waits for a kernel scan. The listener is bound here so a
+// taken port stops the agent at start with one line, not later.
+func (e *Exporter) prometheusReader() (sdkmetric.Reader, string, error) {
+	host := env("OTEL_EXPORTER_PROMETHEUS_HOST")
+	if host == "" {
+		host = DefaultPrometheusHost
+	}
+	port := strconv.Itoa(DefaultPrometheusPort)
+	if p := env("OTEL_EXPORTER_PROMETHEUS_PORT"); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 || n > 65535 {
+			return nil, "", fmt.Errorf("OTEL_EXPORTER_PROMETHEUS_PORT=%q: want a port number", p)
+		}
+		port = p
+	}
+	reg := prometheus.NewRegistry()
+	// The same names Prometheus' OTLP receiver gives the metrics (units and
+	// _total as suffixes), so METRICS.md, the rules and the dashboards hold
+	// for both ways of collecting.
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes))
+	if err != nil {
+		return nil, "", fmt.Errorf("creating Prometheus exporter: %w", err)
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(host, port))
+	if err != nil {
+		return nil, "", fmt.Errorf("serving Prometheus metrics (OTEL_EXPORTER_PROMETHEUS_HOST/PORT): %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	e.promServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = e.promServer.Serve(l) }()
+	e.PrometheusAddr = l.Addr().String()
+	return exp, "http://" + e.PrometheusAddr + "/metrics", nil
 }
 
 func (e *Exporter) metricExporter(ctx context.Context) (sdkmetric.Exporter, string, error) {
