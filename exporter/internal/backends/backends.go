@@ -1,5 +1,6 @@
 // Package backends starts the real OTLP backends the exporter's tests talk
-// to — Prometheus (with its OTLP receiver), promtool and Jaeger v2 — from the
+// to — Prometheus (with its OTLP receiver, optionally scraping), promtool,
+// Jaeger v2 and an OpenTelemetry Collector in front of them — from the
 // binaries scripts/build-backends.sh puts in ${BPFLEET_CACHE}/bin, each on
 // free loopback ports, and queries them through their own HTTP APIs.
 package backends
@@ -28,6 +29,7 @@ import (
 const (
 	PrometheusVersion = "v0.316.0"
 	JaegerVersion     = "v1.75.0"
+	OtelcolVersion    = "v0.165.0"
 )
 
 // Bin returns the path of a cached backend binary, or fails the test with
@@ -175,9 +177,20 @@ storage:
     out_of_order_time_window: 30m
 `
 
+// ScrapeTarget is an endpoint Prometheus scrapes every second, as a
+// PodMonitor / ServiceMonitor would have it scrape an agent pod.
+type ScrapeTarget struct {
+	// Addr is host:port of the /metrics endpoint.
+	Addr string
+	// Instance replaces the instance label (host:port by default), as the
+	// chart's ServiceMonitor sets it to the node's name.
+	Instance string
+}
+
 // StartPrometheus starts Prometheus on a free loopback port with a data
-// directory in t.TempDir(); it is stopped when the test ends.
-func StartPrometheus(t testing.TB) *Prometheus {
+// directory in t.TempDir(), scraping the given targets (job bpfleet-agent);
+// it is stopped when the test ends.
+func StartPrometheus(t testing.TB, scrape ...ScrapeTarget) *Prometheus {
 	t.Helper()
 	dir := t.TempDir()
 	p := &Prometheus{
@@ -186,7 +199,18 @@ func StartPrometheus(t testing.TB) *Prometheus {
 		config:  filepath.Join(dir, "prometheus.yml"),
 		bin:     Bin(t, "prometheus", PrometheusVersion),
 	}
-	if err := os.WriteFile(p.config, []byte(prometheusConfig), 0o644); err != nil {
+	cfg := prometheusConfig
+	if len(scrape) > 0 {
+		cfg += "scrape_configs:\n"
+		for i, s := range scrape {
+			cfg += fmt.Sprintf("  - job_name: bpfleet-agent-%d\n    scrape_interval: 1s\n    scrape_timeout: 900ms\n    static_configs:\n      - targets: [%q]\n", i, s.Addr)
+			cfg += "    relabel_configs:\n      - target_label: job\n        replacement: bpfleet-agent\n"
+			if s.Instance != "" {
+				cfg += fmt.Sprintf("      - target_label: instance\n        replacement: %q\n", s.Instance)
+			}
+		}
+	}
+	if err := os.WriteFile(p.config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Stop)
@@ -474,6 +498,97 @@ func (j *Jaeger) Spans(ctx context.Context, service string, tags map[string]stri
 		}
 	}
 	return out, nil
+}
+
+// Collector is a running OpenTelemetry Collector (otlp receiver → batch →
+// OTLP/HTTP to Prometheus for metrics, OTLP/gRPC to Jaeger for traces): the
+// gateway a fleet puts between its agents and its backends.
+type Collector struct {
+	OTLPGRPC, OTLPHTTP string
+	proc               *process
+}
+
+const collectorConfig = `receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: %s
+      http:
+        endpoint: %s
+processors:
+  batch:
+    timeout: 200ms
+exporters:
+  otlp_http/prometheus:
+    metrics_endpoint: %s
+  otlp_grpc/jaeger:
+    endpoint: %s
+    tls:
+      insecure: true
+service:
+  pipelines:
+    metrics:
+      receivers: [otlp]
+      processors: [batch]
+      exporters: [otlp_http/prometheus]
+    traces:
+      receivers: [otlp]
+      processors: [batch]
+      exporters: [otlp_grpc/jaeger]
+  telemetry:
+    metrics:
+      level: none
+    logs:
+      level: warn
+`
+
+// StartCollector starts the Collector on free loopback ports, forwarding
+// metrics to prom's OTLP receiver and traces to jg's OTLP/gRPC port; it is
+// stopped when the test ends.
+func StartCollector(t testing.TB, prom *Prometheus, jg *Jaeger) *Collector {
+	t.Helper()
+	port := func() string { return "127.0.0.1:" + strconv.Itoa(FreePort(t)) }
+	c := &Collector{OTLPGRPC: port(), OTLPHTTP: port()}
+	cfg := filepath.Join(t.TempDir(), "otelcol.yaml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, collectorConfig, c.OTLPGRPC, c.OTLPHTTP, prom.OTLPEndpoint(), jg.OTLPGRPC), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	proc, err := start("otelcol", Bin(t, "otelcol", OtelcolVersion), "--config", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.proc = proc
+	t.Cleanup(proc.stop)
+	// The receiver has no health endpoint: it is ready when both ports
+	// accept connections.
+	for _, addr := range []string{c.OTLPGRPC, c.OTLPHTTP} {
+		if err := proc.waitListen(addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+// Log is the Collector's output so far.
+func (c *Collector) Log() string { return c.proc.out.String() }
+
+// waitListen waits until addr accepts TCP connections, the process dies or
+// 60s pass.
+func (p *process) waitListen(addr string) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.done:
+			return fmt.Errorf("%s exited: %s", p.name, tail(p.out.String()))
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("%s not listening on %s after 60s: %s", p.name, addr, tail(p.out.String()))
 }
 
 // ErrTimeout is returned by Eventually when the condition never held.

@@ -1,0 +1,286 @@
+// Package dashboards builds bpfleet's Grafana dashboards as code (with the
+// Grafana Foundation SDK). Every metric name comes from the exporter's
+// metrics table through exporter.PrometheusName, so a renamed metric fails
+// the generator instead of leaving a panel empty. The JSON is committed in
+// charts/bpfleet/dashboards (go test ./exporter/dashboards -update) and
+// shipped by the chart; exporter/e2e runs every panel's query against a
+// Prometheus the agent fed.
+//
+// The queries hold for both ways of collecting: over OTLP, Prometheus sets
+// job from service.name and instance from service.instance.id (the node's
+// name); scraped, the chart's ServiceMonitor sets instance to the node's
+// name.
+package dashboards
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/grafana/grafana-foundation-sdk/go/cog"
+	"github.com/grafana/grafana-foundation-sdk/go/common"
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
+	"github.com/grafana/grafana-foundation-sdk/go/stat"
+	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
+
+	"github.com/bpfleet/bpfleet/exporter"
+)
+
+// Template variables the queries use; exporter/e2e substitutes them.
+const (
+	VarDatasource = "datasource"
+	VarJob        = "job"
+	VarNode       = "node"
+)
+
+// Files returns the dashboards as the chart ships them: file name → JSON.
+func Files() (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for name, build := range map[string]func(*names) *dashboard.DashboardBuilder{
+		"bpfleet-fleet.json": fleet,
+		"bpfleet-node.json":  node,
+	} {
+		n := &names{}
+		b := build(n)
+		if n.err != nil {
+			return nil, fmt.Errorf("%s: %w", name, n.err)
+		}
+		d, err := b.Build()
+		if err != nil {
+			return nil, fmt.Errorf("building %s: %w", name, err)
+		}
+		// Unique panel ids, in layout order (Grafana keys links and
+		// per-panel state by them).
+		for i, p := range d.Panels {
+			id := uint32(i + 1)
+			switch {
+			case p.Panel != nil:
+				p.Panel.Id = &id
+			case p.RowPanel != nil:
+				p.RowPanel.Id = id
+			}
+		}
+		j, err := json.MarshalIndent(d, "", "  ")
+		if err != nil {
+			return nil, fmt.Errorf("encoding %s: %w", name, err)
+		}
+		out[name] = append(j, '\n')
+	}
+	return out, nil
+}
+
+// names looks metrics up in the exporter's table, keeping the first miss.
+type names struct{ err error }
+
+func (n *names) m(otelName string) string {
+	p, err := exporter.PrometheusName(otelName)
+	if err != nil && n.err == nil {
+		n.err = err
+	}
+	return p
+}
+
+var ds = common.DataSourceRef{Type: cog.ToPtr("prometheus"), Uid: cog.ToPtr("${" + VarDatasource + "}")}
+
+// sel is the label selector every fleet query carries.
+const fleetSel = `job=~"$job", instance=~"$node"`
+
+// nodeSel selects the one node of the node view.
+const nodeSel = `job=~"$job", instance="$node"`
+
+func variables(b *dashboard.DashboardBuilder, n *names, multiNode bool) *dashboard.DashboardBuilder {
+	scans := n.m("bpf.agent.scans")
+	return b.
+		WithVariable(dashboard.NewDatasourceVariableBuilder(VarDatasource).Label("Data source").Type("prometheus")).
+		WithVariable(dashboard.NewQueryVariableBuilder(VarJob).Label("Job").
+			Datasource(ds).
+			Query(dashboard.StringOrMap{String: cog.ToPtr(fmt.Sprintf("label_values(%s, job)", scans))}).
+			Refresh(dashboard.VariableRefreshOnTimeRangeChanged).
+			Sort(dashboard.VariableSortAlphabeticalAsc).
+			Multi(true).IncludeAll(true).AllValue(".*")).
+		WithVariable(dashboard.NewQueryVariableBuilder(VarNode).Label("Node").
+			Description("The instance label: the node's name (service.instance.id over OTLP, set by the ServiceMonitor when scraped).").
+			Datasource(ds).
+			Query(dashboard.StringOrMap{String: cog.ToPtr(fmt.Sprintf(`label_values(%s{job=~"$job"}, instance)`, scans))}).
+			Refresh(dashboard.VariableRefreshOnTimeRangeChanged).
+			Sort(dashboard.VariableSortAlphabeticalAsc).
+			Multi(multiNode).IncludeAll(multiNode).AllValue(".*"))
+}
+
+func base(title, uid, description string) *dashboard.DashboardBuilder {
+	return dashboard.NewDashboardBuilder(title).
+		Uid(uid).
+		Description(description).
+		Tags([]string{"bpfleet", "ebpf"}).
+		Refresh("1m").
+		Time("now-6h", "now").
+		Timezone(common.TimeZoneBrowser).
+		Tooltip(dashboard.DashboardCursorSyncCrosshair).
+		Editable()
+}
+
+func query(expr, legend string) *prometheus.DataqueryBuilder {
+	return prometheus.NewDataqueryBuilder().Datasource(ds).Expr(expr).LegendFormat(legend)
+}
+
+func series(title, description, unit string, w uint32, targets ...*prometheus.DataqueryBuilder) *timeseries.PanelBuilder {
+	p := timeseries.NewPanelBuilder().
+		Title(title).Description(description).Datasource(ds).
+		Unit(unit).Min(0).Height(8).Span(w).
+		FillOpacity(10).
+		Legend(common.NewVizLegendOptionsBuilder().DisplayMode(common.LegendDisplayModeTable).Placement(common.LegendPlacementRight).ShowLegend(true).Calcs([]string{"max", "lastNotNull"}))
+	for i, t := range targets {
+		p = p.WithTarget(t.RefId(string(rune('A' + i))))
+	}
+	return p
+}
+
+func single(title, description, unit string, w uint32, q *prometheus.DataqueryBuilder) *stat.PanelBuilder {
+	return stat.NewPanelBuilder().
+		Title(title).Description(description).Datasource(ds).
+		Unit(unit).Height(4).Span(w).
+		WithTarget(q.RefId("A").Instant()).
+		ReduceOptions(common.NewReduceDataOptionsBuilder().Calcs([]string{"lastNotNull"}))
+}
+
+// rate is rate(metric{sel}[$__rate_interval]).
+func rate(metric, sel string) string {
+	return fmt.Sprintf("rate(%s{%s}[$__rate_interval])", metric, sel)
+}
+
+// ownerRunTime is the run time by workload: the owner metrics at
+// --metrics-level=owner, the program metrics (which carry the same owner
+// attributes) at program level.
+func ownerRunTime(n *names, sel, by string) string {
+	return fmt.Sprintf("sum by (%s) (%s)\nor\nsum by (%s) (%s)",
+		by, rate(n.m("bpf.owner.run.time"), sel), by, rate(n.m("bpf.program.run.time"), sel))
+}
+
+const workload = "k8s_namespace_name, k8s_pod_name, container_id, process_executable_name"
+const workloadLegend = "{{k8s_namespace_name}}/{{k8s_pod_name}} {{process_executable_name}}"
+
+func fleet(n *names) *dashboard.DashboardBuilder {
+	b := base("bpfleet / Fleet", "bpfleet-fleet",
+		"BPF programs across the fleet: recursion misses, cost by attach type and workload, agent health. Metrics: exporter/METRICS.md.")
+	b = variables(b, n, true)
+	misses := n.m("bpf.program.recursion_misses")
+	atMisses := n.m("bpf.attach_type.recursion_misses")
+	atRunTime := n.m("bpf.attach_type.run.time")
+	atRunCount := n.m("bpf.attach_type.run.count")
+	scans := n.m("bpf.agent.scans")
+
+	b = b.WithRow(dashboard.NewRowBuilder("Recursion misses")).
+		WithPanel(single("Nodes with misses", "Nodes where any program's recursion misses grew in the time range.", "none", 6,
+			query(fmt.Sprintf("count(sum by (instance) (increase(%s{%s}[$__range])) > 0)", atMisses, fleetSel), "")).NoValue("0")).
+		WithPanel(single("Misses in range", "Runs the kernel skipped because a program's recursion guard was held, all selected nodes.", "short", 6,
+			query(fmt.Sprintf("sum(increase(%s{%s}[$__range]))", atMisses, fleetSel), ""))).
+		WithPanel(single("Programs missing", "Programs whose recursion misses grew in the time range (--metrics-level=program).", "none", 6,
+			query(fmt.Sprintf("count(increase(%s{%s}[$__range]) > 0)", misses, fleetSel), "")).NoValue("0")).
+		WithPanel(single("Agents scanning", "Agents whose scan counter grew recently; fewer than nodes means agents down or stuck.", "none", 6,
+			query(fmt.Sprintf("count(%s > 0)", rate(scans, fleetSel)), ""))).
+		WithPanel(series("Misses by kind and program", "Recursion misses per second by bpf.miss.kind and program name, summed across nodes. contention-possible: another task on the CPU may have held the guard (sleepable, PREEMPT_RT or fully preemptible kernels).", "short", 12,
+			query(fmt.Sprintf("sum by (bpf_miss_kind, bpf_program_name) (%s)", rate(misses, fleetSel)), "{{bpf_miss_kind}} {{bpf_program_name}}"))).
+		WithPanel(series("Misses by attach type and node", "Recursion misses per second by attach type, per node (all metrics levels).", "short", 12,
+			query(fmt.Sprintf("sum by (bpf_attach_type, instance) (%s)", rate(atMisses, fleetSel)), "{{instance}} {{bpf_attach_type}}")))
+
+	b = b.WithRow(dashboard.NewRowBuilder("Cost")).
+		WithPanel(series("CPU time by attach type", "Time BPF programs ran, in CPUs (CPU-seconds per second), by attach type, summed across nodes. Accrues only while BPF stats are enabled.", "percentunit", 12,
+			query(fmt.Sprintf("sum by (bpf_attach_type) (%s)", rate(atRunTime, fleetSel)), "{{bpf_attach_type}}"))).
+		WithPanel(series("CPU time by workload", "Time the programs each workload (pod, container or process) holds ran, in CPUs, summed across nodes.", "percentunit", 12,
+			query(ownerRunTime(n, fleetSel, workload), workloadLegend))).
+		WithPanel(series("Average run time per call by attach type", "Run time / runs: the cost of one program run, by attach type.", "s", 12,
+			query(fmt.Sprintf("sum by (bpf_attach_type) (%s)\n/\nsum by (bpf_attach_type) (%s)", rate(atRunTime, fleetSel), rate(atRunCount, fleetSel)), "{{bpf_attach_type}}"))).
+		WithPanel(series("CPU time by node", "Time all BPF programs ran on each node, in CPUs.", "percentunit", 12,
+			query(fmt.Sprintf("sum by (instance) (%s)", rate(atRunTime, fleetSel)), "{{instance}}")))
+
+	b = b.WithRow(dashboard.NewRowBuilder("Agent health")).
+		WithPanel(series("Scan duration (p99)", "Time one scan of the kernel's programs, links and owners took, 99th percentile per node.", "s", 8,
+			query(fmt.Sprintf("histogram_quantile(0.99, sum by (le, instance) (rate(%s_bucket{%s}[$__rate_interval])))", n.m("bpf.agent.scan.duration"), fleetSel), "{{instance}}"))).
+		WithPanel(series("BPF stats enabled", "1 while the kernel accrues run counts and run time on the node. 0: run time and runs stop growing.", "none", 8,
+			query(fmt.Sprintf("min by (instance) (%s{%s})", n.m("bpf.agent.stats.enabled"), fleetSel), "{{instance}}"))).
+		WithPanel(series("Errors", "Failed exports (by signal), unreadable objects or failed scans, and programs left out by --max-programs.", "short", 8,
+			query(fmt.Sprintf("sum by (instance, signal) (%s)", rate(n.m("bpf.agent.export.errors"), fleetSel)), "{{instance}} export {{signal}}"),
+			query(fmt.Sprintf("sum by (instance) (%s)", rate(n.m("bpf.agent.scan.errors"), fleetSel)), "{{instance}} scan"),
+			query(fmt.Sprintf("max by (instance) (%s{%s})", n.m("bpf.agent.programs.dropped"), fleetSel), "{{instance}} dropped programs"))).
+		WithPanel(series("Programs and links per node", "Programs and links the latest scan saw.", "none", 24,
+			query(fmt.Sprintf("max by (instance) (%s{%s})", n.m("bpf.agent.programs"), fleetSel), "{{instance}} programs"),
+			query(fmt.Sprintf("max by (instance) (%s{%s})", n.m("bpf.agent.links"), fleetSel), "{{instance}} links")))
+	return b
+}
+
+func node(n *names) *dashboard.DashboardBuilder {
+	b := base("bpfleet / Node", "bpfleet-node",
+		"One node's BPF programs: which run, what they cost, which miss, and the agent watching them. Metrics: exporter/METRICS.md.")
+	b = variables(b, n, false)
+	misses := n.m("bpf.program.recursion_misses")
+	runTime := n.m("bpf.program.run.time")
+	runCount := n.m("bpf.program.run.count")
+	progLegend := "{{bpf_program_name}} #{{bpf_program_id}} {{bpf_attach_type}}"
+
+	b = b.WithRow(dashboard.NewRowBuilder("Programs")).
+		WithPanel(single("Programs", "Programs loaded on the node at the latest scan.", "none", 6,
+			query(fmt.Sprintf("max(%s{%s})", n.m("bpf.agent.programs"), nodeSel), ""))).
+		WithPanel(single("Links", "Links on the node at the latest scan.", "none", 6,
+			query(fmt.Sprintf("max(%s{%s})", n.m("bpf.agent.links"), nodeSel), ""))).
+		WithPanel(single("Misses in range", "Recursion misses of all programs on the node in the time range.", "short", 6,
+			query(fmt.Sprintf("sum(increase(%s{%s}[$__range]))", n.m("bpf.attach_type.recursion_misses"), nodeSel), ""))).
+		WithPanel(single("BPF stats", "1: the kernel accrues run time and runs (BPF_ENABLE_STATS held or kernel.bpf_stats_enabled).", "none", 6,
+			query(fmt.Sprintf("max(%s{%s})", n.m("bpf.agent.stats.enabled"), nodeSel), ""))).
+		WithPanel(series("Programs by attach type", "Programs of each attach type loaded now.", "none", 12,
+			query(fmt.Sprintf("sum by (bpf_attach_type) (%s{%s})", n.m("bpf.attach_type.programs"), nodeSel), "{{bpf_attach_type}}"))).
+		WithPanel(series("Top programs by CPU time", "The 10 programs that ran longest, in CPUs (--metrics-level=program).", "percentunit", 12,
+			query(fmt.Sprintf("topk(10, %s)", rate(runTime, nodeSel)), progLegend)))
+
+	b = b.WithRow(dashboard.NewRowBuilder("Misses and cost")).
+		WithPanel(series("Recursion misses by program", "Runs skipped per second because the program's recursion guard was held, by program and bpf.miss.kind.", "short", 12,
+			query(fmt.Sprintf("sum by (bpf_program_name, bpf_program_id, bpf_miss_kind) (%s)", rate(misses, nodeSel)), "{{bpf_miss_kind}} {{bpf_program_name}} #{{bpf_program_id}}"))).
+		WithPanel(series("kprobe link misses by attach type", "Events kprobe / kprobe.multi links missed per second (Linux 6.7+).", "short", 12,
+			query(fmt.Sprintf("sum by (bpf_attach_type) (%s)", rate(n.m("bpf.attach_type.link.missed"), nodeSel)), "{{bpf_attach_type}}"))).
+		WithPanel(series("Average run time per call by program", "Run time / runs of the 10 costliest programs per call.", "s", 12,
+			query(fmt.Sprintf("topk(10, sum by (bpf_program_name, bpf_program_id, bpf_attach_type) (%s)\n/\nsum by (bpf_program_name, bpf_program_id, bpf_attach_type) (%s))", rate(runTime, nodeSel), rate(runCount, nodeSel)), progLegend))).
+		WithPanel(series("CPU time by workload", "Time the programs each workload holds ran, in CPUs.", "percentunit", 12,
+			query(ownerRunTime(n, nodeSel, workload), workloadLegend)))
+
+	b = b.WithRow(dashboard.NewRowBuilder("Agent")).
+		WithPanel(series("Scan duration", "Time one scan took: median and 99th percentile.", "s", 12,
+			query(fmt.Sprintf("histogram_quantile(0.5, sum by (le) (rate(%s_bucket{%s}[$__rate_interval])))", n.m("bpf.agent.scan.duration"), nodeSel), "p50"),
+			query(fmt.Sprintf("histogram_quantile(0.99, sum by (le) (rate(%s_bucket{%s}[$__rate_interval])))", n.m("bpf.agent.scan.duration"), nodeSel), "p99"))).
+		WithPanel(series("Scans and errors", "Scans per second, and failed exports and scan errors per second.", "short", 12,
+			query(fmt.Sprintf("sum(%s)", rate(n.m("bpf.agent.scans"), nodeSel)), "scans"),
+			query(fmt.Sprintf("sum by (signal) (%s)", rate(n.m("bpf.agent.export.errors"), nodeSel)), "export errors {{signal}}"),
+			query(fmt.Sprintf("sum(%s)", rate(n.m("bpf.agent.scan.errors"), nodeSel)), "scan errors")))
+	return b
+}
+
+// Queries returns every panel query of a dashboard's JSON, keyed
+// "<panel title> <refId>": what exporter/e2e runs against Prometheus.
+func Queries(dashboardJSON []byte) (map[string]string, error) {
+	var d struct {
+		Panels []panelJSON `json:"panels"`
+	}
+	if err := json.Unmarshal(dashboardJSON, &d); err != nil {
+		return nil, fmt.Errorf("decoding dashboard: %w", err)
+	}
+	out := map[string]string{}
+	var walk func([]panelJSON)
+	walk = func(ps []panelJSON) {
+		for _, p := range ps {
+			for _, t := range p.Targets {
+				out[strings.TrimSpace(p.Title+" "+t.RefID)] = t.Expr
+			}
+			walk(p.Panels)
+		}
+	}
+	walk(d.Panels)
+	return out, nil
+}
+
+type panelJSON struct {
+	Title   string `json:"title"`
+	Targets []struct {
+		RefID string `json:"refId"`
+		Expr  string `json:"expr"`
+	} `json:"targets"`
+	Panels []panelJSON `json:"panels"` // a collapsed row's
+}

@@ -1,0 +1,143 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bpfleet/bpfleet/exporter/dashboards"
+	"github.com/bpfleet/bpfleet/exporter/internal/backends"
+	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
+)
+
+// The way fleets push: agent → OpenTelemetry Collector (otlp receiver,
+// batch) → Prometheus' OTLP receiver and Jaeger. The canary's misses reach
+// Prometheus as the kernel's count and its episode reaches Jaeger as a
+// span, both through the real Collector; the dashboards' panels all return
+// data from that Prometheus.
+func TestAgentThroughCollector(t *testing.T) {
+	c, id := canarytest.Load(t)
+	prom := backends.StartPrometheus(t)
+	jg := backends.StartJaeger(t)
+	start := time.Now()
+	col := backends.StartCollector(t, prom, jg)
+	t.Logf("Collector ready in %v", time.Since(start).Round(time.Millisecond))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("collector output:\n%s", col.Log())
+		}
+	})
+	start = time.Now()
+	// gRPC to the Collector for both signals (its 4317, as a gateway
+	// Service usually exposes it).
+	agent := startAgent(t, []string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + col.OTLPGRPC,
+		"OTEL_EXPORTER_OTLP_PROTOCOL=grpc",
+		"K8S_NODE_NAME=e2e-node",
+	}, "--quiet-intervals", "4", "--metrics-level", "program")
+
+	before := kernelMisses(t, c)
+	waitMisses(t, prom, id, before)
+	trigger(t, c, 40)
+	want := kernelMisses(t, c)
+	if want-before != 40 {
+		t.Fatalf("kernel counted %d misses for 40 triggers", want-before)
+	}
+	waitMisses(t, prom, id, want)
+	t.Logf("through the Collector, Prometheus has %d misses for program %d, as the kernel, %v after the agent started", want, id, time.Since(start).Round(time.Millisecond))
+
+	sp := episodeSpan(t, jg, id, "quiet")
+	if got := num(sp.Tags["bpf.episode.misses"]); got != float64(want-before) {
+		t.Errorf("episode span through the Collector has %v misses, want %d", got, want-before)
+	}
+	if got := sp.Process["k8s.node.name"]; got != "e2e-node" {
+		t.Errorf("span resource k8s.node.name = %v", got)
+	}
+	checkNames(t, prom)
+	checkDashboards(t, prom)
+	agent.stop(t)
+}
+
+// The way kube-prometheus-stack users collect: the agent serves its
+// metrics (OTEL_METRICS_EXPORTER=prometheus) and Prometheus scrapes them,
+// with the instance label set to the node's name as the chart's
+// ServiceMonitor does. Same names, same values as over OTLP.
+func TestPrometheusScrape(t *testing.T) {
+	c, id := canarytest.Load(t)
+	port := strconv.Itoa(backends.FreePort(t))
+	agent := startAgent(t, []string{
+		"OTEL_METRICS_EXPORTER=prometheus",
+		"OTEL_TRACES_EXPORTER=none",
+		"OTEL_EXPORTER_PROMETHEUS_HOST=127.0.0.1",
+		"OTEL_EXPORTER_PROMETHEUS_PORT=" + port,
+		"K8S_NODE_NAME=e2e-node",
+	}, "--metrics-level", "program")
+	start := time.Now()
+	prom := backends.StartPrometheus(t, backends.ScrapeTarget{Addr: "127.0.0.1:" + port, Instance: "e2e-node"})
+
+	trigger(t, c, 25)
+	want := kernelMisses(t, c)
+	waitMisses(t, prom, id, want)
+	t.Logf("scraped: Prometheus has %d misses for program %d, as the kernel, %v after it started", want, id, time.Since(start).Round(time.Millisecond))
+	checkNames(t, prom)
+	checkDashboards(t, prom)
+	agent.stop(t)
+}
+
+// checkDashboards runs every panel query of the dashboards the chart ships
+// (charts/bpfleet/dashboards, as committed) against prom, with the template
+// variables set as Grafana would for this node, and wants data from each.
+func checkDashboards(t *testing.T, prom *backends.Prometheus) {
+	t.Helper()
+	files, err := filepath.Glob("../../charts/bpfleet/dashboards/*.json")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no dashboards in charts/bpfleet/dashboards: %v", err)
+	}
+	vars := strings.NewReplacer(
+		"$"+dashboards.VarJob, "bpfleet-agent",
+		"$"+dashboards.VarNode, "e2e-node",
+		"$__rate_interval", "1m",
+		"$__range", "5m",
+	)
+	n := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		qs, err := dashboards.Queries(b)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for _, panel := range slices.Sorted(maps.Keys(qs)) {
+			q := vars.Replace(qs[panel])
+			if strings.Contains(q, "$") {
+				t.Errorf("%s %q: a variable left unset: %s", filepath.Base(f), panel, q)
+				continue
+			}
+			// rate() wants two samples inside the window: poll briefly.
+			err := backends.Eventually(15*time.Second, func() error {
+				ss, err := prom.Query(context.Background(), q)
+				if err != nil {
+					return err
+				}
+				if len(ss) == 0 {
+					return fmt.Errorf("no data")
+				}
+				return nil
+			})
+			if err != nil {
+				t.Errorf("%s panel %q returns no data: %v\n%s", filepath.Base(f), panel, err, q)
+			}
+			n++
+		}
+	}
+	t.Logf("%d dashboard queries returned data", n)
+}
