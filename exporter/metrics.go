@@ -122,7 +122,16 @@ name, else host name: Prometheus keys series by it), ` + "`host.name`" + `, ` + 
 ` + "`host.cpu.model.name`" + `, ` + "`os.type`" + `, ` + "`os.version`" + ` (kernel release),
 ` + "`bpf.kernel.preempt`" + `, ` + "`k8s.node.name`" + ` (` + "`K8S_NODE_NAME`" + `),
 ` + "`k8s.cluster.name`" + ` (` + "`--cluster-name`" + `), then ` + "`OTEL_RESOURCE_ATTRIBUTES`" + ` /
-` + "`OTEL_SERVICE_NAME`" + `, which win.
+` + "`OTEL_SERVICE_NAME`" + `, which win. The Helm chart adds the agent's own pod as
+` + "`bpfleet.agent.pod.name`" + ` and ` + "`bpfleet.agent.pod.namespace`" + `: never as
+` + "`k8s.pod.name`" + ` / ` + "`k8s.namespace.name`" + `, which on a data point name the program's
+owner, and which a resource attribute of the same name would overwrite once
+promoted to a label.
+
+Exporters (` + "`OTEL_METRICS_EXPORTER`" + `): ` + "`otlp`" + ` (default), ` + "`prometheus`" + ` (served
+at ` + "`http://OTEL_EXPORTER_PROMETHEUS_HOST:OTEL_EXPORTER_PROMETHEUS_PORT/metrics`" + `,
+default ` + "`localhost:9464`" + `, with the same names as below), ` + "`console`" + `, ` + "`none`" + `.
+Scraped, resource attributes are in ` + "`target_info`" + ` as over OTLP.
 
 `
 )

@@ -49,6 +49,7 @@ type rendered struct {
 	Secret             *corev1.Secret
 	ServiceMonitor     *serviceMonitor
 	PrometheusRule     *prometheusRule
+	ConfigMap          *corev1.ConfigMap
 	Notes              string
 	kinds              []string
 }
@@ -105,6 +106,9 @@ func render(t testing.TB, values string) (*rendered, error) {
 		case "PrometheusRule":
 			r.PrometheusRule = &prometheusRule{}
 			into = r.PrometheusRule
+		case "ConfigMap":
+			r.ConfigMap = &corev1.ConfigMap{}
+			into = r.ConfigMap
 		default:
 			t.Fatalf("chart renders an unexpected kind %q:\n%s", meta.Kind, doc)
 		}
@@ -324,10 +328,10 @@ func TestDefaultsLeastPrivilege(t *testing.T) {
 	if ps.ServiceAccountName != r.ServiceAccount.Name {
 		t.Errorf("pod runs as %q, ServiceAccount is %q", ps.ServiceAccountName, r.ServiceAccount.Name)
 	}
-	if r.ServiceMonitor != nil || r.PrometheusRule != nil || r.Service != nil || r.Secret != nil {
+	if r.ServiceMonitor != nil || r.PrometheusRule != nil || r.Service != nil || r.Secret != nil || r.ConfigMap != nil {
 		t.Errorf("optional objects rendered by default: %v", r.kinds)
 	}
-	if !strings.Contains(r.Notes, "otel.endpoint is empty") {
+	if !strings.Contains(r.Notes, "otel.endpoint is empty, so the agents send nothing over OTLP") {
 		t.Errorf("NOTES do not warn about the empty OTLP endpoint:\n%s", r.Notes)
 	}
 }
@@ -511,6 +515,8 @@ func TestInvalidValuesRejected(t *testing.T) {
 		{`otel: {metricsExporter: jaeger}`, "metricsExporter"},
 		{`otel: {endpoint: "collector:4318"}`, "endpoint"},
 		{`otel: {protocol: udp}`, "protocol"},
+		{`otel: {protocol: http/json}`, "protocol"},
+		{`otel: {tracesExporter: prometheus}`, "tracesExporter"},
 		{`image: {digest: "sha256:xyz"}`, "digest"},
 		{`image: {pullPolicy: Sometimes}`, "pullPolicy"},
 		{`hostPaths: {proc: "proc"}`, "proc"},
@@ -533,7 +539,7 @@ func TestInvalidValuesRejected(t *testing.T) {
 }
 
 func TestLint(t *testing.T) {
-	for _, values := range []string{"", `{prometheusRule: {enabled: true}, otel: {metricsExporter: prometheus}, serviceMonitor: {enabled: true}}`} {
+	for _, values := range []string{"", `{prometheusRule: {enabled: true}, otel: {metricsExporter: prometheus}, serviceMonitor: {enabled: true}, dashboards: {enabled: true}}`} {
 		vals := map[string]any{}
 		yaml.Unmarshal([]byte(values), &vals)
 		l := action.NewLint()

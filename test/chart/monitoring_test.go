@@ -27,6 +27,7 @@ type serviceMonitor struct {
 			Relabelings []struct {
 				SourceLabels []string `json:"sourceLabels"`
 				TargetLabel  string   `json:"targetLabel"`
+				Replacement  string   `json:"replacement"`
 			} `json:"relabelings"`
 		} `json:"endpoints"`
 	} `json:"spec"`
