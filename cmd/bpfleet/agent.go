@@ -37,6 +37,9 @@ OTLP is configured by the standard variables (OTEL_EXPORTER_OTLP_ENDPOINT,
 OTEL_EXPORTER_OTLP_{METRICS,TRACES}_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL,
 OTEL_EXPORTER_OTLP_HEADERS, OTEL_METRIC_EXPORT_INTERVAL, OTEL_RESOURCE_ATTRIBUTES,
 OTEL_SERVICE_NAME, ...); --otlp-endpoint and --otlp-protocol override them.
+OTEL_METRICS_EXPORTER=prometheus serves the metrics for scraping instead, at
+http://OTEL_EXPORTER_PROMETHEUS_HOST:OTEL_EXPORTER_PROMETHEUS_PORT/metrics
+(localhost:9464); OTEL_{METRICS,TRACES}_EXPORTER=console prints, none drops.
 Every flag and OTEL_* variable is checked before anything starts: a bad one
 is refused with one line naming it (exit status 2), all of them at once.
 With no endpoint the agent says so once and keeps scanning (and serving its

@@ -35,11 +35,13 @@ func TestAgentThroughCollector(t *testing.T) {
 		}
 	})
 	start = time.Now()
-	// gRPC to the Collector for both signals (its 4317, as a gateway
-	// Service usually exposes it).
+	// Both protocols the chart offers, one per signal: metrics over
+	// OTLP/HTTP to the Collector's 4318, spans over gRPC to its 4317.
 	agent := startAgent(t, []string{
-		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + col.OTLPGRPC,
-		"OTEL_EXPORTER_OTLP_PROTOCOL=grpc",
+		"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=http://" + col.OTLPHTTP + "/v1/metrics",
+		"OTEL_EXPORTER_OTLP_METRICS_PROTOCOL=http/protobuf",
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://" + col.OTLPGRPC,
+		"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=grpc",
 		"K8S_NODE_NAME=e2e-node",
 	}, "--quiet-intervals", "4", "--metrics-level", "program")
 
