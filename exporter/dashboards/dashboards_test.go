@@ -1,12 +1,18 @@
 package dashboards
 
+//lint:file-ignore SA1019 v1 dashboards are the format the sidecar provisions
+
 import (
+	"encoding/json"
 	"flag"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/grafana/grafana-foundation-sdk/go/cog/plugins"
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
 )
 
 var update = flag.Bool("update", false, "rewrite charts/bpfleet/dashboards from the generator")
@@ -78,6 +84,40 @@ func TestQueriesFiltered(t *testing.T) {
 			if !strings.Contains(q, `job=~"$job"`) || !strings.Contains(q, `instance=`) {
 				t.Errorf("%s: panel %q does not filter by $job and $node: %s", name, k, q)
 			}
+		}
+	}
+}
+
+// The JSON decodes as a Grafana dashboard with the SDK's own
+// types (panels and Prometheus queries included) and has unique panel ids.
+func TestDecodesAsDashboard(t *testing.T) {
+	plugins.RegisterDefaultPlugins()
+	files, err := Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range files {
+		var d dashboard.Dashboard
+		if err := json.Unmarshal(b, &d); err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if d.Uid == nil || *d.Uid == "" || len(d.Panels) == 0 {
+			t.Errorf("%s: no uid or panels", name)
+		}
+		ids := map[uint32]bool{}
+		for _, p := range d.Panels {
+			var id uint32
+			switch {
+			case p.Panel != nil && p.Panel.Id != nil:
+				id = *p.Panel.Id
+			case p.RowPanel != nil:
+				id = p.RowPanel.Id
+			}
+			if id == 0 || ids[id] {
+				t.Errorf("%s: panel id %d missing or repeated", name, id)
+			}
+			ids[id] = true
 		}
 	}
 }
