@@ -162,8 +162,11 @@ func ownerRunTime(n *names, sel, by string) string {
 		by, rate(n.m("bpf.owner.run.time"), sel), by, rate(n.m("bpf.program.run.time"), sel))
 }
 
-const workload = "k8s_namespace_name, k8s_pod_name, container_id, process_executable_name"
-const workloadLegend = "{{k8s_namespace_name}}/{{k8s_pod_name}} {{process_executable_name}}"
+// workload groups by the owner: the controller (k8s.workload.*) where the
+// agent names it, else the pod, container or executable. Labels a level
+// does not export group as empty.
+const workload = "k8s_namespace_name, k8s_workload_kind, k8s_workload_name, k8s_pod_name, container_id, process_executable_name"
+const workloadLegend = "{{k8s_namespace_name}} {{k8s_workload_kind}}/{{k8s_workload_name}} {{k8s_pod_name}} {{process_executable_name}}"
 
 func fleet(n *names) *dashboard.DashboardBuilder {
 	b := base("bpfleet / Fleet", "bpfleet-fleet",
