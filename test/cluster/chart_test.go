@@ -306,6 +306,9 @@ func TestChartUpgrade(t *testing.T) {
 	rel, err := up.Run(releaseName, ch, map[string]any{
 		"agent": map[string]any{"metricsLevel": "owner"},
 		"otel":  map[string]any{"headers": map[string]any{"Authorization": "Bearer not-a-secret"}},
+		// The dashboards ConfigMap (two dashboards' JSON) is accepted by a
+		// real API server.
+		"dashboards": map[string]any{"enabled": true},
 	})
 	if err != nil {
 		t.Fatalf("helm upgrade: %v", err)
@@ -341,6 +344,13 @@ func TestChartUpgrade(t *testing.T) {
 	}
 	if got := string(sec.Data["OTEL_EXPORTER_OTLP_HEADERS"]); got != "Authorization=Bearer not-a-secret" {
 		t.Errorf("headers Secret holds %q", got)
+	}
+	cm, err := cs.CoreV1().ConfigMaps(releaseNS).Get(ctx, releaseName+"-dashboards", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the dashboards ConfigMap: %v", err)
+	}
+	if cm.Labels["grafana_dashboard"] != "1" || cm.Data["bpfleet-fleet.json"] == "" || cm.Data["bpfleet-node.json"] == "" {
+		t.Errorf("dashboards ConfigMap: labels %v, keys %d", cm.Labels, len(cm.Data))
 	}
 	if ds.Spec.Template.Annotations["checksum/otlp"] == "" {
 		t.Errorf("upgraded pod template has no checksum/otlp annotation (pods would not roll on a header change): %v", ds.Spec.Template.Annotations)
