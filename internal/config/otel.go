@@ -32,10 +32,10 @@ const (
 	ExporterPrometheus ExporterKind = "prometheus" // metrics only
 )
 
-// prometheusSupported says the exporter has the Prometheus scrape path.
-// TODO(collect): set true when exporter wires OTEL_METRICS_EXPORTER=prometheus;
-// until then the value is refused rather than silently exporting OTLP.
-const prometheusSupported = false
+// prometheusSupported says the exporter has the Prometheus scrape path
+// (exporter serves OTEL_METRICS_EXPORTER=prometheus on
+// OTEL_EXPORTER_PROMETHEUS_HOST:PORT).
+const prometheusSupported = true
 
 // Compression is an OTEL_EXPORTER_OTLP_COMPRESSION value.
 type Compression string
@@ -424,6 +424,13 @@ func intAtLeast(min int64, unit string) func(string) string {
 	}
 }
 
+func portCheck(v string) string {
+	if n, err := strconv.ParseUint(v, 10, 16); err != nil || n > 65535 {
+		return "want a port number from 0 to 65535"
+	}
+	return ""
+}
+
 func anyInt(v string) string {
 	if _, err := strconv.ParseInt(v, 10, 32); err != nil {
 		return "want a whole number (negative: no limit)"
@@ -484,6 +491,8 @@ var envChecks = func() []envCheck {
 		{"OTEL_METRICS_EXEMPLAR_FILTER", oneOf("always_on", "always_off", "trace_based")},
 		{"OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", temporalityCheck},
 		{"OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION", oneOf("explicit_bucket_histogram", "base2_exponential_bucket_histogram")},
+		// Where OTEL_METRICS_EXPORTER=prometheus listens (0: any free port).
+		{"OTEL_EXPORTER_PROMETHEUS_PORT", portCheck},
 	}
 	for _, n := range []string{"OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_ATTRIBUTE_COUNT_LIMIT", "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT",
 		"OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "OTEL_SPAN_EVENT_COUNT_LIMIT", "OTEL_SPAN_LINK_COUNT_LIMIT", "OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT",
