@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/bpfleet/bpfleet/exporter"
+	"github.com/bpfleet/bpfleet/internal/config"
 )
 
 // schemaEnum reads the allowed values of otel.<key> from values.schema.json,
@@ -102,7 +103,18 @@ func checkExporterValues(t *testing.T, metrics, traces, protocol, endpoint strin
 		t.Setenv("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1")
 		t.Setenv("OTEL_EXPORTER_PROMETHEUS_PORT", "0")
 	}
-	e, err := exporter.New(context.Background(), exporter.Config{ConsoleOut: io.Discard})
+	// As the agent does: internal/config checks the environment first,
+	// then the exporter is built from what it resolved.
+	c := config.DefaultAgent()
+	if err := c.Resolve(config.MapEnv(env)); err != nil {
+		t.Fatalf("internal/config refuses the chart's environment: %v", err)
+	}
+	e, err := exporter.New(context.Background(), exporter.Config{
+		ConsoleOut:      io.Discard,
+		Protocol:        c.OTLPProtocol,
+		MetricsExporter: string(c.OTel.Metrics.Exporter),
+		TracesExporter:  string(c.OTel.Traces.Exporter),
+	})
 	if err != nil {
 		t.Fatalf("the agent refuses the chart's environment: %v", err)
 	}
