@@ -63,42 +63,61 @@ func TestAgentThroughCollector(t *testing.T) {
 		t.Errorf("span resource k8s.node.name = %v", got)
 	}
 	checkNames(t, prom)
-	checkDashboards(t, prom)
+	checkDashboards(t, prom, "e2e-node")
 	agent.stop(t)
 }
 
 // The way kube-prometheus-stack users collect: the agent serves its
 // metrics (OTEL_METRICS_EXPORTER=prometheus) and Prometheus scrapes them,
 // with the instance label set to the node's name as the chart's
-// ServiceMonitor does. Same names, same values as over OTLP.
+// ServiceMonitor does. Same names, same values as over OTLP. A second
+// agent at the default metrics level (workload) is scraped beside it, so
+// the dashboards are checked at both levels.
 func TestPrometheusScrape(t *testing.T) {
 	c, id := canarytest.Load(t)
-	port := strconv.Itoa(backends.FreePort(t))
-	agent := startAgent(t, []string{
-		"OTEL_METRICS_EXPORTER=prometheus",
-		"OTEL_TRACES_EXPORTER=none",
-		"OTEL_EXPORTER_PROMETHEUS_HOST=127.0.0.1",
-		"OTEL_EXPORTER_PROMETHEUS_PORT=" + port,
-		"K8S_NODE_NAME=e2e-node",
-	}, "--metrics-level", "program")
+	scraped := func(node string, args ...string) (*agentProc, backends.ScrapeTarget) {
+		port := strconv.Itoa(backends.FreePort(t))
+		a := startAgent(t, []string{
+			"OTEL_METRICS_EXPORTER=prometheus",
+			"OTEL_TRACES_EXPORTER=none",
+			"OTEL_EXPORTER_PROMETHEUS_HOST=127.0.0.1",
+			"OTEL_EXPORTER_PROMETHEUS_PORT=" + port,
+			"K8S_NODE_NAME=" + node,
+		}, args...)
+		return a, backends.ScrapeTarget{Addr: "127.0.0.1:" + port, Instance: node}
+	}
+	agent, target := scraped("e2e-node", "--metrics-level", "program")
+	workloadAgent, workloadTarget := scraped("e2e-workload")
 	start := time.Now()
-	prom := backends.StartPrometheus(t, backends.ScrapeTarget{Addr: "127.0.0.1:" + port, Instance: "e2e-node"})
+	prom := backends.StartPrometheus(t, target, workloadTarget)
 
-	// Scraped before the misses, so the panels see them grow.
+	// Both scraped before the misses, so the panels see them grow.
 	waitMisses(t, prom, id, kernelMisses(t, c))
+	err := backends.Eventually(30*time.Second, func() error {
+		q := `bpf_program_recursion_misses_total{instance="e2e-workload", bpf_program_name="canary"}`
+		if ss, err := prom.Query(context.Background(), q); err != nil || len(ss) == 0 {
+			return fmt.Errorf("%s: %v, %v", q, ss, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	trigger(t, c, 25)
 	want := kernelMisses(t, c)
 	waitMisses(t, prom, id, want)
 	t.Logf("scraped: Prometheus has %d misses for program %d, as the kernel, %v after it started", want, id, time.Since(start).Round(time.Millisecond))
 	checkNames(t, prom)
-	checkDashboards(t, prom)
+	checkDashboards(t, prom, "e2e-node")
+	checkDashboards(t, prom, "e2e-workload")
 	agent.stop(t)
+	workloadAgent.stop(t)
 }
 
 // checkDashboards runs every panel query of the dashboards the chart ships
 // (charts/bpfleet/dashboards, as committed) against prom, with the template
-// variables set as Grafana would for this node, and wants data from each.
-func checkDashboards(t *testing.T, prom *backends.Prometheus) {
+// variables set as Grafana would for the node, and wants data from each.
+func checkDashboards(t *testing.T, prom *backends.Prometheus, node string) {
 	t.Helper()
 	files, err := filepath.Glob("../../charts/bpfleet/dashboards/*.json")
 	if err != nil || len(files) == 0 {
@@ -106,7 +125,7 @@ func checkDashboards(t *testing.T, prom *backends.Prometheus) {
 	}
 	vars := strings.NewReplacer(
 		"$"+dashboards.VarJob, "bpfleet-agent",
-		"$"+dashboards.VarNode, "e2e-node",
+		"$"+dashboards.VarNode, node,
 		"$__rate_interval", "1m",
 		"$__range", "5m",
 	)
@@ -144,5 +163,5 @@ func checkDashboards(t *testing.T, prom *backends.Prometheus) {
 			n++
 		}
 	}
-	t.Logf("%d dashboard queries of %d dashboards returned data", n, len(files))
+	t.Logf("%s: %d dashboard queries of %d dashboards returned data", node, n, len(files))
 }
