@@ -202,6 +202,16 @@ func fleet(n *names) *dashboard.DashboardBuilder {
 		WithPanel(series("CPU time by node", "Time all BPF programs ran on each node, in CPUs.", "percentunit", 12,
 			query(fmt.Sprintf("sum by (instance) (%s)", rate(atRunTime, fleetSel)), "{{instance}}")))
 
+	b = b.WithRow(dashboard.NewRowBuilder("Stats tax and the agent's cost")).
+		WithPanel(series("Stats tax by node", "CPU seconds per second (in CPUs) that BPF run-time stats accounting adds on each node now, and what it would add with stats always on. Absent where it cannot be measured (stats held by another tool, calibration off).", "percentunit", 8,
+			query(fmt.Sprintf("max by (instance) (%s{%s})", n.m("bpf.agent.stats.tax"), fleetSel), "{{instance}}"),
+			query(fmt.Sprintf("max by (instance) (%s{%s})", n.m("bpf.agent.stats.tax.always"), fleetSel), "{{instance}} if always on"))).
+		WithPanel(series("Stats tax by program type", "The stats tax of the programs of each type, summed across nodes.", "percentunit", 8,
+			query(fmt.Sprintf("sum by (bpf_program_type) (%s{%s})", n.m("bpf.program_type.stats.tax"), fleetSel), "{{bpf_program_type}}"))).
+		WithPanel(series("Agent CPU", "Fraction of one CPU each agent used over its last scan interval, and its --stats mode.", "percentunit", 8,
+			query(fmt.Sprintf("max by (instance) (%s{%s})", n.m("bpf.agent.cpu"), fleetSel), "{{instance}}"),
+			query(fmt.Sprintf("max by (instance, bpf_stats_mode) (%s{%s})", n.m("bpf.agent.stats.mode"), fleetSel), "{{instance}} stats {{bpf_stats_mode}}")))
+
 	b = b.WithRow(dashboard.NewRowBuilder("Agent health")).
 		WithPanel(series("Scan duration (p99)", "Time one scan of the kernel's programs, links and owners took, 99th percentile per node.", "s", 8,
 			query(fmt.Sprintf("histogram_quantile(0.99, sum by (le, instance) (rate(%s_bucket{%s}[$__rate_interval])))", n.m("bpf.agent.scan.duration"), fleetSel), "{{instance}}"))).
@@ -254,6 +264,10 @@ func node(n *names) *dashboard.DashboardBuilder {
 		WithPanel(series("Scan duration", "Time one scan took: median and 99th percentile.", "s", 12,
 			query(fmt.Sprintf("histogram_quantile(0.5, sum by (le) (rate(%s_bucket{%s}[$__rate_interval])))", n.m("bpf.agent.scan.duration"), nodeSel), "p50"),
 			query(fmt.Sprintf("histogram_quantile(0.99, sum by (le) (rate(%s_bucket{%s}[$__rate_interval])))", n.m("bpf.agent.scan.duration"), nodeSel), "p99"))).
+		WithPanel(series("Stats tax and agent CPU", "CPUs the BPF stats accounting adds now (and would add always on), and the agent's own CPU.", "percentunit", 12,
+			query(fmt.Sprintf("max(%s{%s})", n.m("bpf.agent.stats.tax"), nodeSel), "stats tax"),
+			query(fmt.Sprintf("max(%s{%s})", n.m("bpf.agent.stats.tax.always"), nodeSel), "stats tax if always on"),
+			query(fmt.Sprintf("max(%s{%s})", n.m("bpf.agent.cpu"), nodeSel), "agent CPU"))).
 		WithPanel(series("Scans and errors", "Scans per second, and failed exports and scan errors per second.", "short", 12,
 			query(fmt.Sprintf("sum(%s)", rate(n.m("bpf.agent.scans"), nodeSel)), "scans"),
 			query(fmt.Sprintf("sum by (signal) (%s)", rate(n.m("bpf.agent.export.errors"), nodeSel)), "export errors {{signal}}"),
