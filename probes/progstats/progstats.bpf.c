@@ -15,6 +15,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+#include "prog_facts.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -22,12 +23,7 @@ char LICENSE[] SEC("license") = "GPL";
 #define MAX_MAP_IDS 16
 #define MAX_CPUS 4096
 
-// Bits of prog_record.flags.
-#define F_SLEEPABLE (1 << 0)
-#define F_SLEEPABLE_KNOWN (1 << 1)
-#define F_ATTACH_FUNC (1 << 2)
-#define F_ATTACH_BTF_OBJ_KNOWN (1 << 3)
-#define F_DST_PROG_KNOWN (1 << 4)
+// Bits of prog_record.flags (bits 0-4 are prog_facts.h's).
 #define F_STATS (1 << 5)        // run_cnt and run_time_ns summed over every possible CPU
 #define F_MISSES (1 << 6)       // the kernel has bpf_prog_stats.misses
 #define F_STATIC (1 << 7)       // uid, map ids, jited length, memlock pages all read
@@ -99,18 +95,6 @@ struct {
 } offs SEC(".maps");
 
 // Flavours for fields that moved or appeared over kernel versions.
-struct bpf_prog_aux___old {
-	bool sleepable;
-} __attribute__((preserve_access_index));
-
-struct bpf_prog_aux___btf {
-	struct btf *attach_btf;
-} __attribute__((preserve_access_index));
-
-struct bpf_prog_aux___dst {
-	struct bpf_prog *dst_prog;
-} __attribute__((preserve_access_index));
-
 struct bpf_prog_aux___vi {
 	u32 verified_insns;
 } __attribute__((preserve_access_index));
@@ -153,7 +137,6 @@ int dump_prog(struct bpf_iter__bpf_prog *ctx)
 	struct bpf_prog *prog = ctx->prog;
 	struct prog_record r = {};
 	struct bpf_prog_aux *aux;
-	const char *name;
 	__u32 zero = 0;
 
 	if (!prog)
@@ -253,33 +236,7 @@ stats_done:
 		r.flags |= F_VERIFIED_INSNS;
 	}
 
-	if (bpf_core_field_exists(prog->sleepable)) {
-		if (BPF_CORE_READ_BITFIELD(prog, sleepable))
-			r.flags |= F_SLEEPABLE;
-		r.flags |= F_SLEEPABLE_KNOWN;
-	} else if (bpf_core_field_exists(struct bpf_prog_aux___old, sleepable)) {
-		if (((struct bpf_prog_aux___old *)aux)->sleepable)
-			r.flags |= F_SLEEPABLE;
-		r.flags |= F_SLEEPABLE_KNOWN;
-	}
-
-	if (bpf_core_field_exists(struct bpf_prog_aux___btf, attach_btf)) {
-		struct btf *btf = ((struct bpf_prog_aux___btf *)aux)->attach_btf;
-
-		if (btf)
-			r.attach_btf_obj_id = btf->id;
-		r.flags |= F_ATTACH_BTF_OBJ_KNOWN;
-	}
-	if (bpf_core_field_exists(struct bpf_prog_aux___dst, dst_prog)) {
-		struct bpf_prog *dst = ((struct bpf_prog_aux___dst *)aux)->dst_prog;
-
-		if (dst)
-			r.dst_prog_id = dst->aux->id;
-		r.flags |= F_DST_PROG_KNOWN;
-	}
-	name = aux->attach_func_name;
-	if (name && bpf_probe_read_kernel_str(r.attach_func, sizeof(r.attach_func), name) > 0)
-		r.flags |= F_ATTACH_FUNC;
+	READ_PROG_FACTS(r, prog, aux);
 
 	// What bpf_prog_get_info_by_fd() and the fdinfo say that needs a walk:
 	// map ids, the jited length, the creator's uid. A program with more
