@@ -65,6 +65,6 @@ if selected profiler; then
 fi
 
 if selected fleet; then
-	section "fleet: 50 nodes x 1,000 programs reloaded 10 times into a real Prometheus (series, bytes, CPU)"
+	section "fleet: 50 nodes x 1,000 programs reloaded into a real Prometheus, directly and through a Collector (series, bytes, CPU)"
 	go test -tags bench -count=1 -timeout 20m -run 'TestBenchFleet|TestBenchAgentProcess' -v ./exporter/e2e | grep -E 'BENCH|FAIL|ok'
 fi

@@ -6,9 +6,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -44,28 +41,14 @@ func TestBenchFleet(t *testing.T) {
 	r.report(t)
 }
 
-// procStat returns a process's resident memory and CPU time from /proc.
-func procStat(t *testing.T, pid int) (rssKB int, cpu time.Duration) {
-	t.Helper()
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(status), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
-			rssKB, _ = strconv.Atoi(f[1])
-		}
-	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Fields after the command's closing parenthesis: utime and stime are
-	// the 12th and 13th, in clock ticks (100 Hz on Linux).
-	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
-	ut, _ := strconv.Atoi(f[11])
-	st, _ := strconv.Atoi(f[12])
-	return rssKB, time.Duration(ut+st) * 10 * time.Millisecond
+// TestBenchFleetCollector: the default level as fleets deploy it, through a
+// real Collector (otlp receiver, batch, otlphttp) into Prometheus: the
+// Collector's CPU and memory beside the exporters', series across reloads.
+func TestBenchFleetCollector(t *testing.T) {
+	c := runFleet(t, fleetConfig{agents: 50, programs: 1000, reloads: 5, level: exporter.LevelWorkload, collector: true})
+	c.report(t)
+	first, last := c.rounds[0].headSeries, c.rounds[len(c.rounds)-1].headSeries
+	t.Logf("BENCH target through the Collector: head series within 5%% after 5 reloads: %.1f%% -> %v", 100*math.Abs(last-first)/first, math.Abs(last-first)/first <= 0.05)
 }
 
 // TestBenchAgentProcess: one real `bpfleet agent` (500 ms scans and

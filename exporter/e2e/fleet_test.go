@@ -51,6 +51,11 @@ type fleetConfig struct {
 	// distinct, the workload level's worst case).
 	names int
 	level exporter.Level
+	// collector puts a real OpenTelemetry Collector (otlp receiver, batch,
+	// otlphttp to Prometheus) between the agents and Prometheus, as fleets
+	// deploy it; bytes are then counted between the agents and the
+	// Collector.
+	collector bool
 }
 
 type fleetRound struct {
@@ -67,6 +72,10 @@ type fleetResult struct {
 	heapPerAgent uint64
 	promCPU      float64 // seconds Prometheus spent over the run
 	promRSS      float64 // Prometheus' resident memory at the end
+	// The Collector's resident memory (KB) at the end and CPU over the
+	// run, with fleetConfig.collector.
+	colRSSKB int
+	colCPU   time.Duration
 }
 
 // countingProxy forwards OTLP requests to Prometheus and counts their
@@ -76,7 +85,9 @@ type countingProxy struct {
 	bytes, rawBytes, requests atomic.Int64
 }
 
-func startCountingProxy(t testing.TB, target string) *countingProxy {
+// startCountingProxy forwards to target; base is the OTLP base path there
+// ("/api/v1/otlp" for Prometheus, "" for a Collector).
+func startCountingProxy(t testing.TB, target, base string) *countingProxy {
 	t.Helper()
 	u, err := url.Parse("http://" + target)
 	if err != nil {
@@ -108,7 +119,7 @@ func startCountingProxy(t testing.TB, target string) *countingProxy {
 	})}
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
-	p.url = "http://" + l.Addr().String() + "/api/v1/otlp"
+	p.url = "http://" + l.Addr().String() + base
 	return p
 }
 
@@ -196,6 +207,30 @@ func ours(s *agent.Snapshot, ids map[uint32]bool) *agent.Snapshot {
 	return &c
 }
 
+// procStat returns a process's resident memory and CPU time from /proc.
+func procStat(t testing.TB, pid int) (rssKB int, cpu time.Duration) {
+	t.Helper()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(status), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			rssKB, _ = strconv.Atoi(f[1])
+		}
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fields after the command's closing parenthesis: utime and stime are
+	// the 12th and 13th, in clock ticks (100 Hz on Linux).
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+	ut, _ := strconv.Atoi(f[11])
+	st, _ := strconv.Atoi(f[12])
+	return rssKB, time.Duration(ut+st) * 10 * time.Millisecond
+}
+
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
@@ -209,7 +244,13 @@ func runFleet(t testing.TB, cfg fleetConfig) fleetResult {
 	}
 	t.Setenv("OTEL_TRACES_EXPORTER", "none")
 	prom := backends.StartPrometheus(t)
-	proxy := startCountingProxy(t, prom.Addr)
+	target, base := prom.Addr, "/api/v1/otlp"
+	var col *backends.Collector
+	if cfg.collector {
+		col = backends.StartCollector(t, prom, backends.StartJaeger(t))
+		target, base = col.OTLPHTTP, ""
+	}
+	proxy := startCountingProxy(t, target, base)
 
 	a, err := agent.New(agent.Config{Owners: true, NoIterator: true, QuietIntervals: 2})
 	if err != nil {
@@ -284,6 +325,11 @@ func runFleet(t testing.TB, cfg fleetConfig) fleetResult {
 			t.Fatalf("round %d: export: %v", round, err)
 		}
 		r := fleetRound{wall: time.Since(start), cpu: cpuTime() - cpu0}
+		if col != nil {
+			// The Collector batches: wait until Prometheus has appended
+			// every node's export (its sample count stops moving).
+			settled(t, prom.Addr)
+		}
 		after := promMetrics(t, prom.Addr)
 		r.headSeries = after["prometheus_tsdb_head_series"]
 		r.samples = after["prometheus_tsdb_head_samples_appended_total"] - before["prometheus_tsdb_head_samples_appended_total"]
@@ -301,10 +347,29 @@ func runFleet(t testing.TB, cfg fleetConfig) fleetResult {
 			t.Errorf("round %d: %d export requests for %d agents", round, r.requests, cfg.agents)
 		}
 	}
+	if col != nil {
+		res.colRSSKB, res.colCPU = procStat(t, col.PID())
+	}
 	end := promMetrics(t, prom.Addr)
 	res.promCPU = end["process_cpu_seconds_total"] - promCPU0
 	res.promRSS = end["process_resident_memory_bytes"]
 	return res
+}
+
+// settled waits until Prometheus' appended-sample count has not moved for
+// a second (at most 30 s).
+func settled(t testing.TB, addr string) {
+	t.Helper()
+	last, still := -1.0, 0
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && still < 5; {
+		n := promMetrics(t, addr)["prometheus_tsdb_head_samples_appended_total"]
+		if n == last {
+			still++
+		} else {
+			last, still = n, 0
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 func (r fleetResult) report(t testing.TB) {
@@ -326,7 +391,11 @@ func (r fleetResult) report(t testing.TB) {
 	if names == 0 {
 		names = c.programs
 	}
-	t.Logf("BENCH fleet level=%v agents=%d programs=%d names=%d reloads=%d", c.level, c.agents, c.programs, names, c.reloads)
+	via := "straight into Prometheus"
+	if c.collector {
+		via = "through the OpenTelemetry Collector"
+	}
+	t.Logf("BENCH fleet level=%v agents=%d programs=%d names=%d reloads=%d, %s", c.level, c.agents, c.programs, names, c.reloads, via)
 	t.Logf("BENCH   head series: %.0f after the first export, %.0f after %d reloads (%+.1f%%); %.0f per node",
 		first.headSeries, last.headSeries, c.reloads, 100*(last.headSeries-first.headSeries)/first.headSeries, first.headSeries/n)
 	t.Logf("BENCH   bytes per export per node: %.1f KB gzip on the wire, %.1f KB uncompressed (%.1fx)",
@@ -335,6 +404,10 @@ func (r fleetResult) report(t testing.TB) {
 		samples/rounds, samples/rounds/n, samples/rounds/10, bytes/rounds/10/1000, c.agents)
 	t.Logf("BENCH   exporter CPU per export per node %.1f ms (wall %.0f ms for the %d nodes' round); Go heap per exporter %.1f MB; Prometheus CPU %.1f s over %d rounds, RSS %.0f MB",
 		float64(cpu.Microseconds())/1000/rounds/n, float64(wall.Milliseconds())/rounds, c.agents, float64(r.heapPerAgent)/1e6, r.promCPU, len(r.rounds), r.promRSS/1e6)
+	if c.collector {
+		t.Logf("BENCH   Collector CPU %.1f s over %d rounds (%.1f ms per node export), RSS %.0f MB",
+			r.colCPU.Seconds(), len(r.rounds), float64(r.colCPU.Microseconds())/1000/rounds/n, float64(r.colRSSKB)/1000)
+	}
 }
 
 // TestFleetSmall is the CI-sized fleet: 3 nodes, 200 programs, 2 reloads.
@@ -359,5 +432,13 @@ func TestFleetSmall(t *testing.T) {
 	}
 	if os.Getenv("OTEL_EXPORTER_OTLP_COMPRESSION") != "" {
 		t.Log("OTEL_EXPORTER_OTLP_COMPRESSION is cleared for this test")
+	}
+	// The same through a real Collector: its batching must not turn the
+	// reloads into new series either, and every node's series arrive.
+	c := runFleet(t, fleetConfig{agents: 3, programs: 200, reloads: 2, level: exporter.LevelWorkload, collector: true})
+	c.report(t)
+	cf, cl := c.rounds[0].headSeries, c.rounds[len(c.rounds)-1].headSeries
+	if math.Abs(cl-cf)/cf > 0.05 || math.Abs(cf-first)/first > 0.05 {
+		t.Errorf("through the Collector: head series %.0f after 2 reloads, %.0f before (%.0f straight into Prometheus)", cl, cf, first)
 	}
 }

@@ -569,6 +569,9 @@ func StartCollector(t testing.TB, prom *Prometheus, jg *Jaeger) *Collector {
 	return c
 }
 
+// PID is the Collector process's id, for measuring its CPU and memory.
+func (c *Collector) PID() int { return c.proc.cmd.Process.Pid }
+
 // Log is the Collector's output so far.
 func (c *Collector) Log() string { return c.proc.out.String() }
 
