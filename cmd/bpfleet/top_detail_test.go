@@ -2,26 +2,21 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
 
-	"github.com/bpfleet/bpfleet/agent"
 	"github.com/bpfleet/bpfleet/agent/history"
-	"github.com/bpfleet/bpfleet/api"
 	"github.com/bpfleet/bpfleet/probes/canary"
 	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
 	"github.com/creack/pty"
@@ -332,43 +327,9 @@ func TestTopDetailASCII(t *testing.T) {
 // shows the canary's misses from it.
 func TestTopRemoteDetail(t *testing.T) {
 	c, id := canarytest.Load(t)
-	a, err := agent.New(agent.Config{EnableStats: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	var latest atomic.Pointer[agent.Snapshot]
-	store := history.New(history.Capacity(history.Window, 100*time.Millisecond))
-	const token = "0123456789abcdef-test-token"
-	srv, err := api.NewServer(api.Options{Addr: "127.0.0.1:0", Token: token, Snapshot: latest.Load, History: store.Series})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, err := srv.Listen()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go srv.Serve(ctx)
-	var scans sync.WaitGroup
-	defer func() { cancel(); scans.Wait() }() // before the canary and agent are closed
-	scans.Go(func() {
-		for ctx.Err() == nil {
-			c.Trigger(5)
-			if s, err := a.Scan(ctx); err == nil {
-				store.Record(s)
-				latest.Store(s)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	})
-	for deadline := time.Now().Add(5 * time.Second); latest.Load() == nil && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	os.WriteFile(tokenFile, []byte(token+"\n"), 0o600)
+	addr, tokenFile := serveAgent(t, c, 100*time.Millisecond, history.New(history.Capacity(history.Window, 100*time.Millisecond)))
 
-	scr, tty, _ := ptyTop(t, 24, 80, []string{"LC_ALL=C.UTF-8"}, "top", "--remote", "http://"+addr.String(), "--token-file", tokenFile,
+	scr, tty, _ := ptyTop(t, 24, 80, []string{"LC_ALL=C.UTF-8"}, "top", "--remote", "http://"+addr, "--token-file", tokenFile,
 		"--interval", "200ms", "--filter", "canary")
 	selectAndOpen(t, scr, tty, id)
 	frame := scr.waitFor(t, "the agent's history of the canary", func(f string) bool {

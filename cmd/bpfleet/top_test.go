@@ -16,7 +16,9 @@ import (
 	"time"
 
 	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/agent/history"
 	"github.com/bpfleet/bpfleet/api"
+	"github.com/bpfleet/bpfleet/probes/canary"
 	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
 	"github.com/creack/pty"
 )
@@ -215,40 +217,8 @@ func TestTopPlainWhenNotATerminal(t *testing.T) {
 func TestTopRemote(t *testing.T) {
 	bin := bpfleetBin(t)
 	c, id := canarytest.Load(t)
-	a, err := agent.New(agent.Config{EnableStats: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	var latest atomic.Pointer[agent.Snapshot]
-	const token = "0123456789abcdef-test-token"
-	srv, err := api.NewServer(api.Options{Addr: "127.0.0.1:0", Token: token, Snapshot: latest.Load})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, err := srv.Listen()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go srv.Serve(ctx)
-	var scans sync.WaitGroup
-	defer func() { cancel(); scans.Wait() }() // before the canary and agent are closed
-	scans.Go(func() {
-		for ctx.Err() == nil {
-			c.Trigger(5)
-			if s, err := a.Scan(ctx); err == nil {
-				latest.Store(s)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	})
-	for deadline := time.Now().Add(5 * time.Second); latest.Load() == nil && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	os.WriteFile(tokenFile, []byte(token+"\n"), 0o600)
-	out, err := exec.Command(bin, "top", "--remote", "http://"+addr.String(), "--token-file", tokenFile,
+	addr, tokenFile := serveAgent(t, c, 50*time.Millisecond, nil)
+	out, err := exec.Command(bin, "top", "--remote", "http://"+addr, "--token-file", tokenFile,
 		"--interval", "200ms", "--count", "3", "--filter", "canary").CombinedOutput()
 	if err != nil {
 		t.Fatalf("top --remote: %v\n%s", err, out)
@@ -258,7 +228,59 @@ func TestTopRemote(t *testing.T) {
 	if row == nil || row[9] == "0" {
 		t.Errorf("top --remote shows no misses for the canary:\n%s", out)
 	}
-	if _, err := exec.Command(bin, "top", "--remote", "http://"+addr.String(), "--count", "1").Output(); err == nil {
+	if _, err := exec.Command(bin, "top", "--remote", "http://"+addr, "--count", "1").Output(); err == nil {
 		t.Error("top --remote without the token succeeded")
 	}
+}
+
+// serveAgent runs a real agent in-process behind the real API (token
+// required), scanning every `every` while it triggers the canary c five
+// times a scan, with store (optional) recording each snapshot's history.
+// It returns the API's address and a file holding the token; everything
+// stops before the canary is closed.
+func serveAgent(t *testing.T, c *canary.Canary, every time.Duration, store *history.Store) (addr, tokenFile string) {
+	t.Helper()
+	a, err := agent.New(agent.Config{EnableStats: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	var latest atomic.Pointer[agent.Snapshot]
+	const token = "0123456789abcdef-test-token"
+	opts := api.Options{Addr: "127.0.0.1:0", Token: token, Snapshot: latest.Load}
+	if store != nil {
+		opts.History = store.Series
+	}
+	srv, err := api.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := srv.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go srv.Serve(ctx)
+	var scans sync.WaitGroup
+	t.Cleanup(func() { cancel(); scans.Wait() }) // runs before the canary's and agent's cleanups
+	scans.Go(func() {
+		for ctx.Err() == nil {
+			c.Trigger(5)
+			if s, err := a.Scan(ctx); err == nil {
+				if store != nil {
+					store.Record(s)
+				}
+				latest.Store(s)
+			}
+			time.Sleep(every)
+		}
+	})
+	for deadline := time.Now().Add(5 * time.Second); latest.Load() == nil && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	tokenFile = filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return l.String(), tokenFile
 }
