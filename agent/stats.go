@@ -3,9 +3,6 @@ package agent
 import (
 	"fmt"
 	"io"
-	"os"
-	"strconv"
-	"strings"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -34,18 +31,4 @@ func (s *statsHolder) close() {
 		s.fd.Close()
 		s.fd = nil
 	}
-}
-
-// readStatsSysctl reads kernel.bpf_stats_enabled, -1 when unreadable. The
-// value is the sysctl's own setting; BPF_ENABLE_STATS fds do not show in it.
-func readStatsSysctl(procRoot string) int {
-	b, err := os.ReadFile(procRoot + "/sys/kernel/bpf_stats_enabled")
-	if err != nil {
-		return -1
-	}
-	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		return -1
-	}
-	return v
 }

@@ -7,6 +7,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+
+	"github.com/bpfleet/bpfleet/probes/bench"
 )
 
 // Stats modes (--stats): how long the agent keeps BPF run-time stats on.
@@ -228,7 +230,7 @@ func (c *statsCtl) onTime(t time.Time) time.Duration {
 }
 
 func (c *statsCtl) state(procRoot string) StatsState {
-	st := StatsState{Sysctl: readStatsSysctl(procRoot)}
+	st := StatsState{Sysctl: bench.StatsSysctl(procRoot)}
 	if c == nil {
 		st.Enabled = st.Sysctl > 0
 		return st
