@@ -41,23 +41,27 @@ mkdir -p "$bin"
 
 export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local
 
-# build MODULE VERSION PKG NAME: build PKG of MODULE@VERSION as $bin/NAME-VERSION.
-build() {
-	local module=$1 version=$2 pkg=$3 name=$4
+# cached NAME VERSION WHAT STEP [ARGS...]: unless $bin/NAME-VERSION exists,
+# run STEP ARGS... in a throw-away directory (its working directory), which
+# must leave the binary there as ./out; then point $bin/NAME at it.
+cached() {
+	local name=$1 version=$2 what=$3
+	shift 3
 	local out=$bin/$name-$version
 	if [[ -x $out ]]; then
 		echo "build-backends: $name $version cached at $out"
 	else
-		local dir start
+		local dir start=$SECONDS
 		dir=$(mktemp -d)
-		start=$SECONDS
-		echo "build-backends: building $name from $pkg@$version ..."
+		echo "build-backends: building $name from $what ..."
 		(
 			cd "$dir"
-			go mod init bpfleet-backend-build >/dev/null 2>&1
-			go get "$pkg@$version"
-			go build -trimpath -ldflags "-s -w" -o "$out.tmp" "$pkg"
+			"$@"
 		)
+		# Through a temporary name in the cache: a binary is either whole
+		# there or absent, even if this script is killed (the cache check
+		# above trusts any executable file).
+		mv "$dir/out" "$out.tmp"
 		mv "$out.tmp" "$out"
 		rm -rf "$dir"
 		echo "build-backends: built $out in $((SECONDS - start))s"
@@ -65,34 +69,36 @@ build() {
 	ln -sf "$name-$version" "$bin/$name"
 }
 
+# build MODULE VERSION PKG NAME: build PKG of MODULE@VERSION as $bin/NAME-VERSION.
+build() {
+	cached "$4" "$2" "$3@$2" get_and_build "$3" "$2"
+}
+
+get_and_build() {
+	local pkg=$1 version=$2
+	go mod init bpfleet-backend-build >/dev/null 2>&1
+	go get "$pkg@$version"
+	go build -trimpath -ldflags "-s -w" -o out "$pkg"
+}
+
 # build_main NAME VERSION MODULE MODVERSION LDFLAGS MAIN_GO [GO_MOD_EDIT_ARGS...]:
 # build a generated main package (MAIN_GO is its source) in a throw-away
 # module requiring MODULE@MODVERSION as $bin/NAME-VERSION. GO_MOD_EDIT_ARGS
 # (e.g. -replace flags) are applied to the module's go.mod before building.
 build_main() {
-	local name=$1 version=$2 module=$3 modversion=$4 ldflags=$5 main=$6
-	shift 6
-	local out=$bin/$name-$version
-	if [[ -x $out ]]; then
-		echo "build-backends: $name $version cached at $out"
-	else
-		local dir start
-		dir=$(mktemp -d)
-		start=$SECONDS
-		echo "build-backends: building $name from $module@$modversion ..."
-		(
-			cd "$dir"
-			go mod init bpfleet-backend-build >/dev/null 2>&1
-			printf '%s\n' "$main" >main.go
-			go mod edit -require="$module@$modversion" "$@"
-			go mod tidy
-			go build -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp" .
-		)
-		mv "$out.tmp" "$out"
-		rm -rf "$dir"
-		echo "build-backends: built $out in $((SECONDS - start))s"
-	fi
-	ln -sf "$name-$version" "$bin/$name"
+	local name=$1 version=$2 module=$3 modversion=$4
+	shift 2
+	cached "$name" "$version" "$module@$modversion" main_and_build "$@"
+}
+
+main_and_build() {
+	local module=$1 modversion=$2 ldflags=$3 main=$4
+	shift 4
+	go mod init bpfleet-backend-build >/dev/null 2>&1
+	printf '%s\n' "$main" >main.go
+	go mod edit -require="$module@$modversion" "$@"
+	go mod tidy
+	go build -trimpath -ldflags "-s -w $ldflags" -o out .
 }
 
 # kube-apiserver: k8s.io/kubernetes is not meant to be required as a module;
@@ -191,40 +197,29 @@ func main() {
 
 # build_otelcol: build the Collector with ocb as $bin/otelcol-$OTELCOL_VERSION.
 build_otelcol() {
-	local version=$OTELCOL_VERSION name=otelcol
-	local out=$bin/$name-$version
-	if [[ -x $out ]]; then
-		echo "build-backends: $name $version cached at $out"
-	else
-		local dir start
-		dir=$(mktemp -d)
-		start=$SECONDS
-		echo "build-backends: building $name with go.opentelemetry.io/collector/cmd/builder@$version ..."
-		cat >"$dir/builder.yaml" <<-EOF
-			dist:
-			  module: bpfleet.example/otelcol
-			  name: otelcol
-			  description: OpenTelemetry Collector for bpfleet's end-to-end tests
-			  version: ${version#v}
-			  output_path: $dir/out
-			receivers:
-			  - gomod: go.opentelemetry.io/collector/receiver/otlpreceiver $version
-			processors:
-			  - gomod: go.opentelemetry.io/collector/processor/batchprocessor $version
-			exporters:
-			  - gomod: go.opentelemetry.io/collector/exporter/otlpexporter $version
-			  - gomod: go.opentelemetry.io/collector/exporter/otlphttpexporter $version
-			  - gomod: go.opentelemetry.io/collector/exporter/debugexporter $version
-		EOF
-		(
-			cd "$dir"
-			GOFLAGS= go run "go.opentelemetry.io/collector/cmd/builder@$version" --config "$dir/builder.yaml"
-		)
-		mv "$dir/out/otelcol" "$out"
-		rm -rf "$dir"
-		echo "build-backends: built $out in $((SECONDS - start))s"
-	fi
-	ln -sf "$name-$version" "$bin/$name"
+	cached otelcol "$OTELCOL_VERSION" "go.opentelemetry.io/collector/cmd/builder@$OTELCOL_VERSION" ocb_build "$OTELCOL_VERSION"
+}
+
+ocb_build() {
+	local version=$1
+	cat >builder.yaml <<-EOF
+		dist:
+		  module: bpfleet.example/otelcol
+		  name: otelcol
+		  description: OpenTelemetry Collector for bpfleet's end-to-end tests
+		  version: ${version#v}
+		  output_path: $PWD/dist
+		receivers:
+		  - gomod: go.opentelemetry.io/collector/receiver/otlpreceiver $version
+		processors:
+		  - gomod: go.opentelemetry.io/collector/processor/batchprocessor $version
+		exporters:
+		  - gomod: go.opentelemetry.io/collector/exporter/otlpexporter $version
+		  - gomod: go.opentelemetry.io/collector/exporter/otlphttpexporter $version
+		  - gomod: go.opentelemetry.io/collector/exporter/debugexporter $version
+	EOF
+	GOFLAGS= go run "go.opentelemetry.io/collector/cmd/builder@$version" --config builder.yaml
+	mv dist/otelcol out
 }
 
 targets=(prometheus promtool jaeger otelcol kube-apiserver etcd)
