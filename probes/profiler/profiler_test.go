@@ -10,6 +10,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/bpfleet/bpfleet/test/kernels/expect"
 )
 
 // attachOrSkip attaches the profiler, skipping with the kernel's words
@@ -19,6 +21,9 @@ func attachOrSkip(t *testing.T, target *ebpf.Program) *Profiler {
 	p, err := Attach(target)
 	if err != nil {
 		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EINVAL) || errors.Is(err, ebpf.ErrNotSupported) {
+			if expect.Expected(expect.FeatFentryOnBPF) {
+				t.Fatalf("kernel refuses fentry/fexit on a BPF program on %s, where it was measured present: %v", expect.Entry(), err)
+			}
 			t.Skipf("kernel refuses fentry/fexit on a BPF program: %v", err)
 		}
 		t.Fatal(err)

@@ -9,7 +9,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
-	"github.com/bpfleet/bpfleet/test/kernels/ktest"
+	"github.com/bpfleet/bpfleet/test/kernels/expect"
 )
 
 // TestSleepableBlocked: thread A enters the fentry.s program on getpgid on
@@ -29,9 +29,9 @@ func TestSleepableBlocked(t *testing.T) {
 		CopyErr  *ebpf.Variable `ebpf:"copy_err"`
 		Runs     *ebpf.Variable `ebpf:"block_runs"`
 	}
-	load(t, ktest.FeatFentrySleep, &objs)
+	load(t, expect.FeatFentrySleep, &objs)
 	t.Cleanup(func() { objs.Prog.Close() })
-	attach(t, ktest.FeatFentrySleep, objs.Prog)
+	attach(t, expect.FeatFentrySleep, objs.Prog)
 
 	page, err := newUffdPage()
 	if err != nil {
@@ -106,7 +106,7 @@ func TestSleepableBlocked(t *testing.T) {
 	misses := s1.RecursionMisses - s0.RecursionMisses
 	runs := s2.RunCount - s0.RunCount
 	t.Logf("%s: A blocked inside fentry.s; B: %d triggers on CPU 0 -> %d recursion misses, %d on CPU 1; program ran %d times (own count %d while A blocked), kernel runs +%d (+%d while A blocked)",
-		ktest.Entry(), nSame, misses, nOther, get[uint64](t, objs.Runs), ownWhileBlocked, runs, s1.RunCount-s0.RunCount)
+		expect.Entry(), nSame, misses, nOther, get[uint64](t, objs.Runs), ownWhileBlocked, runs, s1.RunCount-s0.RunCount)
 	if d := s2.RecursionMisses - s1.RecursionMisses; d != 0 {
 		t.Errorf("kernel counted %d more misses after A was released, want 0", d)
 	}
@@ -120,7 +120,7 @@ func TestSleepableBlocked(t *testing.T) {
 		}
 	case 0:
 		t.Errorf("%s: the kernel counted no misses for %d triggers on the CPU where a sleepable run was blocked: the guard is not held across the sleep here (program ran %d times); update the test and DESIGN.md",
-			ktest.Entry(), nSame, own)
+			expect.Entry(), nSame, own)
 	default:
 		t.Errorf("kernel counted %d misses for %d triggers on the blocked CPU, want %d", misses, nSame, nSame)
 	}

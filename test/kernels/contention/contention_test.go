@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/test/kernels/expect"
 	"github.com/bpfleet/bpfleet/test/kernels/ktest"
 )
 
@@ -36,8 +37,8 @@ const (
 // with the kernel's answer.
 func refused(t *testing.T, feature string, err error) {
 	t.Helper()
-	if ktest.Expected(feature) {
-		t.Fatalf("%s refused on %s, where it was measured present: %v", feature, ktest.Entry(), err)
+	if expect.Expected(feature) {
+		t.Fatalf("%s refused on %s, where it was measured present: %v", feature, expect.Entry(), err)
 	}
 	t.Skipf("%s not available on this kernel: %v", feature, err)
 }

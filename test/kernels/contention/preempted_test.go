@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bpfleet/bpfleet/agent"
-	"github.com/bpfleet/bpfleet/test/kernels/ktest"
+	"github.com/bpfleet/bpfleet/test/kernels/expect"
 )
 
 // spinCase is one program the preemption scenario holds a thread inside.
@@ -36,7 +36,7 @@ type spinCase struct {
 
 var (
 	fentryCase = spinCase{
-		name: "fentry", feature: ktest.FeatFentry, prog: "spin_getsid", trigger: getsid,
+		name: "fentry", feature: expect.FeatFentry, prog: "spin_getsid", trigger: getsid,
 		preempts: map[string]bool{
 			"sid-rt-amd64": true,
 			"sid-amd64":    true, // PREEMPT_DYNAMIC, lazy by default
@@ -52,7 +52,7 @@ var (
 		},
 	}
 	tpBtfCase = spinCase{
-		name: "tp_btf_task_rename", feature: ktest.FeatTpBtf, prog: "spin_task_rename", trigger: rename,
+		name: "tp_btf_task_rename", feature: expect.FeatTpBtf, prog: "spin_task_rename", trigger: rename,
 		preempts: map[string]bool{
 			"sid-rt-amd64": true,
 			// Preempted on 7.2 PREEMPT_DYNAMIC lazy too: the raw
@@ -132,19 +132,19 @@ func TestPreemptedFentry(t *testing.T) { testPreempted(t, fentryCase) }
 
 // TestPreemptedTpBtf: a raw tracepoint program (tp_btf on task_rename).
 func TestPreemptedTpBtf(t *testing.T) {
-	if ktest.Entry() == "" {
+	if expect.Entry() == "" {
 		// Every exec renames a task, so on a shared host other
 		// processes' execs add runs and misses; and the waiting thread
 		// would hold a CPU non-preemptible for seconds.
-		t.Skipf("task_rename fires on every exec of the machine: counts are exact only inside the kernel-matrix VMs (%s unset)", ktest.EntryEnv)
+		t.Skipf("task_rename fires on every exec of the machine: counts are exact only inside the kernel-matrix VMs (%s unset)", expect.EntryEnv)
 	}
 	testPreempted(t, tpBtfCase)
 }
 
 func testPreempted(t *testing.T, c spinCase) {
 	preempted, _ := preemptScenario(t, c)
-	if want, ok := c.preempts[ktest.Entry()]; ok && want != preempted {
-		t.Errorf("%s was measured to preempt %s programs=%v, now %v", ktest.Entry(), c.name, want, preempted)
+	if want, ok := c.preempts[expect.Entry()]; ok && want != preempted {
+		t.Errorf("%s was measured to preempt %s programs=%v, now %v", expect.Entry(), c.name, want, preempted)
 	}
 }
 
@@ -158,8 +158,8 @@ const debugPreempt = "/sys/kernel/debug/sched/preempt"
 // full and lazy, on PREEMPT_RT too: both preempt.) It changes a node-wide setting, so it
 // runs only inside the matrix VMs, and puts the mode back.
 func TestPreemptModes(t *testing.T) {
-	if ktest.Entry() == "" {
-		t.Skipf("switches the kernel's preemption mode: only inside the kernel-matrix VMs (%s unset)", ktest.EntryEnv)
+	if expect.Entry() == "" {
+		t.Skipf("switches the kernel's preemption mode: only inside the kernel-matrix VMs (%s unset)", expect.EntryEnv)
 	}
 	b, err := os.ReadFile(debugPreempt)
 	if err != nil {
@@ -177,7 +177,7 @@ func TestPreemptModes(t *testing.T) {
 	if current == "" {
 		t.Fatalf("%s reads %q: no current mode in parentheses", debugPreempt, strings.TrimSpace(string(b)))
 	}
-	t.Logf("%s: preemption modes %v, current %s", ktest.Entry(), modes, current)
+	t.Logf("%s: preemption modes %v, current %s", expect.Entry(), modes, current)
 	t.Cleanup(func() {
 		if err := os.WriteFile(debugPreempt, []byte(current), 0); err != nil {
 			t.Errorf("restoring preemption mode %s: %v", current, err)
@@ -225,7 +225,7 @@ func preemptScenario(t *testing.T, c spinCase) (bool, agent.KernelInfo) {
 	own := get[uint64](t, objs.Runs)
 	runs := s1.RunCount - s0.RunCount
 	t.Logf("%s %s: B (SCHED_FIFO, CPU 0) saw A inside=%d before and %d after its %d triggers, done within %s: %v; kernel recursion misses +%d, runs +%d, program's own count %d (incl. %d on CPU 1)",
-		ktest.Entry(), c.name, r.insideBefore, r.insideAfter, nSame, waitB, !r.late, misses, runs, own, nOther)
+		expect.Entry(), c.name, r.insideBefore, r.insideAfter, nSame, waitB, !r.late, misses, runs, own, nOther)
 	if r.outcome != 1 {
 		t.Fatalf("A left the program after %s without being released (outcome %d)", spinLimit, r.outcome)
 	}
@@ -243,7 +243,7 @@ func preemptScenario(t *testing.T, c spinCase) (bool, agent.KernelInfo) {
 		}
 	default:
 		t.Fatalf("not deterministic on %s: B saw inside=%d before and %d after its triggers (late %v), %d misses: B overlapped A only partly",
-			ktest.Entry(), r.insideBefore, r.insideAfter, r.late, misses)
+			expect.Entry(), r.insideBefore, r.insideAfter, r.late, misses)
 	}
 	if statsOn && runs != own {
 		t.Errorf("kernel counted %d runs, the program %d", runs, own)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/bpfleet/bpfleet/agent"
 	"github.com/bpfleet/bpfleet/probes/canary"
+	"github.com/bpfleet/bpfleet/test/kernels/expect"
 )
 
 // statsOn is whether run_cnt/run_time_ns accrue: held for the whole binary
@@ -27,8 +28,8 @@ func TestMain(m *testing.M) { MainWithStats(m, "ktest", &statsOn) }
 // carrying the kernel's answer.
 func refused(t *testing.T, feature string, err error) {
 	t.Helper()
-	if Expected(feature) {
-		t.Fatalf("%s refused on %s, where it was measured present: %v", feature, Entry(), err)
+	if expect.Expected(feature) {
+		t.Fatalf("%s refused on %s, where it was measured present: %v", feature, expect.Entry(), err)
 	}
 	t.Skipf("%s not available on this kernel: %v", feature, err)
 }
@@ -138,9 +139,9 @@ func TestFentryRecursion(t *testing.T) {
 		deleteObjs
 		Prog *ebpf.Program `ebpf:"fentry_delete"`
 	}
-	load(t, FeatFentry, &objs)
+	load(t, expect.FeatFentry, &objs)
 	closeAll(t, objs.Prog, objs.Outer, objs.Inner)
-	testDeleteRecursion(t, FeatFentry, objs.Prog, &objs.deleteObjs)
+	testDeleteRecursion(t, expect.FeatFentry, objs.Prog, &objs.deleteObjs)
 }
 
 func TestFexitRecursion(t *testing.T) {
@@ -148,9 +149,9 @@ func TestFexitRecursion(t *testing.T) {
 		deleteObjs
 		Prog *ebpf.Program `ebpf:"fexit_delete"`
 	}
-	load(t, FeatFexit, &objs)
+	load(t, expect.FeatFexit, &objs)
 	closeAll(t, objs.Prog, objs.Outer, objs.Inner)
-	testDeleteRecursion(t, FeatFexit, objs.Prog, &objs.deleteObjs)
+	testDeleteRecursion(t, expect.FeatFexit, objs.Prog, &objs.deleteObjs)
 }
 
 // TestTpBtfRecursion: the canary's every run is one genuine recursion miss
@@ -158,7 +159,7 @@ func TestFexitRecursion(t *testing.T) {
 func TestTpBtfRecursion(t *testing.T) {
 	c, err := canary.Load()
 	if err != nil {
-		refused(t, FeatTpBtf, err)
+		refused(t, expect.FeatTpBtf, err)
 	}
 	closeAll(t, c)
 	m0, err := c.KernelMisses()
@@ -190,7 +191,7 @@ func TestTpBtfRecursion(t *testing.T) {
 		t.Fatalf("opening canary %d: %v", id, err)
 	}
 	closeAll(t, p)
-	checkScan(t, FeatTpBtf, p, FeatTpBtf)
+	checkScan(t, expect.FeatTpBtf, p, expect.FeatTpBtf)
 }
 
 // TestFmodRet runs the fmod_ret program on bpf_modify_return_test, which
@@ -200,11 +201,11 @@ func TestFmodRet(t *testing.T) {
 		Prog *ebpf.Program  `ebpf:"fmod_ret_test"`
 		Runs *ebpf.Variable `ebpf:"fmod_ret_runs"`
 	}
-	load(t, FeatFmodRet, &objs)
+	load(t, expect.FeatFmodRet, &objs)
 	closeAll(t, objs.Prog)
 	l, err := link.AttachTracing(link.TracingOptions{Program: objs.Prog})
 	if err != nil {
-		refused(t, FeatFmodRet, fmt.Errorf("attaching: %w", err))
+		refused(t, expect.FeatFmodRet, fmt.Errorf("attaching: %w", err))
 	}
 	closeAll(t, l)
 	s0 := stats(t, objs.Prog)
@@ -215,8 +216,8 @@ func TestFmodRet(t *testing.T) {
 		}
 	}
 	s1 := stats(t, objs.Prog)
-	checkRuns(t, FeatFmodRet, get(t, objs.Runs), n, s0, s1)
-	checkScan(t, FeatFmodRet, objs.Prog, FeatFmodRet)
+	checkRuns(t, expect.FeatFmodRet, get(t, objs.Runs), n, s0, s1)
+	checkScan(t, expect.FeatFmodRet, objs.Prog, expect.FeatFmodRet)
 }
 
 // checkRuns holds the program's own count and the kernel's run_cnt against
@@ -241,11 +242,11 @@ func TestFentrySleepable(t *testing.T) {
 		Prog *ebpf.Program  `ebpf:"fentry_s_getpgid"`
 		Runs *ebpf.Variable `ebpf:"getpgid_runs"`
 	}
-	load(t, FeatFentrySleep, &objs)
+	load(t, expect.FeatFentrySleep, &objs)
 	closeAll(t, objs.Prog)
 	l, err := link.AttachTracing(link.TracingOptions{Program: objs.Prog})
 	if err != nil {
-		refused(t, FeatFentrySleep, fmt.Errorf("attaching: %w", err))
+		refused(t, expect.FeatFentrySleep, fmt.Errorf("attaching: %w", err))
 	}
 	closeAll(t, l)
 	s0 := stats(t, objs.Prog)
@@ -256,8 +257,8 @@ func TestFentrySleepable(t *testing.T) {
 		}
 	}
 	s1 := stats(t, objs.Prog)
-	checkRuns(t, FeatFentrySleep, get(t, objs.Runs), n, s0, s1)
-	checkScan(t, FeatFentrySleep, objs.Prog, FeatFentrySleep)
+	checkRuns(t, expect.FeatFentrySleep, get(t, objs.Runs), n, s0, s1)
+	checkScan(t, expect.FeatFentrySleep, objs.Prog, expect.FeatFentrySleep)
 }
 
 // TestLSM attaches to the file_open hook and opens files.
@@ -266,11 +267,11 @@ func TestLSM(t *testing.T) {
 		Prog *ebpf.Program  `ebpf:"lsm_file_open"`
 		Runs *ebpf.Variable `ebpf:"file_open_runs"`
 	}
-	load(t, FeatLSM, &objs)
+	load(t, expect.FeatLSM, &objs)
 	closeAll(t, objs.Prog)
 	l, err := link.AttachLSM(link.LSMOptions{Program: objs.Prog})
 	if err != nil {
-		refused(t, FeatLSM, fmt.Errorf("attaching: %w", err))
+		refused(t, expect.FeatLSM, fmt.Errorf("attaching: %w", err))
 	}
 	closeAll(t, l)
 	s0 := stats(t, objs.Prog)
@@ -284,13 +285,13 @@ func TestLSM(t *testing.T) {
 	}
 	s1 := stats(t, objs.Prog)
 	own := get(t, objs.Runs)
-	if own == 0 && Expected(FeatLSM) {
-		t.Fatalf("lsm/file_open attached but never ran on %s: is bpf in the kernel's lsm= list?", Entry())
+	if own == 0 && expect.Expected(expect.FeatLSM) {
+		t.Fatalf("lsm/file_open attached but never ran on %s: is bpf in the kernel's lsm= list?", expect.Entry())
 	} else if own == 0 {
 		t.Skipf("lsm/file_open attached but never ran: the bpf LSM is not enabled (lsm=)")
 	}
-	checkRuns(t, FeatLSM, own, n, s0, s1)
-	checkScan(t, FeatLSM, objs.Prog, FeatLSM)
+	checkRuns(t, expect.FeatLSM, own, n, s0, s1)
+	checkScan(t, expect.FeatLSM, objs.Prog, expect.FeatLSM)
 }
 
 // TestKprobeMissed attaches a kprobe to htab_map_update_elem and updates a
@@ -304,11 +305,11 @@ func TestKprobeMissed(t *testing.T) {
 		Map  *ebpf.Map      `ebpf:"hash_kprobe"`
 		Runs *ebpf.Variable `ebpf:"kprobe_runs"`
 	}
-	load(t, FeatKprobe, &objs)
+	load(t, expect.FeatKprobe, &objs)
 	closeAll(t, objs.Prog, objs.Map)
 	l, err := link.Kprobe("htab_map_update_elem", objs.Prog, nil)
 	if err != nil {
-		refused(t, FeatKprobe, fmt.Errorf("attaching: %w", err))
+		refused(t, expect.FeatKprobe, fmt.Errorf("attaching: %w", err))
 	}
 	closeAll(t, l)
 	s0 := stats(t, objs.Prog)
@@ -346,13 +347,13 @@ func TestKprobeMissed(t *testing.T) {
 	t.Logf("kprobe on htab_map_update_elem (%s): %d updates, recursion_misses +%d, link missed %s", runtime.GOARCH, n, misses, lm)
 	metric(t, "kprobe.recursion_misses", misses)
 	metric(t, "kprobe.link_missed", lm)
-	p := checkScan(t, FeatKprobe, objs.Prog, FeatKprobe)
+	p := checkScan(t, expect.FeatKprobe, objs.Prog, expect.FeatKprobe)
 	checkLinkMissed(t, p, linkMissed)
 	switch {
 	case misses == n && linkMissed != nil:
 		// 6.7+: counted and reported.
-	case Expected(FeatKprobeMissed):
-		t.Fatalf("%s: kernel counted %d skipped kprobe runs for %d (link missed %s), want %d and a missed field", Entry(), misses, n, lm, n)
+	case expect.Expected(expect.FeatKprobeMissed):
+		t.Fatalf("%s: kernel counted %d skipped kprobe runs for %d (link missed %s), want %d and a missed field", expect.Entry(), misses, n, lm, n)
 	case misses == 0 && linkMissed == nil:
 		t.Skipf("kprobe missed: absent on this kernel (skipped runs not counted, no missed field in link info)")
 	default:
@@ -413,17 +414,17 @@ func TestKprobeLinkMissed(t *testing.T) {
 		Inner *ebpf.Program `ebpf:"kprobe_delete"`
 		Map   *ebpf.Map     `ebpf:"hash_nested"`
 	}
-	load(t, FeatKprobe, &objs)
+	load(t, expect.FeatKprobe, &objs)
 	closeAll(t, objs.Outer, objs.Inner, objs.Map)
 	inner, err := link.Kprobe("htab_map_delete_elem", objs.Inner, nil)
 	if err != nil {
-		refused(t, FeatKprobe, fmt.Errorf("attaching: %w", err))
+		refused(t, expect.FeatKprobe, fmt.Errorf("attaching: %w", err))
 	}
 	closeAll(t, inner)
 	sym := map[string]string{"amd64": "__x64_sys_getpgid", "arm64": "__arm64_sys_getpgid"}[runtime.GOARCH]
 	outer, err := link.Kprobe(sym, objs.Outer, nil)
 	if err != nil {
-		refused(t, FeatKprobe, fmt.Errorf("attaching to %s: %w", sym, err))
+		refused(t, expect.FeatKprobe, fmt.Errorf("attaching to %s: %w", sym, err))
 	}
 	closeAll(t, outer)
 	m0 := kprobeMissed(t, inner)
@@ -436,8 +437,8 @@ func TestKprobeLinkMissed(t *testing.T) {
 	m1 := kprobeMissed(t, inner)
 	if m0 == nil || m1 == nil {
 		metric(t, "kprobe_nested.link_missed", "absent")
-		if Expected(FeatKprobeMissed) {
-			t.Fatalf("%s: kprobe link info has no missed field", Entry())
+		if expect.Expected(expect.FeatKprobeMissed) {
+			t.Fatalf("%s: kprobe link info has no missed field", expect.Entry())
 		}
 		t.Skipf("kprobe link missed: absent on this kernel (no kprobe details in link info)")
 	}
@@ -445,6 +446,6 @@ func TestKprobeLinkMissed(t *testing.T) {
 	if *m1-*m0 != n {
 		t.Errorf("nested kprobe: link missed +%d for %d re-entries, want %d", *m1-*m0, n, n)
 	}
-	p := checkScan(t, "kprobe_nested", objs.Inner, FeatKprobe)
+	p := checkScan(t, "kprobe_nested", objs.Inner, expect.FeatKprobe)
 	checkLinkMissed(t, p, m1)
 }

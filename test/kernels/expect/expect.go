@@ -1,0 +1,54 @@
+// Package expect says what each kernel-matrix entry was measured to
+// support, so a test that meets a refusal fails where the feature is known
+// present and skips (with the kernel's words) elsewhere. A leaf: probe
+// packages' tests use it without importing the agent.
+package expect
+
+import "os"
+
+// EntryEnv names the kernel-matrix entry a test binary runs in; the harness's
+// /init sets it. Unset (on the host) nothing is expected and every refusal
+// is a skip with the kernel's reason.
+const EntryEnv = "BPFLEET_KTEST_ENTRY"
+
+// Features a kernel may refuse, named as the tests report them.
+const (
+	FeatFentry       = "fentry"
+	FeatFexit        = "fexit"
+	FeatFmodRet      = "fmod_ret"
+	FeatFentrySleep  = "fentry.s"
+	FeatLSM          = "lsm"
+	FeatTpBtf        = "tp_btf"
+	FeatKprobe       = "kprobe"
+	FeatKprobeMissed = "kprobe missed" // skipped kprobe runs counted, link info carries missed (6.7+)
+	// FeatProgStats: the iter/bpf_prog program that sums per-CPU
+	// bpf_prog_stats (probes/progstats; bpf_map_lookup_percpu_elem, 5.19+).
+	FeatProgStats = "bpf_prog stats iterator"
+	// FeatFentryOnBPF: fentry/fexit attached to another BPF program
+	// (probes/profiler).
+	FeatFentryOnBPF = "fentry on a BPF program"
+)
+
+// present is what DESIGN.md's kernel matrix measured each entry to support
+// (load, attach and runs counted). A feature listed here that the kernel
+// refuses is a regression and fails the test instead of skipping it.
+var present = map[string][]string{
+	"bookworm-amd64": {FeatFentry, FeatFexit, FeatLSM, FeatTpBtf, FeatKprobe, FeatProgStats, FeatFentryOnBPF},
+	"trixie-amd64":   {FeatFentry, FeatFexit, FeatFmodRet, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats},
+	"sid-amd64":      {FeatFentry, FeatFexit, FeatFmodRet, FeatFentrySleep, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatFentryOnBPF},
+	"sid-rt-amd64":   {FeatFentry, FeatFexit, FeatFmodRet, FeatFentrySleep, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatFentryOnBPF},
+	"sid-arm64":      {FeatFentry, FeatFexit, FeatFmodRet, FeatFentrySleep, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatFentryOnBPF},
+}
+
+// Entry is the matrix entry this binary runs in, "" outside the matrix.
+func Entry() string { return os.Getenv(EntryEnv) }
+
+// Expected says whether the current entry must support feature.
+func Expected(feature string) bool {
+	for _, f := range present[Entry()] {
+		if f == feature {
+			return true
+		}
+	}
+	return false
+}
