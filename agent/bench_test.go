@@ -12,6 +12,7 @@ import (
 	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 )
 
@@ -80,14 +81,70 @@ func rawFloor(first bool) int {
 	}
 }
 
-// benchAgainstFloor times scan and rawFloor(first) alternately in every
-// iteration, so that drift on a shared machine hits both alike, and reports
-// each one's ns/prog, their ratio (x-floor) and the scan's syscalls per
-// program. scan returns how many programs it read.
+// emptyWalk is the least any iterator design can cost: an iter/bpf_prog
+// program that writes nothing (mov r0, 0; exit), read to its end. What a
+// scan from the iterator costs above it is our BPF program and our Go.
+type emptyWalk struct {
+	prog *ebpf.Program
+	it   *link.Iter
+	buf  []byte
+}
+
+// newEmptyWalk loads the empty iterator, or returns nil with the kernel's
+// reason when it refuses one (then the walk metrics are not reported).
+func newEmptyWalk(tb testing.TB) (*emptyWalk, error) {
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type:       ebpf.Tracing,
+		AttachType: ebpf.AttachTraceIter,
+		AttachTo:   "bpf_prog",
+		License:    "GPL",
+		Instructions: asm.Instructions{
+			asm.Mov.Imm(asm.R0, 0),
+			asm.Return(),
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("loading the empty bpf_prog iterator: %w", err)
+	}
+	it, err := link.AttachIter(link.IterOptions{Program: prog})
+	if err != nil {
+		prog.Close()
+		return nil, fmt.Errorf("attaching the empty bpf_prog iterator: %w", err)
+	}
+	w := &emptyWalk{prog: prog, it: it, buf: make([]byte, 4096)}
+	tb.Cleanup(func() { w.it.Close(); w.prog.Close() })
+	return w, nil
+}
+
+// walk reads the empty iterator once: one read() walks every program.
+func (w *emptyWalk) walk(tb testing.TB) {
+	rd, err := w.it.Open()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for {
+		n, err := rd.Read(w.buf)
+		if n == 0 || err != nil {
+			break
+		}
+	}
+	rd.Close()
+}
+
+// benchAgainstFloor times scan, rawFloor(first) and, where the kernel
+// loads one, the empty iterator walk alternately in every iteration, so
+// that drift on a shared machine hits all alike, and reports each one's
+// ns/prog, the scan's ratio to the floor (x-floor) and to the walk
+// (x-walk), the walk's own ratio to the floor (walk-x-floor) and the
+// scan's syscalls per program. scan returns how many programs it read.
 func benchAgainstFloor(b *testing.B, first bool, scan func() int) {
-	var tFloor, tScan time.Duration
+	var tFloor, tScan, tWalk time.Duration
 	var calls uint64
 	progs := 0
+	w, werr := newEmptyWalk(b)
+	if werr != nil {
+		b.Logf("no walk metrics: %v", werr)
+	}
 	b.ReportAllocs()
 	for b.Loop() {
 		t0 := time.Now()
@@ -95,14 +152,24 @@ func benchAgainstFloor(b *testing.B, first bool, scan func() int) {
 		t1 := time.Now()
 		c0 := syscallCount.Load()
 		progs = scan()
-		tScan += time.Since(t1)
+		t2 := time.Now()
 		calls += syscallCount.Load() - c0
+		if w != nil {
+			w.walk(b)
+			tWalk += time.Since(t2)
+		}
+		tScan += t2.Sub(t1)
 		tFloor += t1.Sub(t0)
 	}
 	perProg := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(b.N) / float64(progs) }
 	b.ReportMetric(perProg(tFloor), "floor-ns/prog")
 	b.ReportMetric(perProg(tScan), "ns/prog")
 	b.ReportMetric(float64(tScan)/float64(tFloor), "x-floor")
+	if w != nil {
+		b.ReportMetric(perProg(tWalk), "walk-ns/prog")
+		b.ReportMetric(float64(tWalk)/float64(tFloor), "walk-x-floor")
+		b.ReportMetric(float64(tScan)/float64(tWalk), "x-walk")
+	}
 	b.ReportMetric(float64(calls)/float64(b.N)/float64(progs), "syscalls/prog")
 }
 
