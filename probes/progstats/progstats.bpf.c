@@ -28,6 +28,10 @@ char LICENSE[] SEC("license") = "GPL";
 #define F_MISSES (1 << 6)       // the kernel has bpf_prog_stats.misses
 #define F_STATIC (1 << 7)       // uid, map ids, jited length, memlock pages all read
 #define F_VERIFIED_INSNS (1 << 8)
+// Set in every stat_record, never in a prog_record: a stat_record's flags
+// sit where a prog_record has the low half of its program type, which is
+// far below 1 << 15, so the reader tells the two apart by this bit.
+#define F_COMPACT (1 << 15)
 
 // Number of possible CPUs (the highest possible CPU + 1), set by the
 // loader from /sys/devices/system/cpu/possible. The verifier sees the
@@ -62,6 +66,17 @@ struct prog_record {
 	__u32 _pad;
 };
 
+// The record of a program up to known_max_id (steady state): only what
+// changes. Must match the layout decoded in progstats.go (statSize).
+struct stat_record {
+	__u32 id;
+	__u16 flags; // F_COMPACT | F_STATS | F_MISSES
+	__u16 cpus;
+	__u64 run_cnt;
+	__u64 run_time_ns;
+	__u64 misses;
+};
+
 // A PERCPU_ARRAY of one element: its element's address on each CPU gives
 // that CPU's per-CPU offset.
 struct {
@@ -73,7 +88,7 @@ struct {
 
 // The highest program id whose static fields the reader already holds:
 // ids are handed out in increasing order, so every program up to it was
-// read whole before, and a steady-state pass reads only id and stats.
+// read whole before, and a steady-state pass writes a stat_record for it.
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -131,11 +146,83 @@ static __always_inline __u64 read_u64(__u64 addr, int *bad)
 	return v;
 }
 
+// dump_whole writes the whole record of a program the reader does not
+// hold yet (its first record): identity, static fields, facts, and the
+// statistics already summed in s. Inlined: a subprogram would make this
+// program's own jited length a sum the record cannot give.
+static __always_inline int dump_whole(struct bpf_iter__bpf_prog *ctx, struct bpf_prog *prog,
+				      struct bpf_prog_aux *aux, struct stat_record *s)
+{
+	struct prog_record r = {};
+
+	r.id = s->id;
+	r.flags = s->flags;
+	r.cpus = s->cpus;
+	r.run_cnt = s->run_cnt;
+	r.run_time_ns = s->run_time_ns;
+	r.misses = s->misses;
+	r.type = prog->type;
+	r.expected_attach_type = prog->expected_attach_type;
+	r.attach_btf_id = aux->attach_btf_id;
+	bpf_core_read(&r.tag, sizeof(r.tag), &prog->tag);
+	bpf_core_read(&r.name, sizeof(r.name), &aux->name);
+	r.load_time = aux->load_time;
+	r.xlated_len = prog->len * 8; // bpf_prog_insn_size()
+	r.pages = BPF_CORE_READ_BITFIELD_PROBED(prog, pages);
+	if (aux->btf)
+		r.btf_id = BPF_CORE_READ(aux, btf, id);
+
+	if (bpf_core_field_exists(struct bpf_prog_aux___vi, verified_insns)) {
+		r.verified_insns = BPF_CORE_READ((struct bpf_prog_aux___vi *)aux, verified_insns);
+		r.flags |= F_VERIFIED_INSNS;
+	}
+
+	READ_PROG_FACTS(r, prog, aux);
+
+	// What bpf_prog_get_info_by_fd() and the fdinfo say that needs a walk:
+	// map ids, the jited length, the creator's uid. A program with more
+	// maps than a record holds, or with subprograms, is marked incomplete
+	// and read by syscall instead.
+	{
+		__u32 nmaps = aux->used_map_cnt, nfuncs = aux->func_cnt;
+		struct bpf_map **maps = aux->used_maps;
+		int ok = nmaps <= MAX_MAP_IDS && nfuncs == 0;
+
+		r.nr_map_ids = nmaps;
+		for (int i = 0; i < MAX_MAP_IDS && ok; i++) {
+			struct bpf_map *m = NULL;
+
+			if (i >= nmaps)
+				break;
+			bpf_probe_read_kernel(&m, sizeof(m), &maps[i]);
+			if (!m) {
+				ok = 0;
+				break;
+			}
+			r.map_ids[i] = BPF_CORE_READ(m, id);
+		}
+		// A program with subprograms has the sum of theirs as its jited
+		// length: read by syscall (a loop here would cost every load of
+		// this program verifier time).
+		r.jited_len = prog->jited_len;
+		if (bpf_core_field_exists(aux->user) && aux->user) {
+			r.uid = BPF_CORE_READ(aux, user, uid.val);
+		} else {
+			ok = 0;
+		}
+		if (ok)
+			r.flags |= F_STATIC;
+	}
+
+	bpf_seq_write(ctx->meta->seq, &r, sizeof(r));
+	return 0;
+}
+
 SEC("iter/bpf_prog")
 int dump_prog(struct bpf_iter__bpf_prog *ctx)
 {
 	struct bpf_prog *prog = ctx->prog;
-	struct prog_record r = {};
+	struct stat_record s = {};
 	struct bpf_prog_aux *aux;
 	__u32 zero = 0;
 
@@ -143,7 +230,7 @@ int dump_prog(struct bpf_iter__bpf_prog *ctx)
 		return 0; // end of iteration
 	aux = prog->aux;
 
-	r.id = aux->id;
+	s.id = aux->id;
 	// Run-time statistics first: the verifier walks the per-CPU loop once
 	// per distinct state reaching it, and every branch below (flags, the
 	// map and subprogram loops) would multiply those states.
@@ -202,78 +289,28 @@ int dump_prog(struct bpf_iter__bpf_prog *ctx)
 				if (have_misses)
 					v[2] = read_u64(st + misses_off, &bad);
 			}
-			r.run_cnt += v[0];
-			r.run_time_ns += v[1];
-			r.misses += v[2];
-			r.cpus++;
+			s.run_cnt += v[0];
+			s.run_time_ns += v[1];
+			s.misses += v[2];
+			s.cpus++;
 		}
 		if (bad)
 			goto stats_done;
-		r.flags |= F_STATS;
+		s.flags |= F_STATS;
 		if (have_misses)
-			r.flags |= F_MISSES;
+			s.flags |= F_MISSES;
 	}
 stats_done:
 	{
 		__u32 *known = bpf_map_lookup_elem(&known_max_id, &zero);
 
-		if (known && r.id <= *known)
-			goto emit;
-	}
-	r.type = prog->type;
-	r.expected_attach_type = prog->expected_attach_type;
-	r.attach_btf_id = aux->attach_btf_id;
-	bpf_core_read(&r.tag, sizeof(r.tag), &prog->tag);
-	bpf_core_read(&r.name, sizeof(r.name), &aux->name);
-	r.load_time = aux->load_time;
-	r.xlated_len = prog->len * 8; // bpf_prog_insn_size()
-	r.pages = BPF_CORE_READ_BITFIELD_PROBED(prog, pages);
-	if (aux->btf)
-		r.btf_id = BPF_CORE_READ(aux, btf, id);
-
-	if (bpf_core_field_exists(struct bpf_prog_aux___vi, verified_insns)) {
-		r.verified_insns = BPF_CORE_READ((struct bpf_prog_aux___vi *)aux, verified_insns);
-		r.flags |= F_VERIFIED_INSNS;
-	}
-
-	READ_PROG_FACTS(r, prog, aux);
-
-	// What bpf_prog_get_info_by_fd() and the fdinfo say that needs a walk:
-	// map ids, the jited length, the creator's uid. A program with more
-	// maps than a record holds, or with subprograms, is marked incomplete
-	// and read by syscall instead.
-	{
-		__u32 nmaps = aux->used_map_cnt, nfuncs = aux->func_cnt;
-		struct bpf_map **maps = aux->used_maps;
-		int ok = nmaps <= MAX_MAP_IDS && nfuncs == 0;
-
-		r.nr_map_ids = nmaps;
-		for (int i = 0; i < MAX_MAP_IDS && ok; i++) {
-			struct bpf_map *m = NULL;
-
-			if (i >= nmaps)
-				break;
-			bpf_probe_read_kernel(&m, sizeof(m), &maps[i]);
-			if (!m) {
-				ok = 0;
-				break;
-			}
-			r.map_ids[i] = BPF_CORE_READ(m, id);
+		// A program the reader holds whole: 32 bytes, nothing zeroed
+		// or read beyond the statistics.
+		if (known && s.id <= *known) {
+			s.flags |= F_COMPACT;
+			bpf_seq_write(ctx->meta->seq, &s, sizeof(s));
+			return 0;
 		}
-		// A program with subprograms has the sum of theirs as its jited
-		// length: read by syscall (a loop here would cost every load of
-		// this program verifier time).
-		r.jited_len = prog->jited_len;
-		if (bpf_core_field_exists(aux->user) && aux->user) {
-			r.uid = BPF_CORE_READ(aux, user, uid.val);
-		} else {
-			ok = 0;
-		}
-		if (ok)
-			r.flags |= F_STATIC;
 	}
-
-emit:
-	bpf_seq_write(ctx->meta->seq, &r, sizeof(r));
-	return 0;
+	return dump_whole(ctx, prog, aux, &s);
 }

@@ -10,6 +10,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/bpfleet/bpfleet/probes/internal/records"
@@ -26,7 +27,7 @@ const MaxMapIDs = 16
 type Record struct {
 	ID uint32
 	// Whole is false for a program up to SetKnownMaxID's id: the record
-	// then has only ID and the statistics.
+	// then has only ID and the statistics (and CPUs).
 	Whole              bool
 	Type               uint32 // enum bpf_prog_type
 	ExpectedAttachType uint32 // enum bpf_attach_type, as given at load
@@ -71,6 +72,16 @@ const (
 	attachFuncLen = 64
 )
 
+// Layout of struct stat_record, the steady-state record of a program up to
+// SetKnownMaxID's id: id, flags (u16), cpus (u16), run count, run time,
+// misses.
+const (
+	statSize = 32
+	// kindOff is where a stat_record has its flags and a prog_record the
+	// low half of its program type: flagCompact there says stat_record.
+	kindOff = 4
+)
+
 // Bits of prog_record.flags.
 const (
 	flagSleepable      = 1 << 0
@@ -79,6 +90,7 @@ const (
 	flagMisses         = 1 << 6
 	flagStatic         = 1 << 7
 	flagVerifiedInsns  = 1 << 8
+	flagCompact        = 1 << 15
 )
 
 const bufSize = 64 << 10
@@ -150,27 +162,140 @@ func (it *Iter) ProgramID() uint32 { return it.progID }
 // walks its program idr in order).
 func (it *Iter) Read(dst []Record) ([]Record, error) {
 	dst = dst[:0]
-	rd, err := it.link.Open()
-	if err != nil {
-		return dst, fmt.Errorf("opening bpf_prog iterator: %w", err)
-	}
-	defer rd.Close()
-	err = records.Read(rd, it.buf, recordSize, func(b []byte) {
+	err := it.pass(func(b []byte) {
 		dst = append(dst, Record{})
-		it.decode(b, &dst[len(dst)-1])
+		r := &dst[len(dst)-1]
+		if len(b) == statSize {
+			var st Stat
+			it.decodeStat(b, &st)
+			r.ID, r.CPUs = st.ID, uint32(binary.LittleEndian.Uint16(b[6:]))
+			r.StatsKnown, r.RunCount, r.RunTimeNs = st.StatsKnown, st.RunCount, st.RunTimeNs
+			r.MissesKnown, r.Misses = st.MissesKnown, st.Misses
+			return
+		}
+		it.decode(b, r)
 	})
 	if err != nil {
-		return dst[:0], fmt.Errorf("reading bpf_prog iterator: %w", err)
-	}
-	// A record summed over fewer CPUs than asked (the kernel's nr_cpu_ids
-	// is smaller than the possible mask said) is not a whole sum.
-	for i := range dst {
-		if int(dst[i].CPUs) != it.cpus {
-			dst[i].StatsKnown = false
-		}
-		dst[i].Whole = dst[i].ID > it.knownV
+		return dst[:0], err
 	}
 	return dst, nil
+}
+
+// Stat is one program's statistics from ReadStats.
+type Stat struct {
+	ID uint32
+	// Whole is the index, in the records ReadStats returns, of this
+	// program's whole record; -1 when the pass gave only its statistics
+	// (an id up to SetKnownMaxID's).
+	Whole int32
+	// StatsKnown and MissesKnown as in Record (a sum over fewer CPUs than
+	// Load was given is not known).
+	StatsKnown  bool
+	MissesKnown bool
+	RunCount    uint64
+	RunTimeNs   uint64
+	Misses      uint64
+}
+
+// ReadStats runs one pass of the iterator and returns stats[:0] with every
+// program's statistics appended in ascending id order, and whole[:0] with
+// the whole records of the programs that had one (ids above
+// SetKnownMaxID's), each named by its Stat's Whole. The steady-state read:
+// nothing but the counters is decoded for programs the caller holds.
+func (it *Iter) ReadStats(stats []Stat, whole []Record) ([]Stat, []Record, error) {
+	rd, err := it.link.Open()
+	if err != nil {
+		return stats[:0], whole[:0], fmt.Errorf("opening bpf_prog iterator: %w", err)
+	}
+	defer rd.Close()
+	return it.readStats(rd, stats, whole)
+}
+
+// readStats is ReadStats from rd.
+func (it *Iter) readStats(rd io.Reader, stats []Stat, whole []Record) ([]Stat, []Record, error) {
+	stats, whole = stats[:0], whole[:0]
+	err := readRecords(rd, it.buf, func(b []byte) {
+		stats = append(stats, Stat{})
+		st := &stats[len(stats)-1]
+		if len(b) == statSize {
+			it.decodeStat(b, st)
+			return
+		}
+		whole = append(whole, Record{})
+		r := &whole[len(whole)-1]
+		it.decode(b, r)
+		*st = Stat{ID: r.ID, Whole: int32(len(whole) - 1), StatsKnown: r.StatsKnown, MissesKnown: r.MissesKnown,
+			RunCount: r.RunCount, RunTimeNs: r.RunTimeNs, Misses: r.Misses}
+	})
+	if err != nil {
+		return stats[:0], whole[:0], fmt.Errorf("reading bpf_prog iterator: %w", err)
+	}
+	return stats, whole, nil
+}
+
+// pass reads the iterator once and calls fn with each record, whole or
+// stat-only (told apart by its length).
+func (it *Iter) pass(fn func([]byte)) error {
+	rd, err := it.link.Open()
+	if err != nil {
+		return fmt.Errorf("opening bpf_prog iterator: %w", err)
+	}
+	defer rd.Close()
+	if err := readRecords(rd, it.buf, fn); err != nil {
+		return fmt.Errorf("reading bpf_prog iterator: %w", err)
+	}
+	return nil
+}
+
+// readRecords reads rd to its end through buf and calls fn with each
+// record: a stat_record (statSize bytes) where the flags at kindOff have
+// flagCompact, else a prog_record (recordSize). As with records.Read, a
+// record cut by the end of one read() is carried over to the next; bytes
+// left at the end that make no whole record are an error.
+func readRecords(rd io.Reader, buf []byte, fn func([]byte)) error {
+	have := 0
+	for {
+		n, err := rd.Read(buf[have:])
+		have += n
+		off := 0
+		for have-off >= kindOff+2 {
+			size := recordSize
+			if binary.LittleEndian.Uint16(buf[off+kindOff:])&flagCompact != 0 {
+				size = statSize
+			}
+			if have-off < size {
+				break
+			}
+			fn(buf[off : off+size])
+			off += size
+		}
+		have = copy(buf, buf[off:have])
+		if err == io.EOF || (n == 0 && err == nil) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if have != 0 {
+		return fmt.Errorf("%d trailing bytes are not a whole record", have)
+	}
+	return nil
+}
+
+// decodeStat decodes a stat_record.
+func (it *Iter) decodeStat(b []byte, st *Stat) {
+	le := binary.LittleEndian
+	flags := le.Uint16(b[4:])
+	*st = Stat{
+		ID:          le.Uint32(b[0:]),
+		Whole:       -1,
+		StatsKnown:  flags&flagStats != 0 && int(le.Uint16(b[6:])) == it.cpus,
+		MissesKnown: flags&flagMisses != 0,
+		RunCount:    le.Uint64(b[8:]),
+		RunTimeNs:   le.Uint64(b[16:]),
+		Misses:      le.Uint64(b[24:]),
+	}
 }
 
 func (it *Iter) decode(b []byte, r *Record) {
@@ -201,6 +326,12 @@ func (it *Iter) decode(b []byte, r *Record) {
 		Pages:              le.Uint32(b[108:]),
 		StaticKnown:        flags&flagStatic != 0,
 		CPUs:               le.Uint32(b[240:]),
+		Whole:              true,
+	}
+	// A record summed over fewer CPUs than asked (the kernel's nr_cpu_ids
+	// is smaller than the possible mask said) is not a whole sum.
+	if int(r.CPUs) != it.cpus {
+		r.StatsKnown = false
 	}
 	copy(r.Tag[:], b[32:40])
 	r.Name = it.names.Get(b[40:56])

@@ -59,7 +59,15 @@ func progID(tb testing.TB, p *ebpf.Program) uint32 {
 // recursion misses equal what BPF_OBJ_GET_INFO_BY_FD says, and that the
 // identity and static fields agree too. The canary provides genuine
 // recursion misses and test runs provide run counts.
-func TestStatsEqualObjInfo(t *testing.T) {
+func TestStatsEqualObjInfo(t *testing.T) { testStatsEqualObjInfo(t, false) }
+
+// TestCompactStatsEqualObjInfo is TestStatsEqualObjInfo for the
+// steady-state pass: every program known (SetKnownMaxID), so every record
+// is a stat_record read through ReadStats, and its counts must equal
+// BPF_OBJ_GET_INFO_BY_FD's all the same, the canary's misses included.
+func TestCompactStatsEqualObjInfo(t *testing.T) { testStatsEqualObjInfo(t, true) }
+
+func testStatsEqualObjInfo(t *testing.T, compact bool) {
 	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
 	if err != nil {
 		t.Logf("BPF_ENABLE_STATS refused (%v): run times may stay zero", err)
@@ -79,7 +87,19 @@ func TestStatsEqualObjInfo(t *testing.T) {
 	}
 	sfID := progID(t, sf)
 
-	first, err := it.Read(nil)
+	read := it.Read
+	if compact {
+		all, err := it.Read(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		known := all[len(all)-1].ID
+		if err := it.SetKnownMaxID(known); err != nil {
+			t.Fatal(err)
+		}
+		read = func([]Record) ([]Record, error) { return readCompact(t, it, known) }
+	}
+	first, err := read(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +124,7 @@ func TestStatsEqualObjInfo(t *testing.T) {
 		}
 		refs[r.ID] = ref{info, st}
 	}
-	second, err := it.Read(nil)
+	second, err := read(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,10 +150,12 @@ func TestStatsEqualObjInfo(t *testing.T) {
 		if r.Misses > 0 {
 			withMisses++
 		}
-		checkStatic(t, r, ref.info)
+		if !compact {
+			checkStatic(t, r, ref.info)
+		}
 		compared[r.ID] = true
 	}
-	t.Logf("%d programs compared over %d CPUs, %d with recursion misses", len(compared), first[0].CPUs, withMisses)
+	t.Logf("%d programs compared over %d CPUs, %d with recursion misses", len(compared), it.cpus, withMisses)
 	if !compared[canaryID] || !compared[sfID] {
 		t.Fatalf("the canary (%d) or ps_runs (%d) was not compared: %v", canaryID, sfID, compared)
 	}
@@ -145,6 +167,28 @@ func TestStatsEqualObjInfo(t *testing.T) {
 			t.Errorf("ps_runs ran 3 times, iterator says %d", r.RunCount)
 		}
 	}
+}
+
+// readCompact is one ReadStats pass as Records (ID and statistics), after
+// checking that every program up to known came as a stat_record and every
+// later one whole.
+func readCompact(t *testing.T, it *Iter, known uint32) ([]Record, error) {
+	stats, whole, err := it.ReadStats(nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Record, len(stats))
+	for i, st := range stats {
+		if (st.Whole < 0) != (st.ID <= known) {
+			t.Errorf("prog %d (known up to %d): whole record index %d", st.ID, known, st.Whole)
+		}
+		if st.Whole >= 0 && whole[st.Whole].ID != st.ID {
+			t.Errorf("prog %d: whole record %d is prog %d's", st.ID, st.Whole, whole[st.Whole].ID)
+		}
+		out[i] = Record{ID: st.ID, StatsKnown: st.StatsKnown, RunCount: st.RunCount, RunTimeNs: st.RunTimeNs,
+			MissesKnown: st.MissesKnown, Misses: st.Misses}
+	}
+	return out, nil
 }
 
 func checkStatic(t *testing.T, r Record, info *ebpf.ProgramInfo) {
@@ -385,4 +429,60 @@ func refusedIter(tb testing.TB, err error) {
 		tb.Fatalf("kernel refuses the bpf_prog stats iterator on %s, where it was measured present: %v", expect.Entry(), err)
 	}
 	tb.Skipf("kernel refuses the bpf_prog stats iterator: %v", err)
+}
+
+// TestReadStatsNewIDs checks the steady-state pass where a program appears:
+// the programs up to the known id come as stat_records, the new one whole
+// (its name read), and Read gives the same ids as ReadStats.
+func TestReadStatsNewIDs(t *testing.T) {
+	it := loadIter(t)
+	all, err := it.Read(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := all[len(all)-1].ID
+	if err := it.SetKnownMaxID(known); err != nil {
+		t.Fatal(err)
+	}
+	sf := socketFilter(t, "ps_new")
+	id := progID(t, sf)
+	stats, whole, err := it.ReadStats(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, st := range stats {
+		if st.ID <= known {
+			if st.Whole >= 0 {
+				t.Errorf("prog %d, known, came whole", st.ID)
+			}
+			continue
+		}
+		if st.Whole < 0 {
+			t.Errorf("prog %d, above the known %d, came without its whole record", st.ID, known)
+			continue
+		}
+		r := whole[st.Whole]
+		if r.ID != st.ID || !r.Whole || r.RunCount != st.RunCount {
+			t.Errorf("prog %d: whole record %+v does not match its stat %+v", st.ID, r, st)
+		}
+		if st.ID == id {
+			found = true
+			if r.Name != "ps_new" || !r.StaticKnown || !st.StatsKnown {
+				t.Errorf("the new program's record: name %q static %v stats %v", r.Name, r.StaticKnown, st.StatsKnown)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("the program loaded after SetKnownMaxID (%d) is not in the pass", id)
+	}
+	recs, err := it.Read(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if r.Whole != (r.ID > known) {
+			t.Errorf("Read: prog %d (known up to %d) whole %v", r.ID, known, r.Whole)
+		}
+	}
 }
