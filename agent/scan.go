@@ -77,8 +77,13 @@ type reader struct {
 	// iter is the iterator scan source (scan_iter.go), nil on the syscall
 	// path; fallback says why it is nil.
 	iter     statsIter
-	recs     []progstats.Record
+	stats    []progstats.Stat
+	whole    []progstats.Record
 	fallback string
+	// order is the statics of the programs the last iterator read
+	// returned, in its (ascending id) order; orderBuf is the spare buffer
+	// the next read fills. Nil order on the syscall path.
+	order, orderBuf []*progStatic
 	// knownMax is the highest id the last iterator read kept.
 	knownMax uint32
 	progBuf  []Program
@@ -112,7 +117,7 @@ func (r *reader) read(now time.Time) ([]Program, ScanStats, error) {
 	if r.iter != nil {
 		progs, err := r.readIter(bootWall, &st)
 		if err == nil {
-			return r.finish(progs, &st, false)
+			return r.finish(progs, &st, false, r.order)
 		}
 		// A read that fails mid-way is not half a snapshot: leave the
 		// iterator for good and read this scan by syscall.
@@ -145,12 +150,12 @@ func (r *reader) read(now time.Time) ([]Program, ScanStats, error) {
 	if err != nil {
 		return nil, st, err
 	}
-	return r.finish(progs, &st, wantFacts)
+	return r.finish(progs, &st, wantFacts, nil)
 }
 
 // finish reads the links and, on the syscall path, the iterator facts, and
-// joins them to progs.
-func (r *reader) finish(progs []Program, st *ScanStats, wantFacts bool) ([]Program, ScanStats, error) {
+// joins them to progs (statics: as in join).
+func (r *reader) finish(progs []Program, st *ScanStats, wantFacts bool, statics []*progStatic) ([]Program, ScanStats, error) {
 	st.Source, st.FallbackReason = r.scanSource()
 	links, err := r.readLinks(st)
 	if err != nil {
@@ -168,7 +173,7 @@ func (r *reader) finish(progs []Program, st *ScanStats, wantFacts bool) ([]Progr
 		}
 	}
 
-	r.join(progs, links)
+	r.join(progs, links, statics)
 	r.evict(len(progs), len(links))
 	st.Programs = len(progs)
 	st.Links = len(links)
@@ -563,22 +568,62 @@ func ifName(index uint32) string {
 }
 
 // join attaches links and iterator facts to programs and derives each
-// program's attach type, target and sleepable flag.
-func (r *reader) join(progs []Program, links []Link) {
-	byProg := make(map[uint32][]Link, len(links))
-	for _, l := range links {
-		byProg[l.ProgID] = append(byProg[l.ProgID], l)
+// program's attach type, target and sleepable flag. statics, when not nil,
+// are the programs' cached parts in progs' order (the iterator path);
+// otherwise they are looked up by id.
+func (r *reader) join(progs []Program, links []Link, statics []*progStatic) {
+	// Programs come in ascending id order (both sources read in id
+	// order): then each program's links are one run of the links sorted
+	// by program id, found by a merge, without a map.
+	ascending := true
+	for i := 1; i < len(progs) && ascending; i++ {
+		ascending = progs[i-1].ID < progs[i].ID
 	}
+	var byProg map[uint32][]Link
+	sorted := make([]Link, len(links)) // this scan's own: snapshots share it, nothing else writes it
+	copy(sorted, links)
+	sort.Slice(sorted, func(a, b int) bool {
+		if sorted[a].ProgID != sorted[b].ProgID {
+			return sorted[a].ProgID < sorted[b].ProgID
+		}
+		return sorted[a].ID < sorted[b].ID
+	})
+	if !ascending {
+		byProg = make(map[uint32][]Link, len(links))
+		for i := range sorted {
+			byProg[sorted[i].ProgID] = append(byProg[sorted[i].ProgID], sorted[i])
+		}
+	}
+	k := 0
 	sleepable := make([]bool, len(progs)) // one allocation for every flag of the scan
 	for i := range progs {
 		p := &progs[i]
-		s := r.progs[p.ID]
-		f, haveFacts := r.facts[p.ID]
+		var s *progStatic
+		var f ProgFacts
+		var haveFacts bool
+		if statics != nil {
+			s = statics[i]
+			f, haveFacts = s.facts, s.haveFacts
+		} else {
+			s = r.progs[p.ID]
+			f, haveFacts = r.facts[p.ID]
+		}
 		if haveFacts && f.SleepableKnown {
 			sleepable[i] = f.Sleepable
 			p.Sleepable = &sleepable[i]
 		}
-		p.Links = byProg[p.ID]
+		if ascending {
+			for k < len(sorted) && sorted[k].ProgID < p.ID {
+				k++
+			}
+			e := k
+			for e < len(sorted) && sorted[e].ProgID == p.ID {
+				e++
+			}
+			p.Links, k = sorted[k:e:e], e
+		} else {
+			p.Links = byProg[p.ID]
+		}
 		p.Owners = []Owner{} // JSON readers get [] rather than null
 		if len(p.Links) == 0 {
 			p.Links = []Link{}
@@ -610,7 +655,6 @@ func (r *reader) join(progs []Program, links []Link) {
 				}
 			}
 		}
-		sort.Slice(p.Links, func(a, b int) bool { return p.Links[a].ID < p.Links[b].ID })
 		p.AttachType = p.Links[0].AttachType
 		p.AttachTarget = joinTargets(p.Links)
 	}

@@ -28,7 +28,7 @@ var pageSize = uint64(os.Getpagesize())
 
 // statsIter is what the reader needs of probes/progstats.
 type statsIter interface {
-	Read(dst []progstats.Record) ([]progstats.Record, error)
+	ReadStats(stats []progstats.Stat, whole []progstats.Record) ([]progstats.Stat, []progstats.Record, error)
 	SetKnownMaxID(id uint32) error
 	ProgramID() uint32
 	Close() error
@@ -56,7 +56,10 @@ func loadStatsIter() (statsIter, string) {
 // then refuses its reads (a probe read that fails at run time) is caught
 // here, before any snapshot, instead of producing zeros.
 func checkStatsIter(it statsIter) error {
-	recs, err := it.Read(nil)
+	if err := it.SetKnownMaxID(0); err != nil {
+		return err
+	}
+	_, recs, err := it.ReadStats(nil, nil)
 	if err != nil {
 		return fmt.Errorf("first iterator read failed: %w", err)
 	}
@@ -67,8 +70,8 @@ func checkStatsIter(it statsIter) error {
 // back, as it is.
 type checkError struct{ error }
 
-// checkRecords holds a read's record of the iterator program itself to the
-// kernel's program info.
+// checkRecords holds a read's whole record of the iterator program itself
+// to the kernel's program info (a first read has every record whole).
 func checkRecords(it statsIter, recs []progstats.Record) error {
 	own := it.ProgramID()
 	for i := range recs {
@@ -142,54 +145,74 @@ func (r *reader) scanSource() (string, string) {
 // seen for the first time whose record is incomplete (more maps than a
 // record holds), or whose per-CPU sum could not be read, is read by
 // syscall instead; one that is gone by then was unloaded after the pass and
-// counts as vanished. Iterator facts are filled in r.facts for join.
+// counts as vanished. r.order becomes the programs' statics in the order
+// of the returned slice (ascending id), for join and the next read.
+//
+// The steady state is a merge: the pass and the previous order are both in
+// ascending id order, so a known program's static part is found without a
+// map lookup, and only its counters are decoded and set.
 func (r *reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) {
 	// Programs up to the highest id read whole last time need only their
 	// counters: the iterator skips their static fields.
 	if err := r.iter.SetKnownMaxID(r.knownMax); err != nil {
 		return nil, err
 	}
-	recs, err := r.iter.Read(r.recs)
-	r.recs = recs
+	stats, whole, err := r.iter.ReadStats(r.stats, r.whole)
+	r.stats, r.whole = stats, whole
 	if err != nil {
 		return nil, err
 	}
 	if !r.iterChecked {
-		if err := checkRecords(r.iter, recs); err != nil {
+		if err := checkRecords(r.iter, whole); err != nil {
 			return nil, checkError{err}
 		}
 		r.iterChecked = true
 	}
-	clear(r.facts)
 	// The slice is reused from scan to scan: Agent.Scan copies every
 	// program into its snapshot and keeps none of progs.
 	progs := r.progBuf[:0]
 	defer func() { r.progBuf = progs[:0] }()
+	prev, order := r.order, r.orderBuf[:0]
+	j := 0
 	opened := false
 	var maxID uint32
 	// One allocation for every program's misses counter: a pointer into
 	// the cache would change under snapshots already handed out.
-	misses := make([]uint64, len(recs))
-	for i := range recs {
-		rec := &recs[i]
-		s := r.progs[rec.ID]
-		fresh := s == nil
-		if fresh && rec.Whole && rec.StaticKnown {
-			s = staticFromRecord(rec, bootWall)
+	misses := make([]uint64, len(stats))
+	for i := range stats {
+		rec := &stats[i]
+		for j < len(prev) && prev[j].prog.ID < rec.ID {
+			j++
 		}
-		var p Program
+		var s *progStatic
+		if j < len(prev) && prev[j].prog.ID == rec.ID {
+			s = prev[j]
+		} else {
+			s = r.progs[rec.ID] // read by syscall before, or new
+		}
+		fresh := s == nil
+		var full *progstats.Record
+		if rec.Whole >= 0 {
+			full = &whole[rec.Whole]
+			if fresh && full.StaticKnown {
+				s = staticFromRecord(full, bootWall)
+			}
+		}
 		if s == nil || !rec.StatsKnown {
 			if !opened {
 				r.fdinfo.open()
 				defer r.scratch.fdinfo.release()
 				opened = true
 			}
-			var err error
-			if p, s, err = readProg(rec.ID, s, bootWall, &r.scratch); !r.keep(st, err) {
+			p, ns, err := readProg(rec.ID, s, bootWall, &r.scratch)
+			if !r.keep(st, err) {
 				continue
 			}
+			s = ns
+			progs = append(progs, p)
 		} else {
-			p = s.prog
+			progs = append(progs, s.prog)
+			p := &progs[len(progs)-1]
 			p.RunCount, p.RunTimeNs = rec.RunCount, rec.RunTimeNs
 			if rec.MissesKnown {
 				misses[i] = rec.Misses
@@ -200,16 +223,16 @@ func (r *reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) 
 			r.progs[rec.ID] = s
 		}
 		s.seen = r.seq
-		if rec.Whole {
-			s.facts = ProgFacts{ExpectedAttachType: rec.ExpectedAttachType, Sleepable: rec.Sleepable, SleepableKnown: rec.SleepableKnown, AttachFunc: rec.AttachFunc}
+		if full != nil {
+			s.facts = ProgFacts{ExpectedAttachType: full.ExpectedAttachType, Sleepable: full.Sleepable, SleepableKnown: full.SleepableKnown, AttachFunc: full.AttachFunc}
 			s.haveFacts = true
 		}
-		if s.haveFacts {
-			r.facts[rec.ID] = s.facts
-		}
-		progs = append(progs, p)
+		order = append(order, s)
 		maxID = max(maxID, rec.ID)
 	}
+	// Double-buffered: prev is the last read's order, kept for the one
+	// after this (never handed out).
+	r.order, r.orderBuf = order, prev[:0]
 	r.knownMax = maxID
 	return progs, nil
 }

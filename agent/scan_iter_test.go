@@ -166,12 +166,15 @@ func TestIteratorFailsHalfway(t *testing.T) {
 // at run time would: every record without its sums or static fields.
 type unreadable struct{ statsIter }
 
-func (u unreadable) Read(dst []progstats.Record) ([]progstats.Record, error) {
-	dst, err := u.statsIter.Read(dst)
-	for i := range dst {
-		dst[i].StatsKnown, dst[i].StaticKnown, dst[i].RunCount, dst[i].RunTimeNs = false, false, 0, 0
+func (u unreadable) ReadStats(stats []progstats.Stat, whole []progstats.Record) ([]progstats.Stat, []progstats.Record, error) {
+	stats, whole, err := u.statsIter.ReadStats(stats, whole)
+	for i := range stats {
+		stats[i].StatsKnown, stats[i].RunCount, stats[i].RunTimeNs = false, 0, 0
 	}
-	return dst, err
+	for i := range whole {
+		whole[i].StatsKnown, whole[i].StaticKnown, whole[i].RunCount, whole[i].RunTimeNs = false, false, 0, 0
+	}
+	return stats, whole, err
 }
 
 // TestIteratorCheckRefuses: an iterator that loads but cannot read the
