@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sort"
 	"sync"
 	"time"
 )
@@ -85,7 +87,10 @@ type Agent struct {
 
 	seq      uint64
 	prevTime time.Time
-	prev     map[uint32]counters
+	// prevIDs (ascending) and prevC are the previous scan's counters;
+	// spareIDs and spareC are the buffers the next scan fills.
+	prevIDs, spareIDs []uint32
+	prevC, spareC     []counters
 	prevLink map[uint32]uint64 // kprobe missed by link id
 
 	attr       *attribution // nil without Config.Owners
@@ -125,7 +130,6 @@ func New(cfg Config) (*Agent, error) {
 		r:          newReader(),
 		kernel:     ReadKernelInfo(cfg.ProcRoot),
 		eps:        newEpisodeTracker(cfg.QuietIntervals),
-		prev:       map[uint32]counters{},
 		ownerKnown: map[uint32]bool{},
 	}
 	a.r.parallel = cfg.Parallel
@@ -264,24 +268,38 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 		snap.AgentCPUShare = float64(cpu-a.prevCPU) / float64(dt)
 	}
 	a.prevCPU = cpu
-	next := make(map[uint32]counters, len(progs))
+	// Counters of the previous scan, by ascending id as programs come
+	// (both sources read in id order): each program's previous counters
+	// are found by a merge, and this scan's are kept in the spare buffers.
+	before := idCursor{ids: a.prevIDs}
+	nextIDs, nextC := a.spareIDs[:0], a.spareC[:0]
 	nextLink := make(map[uint32]uint64, len(a.prevLink))
 	obs := make([]missObservation, 0, 4)
+	hasOwners := false
 	for i := range progs {
 		p := &progs[i]
 		cur := progCounters(p)
-		prev, havePrev := a.prev[p.ID]
-		raw := programDelta(cur, prev, havePrev, p.LoadTime, a.prevTime)
+		var prevC counters
+		j, havePrev := before.find(p.ID)
+		if havePrev {
+			prevC = a.prevC[j]
+		}
+		raw := programDelta(cur, prevC, havePrev, p.LoadTime, a.prevTime)
 		if smp != nil {
 			raw = smp.program(p, raw, dt)
 		}
-		d := withRates(raw, dt)
-		next[p.ID] = cur
+		d := raw // an idle program's rates are all zero: no divisions
+		if raw != (Rates{}) {
+			d = withRates(raw, dt)
+		}
+		nextIDs, nextC = append(nextIDs, p.ID), append(nextC, cur)
 		kind := missKind(p, &a.kernel)
 		p.MissKind = kind
-		snap.Programs[i] = ProgramStat{Program: *p, Delta: d, New: !havePrev}
+		ps := &snap.Programs[i]
+		ps.Program, ps.Delta, ps.New = *p, d, !havePrev
+		hasOwners = hasOwners || len(p.Owners) > 0
 		if d.Misses > 0 {
-			obs = append(obs, missObservation{key: episodeKey{SourceRecursionMisses, p.ID, 0}, misses: d.Misses, runs: d.Runs, prog: &snap.Programs[i].Program, kind: kind})
+			obs = append(obs, missObservation{key: episodeKey{SourceRecursionMisses, p.ID, 0}, misses: d.Misses, runs: d.Runs, prog: &ps.Program, kind: kind})
 		}
 		for _, l := range p.Links {
 			if l.Missed == nil {
@@ -290,14 +308,16 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 			prev, ok := a.prevLink[l.ID]
 			nextLink[l.ID] = *l.Missed
 			if m := sub(*l.Missed, prev); ok && m > 0 {
-				obs = append(obs, missObservation{key: episodeKey{SourceLinkMissed, p.ID, l.ID}, misses: m, runs: d.Runs, prog: &snap.Programs[i].Program, kind: kind})
+				obs = append(obs, missObservation{key: episodeKey{SourceLinkMissed, p.ID, l.ID}, misses: m, runs: d.Runs, prog: &ps.Program, kind: kind})
 			}
 		}
 	}
+	sortByID(nextIDs, nextC)
 	a.prevLink = nextLink
-	present := func(k episodeKey) bool { _, ok := next[k.prog]; return ok }
+	next := idCursor{ids: nextIDs}
+	present := func(k episodeKey) bool { return next.has(k.prog) }
 	if smp != nil {
-		smp.end(func(id uint32) bool { _, ok := next[id]; return ok })
+		smp.end(next.has)
 	}
 	snap.Episodes = a.eps.observe(now, dt, obs, present)
 
@@ -312,14 +332,18 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 		snap.Degraded = append(snap.Degraded, a.prof.errors()...)
 	}
 	snap.AttachTypes = aggregateAttachTypes(snap.Programs, dt, overhead)
-	snap.Owners = aggregateOwners(snap.Programs, dt)
+	ownerProgs := snap.Programs
+	if !hasOwners {
+		ownerProgs = nil // nothing to sum, and its per-program work is not free
+	}
+	snap.Owners = aggregateOwners(ownerProgs, dt)
 	snap.Calibration = append([]Calibration(nil), a.calibration...)
 	snap.StatsCosts = append([]StatsCost(nil), a.statsCosts...)
 	snap.StatsTax = computeTax(snap.Programs, a.statsCosts, snap.Stats, dt, now)
 
 	st.Duration = a.cfg.Now().Sub(start)
 	snap.Scan = st
-	a.prev = next
+	a.prevIDs, a.prevC, a.spareIDs, a.spareC = nextIDs, nextC, a.prevIDs, a.prevC
 	a.prevTime = now
 	if len(progs) > 0 {
 		a.maxProgID = progs[len(progs)-1].ID // read in id order
@@ -413,4 +437,45 @@ func (a *Agent) Close() []Episode {
 		a.r.iter.Close()
 	}
 	return a.eps.closeAll("shutdown")
+}
+
+// idCursor finds ids in an ascending list: in O(1) each when they are
+// looked up in ascending order (a merge), by binary search otherwise.
+type idCursor struct {
+	ids []uint32
+	j   int
+}
+
+// find returns id's index and whether it is there.
+func (c *idCursor) find(id uint32) (int, bool) {
+	if c.j > 0 && c.j <= len(c.ids) && c.ids[c.j-1] >= id {
+		c.j, _ = slices.BinarySearch(c.ids, id) // out of order: search
+	}
+	for c.j < len(c.ids) && c.ids[c.j] < id {
+		c.j++
+	}
+	return c.j, c.j < len(c.ids) && c.ids[c.j] == id
+}
+
+// has says whether id is in the list, in any order of lookups.
+func (c *idCursor) has(id uint32) bool {
+	_, ok := slices.BinarySearch(c.ids, id)
+	return ok
+}
+
+// sortByID sorts ids ascending with cs alongside, when they are not
+// already (programs normally come in id order).
+func sortByID(ids []uint32, cs []counters) {
+	if slices.IsSorted(ids) {
+		return
+	}
+	idx := make([]int, len(ids))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.Slice(idx, func(a, b int) bool { return ids[idx[a]] < ids[idx[b]] })
+	ids2, cs2 := slices.Clone(ids), slices.Clone(cs)
+	for i, k := range idx {
+		ids[i], cs[i] = ids2[k], cs2[k]
+	}
 }
