@@ -91,7 +91,7 @@ type Agent struct {
 	// spareIDs and spareC are the buffers the next scan fills.
 	prevIDs, spareIDs []uint32
 	prevC, spareC     []counters
-	prevLink map[uint32]uint64 // kprobe missed by link id
+	prevLink          map[uint32]uint64 // kprobe missed by link id
 
 	attr       *attribution // nil without Config.Owners
 	ownersAt   time.Time
