@@ -259,13 +259,23 @@ int dump_prog(struct bpf_iter__bpf_prog *ctx)
 				elem = bpf_map_lookup_percpu_elem(&pcpu, &zero, cpu);
 				if (!elem)
 					goto stats_done; // fewer CPUs than nr_cpus: no sums
-				o->off[cpu & (MAX_CPUS - 1)] = as_scalar(elem) - base;
+				// Kept as offset + the pcpu map's address: a
+				// program's stats pointer minus that address is
+				// what the verifier lets us have as a number.
+				o->off[cpu & (MAX_CPUS - 1)] = as_scalar(elem) - base + as_scalar(&pcpu);
 			}
 			o->learned = 1;
 		}
-		bpf_core_read(&stats, sizeof(stats), &prog->stats);
-		if (!stats)
+		// prog->stats by a direct (CO-RE) load, not a probe read. The
+		// verifier refuses adding an unbounded number to that pointer,
+		// but a pointer minus a pointer is a number to it (for a
+		// loader with CAP_PERFMON): prog->stats - &pcpu, and each
+		// learned offset has &pcpu added back.
+		if (!prog->stats)
 			goto stats_done;
+		stats = (__u64)prog->stats;
+		stats -= (__u64)(void *)&pcpu;
+		asm volatile("" : "+r"(stats)); // keep the subtraction first
 		cnt_off = bpf_core_field_offset(struct bpf_prog_stats, cnt);
 		nsecs_off = bpf_core_field_offset(struct bpf_prog_stats, nsecs);
 		if (have_misses)
