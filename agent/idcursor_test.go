@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"reflect"
 	"slices"
 	"testing"
 )
@@ -49,6 +50,46 @@ func TestSortByID(t *testing.T) {
 			if cs[i].runs != uint64(id)*10 {
 				t.Errorf("id %d has counters %+v", id, cs[i])
 			}
+		}
+	}
+}
+
+// TestResetDynamic changes each field of a Program that is not one of the
+// static ones (set once per program id, never by a scan): resetDynamic
+// must undo every such change, so a reused slot never carries a previous
+// scan's counters, joins or owners. A new Program field fails here until
+// it is reset by resetDynamic or listed as static.
+func TestResetDynamic(t *testing.T) {
+	static := map[string]bool{"ID": true, "Name": true, "Tag": true, "Type": true, "LoadTime": true, "UID": true,
+		"MapIDs": true, "BTFID": true, "JitedSize": true, "XlatedSize": true, "Memlock": true, "VerifiedInsns": true}
+	uid, memlock := uint32(7), uint64(4096)
+	s := Program{ID: 3, Name: "n", Tag: "t", Type: "kprobe", AttachType: Unattached, UID: &uid, Memlock: &memlock, MapIDs: []uint32{1}}
+	typ := reflect.TypeOf(s)
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		if static[f.Name] {
+			continue
+		}
+		p := s
+		v := reflect.ValueOf(&p).Elem().Field(i)
+		switch v.Kind() {
+		case reflect.String:
+			v.SetString("changed")
+		case reflect.Uint64, reflect.Uint32:
+			v.SetUint(99)
+		case reflect.Pointer:
+			v.Set(reflect.New(f.Type.Elem()))
+		case reflect.Slice:
+			v.Set(reflect.MakeSlice(f.Type, 1, 1))
+		default:
+			t.Fatalf("field %s of kind %s: teach this test to change it", f.Name, v.Kind())
+		}
+		if reflect.DeepEqual(p, s) {
+			t.Fatalf("changing %s left the program equal", f.Name)
+		}
+		resetDynamic(&p, &s)
+		if !reflect.DeepEqual(p, s) {
+			t.Errorf("resetDynamic does not reset %s", f.Name)
 		}
 	}
 }

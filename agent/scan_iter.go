@@ -211,8 +211,18 @@ func (r *reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) 
 			s = ns
 			progs = append(progs, p)
 		} else {
-			progs = append(progs, s.prog)
-			p := &progs[len(progs)-1]
+			var p *Program
+			if k := len(progs); k < len(prev) && k < cap(progs) && prev[k] == s {
+				// The slot held this same program last scan: its
+				// static fields are s.prog's already, reset the rest
+				// rather than copy the whole Program.
+				progs = progs[:k+1]
+				p = &progs[k]
+				resetDynamic(p, &s.prog)
+			} else {
+				progs = append(progs, s.prog)
+				p = &progs[k]
+			}
 			p.RunCount, p.RunTimeNs = rec.RunCount, rec.RunTimeNs
 			if rec.MissesKnown {
 				misses[i] = rec.Misses
@@ -235,6 +245,16 @@ func (r *reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) 
 	r.order, r.orderBuf = order, prev[:0]
 	r.knownMax = maxID
 	return progs, nil
+}
+
+// resetDynamic sets every field of p that a scan sets (counters, joins,
+// owners, miss kind) to s's, the program's static part: p, whose static
+// fields are s's already, then equals s. A field added to Program is
+// dynamic unless TestResetDynamic lists it as static.
+func resetDynamic(p, s *Program) {
+	p.AttachType, p.AttachTarget, p.Sleepable, p.MissKind = s.AttachType, s.AttachTarget, s.Sleepable, s.MissKind
+	p.RunCount, p.RunTimeNs, p.RecursionMisses = s.RunCount, s.RunTimeNs, s.RecursionMisses
+	p.Links, p.Owners, p.Pins = s.Links, s.Owners, s.Pins
 }
 
 // staticFromRecord is newProgStatic from an iterator record: the same
