@@ -215,7 +215,9 @@ func (r *reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) 
 			if k := len(progs); k < len(prev) && k < cap(progs) && prev[k] == s {
 				// The slot held this same program last scan: its
 				// static fields are s.prog's already, reset the rest
-				// rather than copy the whole Program.
+				// rather than copy the whole Program. (Below
+				// len(prev) the buffer never grew this scan, so the
+				// slot is last scan's.)
 				progs = progs[:k+1]
 				p = &progs[k]
 				resetDynamic(p, &s.prog)
