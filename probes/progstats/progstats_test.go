@@ -11,6 +11,7 @@ import (
 	"github.com/bpfleet/bpfleet/test/kernels/expect"
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 )
 
@@ -401,9 +402,15 @@ func BenchmarkLoadCached(b *testing.B) {
 	}
 }
 
-// BenchmarkReadKnown is a steady-state pass: every program already known,
-// so records carry only id and statistics.
+// BenchmarkReadKnown is a steady-state pass over 1,000 more programs,
+// every one known, so every record is a stat_record (ReadStats), timed
+// against an empty iter/bpf_prog program's walk of the same programs in
+// the same loop: x-walk is what our BPF program and decoding add to the
+// kernel's own walk.
 func BenchmarkReadKnown(b *testing.B) {
+	for range 1000 {
+		socketFilter(b, "ps_bench")
+	}
 	it := loadIter(b)
 	recs, err := it.Read(nil)
 	if err != nil || len(recs) == 0 {
@@ -412,12 +419,56 @@ func BenchmarkReadKnown(b *testing.B) {
 	if err := it.SetKnownMaxID(recs[len(recs)-1].ID); err != nil {
 		b.Fatal(err)
 	}
+	walk := emptyWalk(b)
+	var stats []Stat
+	var whole []Record
+	var tRead, tWalk time.Duration
 	for b.Loop() {
-		if recs, err = it.Read(recs); err != nil {
+		t0 := time.Now()
+		if stats, whole, err = it.ReadStats(stats, whole); err != nil {
 			b.Fatal(err)
 		}
+		t1 := time.Now()
+		walk()
+		tWalk += time.Since(t1)
+		tRead += t1.Sub(t0)
 	}
-	b.ReportMetric(float64(len(recs)), "progs")
+	b.ReportMetric(float64(len(stats)), "progs")
+	b.ReportMetric(float64(tRead.Nanoseconds())/float64(b.N)/float64(len(stats)), "ns/prog")
+	b.ReportMetric(float64(tWalk.Nanoseconds())/float64(b.N)/float64(len(stats)), "walk-ns/prog")
+	b.ReportMetric(float64(tRead)/float64(tWalk), "x-walk")
+}
+
+// emptyWalk loads an iter/bpf_prog program that writes nothing (mov r0,
+// 0; exit) and returns a function that reads it to its end: the kernel's
+// own cost of walking every program, the floor of any iterator design.
+func emptyWalk(b *testing.B) func() {
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type: ebpf.Tracing, AttachType: ebpf.AttachTraceIter, AttachTo: "bpf_prog", License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
+	})
+	if err != nil {
+		b.Fatalf("loading the empty bpf_prog iterator: %v", err)
+	}
+	b.Cleanup(func() { prog.Close() })
+	l, err := link.AttachIter(link.IterOptions{Program: prog})
+	if err != nil {
+		b.Fatalf("attaching the empty bpf_prog iterator: %v", err)
+	}
+	b.Cleanup(func() { l.Close() })
+	buf := make([]byte, 4096)
+	return func() {
+		rd, err := l.Open()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for {
+			if n, err := rd.Read(buf); n == 0 || err != nil {
+				break
+			}
+		}
+		rd.Close()
+	}
 }
 
 // refusedIter ends a test whose iterator the kernel refused: a failure
