@@ -15,8 +15,11 @@ type ProfileStat struct {
 	// Error is one line when the program cannot be profiled (no BTF, or
 	// the kernel refuses tracing BPF programs); the rest is then empty.
 	Error string `json:"error,omitempty"`
-	// Func is the BTF function the pair is attached to.
+	// Func is the BTF function the profiler is attached to.
 	Func string `json:"func,omitempty"`
+	// Shape is how: "fsession" (one program) or "fentry/fexit" (a pair,
+	// on kernels without fsession or refusing it on a BPF program).
+	Shape string `json:"shape,omitempty"`
 	// Cumulative since the profiler attached: Buckets[b] counts runs of
 	// [2^b, 2^(b+1)) ns (bucket 0 also 0 ns).
 	Buckets []uint64 `json:"buckets,omitempty"`
@@ -95,6 +98,7 @@ func profileMatch(sels []string, p *Program) bool {
 // profiles holds the agent's profilers, one per selected program.
 type profiles struct {
 	sels   []string
+	opts   profiler.Options
 	active map[uint32]*profiled
 	failed map[uint32]string
 	own    map[uint32]bool // the profilers' own programs
@@ -125,7 +129,7 @@ func (pr *profiles) update(ps []ProgramStat) {
 		}
 		a := pr.active[p.ID]
 		if a == nil {
-			prof, err := profiler.AttachID(p.ID)
+			prof, err := profiler.AttachID(p.ID, pr.opts)
 			if err != nil {
 				msg := fmt.Sprintf("cannot profile program %d (%s): %v", p.ID, p.Name, err)
 				pr.failed[p.ID] = msg
@@ -145,11 +149,9 @@ func (pr *profiles) update(ps []ProgramStat) {
 		}
 		d := h.Sub(a.prev)
 		a.prev = h
-		st := &ProfileStat{Func: a.p.Target.Func, Buckets: append([]uint64(nil), h.Buckets[:]...), Runs: h.Count, SumNs: h.SumNs, MaxNs: h.MaxNs,
+		st := &ProfileStat{Func: a.p.Target.Func, Shape: string(a.p.Shape), Buckets: append([]uint64(nil), h.Buckets[:]...), Runs: h.Count, SumNs: h.SumNs, MaxNs: h.MaxNs,
 			IntervalRuns: d.Count, P50Ns: d.Quantile(0.5), P90Ns: d.Quantile(0.9), P99Ns: d.Quantile(0.99)}
-		if d.Count > 0 {
-			st.MeanNs = float64(d.SumNs) / float64(d.Count)
-		}
+		st.MeanNs = d.MeanNs()
 		p.Profile = st
 	}
 	for id, a := range pr.active {

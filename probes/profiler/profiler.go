@@ -1,8 +1,14 @@
 // Package profiler times every run of chosen BPF programs without the
-// global stats tax: an fentry/fexit pair attached to the target program
-// itself (as `bpftool prog profile` attaches its perf-counter readers)
-// records each run's duration in a per-CPU log2 histogram. Only the
-// profiled programs pay, and BPF_ENABLE_STATS can stay off.
+// global stats tax: programs attached to the target program itself (as
+// `bpftool prog profile` attaches its perf-counter readers) record each
+// run's duration in a per-CPU log2 histogram. Only the profiled programs
+// pay, and BPF_ENABLE_STATS can stay off.
+//
+// Two shapes: an fsession program (BPF_TRACE_FSESSION; one program and one
+// link, the entry time in a cookie on the trampoline's stack) where the
+// kernel has it, else an fentry/fexit pair. Either counts every run; the
+// clock can be read on 1 run in N only (Options.SampleEvery), which is most
+// of what a run costs beyond the trampoline.
 package profiler
 
 import (
@@ -22,19 +28,33 @@ const Buckets = 64
 // Histogram is a profiled program's run durations, summed over CPUs.
 type Histogram struct {
 	Buckets [Buckets]uint64 `json:"buckets"`
-	Count   uint64          `json:"count"`
-	SumNs   uint64          `json:"sum_ns"`
-	MaxNs   uint64          `json:"max_ns"`
+	// Count is every run (exact, sampled or not).
+	Count uint64 `json:"count"`
+	// Timed is the runs whose durations are in Buckets and SumNs: Count
+	// with every run timed (less the runs in flight at attach), about
+	// Count/N when 1 in N is.
+	Timed uint64 `json:"timed"`
+	SumNs uint64 `json:"sum_ns"`
+	MaxNs uint64 `json:"max_ns"`
+}
+
+// MeanNs is the timed runs' mean duration.
+func (h *Histogram) MeanNs() float64 {
+	if h.Timed == 0 {
+		return 0
+	}
+	return float64(h.SumNs) / float64(h.Timed)
 }
 
 // Quantile estimates the q-quantile (0..1) in ns: the bucket holding the
 // rank, linearly interpolated inside it and capped by the maximum. Its
-// error is at most the bucket's width (a factor of 2).
+// error is at most the bucket's width (a factor of 2); with 1 run in N
+// timed, add the sampling error of a quantile from Timed samples.
 func (h *Histogram) Quantile(q float64) float64 {
-	if h.Count == 0 {
+	if h.Timed == 0 {
 		return 0
 	}
-	rank := q * float64(h.Count)
+	rank := q * float64(h.Timed)
 	var seen float64
 	for b, n := range h.Buckets {
 		if n == 0 {
@@ -64,6 +84,7 @@ func (h Histogram) Sub(prev Histogram) Histogram {
 		h.Buckets[i] -= min(prev.Buckets[i], h.Buckets[i])
 	}
 	h.Count -= min(prev.Count, h.Count)
+	h.Timed -= min(prev.Timed, h.Timed)
 	h.SumNs -= min(prev.SumNs, h.SumNs)
 	return h
 }
@@ -73,25 +94,61 @@ type Target struct {
 	ID   uint32 `json:"id"`
 	Name string `json:"name"`
 	// Func is the program's main function as its BTF names it: what the
-	// fentry/fexit pair attaches to.
+	// tracing programs attach to.
 	Func string `json:"func"`
 }
 
-// Profiler is an fentry/fexit pair attached to one target program.
-type Profiler struct {
-	Target Target
-	objs   profObjects
-	links  []link.Link
+// Shape is how the profiler is attached.
+type Shape string
+
+const (
+	// ShapeAuto: fsession where the kernel loads it, else the pair.
+	ShapeAuto Shape = ""
+	// ShapeSession: one BPF_TRACE_FSESSION program.
+	ShapeSession Shape = "fsession"
+	// ShapePair: an fentry and an fexit program.
+	ShapePair Shape = "fentry/fexit"
+	// shapeFloor: an empty fentry/fexit pair, for the cost test only.
+	shapeFloor Shape = "floor"
+	// shapeFloorEntry: an empty fentry alone, for the cost test only.
+	shapeFloorEntry Shape = "floor-fentry"
+)
+
+// Options choose the shape and the clock's sampling.
+type Options struct {
+	Shape Shape
+	// SampleEvery times 1 run in SampleEvery (a power of two; 0 and 1:
+	// every run). Runs are counted exactly either way.
+	SampleEvery uint32
+	// skipExit: the session returns 1 at the entry of an untimed run
+	// (cost test: does the kernel then skip the exit run?).
+	skipExit bool
 }
 
-type profObjects struct {
-	Entry *ebpf.Program `ebpf:"prof_entry"`
-	Exit  *ebpf.Program `ebpf:"prof_exit"`
-	Hist  *ebpf.Map     `ebpf:"hist"`
+func (o Options) sampleMask() (uint64, error) {
+	n := max(o.SampleEvery, 1)
+	if n&(n-1) != 0 {
+		return 0, fmt.Errorf("sample every %d runs: want a power of two", n)
+	}
+	return uint64(n - 1), nil
+}
+
+// Profiler is the programs attached to one target program.
+type Profiler struct {
+	Target Target
+	// Shape is the shape attached; with ShapeAuto and a session refused,
+	// SessionErr says why the pair was used.
+	Shape       Shape
+	SessionErr  error
+	SampleEvery uint32
+	progs       []*ebpf.Program
+	maps        *ebpf.Collection
+	hist        *ebpf.Map
+	links       []link.Link
 }
 
 // ErrNoBTF says the target has no BTF function info: the kernel attaches
-// fentry/fexit to a BPF program only by its BTF function.
+// tracing programs to a BPF program only by its BTF function.
 var ErrNoBTF = errors.New("program has no BTF function info (loaded without BTF): fentry/fexit cannot name its function")
 
 // TargetOf reads what Attach needs from a program: id, name and the name of
@@ -113,57 +170,119 @@ func TargetOf(prog *ebpf.Program) (Target, error) {
 	return t, nil
 }
 
-// Attach loads the pair against target and attaches it. A kernel that
+// Attach attaches with the default options: fsession where the kernel
+// allows, else the pair; every run timed.
+func Attach(target *ebpf.Program) (*Profiler, error) {
+	return AttachWith(target, Options{})
+}
+
+// AttachWith loads and attaches the profiler to target. A kernel that
 // refuses tracing BPF programs fails here with its errno (EPERM on the CI
 // host), a target without BTF with ErrNoBTF.
-func Attach(target *ebpf.Program) (*Profiler, error) {
+func AttachWith(target *ebpf.Program, o Options) (*Profiler, error) {
 	t, err := TargetOf(target)
 	if err != nil {
 		return nil, err
 	}
-	spec, err := loadProfiler()
+	mask, err := o.sampleMask()
 	if err != nil {
-		return nil, fmt.Errorf("reading profiler spec: %w", err)
+		return nil, err
 	}
-	for _, name := range []string{"prof_entry", "prof_exit"} {
-		ps := spec.Programs[name]
-		ps.AttachTarget = target
-		ps.AttachTo = t.Func
-	}
-	p := &Profiler{Target: t}
-	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
-		if errors.Is(err, unix.EPERM) {
-			// cilium/ebpf's hint says MEMLOCK; here it is the kernel
-			// refusing the trampoline (the CI host's 6.18 does).
-			return nil, fmt.Errorf("the kernel refuses fentry/fexit on program %d (%s): %w", t.ID, t.Func, unix.EPERM)
+	p := &Profiler{Target: t, SampleEvery: uint32(mask + 1)}
+	switch o.Shape {
+	case ShapeSession:
+		return p, p.attachSession(target, mask, o.skipExit)
+	case ShapeAuto:
+		if err := p.attachSession(target, mask, false); err == nil {
+			return p, nil
+		} else if errors.Is(err, unix.EPERM) {
+			return nil, err // the kernel refuses tracing BPF programs at all
+		} else {
+			p.SessionErr = err
 		}
-		return nil, fmt.Errorf("loading fentry/fexit on program %d (%s): %w", t.ID, t.Func, err)
+		p.Shape = ShapePair
+		return p, p.attachPair(target, mask, "prof_entry", "prof_exit")
+	case ShapePair:
+		return p, p.attachPair(target, mask, "prof_entry", "prof_exit")
+	case shapeFloor:
+		return p, p.attachPair(target, mask, "floor_entry", "floor_exit")
+	case shapeFloorEntry:
+		return p, p.attachPair(target, mask, "floor_entry")
 	}
-	for _, prog := range []*ebpf.Program{p.objs.Entry, p.objs.Exit} {
-		l, err := link.AttachTracing(link.TracingOptions{Program: prog})
+	return nil, fmt.Errorf("unknown profiler shape %q", o.Shape)
+}
+
+// spec is the profiler's collection with sample_mask set and no programs.
+func spec(mask uint64) (*ebpf.CollectionSpec, map[string]*ebpf.ProgramSpec, error) {
+	s, err := loadProfiler()
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading profiler spec: %w", err)
+	}
+	if err := s.Variables["sample_mask"].Set(mask); err != nil {
+		return nil, nil, fmt.Errorf("setting sample_mask: %w", err)
+	}
+	progs := s.Programs
+	s.Programs = map[string]*ebpf.ProgramSpec{}
+	return s, progs, nil
+}
+
+func refusal(t Target, what string, err error) error {
+	if errors.Is(err, unix.EPERM) {
+		// cilium/ebpf's hint says MEMLOCK; here it is the kernel
+		// refusing the trampoline (the CI host's 6.18 does).
+		return fmt.Errorf("the kernel refuses %s on program %d (%s): %w", what, t.ID, t.Func, unix.EPERM)
+	}
+	return fmt.Errorf("loading %s on program %d (%s): %w", what, t.ID, t.Func, err)
+}
+
+func (p *Profiler) attachPair(target *ebpf.Program, mask uint64, names ...string) (err error) {
+	p.Shape = ShapePair
+	s, progs, err := spec(mask)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		ps := progs[name]
+		ps.AttachTarget = target
+		ps.AttachTo = p.Target.Func
+		s.Programs[name] = ps
+	}
+	coll, err := ebpf.NewCollection(s)
+	if err != nil {
+		return refusal(p.Target, "fentry/fexit", err)
+	}
+	p.maps, p.hist = coll, coll.Maps["hist"]
+	defer func() {
 		if err != nil {
 			p.Close()
-			return nil, fmt.Errorf("attaching fentry/fexit to program %d (%s): %w", t.ID, t.Func, err)
+		}
+	}()
+	for _, name := range names {
+		prog := coll.Programs[name]
+		p.progs = append(p.progs, prog)
+		l, err := link.AttachTracing(link.TracingOptions{Program: prog})
+		if err != nil {
+			return fmt.Errorf("attaching fentry/fexit to program %d (%s): %w", p.Target.ID, p.Target.Func, err)
 		}
 		p.links = append(p.links, l)
 	}
-	return p, nil
+	return nil
 }
 
 // AttachID attaches to the program with the given id.
-func AttachID(id uint32) (*Profiler, error) {
+func AttachID(id uint32, o Options) (*Profiler, error) {
 	prog, err := ebpf.NewProgramFromID(ebpf.ProgramID(id))
 	if err != nil {
 		return nil, fmt.Errorf("opening program %d: %w", id, err)
 	}
-	defer prog.Close() // the loaded pair keeps its own reference
-	return Attach(prog)
+	defer prog.Close() // the loaded programs keep their own reference
+	return AttachWith(prog, o)
 }
 
 // Read sums the per-CPU histograms: cumulative since Attach.
 func (p *Profiler) Read() (Histogram, error) {
 	var per []profilerHist
-	if err := p.objs.Hist.Lookup(uint32(0), &per); err != nil {
+	if err := p.hist.Lookup(uint32(0), &per); err != nil {
 		return Histogram{}, fmt.Errorf("reading the histogram of program %d: %w", p.Target.ID, err)
 	}
 	var h Histogram
@@ -171,18 +290,31 @@ func (p *Profiler) Read() (Histogram, error) {
 		for i := range h.Buckets {
 			h.Buckets[i] += c.Buckets[i]
 		}
-		h.Count += c.Count
+		h.Count += c.Runs
+		h.Timed += c.Timed
 		h.SumNs += c.SumNs
 		h.MaxNs = max(h.MaxNs, c.MaxNs)
 	}
 	return h, nil
 }
 
-// ProgramIDs are the ids of the pair's own programs (the agent leaves them
-// out of selection, so it never profiles its profiler).
+// exits is the session program's exit runs (cost test).
+func (p *Profiler) exits() uint64 {
+	var per []profilerHist
+	var n uint64
+	if p.hist.Lookup(uint32(0), &per) == nil {
+		for _, c := range per {
+			n += c.Exits
+		}
+	}
+	return n
+}
+
+// ProgramIDs are the ids of the profiler's own programs (the agent leaves
+// them out of selection, so it never profiles its profiler).
 func (p *Profiler) ProgramIDs() []uint32 {
 	var out []uint32
-	for _, prog := range []*ebpf.Program{p.objs.Entry, p.objs.Exit} {
+	for _, prog := range p.progs {
 		if info, err := prog.Info(); err == nil {
 			if id, ok := info.ID(); ok {
 				out = append(out, uint32(id))
@@ -192,16 +324,20 @@ func (p *Profiler) ProgramIDs() []uint32 {
 	return out
 }
 
-// Close detaches and unloads the pair.
+// Close detaches and unloads the profiler; a half-attached one too.
 func (p *Profiler) Close() error {
 	for _, l := range p.links {
 		l.Close()
 	}
 	p.links = nil
-	// Close is nil-safe on programs and maps: a half-loaded pair closes too.
-	p.objs.Entry.Close()
-	p.objs.Exit.Close()
-	p.objs.Hist.Close()
+	for _, prog := range p.progs {
+		prog.Close()
+	}
+	p.progs = nil
+	if p.maps != nil {
+		p.maps.Close() // the pair's programs are in it too: Close is idempotent
+		p.maps = nil
+	}
 	return nil
 }
 
@@ -218,8 +354,11 @@ func LoadTimedTarget(loops uint32) (*TimedTarget, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading profiler spec: %w", err)
 	}
-	delete(spec.Programs, "prof_entry")
-	delete(spec.Programs, "prof_exit")
+	for name := range spec.Programs {
+		if name != "timed_target" {
+			delete(spec.Programs, name)
+		}
+	}
 	if err := spec.Variables["loops"].Set(loops); err != nil {
 		return nil, fmt.Errorf("setting loops: %w", err)
 	}

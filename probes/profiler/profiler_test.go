@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -53,19 +54,80 @@ func metric(t *testing.T, name string, v any) {
 	t.Logf("metric %s=%v", name, v)
 }
 
+// attachShapeOrSkip attaches with o; a session the kernel does not have
+// or refuses on a BPF program skips with its words (no matrix entry is
+// recorded as having it), a refused pair goes through attachOrSkip's rule.
+func attachShapeOrSkip(t *testing.T, target *ebpf.Program, o Options) *Profiler {
+	t.Helper()
+	if o.Shape != ShapeSession {
+		p, err := AttachWith(target, o)
+		if err != nil {
+			refusedOrFatal(t, err)
+		}
+		t.Cleanup(func() { p.Close() })
+		return p
+	}
+	p, err := AttachWith(target, o)
+	if err != nil {
+		if errors.Is(err, unix.EPERM) {
+			refusedOrFatal(t, err)
+		}
+		if expect.Expected(expect.FeatFsessionOnBPF) {
+			t.Fatalf("fsession on a BPF program refused on %s, where it was measured present: %v", expect.Entry(), err)
+		}
+		t.Skipf("fsession on a BPF program: %v", err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+func refusedOrFatal(t *testing.T, err error) {
+	t.Helper()
+	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EINVAL) || errors.Is(err, ebpf.ErrNotSupported) {
+		if expect.Expected(expect.FeatFentryOnBPF) {
+			t.Fatalf("kernel refuses fentry/fexit on a BPF program on %s, where it was measured present: %v", expect.Entry(), err)
+		}
+		t.Skipf("kernel refuses fentry/fexit on a BPF program: %v", err)
+	}
+	t.Fatal(err)
+}
+
 // Two targets whose runs are bpf_loop of 20 and 2,000 iterations, fired a
-// known number of times with global stats off: each histogram counts
-// exactly its runs, the long target's percentiles lie above the short
-// one's, and p50 <= p90 <= p99 <= max within each.
+// known number of times with global stats off, for each shape and with
+// every run timed or 1 in 8: each histogram counts exactly its runs (and
+// times 1 in 8 of them per CPU when sampled), the long target's
+// percentiles lie above the short one's, and p50 <= p90 <= p99 <= max.
 func TestProfilesTimedTargets(t *testing.T) {
 	const short, long, fires = 20, 2000, 1000
 	ts := loadTarget(t, short)
 	tl := loadTarget(t, long)
-	ps := attachOrSkip(t, ts.Prog)
-	pl := attachOrSkip(t, tl.Prog)
-	if ps.Target.Func != "timed_target" {
-		t.Errorf("target function %q, want timed_target (from BTF func info)", ps.Target.Func)
+	t.Logf("fsession in kernel BTF: %v", HaveSession())
+	for _, o := range []Options{{Shape: ShapePair}, {Shape: ShapeSession}, {Shape: ShapePair, SampleEvery: 8}, {Shape: ShapeSession, SampleEvery: 8}} {
+		name := strings.ReplaceAll(string(o.Shape), "/", "-")
+		if o.SampleEvery > 1 {
+			name += "-1in" + strconv.Itoa(int(o.SampleEvery))
+		}
+		t.Run(name, func(t *testing.T) {
+			ps := attachShapeOrSkip(t, ts.Prog, o)
+			pl := attachShapeOrSkip(t, tl.Prog, o)
+			defer ps.Close()
+			defer pl.Close()
+			if ps.Target.Func != "timed_target" {
+				t.Errorf("target function %q, want timed_target (from BTF func info)", ps.Target.Func)
+			}
+			if ps.Shape != o.Shape {
+				t.Errorf("attached %s, asked for %s", ps.Shape, o.Shape)
+			}
+			checkTimedTargets(t, ts, tl, ps, pl, fires, uint64(max(o.SampleEvery, 1)), name)
+		})
 	}
+	// The default picks a shape by itself and says why not fsession.
+	p := attachOrSkip(t, ts.Prog)
+	t.Logf("default shape: %s (fsession refused: %v)", p.Shape, p.SessionErr)
+}
+
+func checkTimedTargets(t *testing.T, ts, tl *TimedTarget, ps, pl *Profiler, fires int, every uint64, name string) {
+	t.Helper()
 	if _, err := ts.Fire(fires); err != nil {
 		t.Fatal(err)
 	}
@@ -80,46 +142,50 @@ func TestProfilesTimedTargets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cpus, _ := ebpf.PossibleCPU()
 	for _, c := range []struct {
 		name string
 		h    Histogram
 	}{{"short", hs}, {"long", hl}} {
-		if c.h.Count != fires {
+		if c.h.Count != uint64(fires) {
 			t.Errorf("%s: %d runs profiled, want %d", c.name, c.h.Count, fires)
+		}
+		// Each CPU times its runs number 0, every, 2*every, ...: the
+		// ceiling of its share over every, summed.
+		lo, hi := uint64(fires)/every, uint64(fires)/every+uint64(cpus)
+		if every == 1 {
+			hi = lo
+		}
+		if c.h.Timed < lo || c.h.Timed > hi {
+			t.Errorf("%s: %d runs timed, want %d..%d (1 in %d of %d on %d CPUs)", c.name, c.h.Timed, lo, hi, every, fires, cpus)
 		}
 		var sum uint64
 		for _, n := range c.h.Buckets {
 			sum += n
 		}
-		if sum != c.h.Count {
-			t.Errorf("%s: buckets sum to %d, count %d", c.name, sum, c.h.Count)
+		if sum != c.h.Timed {
+			t.Errorf("%s: buckets sum to %d, timed %d", c.name, sum, c.h.Timed)
 		}
 		p50, p90, p99 := c.h.Quantile(0.5), c.h.Quantile(0.9), c.h.Quantile(0.99)
 		if !(p50 <= p90 && p90 <= p99 && p99 <= float64(c.h.MaxNs)) || p50 <= 0 {
 			t.Errorf("%s: p50 %.0f p90 %.0f p99 %.0f max %d: want 0 < p50 <= p90 <= p99 <= max", c.name, p50, p90, p99, c.h.MaxNs)
 		}
-		t.Logf("%s: runs %d p50 %.0f ns p90 %.0f p99 %.0f max %d mean %.0f", c.name, c.h.Count, p50, p90, p99, c.h.MaxNs, float64(c.h.SumNs)/float64(c.h.Count))
-		metric(t, "profiler."+c.name+".runs", c.h.Count)
+		t.Logf("%s %s: runs %d timed %d p50 %.0f ns p90 %.0f p99 %.0f max %d mean %.0f", name, c.name, c.h.Count, c.h.Timed, p50, p90, p99, c.h.MaxNs, c.h.MeanNs())
+		metric(t, "profiler."+name+"."+c.name+".runs", c.h.Count)
 	}
 	// 100x the loop: the long p50 lies buckets above the short one. Not the
 	// mean: one run preempted for milliseconds (TCG does that) moves it.
 	if !(hl.Quantile(0.5) > 4*hs.Quantile(0.5)) || !(hl.Quantile(0.9) > hs.Quantile(0.9)) {
 		t.Errorf("long target p50 %.0f, p90 %.0f not above 4x the short one's p50 %.0f and its p90 %.0f", hl.Quantile(0.5), hl.Quantile(0.9), hs.Quantile(0.5), hs.Quantile(0.9))
 	}
-	metric(t, "profiler.long_over_short_p50_above_1", hl.Quantile(0.5) > hs.Quantile(0.5))
-	if statsSysctl() == "0" {
-		// Global stats off: the kernel's own run count of the target
-		// does not move, only the profiler counts.
-		st, err := ts.Prog.Stats()
-		if err == nil && st.RunCount != 0 {
-			t.Logf("target run_cnt %d: stats are held elsewhere during this test", st.RunCount)
-		}
-	}
+	metric(t, "profiler."+name+".long_over_short_p50_above_1", hl.Quantile(0.5) > hs.Quantile(0.5))
 }
 
 // The profiler's own cost per run against the stats tax, same run, same
-// no-op target: ns per run with nothing, with stats on, with the profiler
-// (stats off), each the median of 5 rounds of 20,000 test runs.
+// no-op target: ns per run with nothing, with stats on, and with each
+// profiler shape (stats off), each the median of 7 rounds of 20,000 test
+// runs. The floors (an empty fentry; an empty fentry/fexit pair) split the
+// trampoline's share from the clock's.
 func TestProfilerCostAgainstStats(t *testing.T) {
 	tt := loadTarget(t, 0)
 	if st, err := tt.Prog.Stats(); err != nil || statsSysctl() != "0" {
@@ -129,18 +195,14 @@ func TestProfilerCostAgainstStats(t *testing.T) {
 	} else if st2, _ := tt.Prog.Stats(); st2.RunCount != st.RunCount {
 		t.Skip("BPF stats are held elsewhere: the stats-off baseline cannot be measured")
 	}
-	const n, rounds = 20_000, 5
+	cs, _ := os.ReadFile("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+	t.Logf("clocksource %s; fsession in kernel BTF: %v", strings.TrimSpace(string(cs)), HaveSession())
+	const n, rounds = 20_000, 7
 	median := func(xs []float64) float64 {
-		for i := range xs {
-			for j := i + 1; j < len(xs); j++ {
-				if xs[j] < xs[i] {
-					xs[i], xs[j] = xs[j], xs[i]
-				}
-			}
-		}
+		xs = append([]float64(nil), xs...)
+		sort.Float64s(xs)
 		return xs[len(xs)/2]
 	}
-	var base, stats []float64
 	fire := func() float64 {
 		ns, err := tt.Fire(n)
 		if err != nil {
@@ -148,6 +210,7 @@ func TestProfilerCostAgainstStats(t *testing.T) {
 		}
 		return ns
 	}
+	var base, stats []float64
 	for r := 0; r < rounds; r++ {
 		base = append(base, fire())
 		fd, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
@@ -157,33 +220,64 @@ func TestProfilerCostAgainstStats(t *testing.T) {
 		stats = append(stats, fire())
 		fd.Close()
 	}
-	p := attachOrSkip(t, tt.Prog)
-	var prof []float64
+	b, s := median(base), median(stats)
+	statsAdd := s - b
+	t.Logf("cost: nothing %.0f ns/run; stats on +%.0f ns/run", b, statsAdd)
+	for _, v := range []struct {
+		name string
+		o    Options
+	}{
+		{"floor: empty fentry", Options{Shape: shapeFloorEntry}},
+		{"floor: empty fentry+fexit", Options{Shape: shapeFloor}},
+		{"fentry/fexit, every run timed", Options{Shape: ShapePair}},
+		{"fentry/fexit, 1 in 8 timed", Options{Shape: ShapePair, SampleEvery: 8}},
+		{"fentry/fexit, 1 in 64 timed", Options{Shape: ShapePair, SampleEvery: 64}},
+		{"fsession, every run timed", Options{Shape: ShapeSession}},
+		{"fsession, 1 in 8 timed", Options{Shape: ShapeSession, SampleEvery: 8}},
+		{"fsession, 1 in 64 timed", Options{Shape: ShapeSession, SampleEvery: 64}},
+		{"fsession, 1 in 64, entry returns 1", Options{Shape: ShapeSession, SampleEvery: 64, skipExit: true}},
+	} {
+		p, err := AttachWith(tt.Prog, v.o)
+		if err != nil {
+			if v.o.Shape == ShapeSession {
+				t.Logf("cost: %s: not measured: %v", v.name, err)
+				continue
+			}
+			refusedOrFatal(t, err)
+		}
+		fire() // warm
+		var xs []float64
+		for r := 0; r < rounds; r++ {
+			xs = append(xs, fire())
+		}
+		h, err := p.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		add := median(xs) - b
+		extra := ""
+		if v.o.Shape == ShapeSession {
+			extra = fmt.Sprintf(", %d exit runs", p.exits())
+		}
+		t.Logf("cost: %-36s +%5.0f ns/run = %.2f x stats (%d runs, %d timed%s)", v.name, add, add/statsAdd, h.Count, h.Timed, extra)
+		if want := uint64(n * (rounds + 1)); h.Count != want && v.o.Shape != shapeFloor && v.o.Shape != shapeFloorEntry {
+			t.Errorf("%s: counted %d runs, want %d", v.name, h.Count, want)
+		}
+		p.Close()
+	}
+	var again []float64
 	for r := 0; r < rounds; r++ {
-		prof = append(prof, fire())
+		again = append(again, fire())
 	}
-	b, s, pr := median(base), median(stats), median(prof)
-	statsAdd, profAdd := s-b, pr-b
-	t.Logf("no-op target: %.0f ns/run; stats on +%.0f ns; profiler +%.0f ns (%d runs profiled)", b, statsAdd, profAdd, mustCount(t, p))
-	fmt.Printf("BENCH profiler adds %.0f ns/run, stats on adds %.0f ns/run to every program: ratio %.2f\n", profAdd, statsAdd, profAdd/statsAdd)
-	// A figure, not a metric: the kernel matrix compares metrics across
-	// architectures, and TCG timings differ between them.
-	t.Logf("profiler/stats cost ratio %s%%", strconv.Itoa(int(100*profAdd/statsAdd)))
-}
-
-func mustCount(t *testing.T, p *Profiler) uint64 {
-	h, err := p.Read()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return h.Count
+	t.Logf("cost: nothing again %.0f ns/run (drift over the test)", median(again))
+	fmt.Printf("BENCH profiler: see the cost: lines above; stats on adds %.0f ns/run\n", statsAdd)
 }
 
 func TestQuantile(t *testing.T) {
 	var h Histogram
 	h.Buckets[4] = 50 // [16, 32)
 	h.Buckets[10] = 50
-	h.Count, h.MaxNs = 100, 1500
+	h.Count, h.Timed, h.MaxNs = 100, 100, 1500
 	for _, c := range []struct{ q, lo, hi float64 }{
 		{0.25, 16, 32}, {0.5, 16, 32}, {0.75, 1024, 1500}, {1, 1500, 1500},
 	} {

@@ -16,22 +16,29 @@ import (
 type profilerHist struct {
 	_       structs.HostLayout
 	Buckets [64]uint64
-	Count   uint64
+	Runs    uint64
+	Timed   uint64
 	SumNs   uint64
 	MaxNs   uint64
 	StartNs uint64
+	Exits   uint64
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	profilerMapHist         = "hist"
-	profilerProgProfEntry   = "prof_entry"
-	profilerProgProfExit    = "prof_exit"
-	profilerProgTimedTarget = "timed_target"
-	profilerVarLoops        = "loops"
-	profilerVarSink         = "sink"
+	profilerMapHist             = "hist"
+	profilerProgFloorEntry      = "floor_entry"
+	profilerProgFloorExit       = "floor_exit"
+	profilerProgProfEntry       = "prof_entry"
+	profilerProgProfExit        = "prof_exit"
+	profilerProgProfSession     = "prof_session"
+	profilerProgProfSessionSkip = "prof_session_skip"
+	profilerProgTimedTarget     = "timed_target"
+	profilerVarLoops            = "loops"
+	profilerVarSampleMask       = "sample_mask"
+	profilerVarSink             = "sink"
 )
 
 // loadProfiler returns the embedded CollectionSpec for profiler.
@@ -76,9 +83,13 @@ type profilerSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerProgramSpecs struct {
-	ProfEntry   *ebpf.ProgramSpec `ebpf:"prof_entry"`
-	ProfExit    *ebpf.ProgramSpec `ebpf:"prof_exit"`
-	TimedTarget *ebpf.ProgramSpec `ebpf:"timed_target"`
+	FloorEntry      *ebpf.ProgramSpec `ebpf:"floor_entry"`
+	FloorExit       *ebpf.ProgramSpec `ebpf:"floor_exit"`
+	ProfEntry       *ebpf.ProgramSpec `ebpf:"prof_entry"`
+	ProfExit        *ebpf.ProgramSpec `ebpf:"prof_exit"`
+	ProfSession     *ebpf.ProgramSpec `ebpf:"prof_session"`
+	ProfSessionSkip *ebpf.ProgramSpec `ebpf:"prof_session_skip"`
+	TimedTarget     *ebpf.ProgramSpec `ebpf:"timed_target"`
 }
 
 // profilerMapSpecs contains maps before they are loaded into the kernel.
@@ -92,8 +103,9 @@ type profilerMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerVariableSpecs struct {
-	Loops *ebpf.VariableSpec `ebpf:"loops"`
-	Sink  *ebpf.VariableSpec `ebpf:"sink"`
+	Loops      *ebpf.VariableSpec `ebpf:"loops"`
+	SampleMask *ebpf.VariableSpec `ebpf:"sample_mask"`
+	Sink       *ebpf.VariableSpec `ebpf:"sink"`
 }
 
 // profilerObjects contains all objects after they have been loaded into the kernel.
@@ -129,23 +141,32 @@ func (m *profilerMaps) Close() error {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerVariables struct {
-	Loops *ebpf.Variable `ebpf:"loops"`
-	Sink  *ebpf.Variable `ebpf:"sink"`
+	Loops      *ebpf.Variable `ebpf:"loops"`
+	SampleMask *ebpf.Variable `ebpf:"sample_mask"`
+	Sink       *ebpf.Variable `ebpf:"sink"`
 }
 
 // profilerPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerPrograms struct {
-	ProfEntry   *ebpf.Program `ebpf:"prof_entry"`
-	ProfExit    *ebpf.Program `ebpf:"prof_exit"`
-	TimedTarget *ebpf.Program `ebpf:"timed_target"`
+	FloorEntry      *ebpf.Program `ebpf:"floor_entry"`
+	FloorExit       *ebpf.Program `ebpf:"floor_exit"`
+	ProfEntry       *ebpf.Program `ebpf:"prof_entry"`
+	ProfExit        *ebpf.Program `ebpf:"prof_exit"`
+	ProfSession     *ebpf.Program `ebpf:"prof_session"`
+	ProfSessionSkip *ebpf.Program `ebpf:"prof_session_skip"`
+	TimedTarget     *ebpf.Program `ebpf:"timed_target"`
 }
 
 func (p *profilerPrograms) Close() error {
 	return _ProfilerClose(
+		p.FloorEntry,
+		p.FloorExit,
 		p.ProfEntry,
 		p.ProfExit,
+		p.ProfSession,
+		p.ProfSessionSkip,
 		p.TimedTarget,
 	)
 }

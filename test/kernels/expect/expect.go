@@ -27,6 +27,9 @@ const (
 	// FeatFentryOnBPF: fentry/fexit attached to another BPF program
 	// (probes/profiler).
 	FeatFentryOnBPF = "fentry on a BPF program"
+	// FeatFsessionOnBPF: a BPF_TRACE_FSESSION program attached to another
+	// BPF program (probes/profiler's session shape).
+	FeatFsessionOnBPF = "fsession on a BPF program"
 )
 
 // present is what DESIGN.md's kernel matrix measured each entry to support

@@ -1,0 +1,236 @@
+package profiler
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+)
+
+// fsession is what the kernel's BTF says of tracing sessions: the value of
+// BPF_TRACE_FSESSION in enum bpf_attach_type and the two kfuncs' ids.
+type fsession struct {
+	attachType    uint32
+	cookie, isRet btf.TypeID
+}
+
+var probeSession = sync.OnceValues(func() (fsession, error) {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return fsession{}, fmt.Errorf("reading kernel BTF: %w", err)
+	}
+	var enum *btf.Enum
+	if err := spec.TypeByName("bpf_attach_type", &enum); err != nil {
+		return fsession{}, fmt.Errorf("kernel BTF has no enum bpf_attach_type: %w", ebpf.ErrNotSupported)
+	}
+	var f fsession
+	found := false
+	for _, v := range enum.Values {
+		if v.Name == "BPF_TRACE_FSESSION" {
+			f.attachType, found = uint32(v.Value), true
+		}
+	}
+	if !found {
+		return fsession{}, fmt.Errorf("kernel has no BPF_TRACE_FSESSION attach type: %w", ebpf.ErrNotSupported)
+	}
+	for name, id := range map[string]*btf.TypeID{"bpf_session_cookie": &f.cookie, "bpf_session_is_return": &f.isRet} {
+		var fn *btf.Func
+		if err := spec.TypeByName(name, &fn); err != nil {
+			return fsession{}, fmt.Errorf("kernel has no kfunc %s: %w", name, ebpf.ErrNotSupported)
+		}
+		if *id, err = spec.TypeID(fn); err != nil {
+			return fsession{}, fmt.Errorf("kfunc %s: %w", name, err)
+		}
+	}
+	return f, nil
+})
+
+// HaveSession says whether the kernel's BTF knows BPF_TRACE_FSESSION and its
+// kfuncs: nil, or an error wrapping ebpf.ErrNotSupported with why. Whether
+// the kernel then lets one attach to a BPF program only loading tells.
+func HaveSession() error {
+	_, err := probeSession()
+	return err
+}
+
+// progLoadAttr is union bpf_attr for BPF_PROG_LOAD up to fd_array: the part
+// this loader sets.
+type progLoadAttr struct {
+	progType           uint32
+	insnCnt            uint32
+	insns              uint64
+	license            uint64
+	logLevel           uint32
+	logSize            uint32
+	logBuf             uint64
+	kernVersion        uint32
+	progFlags          uint32
+	progName           [16]byte
+	progIfindex        uint32
+	expectedAttachType uint32
+	progBTFFd          uint32
+	funcInfoRecSize    uint32
+	funcInfo           uint64
+	funcInfoCnt        uint32
+	lineInfoRecSize    uint32
+	lineInfo           uint64
+	lineInfoCnt        uint32
+	attachBTFID        uint32
+	attachProgFd       uint32
+	coreReloCnt        uint32
+	fdArray            uint64
+}
+
+// attachSession loads the session program with BPF_PROG_LOAD itself:
+// cilium/ebpf v0.22 knows no BPF_TRACE_FSESSION and will not resolve a
+// target for it. The maps come from cilium/ebpf; this fills their fds, the
+// kfuncs' BTF ids and the target into the program and its load attributes.
+func (p *Profiler) attachSession(target *ebpf.Program, mask uint64, skip bool) (err error) {
+	p.Shape = ShapeSession
+	fs, err := probeSession()
+	if err != nil {
+		return err
+	}
+	s, progs, err := spec(mask)
+	if err != nil {
+		return err
+	}
+	name := "prof_session"
+	if skip {
+		name = "prof_session_skip"
+	}
+	ps := progs[name]
+	coll, err := ebpf.NewCollection(s) // maps only
+	if err != nil {
+		return fmt.Errorf("creating the profiler's maps: %w", err)
+	}
+	p.maps, p.hist = coll, coll.Maps["hist"]
+	defer func() {
+		if err != nil {
+			p.Close()
+		}
+	}()
+	insns := make(asm.Instructions, len(ps.Instructions))
+	copy(insns, ps.Instructions)
+	for i := range insns {
+		ins := &insns[i]
+		switch {
+		case ins.IsLoadFromMap():
+			m := coll.Maps[ins.Reference()]
+			if m == nil {
+				return fmt.Errorf("session program: no map %q", ins.Reference())
+			}
+			// Keep the value offset (high half) of direct value loads.
+			ins.Constant = int64(uint64(ins.Constant)&^0xffffffff | uint64(uint32(m.FD())))
+		case ins.IsKfuncCall():
+			switch ins.Reference() {
+			case "bpf_session_cookie":
+				ins.Constant = int64(fs.cookie)
+			case "bpf_session_is_return":
+				ins.Constant = int64(fs.isRet)
+			default:
+				return fmt.Errorf("session program: unknown kfunc %q", ins.Reference())
+			}
+			ins.Offset = 0 // vmlinux BTF
+		case ins.IsFunctionCall():
+			return fmt.Errorf("session program: BPF-to-BPF call at %d: the loader resolves none", i)
+		}
+	}
+	var code bytes.Buffer
+	if err := insns.Marshal(&code, ps.ByteOrder); err != nil {
+		return fmt.Errorf("session program: %w", err)
+	}
+	btfID, err := targetFuncID(target, p.Target.Func)
+	if err != nil {
+		return err
+	}
+	fd, err := progLoad(code.Bytes(), fs.attachType, uint32(target.FD()), btfID)
+	runtime.KeepAlive(coll)
+	if err != nil {
+		return refusal(p.Target, "fsession", err)
+	}
+	prog, err := ebpf.NewProgramFromFD(fd)
+	if err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("session program: %w", err)
+	}
+	p.progs = append(p.progs, prog)
+	l, err := link.AttachRawLink(link.RawLinkOptions{Program: prog, Attach: ebpf.AttachType(fs.attachType)})
+	if err != nil {
+		return fmt.Errorf("attaching fsession to program %d (%s): %w", p.Target.ID, p.Target.Func, err)
+	}
+	p.links = append(p.links, l)
+	return nil
+}
+
+// targetFuncID is the BTF id of fn in target's own BTF.
+func targetFuncID(target *ebpf.Program, fn string) (uint32, error) {
+	h, err := target.Handle()
+	if err != nil {
+		return 0, fmt.Errorf("reading the target's BTF: %w", err)
+	}
+	defer h.Close()
+	spec, err := h.Spec(nil)
+	if err != nil {
+		return 0, fmt.Errorf("reading the target's BTF: %w", err)
+	}
+	var f *btf.Func
+	if err := spec.TypeByName(fn, &f); err != nil {
+		return 0, fmt.Errorf("target function %s: %w", fn, err)
+	}
+	id, err := spec.TypeID(f)
+	return uint32(id), err
+}
+
+// progLoad is BPF_PROG_LOAD of a tracing program attached to a BPF
+// program's function; on refusal it retries with the verifier log and
+// returns its last line with the errno.
+func progLoad(code []byte, attachType, targetFd, btfID uint32) (int, error) {
+	license := []byte("GPL\x00")
+	attr := progLoadAttr{
+		progType:           uint32(ebpf.Tracing),
+		insnCnt:            uint32(len(code) / asm.InstructionSize),
+		insns:              uint64(uintptr(unsafe.Pointer(&code[0]))),
+		license:            uint64(uintptr(unsafe.Pointer(&license[0]))),
+		expectedAttachType: attachType,
+		attachBTFID:        btfID,
+		attachProgFd:       targetFd,
+	}
+	copy(attr.progName[:], "prof_session")
+	load := func() (int, error) {
+		for {
+			fd, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_PROG_LOAD, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
+			runtime.KeepAlive(code)
+			runtime.KeepAlive(license)
+			if errno == unix.EAGAIN || errno == unix.EINTR {
+				continue
+			}
+			if errno != 0 {
+				return -1, errno
+			}
+			return int(fd), nil
+		}
+	}
+	fd, err := load()
+	if err == nil || errors.Is(err, unix.EPERM) {
+		return fd, err
+	}
+	log := make([]byte, 1<<16)
+	attr.logLevel, attr.logSize, attr.logBuf = 1, uint32(len(log)), uint64(uintptr(unsafe.Pointer(&log[0])))
+	fd, err2 := load()
+	runtime.KeepAlive(log)
+	if err2 == nil {
+		return fd, nil // loaded with the log on: a transient refusal
+	}
+	lines := strings.Split(strings.TrimSpace(string(bytes.TrimRight(log, "\x00"))), "\n")
+	return -1, fmt.Errorf("%s: %w", strings.TrimSpace(lines[len(lines)-1]), err)
+}
