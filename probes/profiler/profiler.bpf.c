@@ -43,6 +43,9 @@ struct {
 
 // Time 1 run in sample_mask+1 (a power of two minus one), set at load.
 const volatile __u64 sample_mask = 0;
+// Set where prof_count counts the runs (the timing programs are attached
+// for windows only): then they time every run they see and count none.
+const volatile __u8 timing_only = 0;
 
 extern __u64 *bpf_session_cookie(void *ctx) __ksym __weak;
 extern bool bpf_session_is_return(void *ctx) __ksym __weak;
@@ -83,9 +86,22 @@ int BPF_PROG(prof_entry)
 
 	if (!h)
 		return 0;
-	if (h->runs++ & sample_mask)
+	if (!timing_only && (h->runs++ & sample_mask))
 		return 0;
 	h->start_ns = bpf_ktime_get_ns();
+	return 0;
+}
+
+// Counts every run alone: the fentry that stays attached while the timing
+// programs come and go (windowed timing).
+SEC("fentry/target")
+int BPF_PROG(prof_count)
+{
+	__u32 k = 0;
+	struct hist *h = bpf_map_lookup_elem(&hist, &k);
+
+	if (h)
+		h->runs++;
 	return 0;
 }
 
@@ -129,7 +145,7 @@ static __always_inline int session(void *ctx, int skip)
 	h = bpf_map_lookup_elem(&hist, &k);
 	if (!h)
 		return 0;
-	if (h->runs++ & sample_mask) {
+	if (!timing_only && (h->runs++ & sample_mask)) {
 		*cookie = 0;
 		return skip; // 1: ask the trampoline not to run us at exit
 	}

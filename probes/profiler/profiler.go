@@ -120,6 +120,11 @@ type Options struct {
 	// SampleEvery times 1 run in SampleEvery (a power of two; 0 and 1:
 	// every run). Runs are counted exactly either way.
 	SampleEvery uint32
+	// Windowed counts every run with an fentry program of its own
+	// (prof_count) and attaches the timing programs only between
+	// SetTiming(true) and SetTiming(false): outside the windows a run pays
+	// one fentry, no exit hook and no clock. SampleEvery must be 0 or 1.
+	Windowed bool
 	// skipExit: the session returns 1 at the entry of an untimed run
 	// (cost test: does the kernel then skip the exit run?).
 	skipExit bool
@@ -129,6 +134,9 @@ func (o Options) sampleMask() (uint64, error) {
 	n := max(o.SampleEvery, 1)
 	if n&(n-1) != 0 {
 		return 0, fmt.Errorf("sample every %d runs: want a power of two", n)
+	}
+	if o.Windowed && n > 1 {
+		return 0, fmt.Errorf("windowed timing times every run in its windows: sample every 1, not %d", n)
 	}
 	return uint64(n - 1), nil
 }
@@ -141,10 +149,15 @@ type Profiler struct {
 	Shape       Shape
 	SessionErr  error
 	SampleEvery uint32
-	progs       []*ebpf.Program
-	maps        *ebpf.Collection
+	Windowed    bool
+	maps        *ebpf.Collection // the histogram, .rodata, and the cilium-loaded programs
 	hist        *ebpf.Map
-	links       []link.Link
+	count       *ebpf.Program   // Windowed: the counting fentry
+	countLink   link.Link       // Windowed
+	timing      []*ebpf.Program // the fsession program, or the pair
+	timingType  ebpf.AttachType // how to link timing: 0 for AttachTracing, else the raw fsession type
+	links       []link.Link     // the timing programs' links while attached
+	own         []*ebpf.Program // programs not in maps (the raw-loaded session)
 }
 
 // ErrNoBTF says the target has no BTF function info: the kernel attaches
@@ -188,59 +201,59 @@ func AttachWith(target *ebpf.Program, o Options) (*Profiler, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Profiler{Target: t, SampleEvery: uint32(mask + 1)}
+	p := &Profiler{Target: t, SampleEvery: uint32(mask + 1), Windowed: o.Windowed}
 	switch o.Shape {
-	case ShapeSession:
-		return p, p.attachSession(target, mask, o.skipExit)
 	case ShapeAuto:
-		if err := p.attachSession(target, mask, false); err == nil {
-			return p, nil
-		} else if errors.Is(err, unix.EPERM) {
-			return nil, err // the kernel refuses tracing BPF programs at all
-		} else {
-			p.SessionErr = err
+		err = p.load(target, o, ShapeSession, mask)
+		if err == nil || errors.Is(err, unix.EPERM) {
+			break // attached, or the kernel refuses tracing BPF programs at all
 		}
-		p.Shape = ShapePair
-		return p, p.attachPair(target, mask, "prof_entry", "prof_exit")
-	case ShapePair:
-		return p, p.attachPair(target, mask, "prof_entry", "prof_exit")
-	case shapeFloor:
-		return p, p.attachPair(target, mask, "floor_entry", "floor_exit")
-	case shapeFloorEntry:
-		return p, p.attachPair(target, mask, "floor_entry")
+		p.SessionErr = err
+		err = p.load(target, o, ShapePair, mask)
+	case ShapeSession, ShapePair, shapeFloor, shapeFloorEntry:
+		err = p.load(target, o, o.Shape, mask)
+	default:
+		err = fmt.Errorf("unknown profiler shape %q", o.Shape)
 	}
-	return nil, fmt.Errorf("unknown profiler shape %q", o.Shape)
+	if err == nil && !o.Windowed {
+		err = p.SetTiming(true)
+	}
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
 }
 
-// spec is the profiler's collection with sample_mask set and no programs.
-func spec(mask uint64) (*ebpf.CollectionSpec, map[string]*ebpf.ProgramSpec, error) {
+// load loads the shape's programs (and prof_count when windowed) and links
+// prof_count; the timing programs are linked by SetTiming.
+func (p *Profiler) load(target *ebpf.Program, o Options, shape Shape, mask uint64) error {
+	p.Close() // a refused session before a pair
+	p.Shape = shape
 	s, err := loadProfiler()
 	if err != nil {
-		return nil, nil, fmt.Errorf("reading profiler spec: %w", err)
+		return fmt.Errorf("reading profiler spec: %w", err)
 	}
 	if err := s.Variables["sample_mask"].Set(mask); err != nil {
-		return nil, nil, fmt.Errorf("setting sample_mask: %w", err)
+		return fmt.Errorf("setting sample_mask: %w", err)
+	}
+	if err := s.Variables["timing_only"].Set(boolByte(o.Windowed)); err != nil {
+		return fmt.Errorf("setting timing_only: %w", err)
+	}
+	var names []string
+	switch shape {
+	case ShapePair:
+		names = []string{"prof_entry", "prof_exit"}
+	case shapeFloor:
+		names = []string{"floor_entry", "floor_exit"}
+	case shapeFloorEntry:
+		names = []string{"floor_entry"}
+	}
+	if o.Windowed {
+		names = append(names, "prof_count")
 	}
 	progs := s.Programs
 	s.Programs = map[string]*ebpf.ProgramSpec{}
-	return s, progs, nil
-}
-
-func refusal(t Target, what string, err error) error {
-	if errors.Is(err, unix.EPERM) {
-		// cilium/ebpf's hint says MEMLOCK; here it is the kernel
-		// refusing the trampoline (the CI host's 6.18 does).
-		return fmt.Errorf("the kernel refuses %s on program %d (%s): %w", what, t.ID, t.Func, unix.EPERM)
-	}
-	return fmt.Errorf("loading %s on program %d (%s): %w", what, t.ID, t.Func, err)
-}
-
-func (p *Profiler) attachPair(target *ebpf.Program, mask uint64, names ...string) (err error) {
-	p.Shape = ShapePair
-	s, progs, err := spec(mask)
-	if err != nil {
-		return err
-	}
 	for _, name := range names {
 		ps := progs[name]
 		ps.AttachTarget = target
@@ -252,21 +265,81 @@ func (p *Profiler) attachPair(target *ebpf.Program, mask uint64, names ...string
 		return refusal(p.Target, "fentry/fexit", err)
 	}
 	p.maps, p.hist = coll, coll.Maps["hist"]
-	defer func() {
-		if err != nil {
-			p.Close()
+	if shape == ShapeSession {
+		name := "prof_session"
+		if o.skipExit {
+			name = "prof_session_skip"
 		}
-	}()
-	for _, name := range names {
-		prog := coll.Programs[name]
-		p.progs = append(p.progs, prog)
-		l, err := link.AttachTracing(link.TracingOptions{Program: prog})
+		prog, at, err := loadSession(progs[name], coll, target, p.Target)
 		if err != nil {
-			return fmt.Errorf("attaching fentry/fexit to program %d (%s): %w", p.Target.ID, p.Target.Func, err)
+			return err
+		}
+		p.own = append(p.own, prog)
+		p.timing, p.timingType = []*ebpf.Program{prog}, at
+	} else {
+		for _, name := range names {
+			if name != "prof_count" {
+				p.timing = append(p.timing, coll.Programs[name])
+			}
+		}
+	}
+	if o.Windowed {
+		p.count = coll.Programs["prof_count"]
+		l, err := link.AttachTracing(link.TracingOptions{Program: p.count})
+		if err != nil {
+			return fmt.Errorf("attaching fentry to program %d (%s): %w", p.Target.ID, p.Target.Func, err)
+		}
+		p.countLink = l
+	}
+	return nil
+}
+
+func boolByte(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// SetTiming attaches (on) or detaches the timing programs. Without
+// Options.Windowed they stay attached from AttachWith to Close. Each change
+// rewrites the target's trampoline (text patching): call it per window, not
+// per run.
+func (p *Profiler) SetTiming(on bool) error {
+	if !on {
+		for _, l := range p.links {
+			l.Close()
+		}
+		p.links = nil
+		return nil
+	}
+	if len(p.links) > 0 {
+		return nil
+	}
+	for _, prog := range p.timing {
+		var l link.Link
+		var err error
+		if p.timingType != 0 {
+			l, err = link.AttachRawLink(link.RawLinkOptions{Program: prog, Attach: p.timingType})
+		} else {
+			l, err = link.AttachTracing(link.TracingOptions{Program: prog})
+		}
+		if err != nil {
+			p.SetTiming(false)
+			return fmt.Errorf("attaching %s to program %d (%s): %w", p.Shape, p.Target.ID, p.Target.Func, err)
 		}
 		p.links = append(p.links, l)
 	}
 	return nil
+}
+
+func refusal(t Target, what string, err error) error {
+	if errors.Is(err, unix.EPERM) {
+		// cilium/ebpf's hint says MEMLOCK; here it is the kernel
+		// refusing the trampoline (the CI host's 6.18 does).
+		return fmt.Errorf("the kernel refuses %s on program %d (%s): %w", what, t.ID, t.Func, unix.EPERM)
+	}
+	return fmt.Errorf("loading %s on program %d (%s): %w", what, t.ID, t.Func, err)
 }
 
 // AttachID attaches to the program with the given id.
@@ -314,7 +387,11 @@ func (p *Profiler) exits() uint64 {
 // them out of selection, so it never profiles its profiler).
 func (p *Profiler) ProgramIDs() []uint32 {
 	var out []uint32
-	for _, prog := range p.progs {
+	progs := append([]*ebpf.Program{p.count}, p.timing...)
+	for _, prog := range progs {
+		if prog == nil {
+			continue
+		}
 		if info, err := prog.Info(); err == nil {
 			if id, ok := info.ID(); ok {
 				out = append(out, uint32(id))
@@ -326,18 +403,18 @@ func (p *Profiler) ProgramIDs() []uint32 {
 
 // Close detaches and unloads the profiler; a half-attached one too.
 func (p *Profiler) Close() error {
-	for _, l := range p.links {
-		l.Close()
+	p.SetTiming(false)
+	if p.countLink != nil {
+		p.countLink.Close()
+		p.countLink = nil
 	}
-	p.links = nil
-	for _, prog := range p.progs {
+	for _, prog := range p.own {
 		prog.Close()
 	}
-	p.progs = nil
 	if p.maps != nil {
-		p.maps.Close() // the pair's programs are in it too: Close is idempotent
-		p.maps = nil
+		p.maps.Close()
 	}
+	p.own, p.maps, p.hist, p.count, p.timing, p.timingType = nil, nil, nil, nil, nil, 0
 	return nil
 }
 
@@ -369,8 +446,20 @@ func LoadTimedTarget(loops uint32) (*TimedTarget, error) {
 	return &TimedTarget{Prog: coll.Programs["timed_target"], coll: coll}, nil
 }
 
+// Trigger runs the target exactly n times, one BPF_PROG_TEST_RUN each (a
+// test run of one run is never cut short by a signal and repeated).
+func (t *TimedTarget) Trigger(n int) error {
+	for range n {
+		if _, err := t.Prog.Run(&ebpf.RunOptions{Data: make([]byte, 14), Repeat: 1}); err != nil {
+			return fmt.Errorf("test-running the timed target: %w", err)
+		}
+	}
+	return nil
+}
+
 // Fire runs the target n times in one BPF_PROG_TEST_RUN and returns the
-// kernel's mean ns per run.
+// kernel's mean ns per run. A signal cuts the test run short and it is
+// repeated: the target may run more than n times (use Trigger to count).
 func (t *TimedTarget) Fire(n int) (float64, error) {
 	_, d, err := t.Prog.Benchmark(make([]byte, 14), n, nil)
 	if err != nil {

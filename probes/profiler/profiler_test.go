@@ -121,6 +121,35 @@ func TestProfilesTimedTargets(t *testing.T) {
 			checkTimedTargets(t, ts, tl, ps, pl, fires, uint64(max(o.SampleEvery, 1)), name)
 		})
 	}
+	// Windowed: prof_count counts every run, the timing programs time only
+	// while attached: 300 runs outside the window, 1,000 in it.
+	t.Run("windowed", func(t *testing.T) {
+		p, err := AttachWith(ts.Prog, Options{Windowed: true})
+		if err != nil {
+			refusedOrFatal(t, err)
+		}
+		defer p.Close()
+		if err := ts.Trigger(300); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.SetTiming(true); err != nil {
+			t.Fatal(err)
+		}
+		if err := ts.Trigger(fires); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.SetTiming(false); err != nil {
+			t.Fatal(err)
+		}
+		h, err := p.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Count != 300+fires || h.Timed != fires {
+			t.Errorf("windowed %s: %d runs, %d timed; want %d runs, %d timed", p.Shape, h.Count, h.Timed, 300+fires, fires)
+		}
+		t.Logf("windowed %s: runs %d timed %d p50 %.0f ns", p.Shape, h.Count, h.Timed, h.Quantile(0.5))
+	})
 	// The default picks a shape by itself and says why not fsession.
 	p := attachOrSkip(t, ts.Prog)
 	t.Logf("default shape: %s (fsession refused: %v)", p.Shape, p.SessionErr)
@@ -128,10 +157,10 @@ func TestProfilesTimedTargets(t *testing.T) {
 
 func checkTimedTargets(t *testing.T, ts, tl *TimedTarget, ps, pl *Profiler, fires int, every uint64, name string) {
 	t.Helper()
-	if _, err := ts.Fire(fires); err != nil {
+	if err := ts.Trigger(fires); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tl.Fire(fires); err != nil {
+	if err := tl.Trigger(fires); err != nil {
 		t.Fatal(err)
 	}
 	hs, err := ps.Read()
@@ -197,7 +226,7 @@ func TestProfilerCostAgainstStats(t *testing.T) {
 	}
 	cs, _ := os.ReadFile("/sys/devices/system/clocksource/clocksource0/current_clocksource")
 	t.Logf("clocksource %s; fsession in kernel BTF: %v", strings.TrimSpace(string(cs)), HaveSession())
-	const n, rounds = 20_000, 7
+	const n, rounds = 50_000, 9
 	median := func(xs []float64) float64 {
 		xs = append([]float64(nil), xs...)
 		sort.Float64s(xs)
@@ -223,7 +252,7 @@ func TestProfilerCostAgainstStats(t *testing.T) {
 	b, s := median(base), median(stats)
 	statsAdd := s - b
 	t.Logf("cost: nothing %.0f ns/run; stats on +%.0f ns/run", b, statsAdd)
-	for _, v := range []struct {
+	variants := []struct {
 		name string
 		o    Options
 	}{
@@ -236,41 +265,66 @@ func TestProfilerCostAgainstStats(t *testing.T) {
 		{"fsession, 1 in 8 timed", Options{Shape: ShapeSession, SampleEvery: 8}},
 		{"fsession, 1 in 64 timed", Options{Shape: ShapeSession, SampleEvery: 64}},
 		{"fsession, 1 in 64, entry returns 1", Options{Shape: ShapeSession, SampleEvery: 64, skipExit: true}},
-	} {
-		p, err := AttachWith(tt.Prog, v.o)
-		if err != nil {
-			if v.o.Shape == ShapeSession {
-				t.Logf("cost: %s: not measured: %v", v.name, err)
-				continue
+		{"windowed, outside a window (count)", Options{Windowed: true}},
+	}
+	// Two passes: TCG's timings drift with the host's load, and the
+	// second pass shows how far a figure moves between passes.
+	for pass := 1; pass <= 2; pass++ {
+		for _, v := range variants {
+			p, err := AttachWith(tt.Prog, v.o)
+			if err != nil {
+				if v.o.Shape == ShapeSession {
+					t.Logf("cost: pass %d: %s: not measured: %v", pass, v.name, err)
+					continue
+				}
+				refusedOrFatal(t, err)
 			}
+			fire() // warm
+			var xs []float64
+			for r := 0; r < rounds; r++ {
+				xs = append(xs, fire())
+			}
+			h, err := p.Read()
+			if err != nil {
+				t.Fatal(err)
+			}
+			add := median(xs) - b
+			extra := ""
+			if v.o.Shape == ShapeSession {
+				extra = fmt.Sprintf(", %d exit runs", p.exits())
+			}
+			t.Logf("cost: pass %d: %-36s +%5.0f ns/run = %.2f x stats (%d runs, %d timed%s)", pass, v.name, add, add/statsAdd, h.Count, h.Timed, extra)
+			// A test run cut short by a signal is repeated: at least, not
+			// exactly, n per fire.
+			if counts := v.o.Shape != shapeFloor && v.o.Shape != shapeFloorEntry; counts && h.Count < uint64(n*(rounds+1)) {
+				t.Errorf("%s: counted %d runs, want at least %d", v.name, h.Count, n*(rounds+1))
+			}
+			p.Close()
+		}
+		// Windowed for real: timing attached for 1 round in 10 (as the
+		// agent would for 1 s of 10 s), the trampoline rewritten twice.
+		p, err := AttachWith(tt.Prog, Options{Windowed: true})
+		if err != nil {
 			refusedOrFatal(t, err)
 		}
-		fire() // warm
-		var xs []float64
-		for r := 0; r < rounds; r++ {
-			xs = append(xs, fire())
+		var sum float64
+		for r := 0; r < 10; r++ {
+			if err := p.SetTiming(r == 0); err != nil {
+				t.Fatal(err)
+			}
+			sum += fire()
 		}
-		h, err := p.Read()
-		if err != nil {
-			t.Fatal(err)
-		}
-		add := median(xs) - b
-		extra := ""
-		if v.o.Shape == ShapeSession {
-			extra = fmt.Sprintf(", %d exit runs", p.exits())
-		}
-		t.Logf("cost: %-36s +%5.0f ns/run = %.2f x stats (%d runs, %d timed%s)", v.name, add, add/statsAdd, h.Count, h.Timed, extra)
-		if want := uint64(n * (rounds + 1)); h.Count != want && v.o.Shape != shapeFloor && v.o.Shape != shapeFloorEntry {
-			t.Errorf("%s: counted %d runs, want %d", v.name, h.Count, want)
-		}
+		h, _ := p.Read()
+		add := sum/10 - b
+		t.Logf("cost: pass %d: %-36s +%5.0f ns/run = %.2f x stats (%d runs, %d timed, %s)", pass, "windowed, timing 1 round in 10", add, add/statsAdd, h.Count, h.Timed, p.Shape)
 		p.Close()
+		var again []float64
+		for r := 0; r < rounds; r++ {
+			again = append(again, fire())
+		}
+		t.Logf("cost: pass %d: nothing again %.0f ns/run (drift over the pass)", pass, median(again))
 	}
-	var again []float64
-	for r := 0; r < rounds; r++ {
-		again = append(again, fire())
-	}
-	t.Logf("cost: nothing again %.0f ns/run (drift over the test)", median(again))
-	fmt.Printf("BENCH profiler: see the cost: lines above; stats on adds %.0f ns/run\n", statsAdd)
+	fmt.Printf("BENCH profiler: see the cost: lines; stats on adds %.0f ns/run\n", statsAdd)
 }
 
 func TestQuantile(t *testing.T) {

@@ -31,6 +31,7 @@ const (
 	profilerMapHist             = "hist"
 	profilerProgFloorEntry      = "floor_entry"
 	profilerProgFloorExit       = "floor_exit"
+	profilerProgProfCount       = "prof_count"
 	profilerProgProfEntry       = "prof_entry"
 	profilerProgProfExit        = "prof_exit"
 	profilerProgProfSession     = "prof_session"
@@ -39,6 +40,7 @@ const (
 	profilerVarLoops            = "loops"
 	profilerVarSampleMask       = "sample_mask"
 	profilerVarSink             = "sink"
+	profilerVarTimingOnly       = "timing_only"
 )
 
 // loadProfiler returns the embedded CollectionSpec for profiler.
@@ -85,6 +87,7 @@ type profilerSpecs struct {
 type profilerProgramSpecs struct {
 	FloorEntry      *ebpf.ProgramSpec `ebpf:"floor_entry"`
 	FloorExit       *ebpf.ProgramSpec `ebpf:"floor_exit"`
+	ProfCount       *ebpf.ProgramSpec `ebpf:"prof_count"`
 	ProfEntry       *ebpf.ProgramSpec `ebpf:"prof_entry"`
 	ProfExit        *ebpf.ProgramSpec `ebpf:"prof_exit"`
 	ProfSession     *ebpf.ProgramSpec `ebpf:"prof_session"`
@@ -106,6 +109,7 @@ type profilerVariableSpecs struct {
 	Loops      *ebpf.VariableSpec `ebpf:"loops"`
 	SampleMask *ebpf.VariableSpec `ebpf:"sample_mask"`
 	Sink       *ebpf.VariableSpec `ebpf:"sink"`
+	TimingOnly *ebpf.VariableSpec `ebpf:"timing_only"`
 }
 
 // profilerObjects contains all objects after they have been loaded into the kernel.
@@ -144,6 +148,7 @@ type profilerVariables struct {
 	Loops      *ebpf.Variable `ebpf:"loops"`
 	SampleMask *ebpf.Variable `ebpf:"sample_mask"`
 	Sink       *ebpf.Variable `ebpf:"sink"`
+	TimingOnly *ebpf.Variable `ebpf:"timing_only"`
 }
 
 // profilerPrograms contains all programs after they have been loaded into the kernel.
@@ -152,6 +157,7 @@ type profilerVariables struct {
 type profilerPrograms struct {
 	FloorEntry      *ebpf.Program `ebpf:"floor_entry"`
 	FloorExit       *ebpf.Program `ebpf:"floor_exit"`
+	ProfCount       *ebpf.Program `ebpf:"prof_count"`
 	ProfEntry       *ebpf.Program `ebpf:"prof_entry"`
 	ProfExit        *ebpf.Program `ebpf:"prof_exit"`
 	ProfSession     *ebpf.Program `ebpf:"prof_session"`
@@ -163,6 +169,7 @@ func (p *profilerPrograms) Close() error {
 	return _ProfilerClose(
 		p.FloorEntry,
 		p.FloorExit,
+		p.ProfCount,
 		p.ProfEntry,
 		p.ProfExit,
 		p.ProfSession,

@@ -12,7 +12,6 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
-	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 )
 
@@ -90,35 +89,16 @@ type progLoadAttr struct {
 	fdArray            uint64
 }
 
-// attachSession loads the session program with BPF_PROG_LOAD itself:
+// loadSession loads the session program with BPF_PROG_LOAD itself:
 // cilium/ebpf v0.22 knows no BPF_TRACE_FSESSION and will not resolve a
-// target for it. The maps come from cilium/ebpf; this fills their fds, the
-// kfuncs' BTF ids and the target into the program and its load attributes.
-func (p *Profiler) attachSession(target *ebpf.Program, mask uint64, skip bool) (err error) {
-	p.Shape = ShapeSession
+// target for it. The maps come from coll; this fills their fds, the kfuncs'
+// BTF ids and the target into the program and its load attributes, and
+// returns the program with the attach type to link it with.
+func loadSession(ps *ebpf.ProgramSpec, coll *ebpf.Collection, target *ebpf.Program, t Target) (*ebpf.Program, ebpf.AttachType, error) {
 	fs, err := probeSession()
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
-	s, progs, err := spec(mask)
-	if err != nil {
-		return err
-	}
-	name := "prof_session"
-	if skip {
-		name = "prof_session_skip"
-	}
-	ps := progs[name]
-	coll, err := ebpf.NewCollection(s) // maps only
-	if err != nil {
-		return fmt.Errorf("creating the profiler's maps: %w", err)
-	}
-	p.maps, p.hist = coll, coll.Maps["hist"]
-	defer func() {
-		if err != nil {
-			p.Close()
-		}
-	}()
 	insns := make(asm.Instructions, len(ps.Instructions))
 	copy(insns, ps.Instructions)
 	for i := range insns {
@@ -127,7 +107,7 @@ func (p *Profiler) attachSession(target *ebpf.Program, mask uint64, skip bool) (
 		case ins.IsLoadFromMap():
 			m := coll.Maps[ins.Reference()]
 			if m == nil {
-				return fmt.Errorf("session program: no map %q", ins.Reference())
+				return nil, 0, fmt.Errorf("session program: no map %q", ins.Reference())
 			}
 			// Keep the value offset (high half) of direct value loads.
 			ins.Constant = int64(uint64(ins.Constant)&^0xffffffff | uint64(uint32(m.FD())))
@@ -138,38 +118,33 @@ func (p *Profiler) attachSession(target *ebpf.Program, mask uint64, skip bool) (
 			case "bpf_session_is_return":
 				ins.Constant = int64(fs.isRet)
 			default:
-				return fmt.Errorf("session program: unknown kfunc %q", ins.Reference())
+				return nil, 0, fmt.Errorf("session program: unknown kfunc %q", ins.Reference())
 			}
 			ins.Offset = 0 // vmlinux BTF
 		case ins.IsFunctionCall():
-			return fmt.Errorf("session program: BPF-to-BPF call at %d: the loader resolves none", i)
+			return nil, 0, fmt.Errorf("session program: BPF-to-BPF call at %d: the loader resolves none", i)
 		}
 	}
 	var code bytes.Buffer
 	if err := insns.Marshal(&code, ps.ByteOrder); err != nil {
-		return fmt.Errorf("session program: %w", err)
+		return nil, 0, fmt.Errorf("session program: %w", err)
 	}
-	btfID, err := targetFuncID(target, p.Target.Func)
+	btfID, err := targetFuncID(target, t.Func)
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
 	fd, err := progLoad(code.Bytes(), fs.attachType, uint32(target.FD()), btfID)
 	runtime.KeepAlive(coll)
+	runtime.KeepAlive(target)
 	if err != nil {
-		return refusal(p.Target, "fsession", err)
+		return nil, 0, refusal(t, "fsession", err)
 	}
 	prog, err := ebpf.NewProgramFromFD(fd)
 	if err != nil {
 		unix.Close(fd)
-		return fmt.Errorf("session program: %w", err)
+		return nil, 0, fmt.Errorf("session program: %w", err)
 	}
-	p.progs = append(p.progs, prog)
-	l, err := link.AttachRawLink(link.RawLinkOptions{Program: prog, Attach: ebpf.AttachType(fs.attachType)})
-	if err != nil {
-		return fmt.Errorf("attaching fsession to program %d (%s): %w", p.Target.ID, p.Target.Func, err)
-	}
-	p.links = append(p.links, l)
-	return nil
+	return prog, ebpf.AttachType(fs.attachType), nil
 }
 
 // targetFuncID is the BTF id of fn in target's own BTF.
@@ -231,6 +206,9 @@ func progLoad(code []byte, attachType, targetFd, btfID uint32) (int, error) {
 	if err2 == nil {
 		return fd, nil // loaded with the log on: a transient refusal
 	}
+	// The verifier's reason is among the last lines, before its
+	// "processed N insns" summary.
 	lines := strings.Split(strings.TrimSpace(string(bytes.TrimRight(log, "\x00"))), "\n")
-	return -1, fmt.Errorf("%s: %w", strings.TrimSpace(lines[len(lines)-1]), err)
+	lines = lines[max(0, len(lines)-3):]
+	return -1, fmt.Errorf("verifier: %s: %w", strings.Join(lines, " | "), err)
 }

@@ -43,10 +43,10 @@ func TestAgentProfilesTimedTargets(t *testing.T) {
 		t.Fatalf("first scan: %v", err)
 	}
 	before := map[uint32]uint64{sid: stats(t, short.Prog).RunCount, lid: stats(t, long.Prog).RunCount}
-	if _, err := short.Fire(fires); err != nil {
+	if err := short.Trigger(fires); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := long.Fire(fires); err != nil {
+	if err := long.Trigger(fires); err != nil {
 		t.Fatal(err)
 	}
 	kernel := map[uint32]uint64{sid: stats(t, short.Prog).RunCount - before[sid], lid: stats(t, long.Prog).RunCount - before[lid]}
