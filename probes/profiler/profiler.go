@@ -427,13 +427,17 @@ type TimedTarget struct {
 
 // LoadTimedTarget loads a timed target of loops iterations.
 func LoadTimedTarget(loops uint32) (*TimedTarget, error) {
+	return loadNamedTarget("timed_target", loops)
+}
+
+func loadNamedTarget(name string, loops uint32) (*TimedTarget, error) {
 	spec, err := loadProfiler()
 	if err != nil {
 		return nil, fmt.Errorf("reading profiler spec: %w", err)
 	}
-	for name := range spec.Programs {
-		if name != "timed_target" {
-			delete(spec.Programs, name)
+	for n := range spec.Programs {
+		if n != name {
+			delete(spec.Programs, n)
 		}
 	}
 	if err := spec.Variables["loops"].Set(loops); err != nil {
@@ -443,7 +447,7 @@ func LoadTimedTarget(loops uint32) (*TimedTarget, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading the timed target: %w", err)
 	}
-	return &TimedTarget{Prog: coll.Programs["timed_target"], coll: coll}, nil
+	return &TimedTarget{Prog: coll.Programs[name], coll: coll}, nil
 }
 
 // Trigger runs the target exactly n times, one BPF_PROG_TEST_RUN each (a

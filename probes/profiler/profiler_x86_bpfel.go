@@ -29,6 +29,8 @@ type profilerHist struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	profilerMapHist             = "hist"
+	profilerProgClockNone       = "clock_none"
+	profilerProgClockTwice      = "clock_twice"
 	profilerProgFloorEntry      = "floor_entry"
 	profilerProgFloorExit       = "floor_exit"
 	profilerProgProfCount       = "prof_count"
@@ -85,6 +87,8 @@ type profilerSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type profilerProgramSpecs struct {
+	ClockNone       *ebpf.ProgramSpec `ebpf:"clock_none"`
+	ClockTwice      *ebpf.ProgramSpec `ebpf:"clock_twice"`
 	FloorEntry      *ebpf.ProgramSpec `ebpf:"floor_entry"`
 	FloorExit       *ebpf.ProgramSpec `ebpf:"floor_exit"`
 	ProfCount       *ebpf.ProgramSpec `ebpf:"prof_count"`
@@ -155,6 +159,8 @@ type profilerVariables struct {
 //
 // It can be passed to loadProfilerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type profilerPrograms struct {
+	ClockNone       *ebpf.Program `ebpf:"clock_none"`
+	ClockTwice      *ebpf.Program `ebpf:"clock_twice"`
 	FloorEntry      *ebpf.Program `ebpf:"floor_entry"`
 	FloorExit       *ebpf.Program `ebpf:"floor_exit"`
 	ProfCount       *ebpf.Program `ebpf:"prof_count"`
@@ -167,6 +173,8 @@ type profilerPrograms struct {
 
 func (p *profilerPrograms) Close() error {
 	return _ProfilerClose(
+		p.ClockNone,
+		p.ClockTwice,
 		p.FloorEntry,
 		p.FloorExit,
 		p.ProfCount,

@@ -206,9 +206,14 @@ func progLoad(code []byte, attachType, targetFd, btfID uint32) (int, error) {
 	if err2 == nil {
 		return fd, nil // loaded with the log on: a transient refusal
 	}
-	// The verifier's reason is among the last lines, before its
-	// "processed N insns" summary.
+	// The verifier's reason: a line naming R0 at exit, or else its last
+	// lines.
 	lines := strings.Split(strings.TrimSpace(string(bytes.TrimRight(log, "\x00"))), "\n")
+	for i, l := range lines {
+		if strings.Contains(l, "should have been") || strings.Contains(l, "At program exit") {
+			return -1, fmt.Errorf("verifier: %s: %w", strings.Join(lines[i:min(i+2, len(lines))], " "), err)
+		}
+	}
 	lines = lines[max(0, len(lines)-3):]
 	return -1, fmt.Errorf("verifier: %s: %w", strings.Join(lines, " | "), err)
 }
