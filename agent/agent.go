@@ -26,6 +26,9 @@ type Config struct {
 	// (probes/profiler): id:N, name:S, tag:S, attach:S, owner:S or a bare
 	// word matching any of them.
 	Profile []string
+	// ProfileWindow of every ProfilePeriod is when profiled programs are
+	// timed (runs are counted always); zero: every run timed.
+	ProfileWindow, ProfilePeriod time.Duration
 	// QuietIntervals is how many consecutive scans without new misses close
 	// a miss episode. Default 2.
 	QuietIntervals int
@@ -158,7 +161,7 @@ func New(cfg Config) (*Agent, error) {
 			a.stats.close()
 			return nil, err
 		}
-		a.prof = newProfiles(cfg.Profile)
+		a.prof = newProfiles(cfg.Profile, cfg.ProfileWindow, cfg.ProfilePeriod)
 	}
 	// The scan source is chosen once per kernel, here (after every
 	// check that can fail New, so nothing leaks): the iterator when

@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/bpfleet/bpfleet/probes/profiler"
 )
@@ -20,6 +22,11 @@ type ProfileStat struct {
 	// Shape is how: "fsession" (one program) or "fentry/fexit" (a pair,
 	// on kernels without fsession or refusing it on a BPF program).
 	Shape string `json:"shape,omitempty"`
+	// Timing is "every run", or "windows W of P" where runs are timed only
+	// inside windows (Config.ProfileWindow): Runs stay exact, Buckets,
+	// SumNs, MaxNs and the percentiles then describe the TimedRuns.
+	Timing    string `json:"timing,omitempty"`
+	TimedRuns uint64 `json:"timed_runs"`
 	// Cumulative since the profiler attached: Buckets[b] counts runs of
 	// [2^b, 2^(b+1)) ns (bucket 0 also 0 ns).
 	Buckets []uint64 `json:"buckets,omitempty"`
@@ -64,6 +71,18 @@ func ValidateProfileSelectors(sels []string) error {
 	return nil
 }
 
+// ValidateProfileWindow checks --window/--period: no window (every run
+// timed), or a window shorter than its period.
+func ValidateProfileWindow(window, period time.Duration) error {
+	switch {
+	case window < 0:
+		return fmt.Errorf("profile window %v: want positive, or 0 to time every run", window)
+	case window > 0 && period <= window:
+		return fmt.Errorf("profile window %v of period %v: the window must be shorter than the period", window, period)
+	}
+	return nil
+}
+
 func matchOwner(p *Program, v string) bool {
 	for _, o := range p.Owners {
 		if o.Comm == v || o.ContainerID == v || (len(v) >= 12 && strings.HasPrefix(o.ContainerID, v)) || o.PodName == v {
@@ -99,9 +118,17 @@ func profileMatch(sels []string, p *Program) bool {
 type profiles struct {
 	sels   []string
 	opts   profiler.Options
+	timing string
 	active map[uint32]*profiled
 	failed map[uint32]string
 	own    map[uint32]bool // the profilers' own programs
+
+	// Windowed timing: the timing programs are attached for window of
+	// every period by a goroutine of their own; mu guards active and on.
+	mu   sync.Mutex
+	on   bool
+	stop chan struct{}
+	done chan struct{}
 }
 
 type profiled struct {
@@ -109,13 +136,59 @@ type profiled struct {
 	prev profiler.Histogram
 }
 
-func newProfiles(sels []string) *profiles {
-	return &profiles{sels: sels, active: map[uint32]*profiled{}, failed: map[uint32]string{}, own: map[uint32]bool{}}
+// newProfiles starts the profiles; with window > 0 each selected program
+// is timed only for window of every period (a counting fentry stays
+// attached: runs stay exact), which is what makes profiling cheaper per
+// run than stats (see METRICS.md).
+func newProfiles(sels []string, window, period time.Duration) *profiles {
+	pr := &profiles{sels: sels, timing: "every run", active: map[uint32]*profiled{}, failed: map[uint32]string{}, own: map[uint32]bool{}}
+	if window > 0 && period > window {
+		pr.opts.Windowed = true
+		pr.timing = fmt.Sprintf("windows %v of %v", window, period)
+		pr.stop, pr.done = make(chan struct{}), make(chan struct{})
+		go pr.windows(window, period)
+	}
+	return pr
+}
+
+// windows attaches the timing programs for window, detaches them for
+// period-window, until close. Each switch rewrites each target's
+// trampoline: twice a period, never per run.
+func (pr *profiles) windows(window, period time.Duration) {
+	defer close(pr.done)
+	for {
+		pr.setTiming(true)
+		select {
+		case <-pr.stop:
+			return
+		case <-time.After(window):
+		}
+		pr.setTiming(false)
+		select {
+		case <-pr.stop:
+			return
+		case <-time.After(period - window):
+		}
+	}
+}
+
+func (pr *profiles) setTiming(on bool) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	pr.on = on
+	for id, a := range pr.active {
+		if err := a.p.SetTiming(on); err != nil {
+			// The next scan reports it: the profile stays, untimed.
+			pr.failed[id] = fmt.Sprintf("cannot time program %d: %v", id, err)
+		}
+	}
 }
 
 // update attaches to newly selected programs, reads the others and drops
 // the vanished; it fills ps[i].Profile for every selected program.
 func (pr *profiles) update(ps []ProgramStat) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
 	present := make(map[uint32]bool, len(ps))
 	for i := range ps {
 		p := &ps[i]
@@ -139,6 +212,11 @@ func (pr *profiles) update(ps []ProgramStat) {
 			for _, id := range prof.ProgramIDs() {
 				pr.own[id] = true
 			}
+			if pr.opts.Windowed && pr.on {
+				if err := prof.SetTiming(true); err != nil {
+					p.Profile = &ProfileStat{Error: fmt.Sprintf("cannot time program %d (%s): %v", p.ID, p.Name, err)}
+				}
+			}
 			a = &profiled{p: prof}
 			pr.active[p.ID] = a
 		}
@@ -149,7 +227,7 @@ func (pr *profiles) update(ps []ProgramStat) {
 		}
 		d := h.Sub(a.prev)
 		a.prev = h
-		st := &ProfileStat{Func: a.p.Target.Func, Shape: string(a.p.Shape), Buckets: append([]uint64(nil), h.Buckets[:]...), Runs: h.Count, SumNs: h.SumNs, MaxNs: h.MaxNs,
+		st := &ProfileStat{Func: a.p.Target.Func, Shape: string(a.p.Shape), Timing: pr.timing, TimedRuns: h.Timed, Buckets: append([]uint64(nil), h.Buckets[:]...), Runs: h.Count, SumNs: h.SumNs, MaxNs: h.MaxNs,
 			IntervalRuns: d.Count, P50Ns: d.Quantile(0.5), P90Ns: d.Quantile(0.9), P99Ns: d.Quantile(0.99)}
 		st.MeanNs = d.MeanNs()
 		p.Profile = st
@@ -181,6 +259,13 @@ func (pr *profiles) errors() []string {
 }
 
 func (pr *profiles) close() {
+	if pr.stop != nil {
+		close(pr.stop)
+		<-pr.done
+		pr.stop = nil
+	}
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
 	for id, a := range pr.active {
 		a.p.Close()
 		delete(pr.active, id)

@@ -93,13 +93,15 @@ func (p *profileProducer) Produce(context.Context) ([]metricdata.ScopeMetrics, e
 	h := metricdata.Histogram[float64]{Temporality: metricdata.CumulativeTemporality}
 	for _, s := range v.profiles {
 		counts := make([]uint64, len(profileBounds)+1)
+		var timed uint64 // = Runs unless timed in windows only
 		for b, n := range s.prof.Buckets {
 			counts[min(b, len(profileBounds))] += n
+			timed += n
 		}
 		maxS := float64(s.prof.MaxNs) / 1e9
 		h.DataPoints = append(h.DataPoints, metricdata.HistogramDataPoint[float64]{
 			Attributes: s.attrs, StartTime: s.start, Time: now,
-			Count: s.prof.Runs, Sum: float64(s.prof.SumNs) / 1e9, Bounds: profileBounds, BucketCounts: counts,
+			Count: timed, Sum: float64(s.prof.SumNs) / 1e9, Bounds: profileBounds, BucketCounts: counts,
 			Max: metricdata.NewExtrema(maxS),
 		})
 	}

@@ -18,9 +18,10 @@ import (
 
 func init() {
 	var (
-		every time.Duration
-		count int
-		scan  config.Scan
+		every          time.Duration
+		count          int
+		window, period time.Duration
+		scan           config.Scan
 	)
 	cmd := &cobra.Command{
 		Use:   "profile PROG...",
@@ -28,8 +29,11 @@ func init() {
 		Long: `profile attaches an fentry/fexit pair to each chosen program (as bpftool prog
 profile does for perf counters) and records every run's duration in a per-CPU
 log2 histogram; every --interval it prints runs, runs/s, p50/p90/p99, max and
-mean. BPF_ENABLE_STATS stays off: only the profiled programs pay, and only
-for the trampoline and two clock reads.
+mean. BPF_ENABLE_STATS stays off: only the profiled programs pay: the
+trampoline (one fsession program where the kernel has it, else an
+fentry/fexit pair) and two clock reads per run. With --window, runs are timed
+only for that window of every --period (a counting fentry stays attached, so
+runs stay exact): outside the windows a run pays one empty-ish fentry.
 
 PROG is id:N, name:S, tag:S, attach:S (attach type), owner:S (process name,
 container id or pod name), or a bare word matching any of them. A program
@@ -47,8 +51,12 @@ saying so.`,
 			if err := agent.ValidateProfileSelectors(args); err != nil {
 				return config.Usage(err)
 			}
+			if err := agent.ValidateProfileWindow(window, period); err != nil {
+				return config.Usage(err)
+			}
 			cfg := agentConfig(scan)
 			cfg.Profile = args
+			cfg.ProfileWindow, cfg.ProfilePeriod = window, period
 			a, err := newAgent(cfg)
 			if err != nil {
 				return err
@@ -61,6 +69,8 @@ saying so.`,
 	}
 	cmd.Flags().DurationVarP(&every, "interval", "i", time.Second, "print every interval")
 	cmd.Flags().IntVarP(&count, "count", "n", 0, "stop after this many intervals (0: until interrupted)")
+	cmd.Flags().DurationVar(&window, "window", 0, "time runs only for this window of every --period (runs are still all counted); 0: time every run")
+	cmd.Flags().DurationVar(&period, "period", 10*time.Second, "the period of --window")
 	registerScanFlags(cmd, &scan)
 	rootCmd.AddCommand(cmd)
 }
@@ -92,7 +102,7 @@ func runProfile(ctx context.Context, src snapshotSource, out, errw io.Writer, ev
 func printProfiles(w io.Writer, s *agent.Snapshot) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "%s\tinterval %s\n", s.Time.UTC().Format(time.RFC3339), s.Interval.Round(time.Millisecond))
-	fmt.Fprintln(tw, "ID\tNAME\tFUNC\tRUNS\tRUNS/S\tP50 NS\tP90 NS\tP99 NS\tMEAN NS\tMAX NS")
+	fmt.Fprintln(tw, "ID\tNAME\tFUNC\tBY\tRUNS\tTIMED\tRUNS/S\tP50 NS\tP90 NS\tP99 NS\tMEAN NS\tMAX NS")
 	for _, p := range s.Programs {
 		pr := p.Profile
 		if pr == nil || pr.Error != "" {
@@ -102,7 +112,7 @@ func printProfiles(w io.Writer, s *agent.Snapshot) error {
 		if s.Interval > 0 {
 			rate = float64(pr.IntervalRuns) / s.Interval.Seconds()
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%.0f\t%.0f\t%.0f\t%.0f\t%d\n", p.ID, p.Name, pr.Func, pr.Runs, fmtRate(rate),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%.0f\t%.0f\t%.0f\t%.0f\t%d\n", p.ID, p.Name, pr.Func, pr.Shape, pr.Runs, pr.TimedRuns, fmtRate(rate),
 			pr.P50Ns, pr.P90Ns, pr.P99Ns, pr.MeanNs, pr.MaxNs)
 	}
 	fmt.Fprintln(tw)

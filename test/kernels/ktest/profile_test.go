@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/bpfleet/bpfleet/agent"
 	"github.com/bpfleet/bpfleet/probes/profiler"
@@ -101,5 +102,66 @@ func TestAgentProfilesTimedTargets(t *testing.T) {
 	}
 	if s, l := got[sid], got[lid]; !(l.P50Ns > 4*s.P50Ns) {
 		t.Errorf("long target p50 %.0f ns not above 4x the short one's %.0f", l.P50Ns, s.P50Ns)
+	}
+}
+
+// Windowed timing through the agent (--profile-window 100ms of 300ms): a
+// target triggered in 20 bursts of 50 runs, 20 ms apart (longer than a
+// period, so bursts fall both in and out of the windows): runs exact
+// (1,000), some but not all of them timed, buckets summing to the timed.
+func TestAgentProfilesWindowed(t *testing.T) {
+	const bursts, per = 20, 50
+	tt, err := profiler.LoadTimedTarget(20)
+	if err != nil {
+		t.Skipf("timed target (bpf_loop): %v", err)
+	}
+	defer tt.Close()
+	id := ProgramID(t, tt.Prog)
+	a, err := agent.New(agent.Config{Profile: []string{"id:" + strconv.Itoa(int(id))}, ProfileWindow: 100 * time.Millisecond, ProfilePeriod: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("starting the agent with --profile: %v", err)
+	}
+	defer a.Close()
+	ctx := context.Background()
+	if _, err := a.Scan(ctx); err != nil {
+		t.Fatalf("first scan: %v", err)
+	}
+	start := time.Now()
+	for range bursts {
+		if err := tt.Trigger(per); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	span := time.Since(start)
+	snap, err := a.Scan(ctx)
+	if err != nil {
+		t.Fatalf("second scan: %v", err)
+	}
+	var ps *agent.ProfileStat
+	for _, p := range snap.Programs {
+		if p.ID == id {
+			ps = p.Profile
+		}
+	}
+	if ps == nil {
+		t.Fatalf("program %d: no profile in the snapshot", id)
+	}
+	if ps.Error != "" {
+		if expect.Expected(expect.FeatFentryOnBPF) {
+			t.Fatalf("agent cannot profile on %s, where fentry on a BPF program was measured present: %s", expect.Entry(), ps.Error)
+		}
+		t.Skipf("the agent reports: %s", ps.Error)
+	}
+	var sum uint64
+	for _, n := range ps.Buckets {
+		sum += n
+	}
+	t.Logf("windowed agent profile (%s, %s): runs %d, timed %d over %v; p50 %.0f ns", ps.Shape, ps.Timing, ps.Runs, ps.TimedRuns, span.Round(time.Millisecond), ps.P50Ns)
+	if ps.Runs != bursts*per {
+		t.Errorf("agent reports %d runs, want %d", ps.Runs, bursts*per)
+	}
+	if ps.TimedRuns == 0 || ps.TimedRuns >= ps.Runs || sum != ps.TimedRuns {
+		t.Errorf("timed %d of %d runs (buckets sum %d): want some but not all timed over %v, buckets summing to the timed", ps.TimedRuns, ps.Runs, sum, span)
 	}
 }
