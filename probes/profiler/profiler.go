@@ -102,7 +102,7 @@ type Target struct {
 type Shape string
 
 const (
-	// ShapeAuto: fsession where the kernel loads it, else the pair.
+	// ShapeAuto: the default, the pair (see AttachWith).
 	ShapeAuto Shape = ""
 	// ShapeSession: one BPF_TRACE_FSESSION program.
 	ShapeSession Shape = "fsession"
@@ -125,6 +125,11 @@ type Options struct {
 	// SetTiming(true) and SetTiming(false): outside the windows a run pays
 	// one fentry, no exit hook and no clock. SampleEvery must be 0 or 1.
 	Windowed bool
+	// Uncounted (with Windowed): no counting fentry; the timing programs
+	// count the runs of the windows only, and outside them a run pays
+	// nothing (counts must then be scaled by period/window, as sampled
+	// stats are).
+	Uncounted bool
 	// skipExit: the session returns 1 at the entry of an untimed run
 	// (cost test: does the kernel then skip the exit run?).
 	skipExit bool
@@ -144,10 +149,8 @@ func (o Options) sampleMask() (uint64, error) {
 // Profiler is the programs attached to one target program.
 type Profiler struct {
 	Target Target
-	// Shape is the shape attached; with ShapeAuto and a session refused,
-	// SessionErr says why the pair was used.
+	// Shape is the shape attached.
 	Shape       Shape
-	SessionErr  error
 	SampleEvery uint32
 	Windowed    bool
 	maps        *ebpf.Collection // the histogram, .rodata, and the cilium-loaded programs
@@ -183,8 +186,8 @@ func TargetOf(prog *ebpf.Program) (Target, error) {
 	return t, nil
 }
 
-// Attach attaches with the default options: fsession where the kernel
-// allows, else the pair; every run timed.
+// Attach attaches with the default options: the fentry/fexit pair, every
+// run timed.
 func Attach(target *ebpf.Program) (*Profiler, error) {
 	return AttachWith(target, Options{})
 }
@@ -203,14 +206,13 @@ func AttachWith(target *ebpf.Program, o Options) (*Profiler, error) {
 	}
 	p := &Profiler{Target: t, SampleEvery: uint32(mask + 1), Windowed: o.Windowed}
 	switch o.Shape {
-	case ShapeAuto:
-		err = p.load(target, o, ShapeSession, mask)
-		if err == nil || errors.Is(err, unix.EPERM) {
-			break // attached, or the kernel refuses tracing BPF programs at all
-		}
-		p.SessionErr = err
+	case ShapeAuto, ShapePair:
+		// The pair, not fsession, by default: on 7.2 under TCG the
+		// session costs as much or more per run (it is still run twice,
+		// and its verifier wants 0 from the entry run, so an untimed run
+		// cannot skip the exit run); the pair also works on older kernels.
 		err = p.load(target, o, ShapePair, mask)
-	case ShapeSession, ShapePair, shapeFloor, shapeFloorEntry:
+	case ShapeSession, shapeFloor, shapeFloorEntry:
 		err = p.load(target, o, o.Shape, mask)
 	default:
 		err = fmt.Errorf("unknown profiler shape %q", o.Shape)
@@ -237,7 +239,7 @@ func (p *Profiler) load(target *ebpf.Program, o Options, shape Shape, mask uint6
 	if err := s.Variables["sample_mask"].Set(mask); err != nil {
 		return fmt.Errorf("setting sample_mask: %w", err)
 	}
-	if err := s.Variables["timing_only"].Set(boolByte(o.Windowed)); err != nil {
+	if err := s.Variables["timing_only"].Set(boolByte(o.Windowed && !o.Uncounted)); err != nil {
 		return fmt.Errorf("setting timing_only: %w", err)
 	}
 	var names []string
@@ -249,7 +251,8 @@ func (p *Profiler) load(target *ebpf.Program, o Options, shape Shape, mask uint6
 	case shapeFloorEntry:
 		names = []string{"floor_entry"}
 	}
-	if o.Windowed {
+	counted := o.Windowed && !o.Uncounted
+	if counted {
 		names = append(names, "prof_count")
 	}
 	progs := s.Programs
@@ -283,7 +286,7 @@ func (p *Profiler) load(target *ebpf.Program, o Options, shape Shape, mask uint6
 			}
 		}
 	}
-	if o.Windowed {
+	if counted {
 		p.count = coll.Programs["prof_count"]
 		l, err := link.AttachTracing(link.TracingOptions{Program: p.count})
 		if err != nil {
