@@ -153,14 +153,17 @@ type Profiler struct {
 	Shape       Shape
 	SampleEvery uint32
 	Windowed    bool
-	maps        *ebpf.Collection // the histogram, .rodata, and the cilium-loaded programs
+	spec        *ebpf.CollectionSpec // maps and variables, no programs
+	progSpecs   map[string]*ebpf.ProgramSpec
+	timingNames []string
+	maps        *ebpf.Collection // the histogram and .rodata: maps only
 	hist        *ebpf.Map
-	count       *ebpf.Program   // Windowed: the counting fentry
-	countLink   link.Link       // Windowed
+	count       *ebpf.Program   // Windowed and counted: the counting fentry
+	countLink   link.Link       // Windowed and counted
 	timing      []*ebpf.Program // the fsession program, or the pair
 	timingType  ebpf.AttachType // how to link timing: 0 for AttachTracing, else the raw fsession type
+	timingUsed  bool            // timing was linked once: the next window reloads it
 	links       []link.Link     // the timing programs' links while attached
-	own         []*ebpf.Program // programs not in maps (the raw-loaded session)
 }
 
 // ErrNoBTF says the target has no BTF function info: the kernel attaches
@@ -227,10 +230,9 @@ func AttachWith(target *ebpf.Program, o Options) (*Profiler, error) {
 	return p, nil
 }
 
-// load loads the shape's programs (and prof_count when windowed) and links
-// prof_count; the timing programs are linked by SetTiming.
+// load creates the maps, loads the shape's timing programs (and links
+// prof_count when windowed and counted); SetTiming links the timing ones.
 func (p *Profiler) load(target *ebpf.Program, o Options, shape Shape, mask uint64) error {
-	p.Close() // a refused session before a pair
 	p.Shape = shape
 	s, err := loadProfiler()
 	if err != nil {
@@ -239,55 +241,38 @@ func (p *Profiler) load(target *ebpf.Program, o Options, shape Shape, mask uint6
 	if err := s.Variables["sample_mask"].Set(mask); err != nil {
 		return fmt.Errorf("setting sample_mask: %w", err)
 	}
-	if err := s.Variables["timing_only"].Set(boolByte(o.Windowed && !o.Uncounted)); err != nil {
+	counted := o.Windowed && !o.Uncounted
+	if err := s.Variables["timing_only"].Set(boolByte(counted)); err != nil {
 		return fmt.Errorf("setting timing_only: %w", err)
 	}
-	var names []string
 	switch shape {
 	case ShapePair:
-		names = []string{"prof_entry", "prof_exit"}
+		p.timingNames = []string{"prof_entry", "prof_exit"}
 	case shapeFloor:
-		names = []string{"floor_entry", "floor_exit"}
+		p.timingNames = []string{"floor_entry", "floor_exit"}
 	case shapeFloorEntry:
-		names = []string{"floor_entry"}
+		p.timingNames = []string{"floor_entry"}
+	case ShapeSession:
+		p.timingNames = []string{"prof_session"}
+		if o.skipExit {
+			p.timingNames = []string{"prof_session_skip"}
+		}
 	}
-	counted := o.Windowed && !o.Uncounted
-	if counted {
-		names = append(names, "prof_count")
-	}
-	progs := s.Programs
+	p.progSpecs = s.Programs
 	s.Programs = map[string]*ebpf.ProgramSpec{}
-	for _, name := range names {
-		ps := progs[name]
-		ps.AttachTarget = target
-		ps.AttachTo = p.Target.Func
-		s.Programs[name] = ps
-	}
-	coll, err := ebpf.NewCollection(s)
+	p.spec = s
+	coll, err := ebpf.NewCollection(s) // the maps
 	if err != nil {
-		return refusal(p.Target, "fentry/fexit", err)
+		return fmt.Errorf("creating the profiler's maps: %w", err)
 	}
 	p.maps, p.hist = coll, coll.Maps["hist"]
-	if shape == ShapeSession {
-		name := "prof_session"
-		if o.skipExit {
-			name = "prof_session_skip"
-		}
-		prog, at, err := loadSession(progs[name], coll, target, p.Target)
-		if err != nil {
-			return err
-		}
-		p.own = append(p.own, prog)
-		p.timing, p.timingType = []*ebpf.Program{prog}, at
-	} else {
-		for _, name := range names {
-			if name != "prof_count" {
-				p.timing = append(p.timing, coll.Programs[name])
-			}
-		}
+	if err := p.loadTiming(target); err != nil {
+		return err
 	}
 	if counted {
-		p.count = coll.Programs["prof_count"]
+		if p.count, err = p.loadOne("prof_count", target); err != nil {
+			return err
+		}
 		l, err := link.AttachTracing(link.TracingOptions{Program: p.count})
 		if err != nil {
 			return fmt.Errorf("attaching fentry to program %d (%s): %w", p.Target.ID, p.Target.Func, err)
@@ -295,6 +280,47 @@ func (p *Profiler) load(target *ebpf.Program, o Options, shape Shape, mask uint6
 		p.countLink = l
 	}
 	return nil
+}
+
+// loadTiming loads the timing programs against target. A tracing program
+// aimed at a BPF program attaches once: the kernel refuses to link it again
+// after its link closed (EINVAL), so every window loads them anew.
+func (p *Profiler) loadTiming(target *ebpf.Program) error {
+	for _, prog := range p.timing {
+		prog.Close()
+	}
+	p.timing, p.timingUsed = nil, false
+	if p.Shape == ShapeSession {
+		prog, at, err := loadSession(p.progSpecs[p.timingNames[0]], p.maps, target, p.Target)
+		if err != nil {
+			return err
+		}
+		p.timing, p.timingType = []*ebpf.Program{prog}, at
+		return nil
+	}
+	for _, name := range p.timingNames {
+		prog, err := p.loadOne(name, target)
+		if err != nil {
+			return err
+		}
+		p.timing = append(p.timing, prog)
+	}
+	return nil
+}
+
+// loadOne loads one program of the spec against target, on the maps.
+func (p *Profiler) loadOne(name string, target *ebpf.Program) (*ebpf.Program, error) {
+	s := p.spec.Copy()
+	ps := p.progSpecs[name].Copy()
+	ps.AttachTarget = target
+	ps.AttachTo = p.Target.Func
+	s.Programs = map[string]*ebpf.ProgramSpec{name: ps}
+	coll, err := ebpf.NewCollectionWithOptions(s, ebpf.CollectionOptions{MapReplacements: p.maps.Maps})
+	if err != nil {
+		return nil, refusal(p.Target, "fentry/fexit", err)
+	}
+	defer coll.Close()
+	return coll.DetachProgram(name), nil
 }
 
 func boolByte(b bool) uint8 {
@@ -306,8 +332,9 @@ func boolByte(b bool) uint8 {
 
 // SetTiming attaches (on) or detaches the timing programs. Without
 // Options.Windowed they stay attached from AttachWith to Close. Each change
-// rewrites the target's trampoline (text patching): call it per window, not
-// per run.
+// rewrites the target's trampoline (text patching), and each window after
+// the first loads the timing programs again (see loadTiming): call it per
+// window, not per run.
 func (p *Profiler) SetTiming(on bool) error {
 	if !on {
 		for _, l := range p.links {
@@ -319,6 +346,18 @@ func (p *Profiler) SetTiming(on bool) error {
 	if len(p.links) > 0 {
 		return nil
 	}
+	if p.timingUsed {
+		target, err := ebpf.NewProgramFromID(ebpf.ProgramID(p.Target.ID))
+		if err != nil {
+			return fmt.Errorf("reopening program %d for a timing window: %w", p.Target.ID, err)
+		}
+		err = p.loadTiming(target)
+		target.Close()
+		if err != nil {
+			return err
+		}
+	}
+	p.timingUsed = true
 	for _, prog := range p.timing {
 		var l link.Link
 		var err error
@@ -411,13 +450,15 @@ func (p *Profiler) Close() error {
 		p.countLink.Close()
 		p.countLink = nil
 	}
-	for _, prog := range p.own {
-		prog.Close()
+	for _, prog := range append([]*ebpf.Program{p.count}, p.timing...) {
+		if prog != nil {
+			prog.Close()
+		}
 	}
 	if p.maps != nil {
 		p.maps.Close()
 	}
-	p.own, p.maps, p.hist, p.count, p.timing, p.timingType = nil, nil, nil, nil, nil, 0
+	p.maps, p.hist, p.count, p.timing, p.timingType = nil, nil, nil, nil, 0
 	return nil
 }
 

@@ -122,31 +122,31 @@ func TestProfilesTimedTargets(t *testing.T) {
 		})
 	}
 	// Windowed: prof_count counts every run, the timing programs time only
-	// while attached: 300 runs outside the window, 1,000 in it.
+	// while attached (and are loaded anew for the second window): 300
+	// runs outside, 1,000 in a window, 200 outside, 500 in a window.
 	t.Run("windowed", func(t *testing.T) {
 		p, err := AttachWith(ts.Prog, Options{Windowed: true})
 		if err != nil {
 			refusedOrFatal(t, err)
 		}
 		defer p.Close()
-		if err := ts.Trigger(300); err != nil {
-			t.Fatal(err)
-		}
-		if err := p.SetTiming(true); err != nil {
-			t.Fatal(err)
-		}
-		if err := ts.Trigger(fires); err != nil {
-			t.Fatal(err)
-		}
-		if err := p.SetTiming(false); err != nil {
-			t.Fatal(err)
+		for _, step := range []struct {
+			timing bool
+			runs   int
+		}{{false, 300}, {true, fires}, {false, 200}, {true, 500}} {
+			if err := p.SetTiming(step.timing); err != nil {
+				t.Fatal(err)
+			}
+			if err := ts.Trigger(step.runs); err != nil {
+				t.Fatal(err)
+			}
 		}
 		h, err := p.Read()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if h.Count != 300+fires || h.Timed != fires {
-			t.Errorf("windowed %s: %d runs, %d timed; want %d runs, %d timed", p.Shape, h.Count, h.Timed, 300+fires, fires)
+		if h.Count != 300+fires+200+500 || h.Timed != fires+500 {
+			t.Errorf("windowed %s: %d runs, %d timed; want %d runs, %d timed", p.Shape, h.Count, h.Timed, 300+fires+200+500, fires+500)
 		}
 		t.Logf("windowed %s: runs %d timed %d p50 %.0f ns", p.Shape, h.Count, h.Timed, h.Quantile(0.5))
 	})
