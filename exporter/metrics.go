@@ -230,7 +230,7 @@ var metricDefs = []metricDef{
 	{"bpf.program_type.stats.tax", "", kindGauge, floatValue, allLevels, programTypeAttrs,
 		"bpf.agent.stats.tax of the programs of one program type."},
 	{"bpf.program.profile.duration", "s", kindHistogram, floatValue, allLevels, identityAttrs,
-		"Duration of every run of a program chosen by --profile, timed by an fentry/fexit pair attached to it (probes/profiler), with global stats off; log2 buckets (2 ns .. 2^40 ns). Only for the chosen programs, at every level."},
+		"Duration of the runs of a program chosen by --profile, timed by an fentry/fexit pair attached to it (probes/profiler), with global stats off: every run with --profile-window 0, else the runs inside the timing windows (default 1 s of 10 s; a lone counting fentry keeps the snapshot's run count exact between them), so the histogram's count is the timed runs; log2 buckets (2 ns .. 2^40 ns), percentiles within a factor of 2, plus the sampling error of a time sample when windowed. Only for the chosen programs, at every level."},
 	{"bpf.agent.stats.cost", "s", kindGauge, floatValue, allLevels, statsKindAttrs,
 		"Measured stats cost of one run (stats on minus off, alternated in the same calibration run) by kind: an attach type fired by its trigger, or xdp / tc through BPF_PROG_TEST_RUN."},
 }
