@@ -4,11 +4,12 @@
 // run's duration in a per-CPU log2 histogram. Only the profiled programs
 // pay, and BPF_ENABLE_STATS can stay off.
 //
-// Two shapes: an fsession program (BPF_TRACE_FSESSION; one program and one
-// link, the entry time in a cookie on the trampoline's stack) where the
-// kernel has it, else an fentry/fexit pair. Either counts every run; the
-// clock can be read on 1 run in N only (Options.SampleEvery), which is most
-// of what a run costs beyond the trampoline.
+// Two shapes: an fentry/fexit pair (the default), or one fsession program
+// (BPF_TRACE_FSESSION, 7.x; the entry time in a cookie on the trampoline's
+// stack), measured no cheaper. Either counts every run; the clock can be
+// read on 1 run in N only (Options.SampleEvery), or the timing programs
+// attached for windows only while a lone fentry counts (Options.Windowed):
+// the exit hook, not the clock, is most of what a timed run costs.
 package profiler
 
 import (
