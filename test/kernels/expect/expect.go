@@ -58,9 +58,11 @@ func Expected(feature string) bool {
 const FeatFsessionOnBPF = "fsession on a BPF program"
 
 func init() {
-	// Measured 2026-12-03: probes/profiler's fsession subtests passed in
-	// sid-amd64 and sid-arm64 (7.2); sid-rt-amd64 not run since.
-	for _, e := range []string{"sid-amd64", "sid-arm64"} {
+	// Measured 2026-12-03 (probes/profiler, test/kernels/ktest's agent
+	// profile tests): fsession on a BPF program in the three 7.2 entries,
+	// fentry/fexit on one in trixie (6.12) too.
+	for _, e := range []string{"sid-amd64", "sid-rt-amd64", "sid-arm64"} {
 		present[e] = append(present[e], FeatFsessionOnBPF)
 	}
+	present["trixie-amd64"] = append(present["trixie-amd64"], FeatFentryOnBPF)
 }
