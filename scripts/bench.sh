@@ -65,13 +65,13 @@ if selected profiler; then
 	# timing every run / 1 in 8 / 1 in 64, windowed timing. TCG timings:
 	# read the ratios, not the ns.
 	work=${TMPDIR:-/tmp}/bpfleet-bench-profiler
-	make -s test-kernels KERNELS=sid-amd64,sid-arm64 KERNEL_FLAGS="-packages ./probes/profiler -cmd none -work $work"
+	make -s test-kernels KERNELS=sid-amd64,sid-arm64 KERNEL_FLAGS="-packages ./probes/profiler -tags bench -cmd none -work $work"
 	for e in sid-amd64 sid-arm64; do
 		echo "-- $e"
-		grep -ah 'cost: \|clock: ' "$work/$e/console.log" | sed 's/.*"Output":"//; s/\\n"}.*$//; s/^ *profiler_test.go:[0-9]*: //' | sort -u || true
+		grep -ah 'cost: \|clock: ' "$work/$e/console.log" | sed 's/.*"Output":"//; s/\\n"}.*$//; s/^ *cost_bench_test.go:[0-9]*: //' | sort -u || true
 	done
 	echo "-- host (no trampoline allowed): two bpf_ktime_get_ns against the stats tax"
-	go test -count=1 -run TestClockCostAgainstStats -v ./probes/profiler | grep -E 'clock:|SKIP|FAIL' || true
+	go test -tags bench -count=1 -run TestClockCostAgainstStats -v ./probes/profiler | grep -E 'clock:|SKIP|FAIL' || true
 fi
 
 if selected fleet; then
