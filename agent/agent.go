@@ -172,8 +172,18 @@ func New(cfg Config) (*Agent, error) {
 		a.r.fallback = "iterator disabled by configuration"
 	case cfg.ScanSource == ScanSourceSyscall:
 		a.r.fallback = "syscall source chosen by configuration"
-	case cfg.OneShot && cfg.ScanSource != ScanSourceIterator:
-		a.r.fallback = "one scan: loading the iterator costs more than the syscall scan it replaces"
+	case cfg.OneShot:
+		// A running agent's pinned iterator costs one open; loading one
+		// costs more than the syscall scan it would replace.
+		var why string
+		if a.r.iter, a.r.pin, why = openPinnedStatsIter(cfg.BPFFS); a.r.iter != nil {
+			break
+		}
+		if cfg.ScanSource == ScanSourceIterator {
+			a.r.iter, a.r.fallback = loadStatsIter()
+			break
+		}
+		a.r.fallback = "one scan, no pinned iterator (" + why + "): loading one costs more than the syscall scan it replaces"
 	default:
 		a.r.iter, a.r.fallback = loadStatsIter()
 	}
