@@ -1,3 +1,8 @@
+//go:build !lean
+
+// The agent command, in-process: built into bpfleet-agent (no build tags)
+// and left out of the CLI build (-tags lean, agent_exec.go), which execs it.
+
 package main
 
 import (
