@@ -172,3 +172,13 @@ func (p *Pinned) Path() string { return p.path }
 // this reader's to set (another reader of the same pin would get partial
 // records), so every read returns whole records.
 func (p *Pinned) SetKnownMaxID(uint32) error { return nil }
+
+// Read reads every program's whole record (Iter.Read), into a slice sized
+// for a node with many programs when dst has none: a one-shot reader would
+// otherwise grow it by doubling, copying and faulting in ~2x its records.
+func (p *Pinned) Read(dst []Record) ([]Record, error) {
+	if cap(dst) == 0 {
+		dst = make([]Record, 0, 1024)
+	}
+	return p.Iter.Read(dst)
+}
