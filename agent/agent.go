@@ -257,6 +257,9 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 	}
 
 	st.OwnersRefreshed = a.attachOwners(progs, now, &st, early)
+	if a.attr != nil && st.OwnersRefreshed {
+		st.OwnersPin = a.attr.pin
+	}
 
 	snap := &Snapshot{
 		Seq:      a.seq + 1,

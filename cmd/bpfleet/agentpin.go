@@ -3,33 +3,60 @@
 package main
 
 import (
+	"errors"
+	"io"
 	"log/slog"
 
 	"github.com/bpfleet/bpfleet/internal/config"
 	"github.com/bpfleet/bpfleet/probes/progstats"
+	"github.com/bpfleet/bpfleet/probes/taskfile"
 )
 
-// publishIterator pins an iterator instance of the agent's own for
-// one-shot `bpfleet list` runs on this node (probes/progstats/pin.go), in
-// the first bpffs mount of --bpffs, and returns it for removal at exit; nil
-// when the iterator is off by configuration or the kernel or bpffs refuse
-// (list then scans by syscall and says why).
+// publishIterators pins iterator instances of the agent's own for one-shot
+// `bpfleet list` runs on this node, in the first bpffs mount of --bpffs:
+// the stats iterator (probes/progstats/pin.go) and, unless owners are off,
+// the task_file one (probes/taskfile/pin.go). It returns what removes them
+// at exit. None is pinned when the iterators are off by configuration; one
+// the kernel or bpffs refuses is logged, and list then scans by syscall
+// (saying why in scan.fallback_reason) or walks /proc.
 //
-// Only the agent pins: a list that pinned for the next one would leave a
-// program and its maps in the kernel after it exits, with no owner to
-// remove them.
-func publishIterator(c config.Scan, log *slog.Logger) *progstats.Published {
+// Only the agent pins: a list that pinned for the next one would leave
+// programs and maps in the kernel after it exits, with no owner to remove
+// them.
+func publishIterators(c config.Scan, log *slog.Logger) io.Closer {
+	var pins closers
 	if c.NoIterator || c.ScanSource == "syscall" || len(c.BPFFS) == 0 {
-		return nil
+		return pins
 	}
 	cpus, err := progstats.PossibleCPUs()
 	if err == nil {
 		var p *progstats.Published
 		if p, err = progstats.Publish(c.BPFFS[0], cpus); err == nil {
 			log.Info("pinned the stats iterator for bpfleet list", "path", p.Path())
-			return p
+			pins = append(pins, p)
 		}
 	}
-	log.Info("not pinning the stats iterator: bpfleet list will scan by syscall", "err", err)
-	return nil
+	if err != nil {
+		log.Info("not pinning the stats iterator: bpfleet list will scan by syscall", "err", err)
+	}
+	if !c.NoOwners {
+		p, err := taskfile.Publish(c.BPFFS[0])
+		if err != nil {
+			log.Info("not pinning the task_file iterator: bpfleet list will walk /proc for owners", "err", err)
+		} else {
+			log.Info("pinned the task_file iterator for bpfleet list", "path", p.Path())
+			pins = append(pins, p)
+		}
+	}
+	return pins
+}
+
+type closers []io.Closer
+
+func (cs closers) Close() error {
+	var errs []error
+	for _, c := range cs {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
 }

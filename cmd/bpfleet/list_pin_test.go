@@ -9,11 +9,13 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/bpfleet/bpfleet/probes/progstats"
+	"github.com/bpfleet/bpfleet/probes/taskfile"
 	"github.com/cilium/ebpf"
 )
 
@@ -36,12 +38,18 @@ type listScanDoc struct {
 		Source         string `json:"source"`
 		FallbackReason string `json:"fallback_reason"`
 		IteratorPin    string `json:"iterator_pin"`
+		OwnersPin      string `json:"owners_pin"`
 	} `json:"scan"`
 }
 
 func listJSON(t *testing.T, bin string, args ...string) listScanDoc {
 	t.Helper()
-	out, err := exec.Command(bin, append([]string{"list", "-o", "json", "--no-owners"}, args...)...).Output()
+	return listJSONOwners(t, bin, append([]string{"--no-owners"}, args...)...)
+}
+
+func listJSONOwners(t *testing.T, bin string, args ...string) listScanDoc {
+	t.Helper()
+	out, err := exec.Command(bin, append([]string{"list", "-o", "json"}, args...)...).Output()
 	if err != nil {
 		t.Fatalf("list %v: %v", args, err)
 	}
@@ -119,6 +127,44 @@ func TestListFromPin(t *testing.T) {
 	if compared != len(ids) {
 		t.Errorf("compared %d of the test's %d programs", compared, len(ids))
 	}
+
+	// Owners: from the agent's pinned task_file iterator, the same as
+	// from the /proc walk a list does without one.
+	walked := listJSONOwners(t, bin, "--bpffs", dir)
+	if walked.Scan.OwnersPin != "" {
+		t.Fatalf("owners from pin %s before any was published", walked.Scan.OwnersPin)
+	}
+	tf, err := taskfile.Publish(dir)
+	if errors.Is(err, ebpf.ErrNotSupported) {
+		t.Skipf("kernel refuses iter/task_file: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tf.Close()
+	fromPin := listJSONOwners(t, bin, "--bpffs", dir)
+	if fromPin.Scan.OwnersPin != tf.Path() {
+		t.Fatalf("owners: scan %+v, want them from the pin %s", fromPin.Scan, tf.Path())
+	}
+	owners := func(d listScanDoc) map[float64]any {
+		m := map[float64]any{}
+		for _, p := range d.Programs {
+			if id := p["id"].(float64); ids[uint32(id)] {
+				m[id] = p["owners"]
+			}
+		}
+		return m
+	}
+	w, g := owners(walked), owners(fromPin)
+	if len(g) != len(ids) || !reflect.DeepEqual(w, g) {
+		t.Errorf("owners of the test's %d programs: %d from the pin, differing from the /proc walk's %d", len(ids), len(g), len(w))
+	}
+	for id, o := range g {
+		if own, _ := o.([]any); len(own) != 1 || int(own[0].(map[string]any)["pid"].(float64)) != os.Getpid() {
+			t.Errorf("program %v: owners %v, want this test process", id, o)
+			break
+		}
+	}
 }
 
 func loadTime(t *testing.T, p map[string]any) time.Time {
@@ -131,8 +177,8 @@ func loadTime(t *testing.T, p map[string]any) time.Time {
 	return lt
 }
 
-// TestAgentPinsIterator: a running `bpfleet agent` pins its iterator for
-// list, and removes the pin when it stops.
+// TestAgentPinsIterator: a running `bpfleet agent` pins its stats and
+// task_file iterators for list, and removes the pins when it stops.
 func TestAgentPinsIterator(t *testing.T) {
 	bin := bpfleetBin(t)
 	dir := pinTestBPFFS(t)
@@ -140,9 +186,9 @@ func TestAgentPinsIterator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pin := progstats.PinPath(dir, cpus)
-	var log strings.Builder
-	cmd := exec.Command(bin, "agent", "--bpffs", dir, "--interval", "1s", "--calibrate=false", "--no-owners", "--api-addr=")
+	pin, tfPin := progstats.PinPath(dir, cpus), taskfile.PinPath(dir)
+	var log syncBuf
+	cmd := exec.Command(bin, "agent", "--bpffs", dir, "--interval", "1s", "--calibrate=false", "--api-addr=")
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -150,22 +196,22 @@ func TestAgentPinsIterator(t *testing.T) {
 	defer cmd.Process.Kill()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if _, err := os.Stat(pin); err == nil {
+		if strings.Contains(log.String(), "agent started") {
 			break
 		}
 		if time.Now().After(deadline) {
 			cmd.Process.Kill()
 			cmd.Wait()
-			if strings.Contains(log.String(), "not pinning the stats iterator") && strings.Contains(log.String(), "not supported") {
-				t.Skipf("kernel refuses the iterator: %s", log.String())
-			}
-			t.Fatalf("no pin at %s after 20 s; agent said:\n%s", pin, log.String())
+			t.Fatalf("agent not started after 20 s; it said:\n%s", log.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	doc := listJSON(t, bin, "--bpffs", dir)
-	if doc.Scan.Source != "iterator" || doc.Scan.IteratorPin != pin {
-		t.Errorf("list while the agent runs: scan %+v, want the iterator from %s", doc.Scan, pin)
+	if l := log.String(); strings.Contains(l, "not pinning the stats iterator") && strings.Contains(l, "not supported") {
+		t.Skipf("kernel refuses the stats iterator; agent said:\n%s", l)
+	}
+	doc := listJSONOwners(t, bin, "--bpffs", dir)
+	if doc.Scan.Source != "iterator" || doc.Scan.IteratorPin != pin || doc.Scan.OwnersPin != tfPin {
+		t.Errorf("list while the agent runs: scan %+v, want the iterator from %s and owners from %s; agent said:\n%s", doc.Scan, pin, tfPin, log.String())
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -173,7 +219,27 @@ func TestAgentPinsIterator(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("agent exit: %v\n%s", err, log.String())
 	}
-	if _, err := os.Stat(pin); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("pin %s still there after the agent stopped (%v); agent said:\n%s", pin, err, log.String())
+	for _, p := range []string{pin, tfPin} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("pin %s still there after the agent stopped (%v); agent said:\n%s", p, err, log.String())
+		}
 	}
+}
+
+// syncBuf is a buffer a child process writes while the test reads it.
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bpfleet/bpfleet/probes/internal/iterpin"
 	"github.com/cilium/ebpf"
 )
 
@@ -15,7 +16,7 @@ import (
 // tests' pins never replace or remove a running agent's.
 func testBPFFS(t *testing.T) string {
 	t.Helper()
-	if err := checkBPFFS("/sys/fs/bpf"); err != nil {
+	if err := iterpin.CheckBPFFS("/sys/fs/bpf"); err != nil {
 		t.Skipf("no bpffs to pin in: %v", err)
 	}
 	dir := filepath.Join("/sys/fs/bpf", fmt.Sprintf("bpfleet-test-%d-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "-")))
@@ -153,7 +154,7 @@ func TestPinReplacedAndRemoved(t *testing.T) {
 	if _, err := os.Stat(b.Path()); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("pin still there after the agent closed it: %v", err)
 	}
-	if leftovers, _ := filepath.Glob(filepath.Join(dir, PinDir, "*")); len(leftovers) > 0 {
+	if leftovers, _ := filepath.Glob(filepath.Join(dir, iterpin.Dir, "*")); len(leftovers) > 0 {
 		t.Errorf("left in the pin directory: %v", leftovers)
 	}
 	_, err = OpenPinned(dir, cpus)
@@ -167,7 +168,7 @@ func TestPinReplacedAndRemoved(t *testing.T) {
 // that is not bpffs).
 func TestPinRefused(t *testing.T) {
 	dir, cpus := testBPFFS(t), cpusOrFatal(t)
-	if err := os.MkdirAll(filepath.Join(dir, PinDir), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, iterpin.Dir), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	p := socketFilter(t, "pin_foreign")
