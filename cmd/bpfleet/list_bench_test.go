@@ -89,8 +89,8 @@ func TestBenchListAgainstBpftool(t *testing.T) {
 	}
 	measure(false)
 	stop := startPinningAgent(t, bin, dir)
-	if src := listJSON(t, bin, "--bpffs", dir).Scan; src.IteratorPin == "" {
-		t.Fatalf("list does not read the agent's pin: scan %+v", src)
+	if src := listJSONOwners(t, bin, "--bpffs", dir).Scan; src.IteratorPin == "" || src.OwnersPin == "" {
+		t.Fatalf("list does not read the agent's pins: scan %+v", src)
 	}
 	measure(true)
 	stop()
@@ -107,17 +107,17 @@ func TestBenchListAgainstBpftool(t *testing.T) {
 }
 
 // startPinningAgent runs `bpfleet agent` with its bpffs in dir and waits
-// for its iterator pin; the returned func stops it.
+// for its iterator pins; the returned func stops it.
 func startPinningAgent(t *testing.T, bin, dir string) func() {
 	t.Helper()
-	cmd := exec.Command(bin, "agent", "--bpffs", dir, "--interval", "10s", "--calibrate=false", "--no-owners", "--api-addr=")
+	cmd := exec.Command(bin, "agent", "--bpffs", dir, "--interval", "10s", "--calibrate=false", "--api-addr=")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	stop := func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }
 	t.Cleanup(stop)
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if m, _ := filepath.Glob(filepath.Join(dir, "bpfleet", "progstats-*")); len(m) > 0 {
+		if m, _ := filepath.Glob(filepath.Join(dir, "bpfleet", "*")); len(m) >= 2 {
 			return stop
 		}
 		if time.Now().After(deadline) {
