@@ -121,14 +121,14 @@ func appendProgram(b []byte, p *agent.Program) ([]byte, error) {
 	b = appendUint(b, "run_count", p.RunCount)
 	b = appendUint(b, "run_time_ns", p.RunTimeNs)
 	b = appendOpt(b, "recursion_misses", p.RecursionMisses != nil, func(b []byte) []byte { return strconv.AppendUint(b, *p.RecursionMisses, 10) })
-	if b, err = appendSlice(b, "links", p.Links == nil, len(p.Links), p.Links); err != nil {
+	if b, err = appendSlice(b, "links", p.Links); err != nil {
 		return nil, err
 	}
-	if b, err = appendSlice(b, "owners", p.Owners == nil, len(p.Owners), p.Owners); err != nil {
+	if b, err = appendSlice(b, "owners", p.Owners); err != nil {
 		return nil, err
 	}
 	if len(p.Pins) > 0 { // omitempty
-		if b, err = appendSlice(b, "pins", false, len(p.Pins), p.Pins); err != nil {
+		if b, err = appendSlice(b, "pins", p.Pins); err != nil {
 			return nil, err
 		}
 	}
@@ -153,13 +153,14 @@ func appendOpt(b []byte, name string, ok bool, val func([]byte) []byte) []byte {
 	return val(b)
 }
 
-// appendSlice encodes the rarely non-empty slices with encoding/json.
-func appendSlice(b []byte, name string, isNil bool, n int, v any) ([]byte, error) {
+// appendSlice encodes the rarely non-empty slices with encoding/json (a
+// nil or empty one without: converting it to an interface allocates).
+func appendSlice[T any](b []byte, name string, v []T) ([]byte, error) {
 	b = appendKey(b, name)
 	switch {
-	case isNil:
+	case v == nil:
 		return append(b, "null"...), nil
-	case n == 0:
+	case len(v) == 0:
 		return append(b, '[', ']'), nil
 	}
 	enc, err := json.Marshal(v)
