@@ -16,7 +16,8 @@ import (
 // `bpfleet list` runs on this node, in the first bpffs mount of --bpffs:
 // the stats iterator (probes/progstats/pin.go) and, unless owners are off,
 // the task_file one (probes/taskfile/pin.go). It returns what removes them
-// at exit. None is pinned when the iterators are off by configuration; one
+// at exit. None is pinned when the iterators are off by configuration
+// (--no-iterator; --scan-source syscall: no stats iterator); one
 // the kernel or bpffs refuses is logged, and list then scans by syscall
 // (saying why in scan.fallback_reason) or walks /proc.
 //
@@ -25,19 +26,21 @@ import (
 // them.
 func publishIterators(c config.Scan, log *slog.Logger) io.Closer {
 	var pins closers
-	if c.NoIterator || c.ScanSource == "syscall" || len(c.BPFFS) == 0 {
+	if c.NoIterator || len(c.BPFFS) == 0 {
 		return pins
 	}
-	cpus, err := progstats.PossibleCPUs()
-	if err == nil {
-		var p *progstats.Published
-		if p, err = progstats.Publish(c.BPFFS[0], cpus); err == nil {
-			log.Info("pinned the stats iterator for bpfleet list", "path", p.Path())
-			pins = append(pins, p)
+	if c.ScanSource != "syscall" {
+		cpus, err := progstats.PossibleCPUs()
+		if err == nil {
+			var p *progstats.Published
+			if p, err = progstats.Publish(c.BPFFS[0], cpus); err == nil {
+				log.Info("pinned the stats iterator for bpfleet list", "path", p.Path())
+				pins = append(pins, p)
+			}
 		}
-	}
-	if err != nil {
-		log.Info("not pinning the stats iterator: bpfleet list will scan by syscall", "err", err)
+		if err != nil {
+			log.Info("not pinning the stats iterator: bpfleet list will scan by syscall", "err", err)
+		}
 	}
 	if !c.NoOwners {
 		p, err := taskfile.Publish(c.BPFFS[0])
