@@ -94,12 +94,16 @@ func (p *Pinned) Path() string { return p.path }
 // records), so every read returns whole records.
 func (p *Pinned) SetKnownMaxID(uint32) error { return nil }
 
-// Read reads every program's whole record (Iter.Read), into a slice sized
-// for a node with many programs when dst has none: a one-shot reader would
-// otherwise grow it by doubling, copying and faulting in ~2x its records.
-func (p *Pinned) Read(dst []Record) ([]Record, error) {
-	if cap(dst) == 0 {
-		dst = make([]Record, 0, 1024)
+// ReadStats is Iter.ReadStats (every record whole: see SetKnownMaxID),
+// into slices sized for a node with many programs when the caller has none:
+// a one-shot reader would otherwise grow them by doubling, copying and
+// faulting in ~2x its records.
+func (p *Pinned) ReadStats(stats []Stat, whole []Record) ([]Stat, []Record, error) {
+	if cap(stats) == 0 {
+		stats = make([]Stat, 0, 1024)
 	}
-	return p.Iter.Read(dst)
+	if cap(whole) == 0 {
+		whole = make([]Record, 0, 1024)
+	}
+	return p.Iter.ReadStats(stats, whole)
 }

@@ -90,6 +90,16 @@ func TestPinnedEqualsLoaded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The agent's scan reads with ReadStats: every program's record whole.
+	stats, whole, err := pin.ReadStats(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range stats {
+		if st.Whole < 0 || whole[st.Whole].ID != st.ID {
+			t.Errorf("pinned ReadStats gave program %d without its whole record (index %d)", st.ID, st.Whole)
+		}
+	}
 	fresh := loadIter(t)
 	want, err := fresh.Read(nil)
 	if err != nil {
