@@ -11,8 +11,14 @@ KERNEL_FLAGS ?=
 
 .PHONY: build run test bench generate test-kernels fuzz
 
+# Two binaries from ./cmd/bpfleet: bin/bpfleet, the command-line tools
+# (-tags lean: no OTLP exporters, gRPC, Prometheus client or client-go, whose
+# init alone would cost every `bpfleet list` ~3 ms), and bin/bpfleet-agent,
+# every command with the agent in-process. `bpfleet agent` execs
+# bpfleet-agent from its own directory.
 build:
-	CGO_ENABLED=0 go build -trimpath -ldflags '$(GO_LDFLAGS)' -o $(BIN) ./cmd/bpfleet
+	CGO_ENABLED=0 go build -trimpath -tags lean -ldflags '$(GO_LDFLAGS)' -o $(BIN) ./cmd/bpfleet
+	CGO_ENABLED=0 go build -trimpath -ldflags '$(GO_LDFLAGS)' -o $(BIN)-agent ./cmd/bpfleet
 
 run: build
 	scripts/install-deps.sh

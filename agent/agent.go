@@ -57,7 +57,9 @@ type Config struct {
 	ScanSource string
 	// OneShot says the agent scans once and exits (list without
 	// --watch). Loading the iterator costs more than the one syscall scan
-	// it would replace, so "auto" scans by syscall then.
+	// it would replace, so it reads the iterators a running agent pinned
+	// in BPFFS (scan_pin.go) and, without them, "auto" scans by syscall
+	// and finds owners by the /proc walk.
 	OneShot bool
 	// Parallel is how many goroutines read programs seen for the first
 	// time (default 1). One-shot commands set it to the CPU count; the
@@ -172,8 +174,18 @@ func New(cfg Config) (*Agent, error) {
 		a.r.fallback = "iterator disabled by configuration"
 	case cfg.ScanSource == ScanSourceSyscall:
 		a.r.fallback = "syscall source chosen by configuration"
-	case cfg.OneShot && cfg.ScanSource != ScanSourceIterator:
-		a.r.fallback = "one scan: loading the iterator costs more than the syscall scan it replaces"
+	case cfg.OneShot:
+		// A running agent's pinned iterator costs one open; loading one
+		// costs more than the syscall scan it would replace.
+		var why string
+		if a.r.iter, a.r.pin, why = openPinnedStatsIter(cfg.BPFFS); a.r.iter != nil {
+			break
+		}
+		if cfg.ScanSource == ScanSourceIterator {
+			a.r.iter, a.r.fallback = loadStatsIter()
+			break
+		}
+		a.r.fallback = "one scan, no pinned iterator (" + why + "): loading one costs more than the syscall scan it replaces"
 	default:
 		a.r.iter, a.r.fallback = loadStatsIter()
 	}
@@ -247,6 +259,9 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 	}
 
 	st.OwnersRefreshed = a.attachOwners(progs, now, &st, early)
+	if a.attr != nil && st.OwnersRefreshed {
+		st.OwnersPin = a.attr.pin
+	}
 
 	snap := &Snapshot{
 		Seq:      a.seq + 1,

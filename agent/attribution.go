@@ -21,6 +21,7 @@ const ViaAttachment = "attachment"
 type attribution struct {
 	scanner  *owners.Scanner
 	iterErr  error
+	pin      string // the task_file iterator's pin, when read from one
 	bpffs    []string
 	cgroup   string
 	cgErr    error
@@ -33,7 +34,11 @@ type attribution struct {
 func newAttribution(cfg Config) *attribution {
 	at := &attribution{bpffs: cfg.BPFFS}
 	var src owners.Source
-	if cfg.OwnerIterator && cfg.ProcRoot == "/proc" {
+	if cfg.OneShot && cfg.ProcRoot == "/proc" {
+		// nil without a running agent's pin: walk /proc
+		src, at.pin = openPinnedTaskfile(cfg.BPFFS)
+	}
+	if src == nil && cfg.OwnerIterator && cfg.ProcRoot == "/proc" {
 		// The iterator sees the agent's own pid namespace's view of
 		// every task in one read(); with a host /proc mounted elsewhere
 		// the pids it reports could differ from that /proc's, so the walk

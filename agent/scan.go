@@ -84,6 +84,8 @@ type reader struct {
 	// returned, in its (ascending id) order; orderBuf is the spare buffer
 	// the next read fills. Nil order on the syscall path.
 	order, orderBuf []*progStatic
+	// pin is the bpffs pin iter was opened from ("" when loaded here).
+	pin string
 	// knownMax is the highest id the last iterator read kept.
 	knownMax uint32
 	progBuf  []Program
@@ -157,6 +159,9 @@ func (r *reader) read(now time.Time) ([]Program, ScanStats, error) {
 // joins them to progs (statics: as in join).
 func (r *reader) finish(progs []Program, st *ScanStats, wantFacts bool, statics []*progStatic) ([]Program, ScanStats, error) {
 	st.Source, st.FallbackReason = r.scanSource()
+	if r.iter != nil {
+		st.IteratorPin = r.pin
+	}
 	links, err := r.readLinks(st)
 	if err != nil {
 		return nil, *st, err

@@ -168,6 +168,17 @@ func (r *reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) 
 		}
 		r.iterChecked = true
 	}
+	// Sized for every program at the first read: grown from empty, the
+	// slice and the cache cost a one-shot list ~200 page faults and their
+	// copies. Only then: later reads reuse last read's slots in place.
+	if r.order == nil {
+		if cap(r.progBuf) < len(stats) {
+			r.progBuf = make([]Program, 0, len(stats))
+		}
+		if len(r.progs) == 0 {
+			r.progs = make(map[uint32]*progStatic, len(stats))
+		}
+	}
 	// The slice is reused from scan to scan: Agent.Scan copies every
 	// program into its snapshot and keeps none of progs.
 	progs := r.progBuf[:0]

@@ -282,6 +282,12 @@ type ScanStats struct {
 	// FallbackReason says why a node that could use the iterator does
 	// not (kernel refusal, lockdown, --no-iterator); empty otherwise.
 	FallbackReason string `json:"fallback_reason,omitempty"`
+	// IteratorPin is the bpffs pin of a running agent's iterator that a
+	// one-shot list read instead of loading its own; empty otherwise.
+	IteratorPin string `json:"iterator_pin,omitempty"`
+	// OwnersPin is the bpffs pin of a running agent's task_file iterator
+	// that a one-shot list found owners with instead of walking /proc.
+	OwnersPin string `json:"owners_pin,omitempty"`
 }
 
 // Snapshot is one scan with its deltas against the previous one. It is the

@@ -1,3 +1,8 @@
+//go:build !lean
+
+// The agent command, in-process: built into bpfleet-agent (no build tags)
+// and left out of the CLI build (-tags lean, agent_exec.go), which execs it.
+
 package main
 
 import (
@@ -115,6 +120,7 @@ func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 			a.Close()
 		}
 	}()
+	defer publishIterators(c.Scan, log).Close()
 
 	level, err := exporter.ParseLevel(string(c.Level)) // valid: checked by config
 	if err != nil {

@@ -15,7 +15,7 @@ func registerScanFlags(cmd *cobra.Command, c *config.Scan) {
 	f.StringSliceVar(&c.BPFFS, "bpffs", c.BPFFS, "bpffs mount points searched for pinned programs")
 	f.BoolVar(&c.NoOwners, "no-owners", false, "skip owner attribution through /proc")
 	f.BoolVar(&c.NoIterator, "no-iterator", false, "never load the bpf_prog iterators: scan by syscall (scan.fallback_reason says so) and tell fentry.s from fentry only where the kernel says")
-	f.StringVar(&c.ScanSource, "scan-source", c.ScanSource, "where counters come from: iterator (one read of an iter/bpf_prog program, no program fd), syscall (per-program bpf() calls), or auto (the iterator where the kernel loads it; syscall for a one-shot list, which loading the iterator would slow)")
+	f.StringVar(&c.ScanSource, "scan-source", c.ScanSource, "where counters come from: iterator (one read of an iter/bpf_prog program, no program fd), syscall (per-program bpf() calls), or auto (the iterator where the kernel loads it; a one-shot list reads the one a running agent pinned, else scans by syscall, which loading an iterator would slow)")
 	f.IntVar(&c.QuietIntervals, "quiet-intervals", c.QuietIntervals, "scans without new misses that close a miss episode")
 }
 

@@ -4,7 +4,9 @@ package main
 
 import (
 	"os/exec"
+	"path/filepath"
 	"sort"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -31,14 +33,18 @@ func median(ds []time.Duration) time.Duration {
 	return ds[len(ds)/2]
 }
 
-// TestBenchListAgainstBpftool times `bpfleet list -o json` (with and without
-// owners) against `bpftool prog show -j` over 1,000 programs, alternated so
-// both see the same machine load, and prints the medians and their ratios.
+// TestBenchListAgainstBpftool times `bpfleet list -o json` against
+// `bpftool prog show -j` over 1,000 programs, alternated so all see the
+// same machine load, and prints the medians and their ratios: with no agent
+// running (list scans by syscall, or loads the iterator with --scan-source
+// iterator) and with a real `bpfleet agent` running (list reads the
+// iterator the agent pinned), each with and without owners; and the
+// startup floor, `bpfleet version`.
 //
 // Debian's bpftool is built without its pid iterator: it reports no owners.
 // The like-for-like comparison is therefore list --no-owners; the default
-// (owners through the task_file iterator or a /proc walk, here of a process
-// holding 1,000 program fds) is printed beside it.
+// (owners through a /proc walk, here of a process holding 1,000 program
+// fds) is printed beside it.
 func TestBenchListAgainstBpftool(t *testing.T) {
 	bin := bpfleetBin(t)
 	bpftool, err := exec.LookPath("bpftool")
@@ -46,26 +52,82 @@ func TestBenchListAgainstBpftool(t *testing.T) {
 		t.Fatal("bpftool not found: run scripts/install-deps.sh")
 	}
 	ids := loadSocketFilters(t, 1000)
+	dir := pinTestBPFFS(t) // the agent pins here, so no other agent's pin is used
 	const runs = 21
-	var oursWall, oursCPU, theirsWall, theirsCPU, ownersWall, ownersCPU, iterWall, iterCPU []time.Duration
-	for i := 0; i < runs; i++ {
-		o := runTimed(t, bin, "list", "-o", "json", "--no-owners")
-		th := runTimed(t, bpftool, "prog", "show", "-j")
-		w := runTimed(t, bin, "list", "-o", "json")
-		it := runTimed(t, bin, "list", "-o", "json", "--no-owners", "--scan-source", "iterator")
-		oursWall, oursCPU = append(oursWall, o.wall), append(oursCPU, o.cpu)
-		theirsWall, theirsCPU = append(theirsWall, th.wall), append(theirsCPU, th.cpu)
-		ownersWall, ownersCPU = append(ownersWall, w.wall), append(ownersCPU, w.cpu)
-		iterWall, iterCPU = append(iterWall, it.wall), append(iterCPU, it.cpu)
+	type variant struct {
+		label string
+		args  []string
+		agent bool
 	}
-	ours, theirs, owners := median(oursWall), median(theirsWall), median(ownersWall)
-	t.Logf("BENCH list-vs-bpftool: %d+ programs, median of %d alternated runs", len(ids), runs)
-	t.Logf("BENCH   bpftool prog show -j             wall %8v  cpu %8v", theirs, median(theirsCPU))
-	t.Logf("BENCH   bpfleet list -o json --no-owners wall %8v  cpu %8v  = %.2fx bpftool wall, %.2fx cpu",
-		ours, median(oursCPU), float64(ours)/float64(theirs), float64(median(oursCPU))/float64(median(theirsCPU)))
-	t.Logf("BENCH   bpfleet list -o json (owners)    wall %8v  cpu %8v  = %.2fx bpftool wall",
-		owners, median(ownersCPU), float64(owners)/float64(theirs))
-	iter := median(iterWall)
-	t.Logf("BENCH   ... --no-owners --scan-source iterator wall %8v  cpu %8v  = %.2fx bpftool wall",
-		iter, median(iterCPU), float64(iter)/float64(theirs))
+	full := bin + "-agent" // every command in one binary: startup before the lean CLI
+	variants := []variant{
+		{"bpftool prog show -j", nil, false},
+		{"bpfleet version", []string{"version"}, false},
+		{"bpfleet-agent version (one full binary as before)", []string{full, "version"}, false},
+		{"no agent:  list -o json --no-owners", []string{"list", "-o", "json", "--no-owners", "--bpffs", dir}, false},
+		{"no agent:  list -o json (owners)", []string{"list", "-o", "json", "--bpffs", dir}, false},
+		{"no agent:  list ... --no-owners --scan-source iterator", []string{"list", "-o", "json", "--no-owners", "--bpffs", dir, "--scan-source", "iterator"}, false},
+		{"bpftool prog show -j (agent running)", nil, true},
+		{"agent pin: list -o json --no-owners", []string{"list", "-o", "json", "--no-owners", "--bpffs", dir}, true},
+		{"agent pin: list -o json (owners)", []string{"list", "-o", "json", "--bpffs", dir}, true},
+	}
+	wall := make([][]time.Duration, len(variants))
+	cpu := make([][]time.Duration, len(variants))
+	measure := func(agent bool) {
+		for i := 0; i < runs; i++ {
+			for j, v := range variants {
+				if v.agent != agent {
+					continue
+				}
+				var tm timing
+				switch {
+				case v.args == nil:
+					tm = runTimed(t, bpftool, "prog", "show", "-j")
+				case v.args[0] == full:
+					tm = runTimed(t, full, v.args[1:]...)
+				default:
+					tm = runTimed(t, bin, v.args...)
+				}
+				wall[j], cpu[j] = append(wall[j], tm.wall), append(cpu[j], tm.cpu)
+			}
+		}
+	}
+	measure(false)
+	stop := startPinningAgent(t, bin, dir)
+	if src := listJSONOwners(t, bin, "--bpffs", dir).Scan; src.IteratorPin == "" || src.OwnersPin == "" {
+		t.Fatalf("list does not read the agent's pins: scan %+v", src)
+	}
+	measure(true)
+	stop()
+
+	t.Logf("BENCH list-vs-bpftool: %d+ programs, median of %d alternated runs (wall, cpu; ratio = wall / bpftool wall of the same group)", len(ids), runs)
+	base := median(wall[0])
+	for j, v := range variants {
+		w := median(wall[j])
+		if v.agent && !variants[j-1].agent {
+			base = w // the agent-running group starts with bpftool
+		}
+		t.Logf("BENCH   %-56s wall %8v  cpu %8v  = %.2fx", v.label, w, median(cpu[j]), float64(w)/float64(base))
+	}
+	t.Logf("BENCH   (no agent: no tracing program is loaded here; where one is, a list scanning by syscall also loads probes/progiter for its facts, ~25 ms more)")
+}
+
+// startPinningAgent runs `bpfleet agent` with its bpffs in dir and waits
+// for its iterator pins; the returned func stops it.
+func startPinningAgent(t *testing.T, bin, dir string) func() {
+	t.Helper()
+	cmd := exec.Command(bin, "agent", "--bpffs", dir, "--interval", "10s", "--calibrate=false", "--api-addr=")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stop := func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }
+	t.Cleanup(stop)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if m, _ := filepath.Glob(filepath.Join(dir, "bpfleet", "*")); len(m) >= 2 {
+			return stop
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the agent pinned no iterator in 30 s")
+		}
+	}
 }

@@ -45,6 +45,17 @@ func TestListJSONMatchesEncodingJSON(t *testing.T) {
 	if !bytes.Equal(got.Bytes(), want.Bytes()) {
 		t.Errorf("hand encoder differs:\n got %s\nwant %s", got.Bytes(), want.Bytes())
 	}
+	// Enough programs that the document is written in several chunks.
+	for i := 0; len(snap.Programs) < 400; i++ {
+		snap.Programs = append(snap.Programs, snap.Programs[i%3])
+	}
+	got.Reset()
+	want.Reset()
+	writeListJSON(&got, snap)
+	json.NewEncoder(&want).Encode(newListOutput(snap, false))
+	if got.Len() < 64<<10 || !bytes.Equal(got.Bytes(), want.Bytes()) {
+		t.Errorf("400 programs (%d bytes): hand encoder differs", got.Len())
+	}
 	snap.Programs = nil
 	got.Reset()
 	want.Reset()

@@ -23,18 +23,21 @@ import (
 	"github.com/creack/pty"
 )
 
-// buildBinary builds bpfleet once per test run.
+// buildBinary builds bpfleet once per test run, as the Makefile ships it
+// (static, stripped): the CLI build (-tags lean) and, next to it,
+// bpfleet-agent, which its `agent` command execs.
 var buildBinary = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "bpfleet-bin")
 	if err != nil {
 		return "", err
 	}
 	bin := filepath.Join(dir, "bpfleet")
-	// Built as the Makefile ships it (static, stripped).
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, ".")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", errors.New(string(out))
+	for _, args := range [][]string{{"-tags", "lean", "-o", bin}, {"-o", bin + "-agent"}} {
+		cmd := exec.Command("go", append(append([]string{"build", "-trimpath", "-ldflags", "-s -w"}, args...), ".")...)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", errors.New(string(out))
+		}
 	}
 	return bin, nil
 })

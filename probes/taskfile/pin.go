@@ -1,0 +1,67 @@
+package taskfile
+
+import (
+	"encoding/binary"
+	"errors"
+
+	"github.com/bpfleet/bpfleet/probes/internal/iterpin"
+	"github.com/bpfleet/bpfleet/probes/internal/records"
+	"github.com/cilium/ebpf/link"
+)
+
+// The agent pins a task_file iterator for one-shot commands as it does the
+// stats iterator (probes/progstats/pin.go): `bpfleet list` then finds the
+// owners of every program in one read, instead of loading the iterator
+// (a kernel BTF parse: tens of ms) or walking /proc/*/fdinfo. After its
+// learning pass the program's state is read-only, so every reader of the
+// pin sees the same. A task iterator reports pids in the pid namespace of
+// the task that opens it, so a reader gets its own namespace's pids.
+
+// PinPath is where, under the bpffs mount bpffs, this bpfleet's task_file
+// iterator is pinned.
+func PinPath(bpffs string) string {
+	return iterpin.Path(bpffs, "taskfile", _TaskfileBytes, binary.LittleEndian.AppendUint32(nil, recordSize))
+}
+
+// Published is an iterator instance the agent has pinned.
+type Published struct {
+	it     *Iter
+	path   string
+	linkID link.ID
+}
+
+// Publish loads an instance of the iterator and pins it at
+// PinPath(bpffs), replacing a pin already there (iterpin.Pin).
+func Publish(bpffs string) (*Published, error) {
+	if err := iterpin.CheckBPFFS(bpffs); err != nil {
+		return nil, err
+	}
+	it, err := Load()
+	if err != nil {
+		return nil, err
+	}
+	p := &Published{it: it, path: PinPath(bpffs)}
+	if p.linkID, err = iterpin.Pin(it.link, p.path); err != nil {
+		it.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// Path is where the instance is pinned.
+func (p *Published) Path() string { return p.path }
+
+// Close removes the pin if it is still this instance's, and unloads it.
+func (p *Published) Close() error {
+	return errors.Join(iterpin.Unpin(p.path, p.linkID), p.it.Close())
+}
+
+// OpenPinned opens the iterator the agent pinned under bpffs; the error
+// says in one line why there is none to use.
+func OpenPinned(bpffs string) (*Iter, error) {
+	l, _, err := iterpin.Open(bpffs, PinPath(bpffs))
+	if err != nil {
+		return nil, err
+	}
+	return &Iter{link: l, buf: make([]byte, bufSize), comms: records.NewStrings()}, nil
+}
