@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
+	"github.com/bpfleet/bpfleet/probes/internal/coreload"
 	"github.com/bpfleet/bpfleet/test/kernels/expect"
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -328,12 +329,12 @@ func TestLoadCache(t *testing.T) {
 	t.Logf("load from kernel BTF %v, from the cache %v (%.2fx)", dCold, dWarm, float64(dWarm)/float64(dCold))
 
 	// Damage the cache: one patch fewer than the program has relocations.
-	c, err := readCache(li.CachePath, mustKey(t))
+	c, err := coreload.ReadCache(li.CachePath, mustKey(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.Patches = c.Patches[1:]
-	if err := writeCache(li.CachePath, c); err != nil {
+	if err := coreload.WriteCache(li.CachePath, c); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := LoadCached(n, dir); err != nil {
