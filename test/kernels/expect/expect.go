@@ -24,6 +24,9 @@ const (
 	// FeatProgStats: the iter/bpf_prog program that sums per-CPU
 	// bpf_prog_stats (probes/progstats; bpf_map_lookup_percpu_elem, 5.19+).
 	FeatProgStats = "bpf_prog stats iterator"
+	// FeatLinkIter: the iter/bpf_link program that reads every link's
+	// info (probes/linkstats; iter/bpf_link, 5.19+).
+	FeatLinkIter = "bpf_link iterator"
 	// FeatFentryOnBPF: fentry/fexit attached to another BPF program
 	// (probes/profiler).
 	FeatFentryOnBPF = "fentry on a BPF program"

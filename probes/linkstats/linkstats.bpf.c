@@ -1,0 +1,435 @@
+//go:build ignore
+
+// An iter/bpf_link program (Linux 5.19+) that writes, in one pass over every
+// BPF link in the kernel, what BPF_OBJ_GET_INFO_BY_FD would say about each
+// link: the header (id, type, program id) and the type's part of struct
+// bpf_link_info, in its uapi layout, read from the same kernel structs the
+// kernel's fill_link_info() callbacks read — including the kprobe `missed`
+// counters of kprobe_multi and perf_event kprobe links, the only link
+// fields that change after attach. A link whose fields this kernel does not
+// let the program read (a struct that moved, a type it does not know) is
+// written without F_KNOWN, and its reader asks the kernel by syscall.
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+
+char LICENSE[] SEC("license") = "GPL";
+
+#define NAME_LEN 64
+#define INFO_LEN 64
+
+// Bits of link_record.flags.
+// F_KNOWN: info holds every field of the link's type that the kernel fills,
+// except pointers, name lengths, kernel addresses, cookies and netfilter
+// flags, which no reader of these records uses.
+#define F_KNOWN (1 << 0)
+#define F_NAME (1 << 1)  // name holds the link's name string (tracepoint, function, iterator)
+
+// Values of enum trace_event_flags (an anonymous enum whose values moved
+// when TRACE_EVENT_FL_FILTERED went away): set by the loader from kernel
+// BTF, 0 when this kernel has no such flag.
+const volatile __u32 fl_tracepoint = 0;
+const volatile __u32 fl_kprobe = 0;
+
+// Must match the layout decoded in linkstats.go.
+struct link_record {
+	__u32 id;
+	__u32 type;
+	__u32 prog_id;
+	__u32 flags;
+	__u32 info_len;  // the kernel's sizeof(struct bpf_link_info)
+	__u32 prog_type; // the link's program's type
+	__u8 info[INFO_LEN]; // bpf_link_info's union, uapi offsets
+	char name[NAME_LEN];
+};
+
+#define PUT32(off, v) (*(__u32 *)&r.info[(off)] = (__u32)(v))
+#define PUT64(off, v) (*(__u64 *)&r.info[(off)] = (__u64)(v))
+
+// Link types (enum bpf_link_type, uapi).
+#define LT_RAW_TP 1
+#define LT_TRACING 2
+#define LT_CGROUP 3
+#define LT_ITER 4
+#define LT_NETNS 5
+#define LT_XDP 6
+#define LT_PERF_EVENT 7
+#define LT_KPROBE_MULTI 8
+#define LT_STRUCT_OPS 9
+#define LT_NETFILTER 10
+#define LT_TCX 11
+#define LT_SOCKMAP 14
+
+// Program types (enum bpf_prog_type, uapi).
+#define PT_KPROBE 2
+#define PT_TRACEPOINT 5
+#define PT_PERF_EVENT 7
+
+// enum bpf_perf_event_type (uapi).
+#define PERF_KPROBE 3
+#define PERF_KRETPROBE 4
+#define PERF_TRACEPOINT 5
+#define PERF_EVENT 6
+
+// Since Linux 6.17 every link keeps its attach type in struct bpf_link;
+// before, each link type kept its own.
+struct bpf_link___at {
+	enum bpf_attach_type attach_type;
+} __attribute__((preserve_access_index));
+
+struct bpf_tracing_link___old {
+	enum bpf_attach_type attach_type;
+} __attribute__((preserve_access_index));
+
+struct bpf_cgroup_link___old {
+	enum bpf_attach_type type;
+} __attribute__((preserve_access_index));
+
+struct bpf_netns_link___old {
+	enum bpf_attach_type type;
+} __attribute__((preserve_access_index));
+
+struct tcx_link___old {
+	u32 location;
+} __attribute__((preserve_access_index));
+
+struct sockmap_link___old {
+	enum bpf_attach_type attach_type;
+} __attribute__((preserve_access_index));
+
+struct bpf_struct_ops_link___lk {
+	struct bpf_link link;
+	struct bpf_map *map;
+} __attribute__((preserve_access_index));
+
+// Kprobe structs, declared here because a kernel built without kprobes
+// (the CI host's) has none in its BTF; CO-RE matches them by name on the
+// kernels that have them.
+struct fprobe___lk {
+	unsigned long nmissed;
+} __attribute__((preserve_access_index));
+
+struct bpf_kprobe_multi_link___lk {
+	struct bpf_link link;
+	struct fprobe___lk fp;
+	u32 cnt;
+	u32 flags;
+} __attribute__((preserve_access_index));
+
+struct kprobe___lk {
+	unsigned long nmissed;
+	void *addr;
+	unsigned int offset;
+} __attribute__((preserve_access_index));
+
+struct kretprobe___lk {
+	struct kprobe___lk kp;
+	void *handler;
+	int nmissed;
+} __attribute__((preserve_access_index));
+
+struct trace_kprobe___lk {
+	struct kretprobe___lk rp;
+	const char *symbol;
+	struct trace_probe tp;
+} __attribute__((preserve_access_index));
+
+// as_scalar turns a pointer the verifier tracks into a plain number, so
+// that container_of arithmetic on it is allowed (the reads that follow are
+// probe reads).
+static __always_inline __u64 as_scalar(const void *p)
+{
+	__u64 v = 0;
+
+	bpf_probe_read_kernel(&v, sizeof(v), &p);
+	return v;
+}
+
+#define CONTAINER(type, ptr, member) ((type *)(as_scalar(ptr) - bpf_core_field_offset(type, member)))
+
+// read_name copies a kernel string into r->name; a string that may not fit
+// is not a name (the reader asks the kernel for it).
+static __always_inline int read_name(struct link_record *r, const char *s)
+{
+	long n;
+
+	if (!s)
+		return 1; // the kernel reports an empty name
+	n = bpf_probe_read_kernel_str(r->name, sizeof(r->name), s);
+	return n > 0 && n < (long)sizeof(r->name);
+}
+
+// link_attach_type reads the attach type from struct bpf_link where this
+// kernel keeps it there.
+static __always_inline int link_attach_type(struct bpf_link *link, __u32 *at)
+{
+	if (!bpf_core_field_exists(struct bpf_link___at, attach_type))
+		return 0;
+	*at = BPF_CORE_READ((struct bpf_link___at *)link, attach_type);
+	return 1;
+}
+
+SEC("iter/bpf_link")
+int dump_link(struct bpf_iter__bpf_link *ctx)
+{
+	struct bpf_link *link = ctx->link;
+	struct link_record r = {};
+	int known = 0, named = 0;
+	__u32 at = 0;
+
+	if (!link)
+		return 0; // end of iteration
+	r.id = link->id;
+	r.type = link->type;
+	r.prog_id = BPF_CORE_READ(link, prog, aux, id);
+	r.prog_type = BPF_CORE_READ(link, prog, type);
+	r.info_len = bpf_core_type_size(struct bpf_link_info);
+
+	switch (r.type) {
+	case LT_RAW_TP: {
+		struct bpf_raw_tp_link *l = CONTAINER(struct bpf_raw_tp_link, link, link);
+
+		if (!bpf_core_field_exists(struct bpf_link_info, raw_tracepoint))
+			goto no_info;
+		known = named = read_name(&r, BPF_CORE_READ(l, btp, tp, name));
+		break;
+	}
+	case LT_TRACING: {
+		struct bpf_tracing_link *l = CONTAINER(struct bpf_tracing_link, link, link);
+		__u64 key;
+
+		if (!bpf_core_field_exists(struct bpf_link_info, tracing))
+			goto no_info;
+		if (!link_attach_type(link, &at)) {
+			if (!bpf_core_field_exists(struct bpf_tracing_link___old, attach_type))
+				break;
+			at = BPF_CORE_READ((struct bpf_tracing_link___old *)l, attach_type);
+		}
+		PUT32(0, at);
+		if (bpf_core_field_exists(struct bpf_link_info, tracing.target_btf_id)) {
+			// bpf_trampoline_unpack_key()
+			key = BPF_CORE_READ(l, trampoline, key);
+			PUT32(4, key >> 32);
+			PUT32(8, key & 0x7FFFFFFF);
+		}
+		known = 1;
+		break;
+	}
+	case LT_CGROUP: {
+		struct bpf_cgroup_link *l = CONTAINER(struct bpf_cgroup_link, link, link);
+		struct cgroup *cg = BPF_CORE_READ(l, cgroup);
+
+		if (!bpf_core_field_exists(struct bpf_link_info, cgroup))
+			goto no_info;
+		if (!link_attach_type(link, &at)) {
+			if (!bpf_core_field_exists(struct bpf_cgroup_link___old, type))
+				break;
+			at = BPF_CORE_READ((struct bpf_cgroup_link___old *)l, type);
+		}
+		if (cg)
+			PUT64(0, BPF_CORE_READ(cg, kn, id));
+		PUT32(8, at);
+		known = 1;
+		break;
+	}
+	case LT_ITER: {
+		struct bpf_iter_link *l = CONTAINER(struct bpf_iter_link, link, link);
+
+		if (!bpf_core_field_exists(struct bpf_link_info, iter))
+			goto no_info;
+		known = named = read_name(&r, BPF_CORE_READ(l, tinfo, reg_info, target));
+		break;
+	}
+	case LT_NETNS: {
+		struct bpf_netns_link *l = CONTAINER(struct bpf_netns_link, link, link);
+		struct net *net = BPF_CORE_READ(l, net);
+
+		if (!bpf_core_field_exists(struct bpf_link_info, netns))
+			goto no_info;
+		if (!link_attach_type(link, &at)) {
+			if (!bpf_core_field_exists(struct bpf_netns_link___old, type))
+				break;
+			at = BPF_CORE_READ((struct bpf_netns_link___old *)l, type);
+		}
+		if (net)
+			PUT32(0, BPF_CORE_READ(net, ns.inum));
+		PUT32(4, at);
+		known = 1;
+		break;
+	}
+	case LT_XDP: {
+		struct bpf_xdp_link *l = CONTAINER(struct bpf_xdp_link, link, link);
+		struct net_device *dev = BPF_CORE_READ(l, dev);
+
+		if (!bpf_core_field_exists(struct bpf_link_info, xdp))
+			goto no_info;
+		if (dev)
+			PUT32(0, BPF_CORE_READ(dev, ifindex));
+		known = 1;
+		break;
+	}
+	case LT_TCX: {
+		struct tcx_link *l = CONTAINER(struct tcx_link, link, link);
+		struct net_device *dev = BPF_CORE_READ(l, dev);
+
+		if (!bpf_core_field_exists(struct bpf_link_info, tcx))
+			goto no_info;
+		if (!link_attach_type(link, &at)) {
+			if (!bpf_core_field_exists(struct tcx_link___old, location))
+				break;
+			at = BPF_CORE_READ((struct tcx_link___old *)l, location);
+		}
+		if (dev)
+			PUT32(0, BPF_CORE_READ(dev, ifindex));
+		PUT32(4, at);
+		known = 1;
+		break;
+	}
+	case LT_SOCKMAP: {
+		struct sockmap_link *l = CONTAINER(struct sockmap_link, link, link);
+		struct bpf_map *m = BPF_CORE_READ(l, map);
+
+		if (!bpf_core_field_exists(struct bpf_link_info, sockmap))
+			goto no_info;
+		if (!link_attach_type(link, &at)) {
+			if (!bpf_core_field_exists(struct sockmap_link___old, attach_type))
+				break;
+			at = BPF_CORE_READ((struct sockmap_link___old *)l, attach_type);
+		}
+		if (m)
+			PUT32(0, BPF_CORE_READ(m, id));
+		PUT32(4, at);
+		known = 1;
+		break;
+	}
+	case LT_STRUCT_OPS: {
+		struct bpf_struct_ops_link___lk *l = CONTAINER(struct bpf_struct_ops_link___lk, link, link);
+		struct bpf_map *m;
+
+		if (!bpf_core_field_exists(struct bpf_link_info, struct_ops))
+			goto no_info;
+		if (!bpf_core_field_exists(struct bpf_struct_ops_link___lk, map))
+			break;
+		m = BPF_CORE_READ(l, map);
+		if (m)
+			PUT32(0, BPF_CORE_READ(m, id));
+		known = 1;
+		break;
+	}
+	case LT_NETFILTER: {
+		struct bpf_nf_link *l = CONTAINER(struct bpf_nf_link, link, link);
+
+		if (!bpf_core_field_exists(struct bpf_link_info, netfilter))
+			goto no_info;
+		PUT32(0, BPF_CORE_READ(l, hook_ops.pf));
+		PUT32(4, BPF_CORE_READ(l, hook_ops.hooknum));
+		PUT32(8, BPF_CORE_READ(l, hook_ops.priority));
+		known = 1;
+		break;
+	}
+	case LT_KPROBE_MULTI: {
+		struct bpf_kprobe_multi_link___lk *l = CONTAINER(struct bpf_kprobe_multi_link___lk, link, link);
+
+		if (!bpf_core_field_exists(struct bpf_link_info, kprobe_multi))
+			goto no_info;
+		if (!bpf_core_field_exists(struct bpf_kprobe_multi_link___lk, flags))
+			break;
+		PUT32(8, BPF_CORE_READ(l, cnt));
+		PUT32(12, BPF_CORE_READ(l, flags));
+		if (bpf_core_field_exists(struct bpf_link_info, kprobe_multi.missed)) {
+			if (!bpf_core_field_exists(struct fprobe___lk, nmissed))
+				break;
+			PUT64(16, BPF_CORE_READ(l, fp.nmissed));
+		}
+		known = 1;
+		break;
+	}
+	case LT_PERF_EVENT: {
+		struct bpf_perf_link *l = CONTAINER(struct bpf_perf_link, link, link);
+		struct perf_event *ev;
+		struct trace_event_call *call;
+		__u32 flags;
+
+		if (!bpf_core_field_exists(struct bpf_link_info, perf_event))
+			goto no_info;
+		ev = BPF_CORE_READ(l, perf_file, private_data);
+		if (!ev)
+			break;
+		if (r.prog_type == PT_PERF_EVENT) {
+			// bpf_perf_link_fill_perf_event()
+			PUT32(0, PERF_EVENT);
+			PUT64(8, BPF_CORE_READ(ev, attr.config));
+			PUT32(16, BPF_CORE_READ(ev, attr.type));
+			known = 1;
+			break;
+		}
+		call = BPF_CORE_READ(ev, tp_event);
+		if (!call)
+			break;
+		flags = BPF_CORE_READ(call, flags);
+		if (r.prog_type == PT_TRACEPOINT) {
+			// bpf_get_perf_event_info(): a tracepoint's name, or a
+			// syscall event's (whose union holds the name itself).
+			const char *name;
+
+			if (!fl_tracepoint)
+				break;
+			if (flags & fl_tracepoint)
+				name = BPF_CORE_READ(call, tp, name);
+			else
+				name = BPF_CORE_READ(call, name);
+			PUT32(0, PERF_TRACEPOINT);
+			named = read_name(&r, name);
+			known = named;
+			break;
+		}
+		if (r.prog_type == PT_KPROBE && fl_kprobe && (flags & fl_kprobe)) {
+			// bpf_get_kprobe_info(): the event's primary trace_kprobe,
+			// trace_kprobe_primary_from_call().
+			struct trace_probe_event *tpe;
+			struct list_head *first;
+			struct trace_probe *tp;
+			struct trace_kprobe___lk *tk;
+			__u64 missed;
+			int ret;
+
+			if (!bpf_core_type_exists(struct trace_kprobe___lk) || !bpf_core_type_exists(struct trace_probe_event))
+				break;
+			tpe = CONTAINER(struct trace_probe_event, call, call);
+			first = BPF_CORE_READ(tpe, probes.next);
+			if (!first || as_scalar(first) == as_scalar(&tpe->probes))
+				break; // an empty list: the kernel says EINVAL too
+			tp = CONTAINER(struct trace_probe, first, list);
+			tk = CONTAINER(struct trace_kprobe___lk, tp, tp);
+			ret = BPF_CORE_READ(tk, rp.handler) != 0; // trace_kprobe_is_return()
+			PUT32(0, ret ? PERF_KRETPROBE : PERF_KPROBE);
+			PUT32(20, BPF_CORE_READ(tk, rp.kp.offset));
+			// addr (24) is not read: the kernel shows it only to
+			// readers allowed to see kernel addresses.
+			if (bpf_core_field_exists(struct bpf_link_info, perf_event.kprobe.missed)) {
+				// trace_kprobe_missed()
+				missed = BPF_CORE_READ(tk, rp.kp.nmissed);
+				if (ret)
+					missed += BPF_CORE_READ(tk, rp.nmissed);
+				PUT64(32, missed);
+			}
+			named = read_name(&r, BPF_CORE_READ(tk, symbol));
+			known = named;
+			break;
+		}
+		break; // uprobes and other events: by syscall
+	}
+	}
+	goto emit;
+no_info:
+	// This kernel's bpf_link_info has nothing for the link's type: the
+	// union stays zero, as BPF_OBJ_GET_INFO_BY_FD would leave it.
+	known = 1;
+emit:
+	if (known)
+		r.flags |= F_KNOWN;
+	if (named)
+		r.flags |= F_NAME;
+	bpf_seq_write(ctx->meta->seq, &r, sizeof(r));
+	return 0;
+}

@@ -1,0 +1,203 @@
+// Package linkstats reads, in one pass of a BPF iterator over every link in
+// the kernel (iter/bpf_link, Linux 5.19+), what BPF_OBJ_GET_INFO_BY_FD says
+// about each link: id, type, program id and the type's part of struct
+// bpf_link_info (attach type, target ids, cgroup, interface, tracepoint,
+// iterator or kprobe function name, and the kprobe `missed` counters),
+// read from the same kernel structs the kernel's fill_link_info callbacks
+// read. No link fd is opened.
+package linkstats
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/bpfleet/bpfleet/probes/internal/coreload"
+	"github.com/bpfleet/bpfleet/probes/internal/records"
+	"github.com/bpfleet/bpfleet/probes/internal/refuse"
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+)
+
+// InfoLen is the size of the bpf_link_info union a Record carries.
+const InfoLen = 64
+
+// Record is what the iterator reports about one link.
+type Record struct {
+	ID       uint32
+	Type     uint32 // enum bpf_link_type
+	ProgID   uint32
+	ProgType uint32 // enum bpf_prog_type of the link's program
+	// Known says Info holds every field of the link's type that the kernel
+	// fills in bpf_link_info, except pointers, name lengths, kernel
+	// addresses, cookies and netfilter flags (which no bpfleet reader
+	// uses), and Name the link's name where the type has one. When false
+	// (a type or kernel struct this program cannot read) the caller reads
+	// the link by syscall.
+	Known bool
+	// InfoSize is the running kernel's sizeof(struct bpf_link_info): what
+	// BPF_OBJ_GET_INFO_BY_FD reports as info_len to a reader with a
+	// larger struct. A field ending beyond it is absent on this kernel.
+	InfoSize uint32
+	// Info is the union of struct bpf_link_info in its uapi layout.
+	Info [InfoLen]byte
+	// Name is the raw tracepoint, iterator target, perf tracepoint or
+	// kprobe function name, as the kernel copies it to a name buffer.
+	Name string
+}
+
+// Link types and perf event kinds (uapi) that carry a missed counter.
+const (
+	linkTypePerfEvent   = 7
+	linkTypeKprobeMulti = 8
+	perfKprobe          = 3
+	perfKretprobe       = 4
+)
+
+// Missed is the kprobe's own missed counter of a kprobe_multi or perf_event
+// kprobe link, where the kernel's link info has one (Linux 6.7+).
+func (r *Record) Missed() (uint64, bool) {
+	le := binary.LittleEndian
+	const hdr = 16 // bpf_link_info's header before the union
+	switch {
+	case !r.Known:
+	case r.Type == linkTypeKprobeMulti && r.InfoSize >= hdr+24:
+		return le.Uint64(r.Info[16:]), true
+	case r.Type == linkTypePerfEvent && r.InfoSize >= hdr+40:
+		if t := le.Uint32(r.Info[0:]); t == perfKprobe || t == perfKretprobe {
+			return le.Uint64(r.Info[32:]), true
+		}
+	}
+	return 0, false
+}
+
+// Layout of struct link_record in linkstats.bpf.c.
+const (
+	recordSize = 152
+	infoOff    = 24
+	nameOff    = 88
+	nameLen    = 64
+	flagKnown  = 1 << 0
+	flagName   = 1 << 1
+)
+
+const bufSize = 32 << 10
+
+// Kernel enumerators the program needs (anonymous enum trace_event_flags,
+// whose values moved between kernels), and the .rodata variables they go
+// to.
+var enums = map[string]string{
+	"TRACE_EVENT_FL_TRACEPOINT": "fl_tracepoint",
+	"TRACE_EVENT_FL_KPROBE":     "fl_kprobe",
+}
+
+// Iter is a loaded and attached iterator. It is not safe for concurrent use.
+type Iter struct {
+	prog   *ebpf.Program
+	maps   map[string]*ebpf.Map
+	link   *link.Iter
+	progID uint32
+	buf    []byte
+	names  records.Strings
+}
+
+// Load loads and attaches the iterator with its CO-RE result cached in
+// coreload.DefaultCacheDir. When the kernel refuses it the error wraps
+// ebpf.ErrNotSupported and says why.
+func Load() (*Iter, error) {
+	it, _, err := LoadCached(coreload.DefaultCacheDir())
+	return it, err
+}
+
+// LoadCached is Load with the CO-RE cache in dir ("" for none).
+func LoadCached(dir string) (*Iter, coreload.LoadInfo, error) {
+	spec, err := loadLinkstats()
+	if err != nil {
+		return nil, coreload.LoadInfo{}, fmt.Errorf("reading bpf_link iterator spec: %w", err)
+	}
+	p := &coreload.Program{Name: "linkstats", Object: _LinkstatsBytes, Insns: spec.Programs["dump_link"].Instructions, Target: "bpf_link"}
+	for e := range enums {
+		p.Enums = append(p.Enums, e)
+	}
+	return coreload.Load(p, dir, func(c *coreload.Result) (*Iter, error) { return load(spec, c) })
+}
+
+func load(spec *ebpf.CollectionSpec, c *coreload.Result) (*Iter, error) {
+	vars := map[string]uint32{}
+	for e, v := range enums {
+		vars[v] = uint32(c.Enums[e]) // 0 where the kernel has no such flag: the program then asks for a syscall read
+	}
+	prog, maps, err := coreload.Instantiate(spec, "dump_link", c, vars)
+	if err != nil {
+		return nil, err
+	}
+	it := &Iter{prog: prog, maps: maps, buf: make([]byte, bufSize), names: records.NewStrings()}
+	it.link, err = link.AttachIter(link.IterOptions{Program: it.prog})
+	if err != nil {
+		it.Close()
+		return nil, fmt.Errorf("attaching iter/bpf_link: %w", refuse.Iterator(err, "bpf_link"))
+	}
+	info, err := it.prog.Info()
+	if err != nil {
+		it.Close()
+		return nil, fmt.Errorf("reading iterator program info: %w", err)
+	}
+	id, _ := info.ID()
+	it.progID = uint32(id)
+	return it, nil
+}
+
+// ProgramID is the id of the iterator program itself.
+func (it *Iter) ProgramID() uint32 { return it.progID }
+
+// Read runs one pass of the iterator and returns dst[:0] with one Record
+// per link appended, in ascending id order (the kernel walks its link idr
+// in order).
+func (it *Iter) Read(dst []Record) ([]Record, error) {
+	dst = dst[:0]
+	rd, err := it.link.Open()
+	if err != nil {
+		return dst, fmt.Errorf("opening bpf_link iterator: %w", err)
+	}
+	defer rd.Close()
+	err = records.Read(rd, it.buf, recordSize, func(b []byte) {
+		dst = append(dst, Record{})
+		it.decode(b, &dst[len(dst)-1])
+	})
+	if err != nil {
+		return dst[:0], fmt.Errorf("reading bpf_link iterator: %w", err)
+	}
+	return dst, nil
+}
+
+func (it *Iter) decode(b []byte, r *Record) {
+	le := binary.LittleEndian // both targets (amd64, arm64) are little-endian
+	flags := le.Uint32(b[12:])
+	*r = Record{
+		ID:       le.Uint32(b[0:]),
+		Type:     le.Uint32(b[4:]),
+		ProgID:   le.Uint32(b[8:]),
+		Known:    flags&flagKnown != 0,
+		InfoSize: le.Uint32(b[16:]),
+		ProgType: le.Uint32(b[20:]),
+	}
+	copy(r.Info[:], b[infoOff:infoOff+InfoLen])
+	if flags&flagName != 0 {
+		r.Name = it.names.Get(b[nameOff : nameOff+nameLen])
+	}
+}
+
+// Close detaches and unloads the iterator.
+func (it *Iter) Close() error {
+	var errs []error
+	if it.link != nil {
+		errs = append(errs, it.link.Close())
+	}
+	if it.prog != nil {
+		errs = append(errs, it.prog.Close())
+	}
+	for _, m := range it.maps {
+		errs = append(errs, m.Close())
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,518 @@
+package linkstats
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/bpfleet/bpfleet/test/kernels/expect"
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+)
+
+// loadIter loads the iterator or ends the test: a failure where the kernel
+// matrix measured iter/bpf_link present, else a skip with the kernel's
+// answer.
+func loadIter(tb testing.TB) *Iter {
+	tb.Helper()
+	it, _, err := LoadCached(tb.TempDir())
+	if errors.Is(err, ebpf.ErrNotSupported) {
+		if expect.Expected(expect.FeatLinkIter) {
+			tb.Fatalf("kernel refuses the bpf_link iterator on %s, where it was measured present: %v", expect.Entry(), err)
+		}
+		tb.Skipf("kernel refuses the bpf_link iterator: %v", err)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { it.Close() })
+	return it
+}
+
+// prog loads a program of typ whose body returns ret.
+func prog(tb testing.TB, typ ebpf.ProgramType, at ebpf.AttachType, attachTo string, ret int32) *ebpf.Program {
+	tb.Helper()
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type: typ, AttachType: at, AttachTo: attachTo, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, ret), asm.Return()},
+	})
+	if err != nil {
+		tb.Fatalf("loading %v program: %v", typ, err)
+	}
+	tb.Cleanup(func() { p.Close() })
+	return p
+}
+
+// made is a link a test made, and whether the iterator must read it whole.
+type made struct {
+	what string
+	l    link.Link
+}
+
+func keep(tb testing.TB, out *[]made, what string, l link.Link, err error) {
+	tb.Helper()
+	if err != nil {
+		// The host and the matrix differ in what they can attach; the
+		// equality below holds for whatever was made.
+		tb.Logf("%s: not attached on this kernel: %v", what, err)
+		return
+	}
+	tb.Cleanup(func() { l.Close() })
+	*out = append(*out, made{what, l})
+}
+
+// makeLinks attaches one link of every type this kernel lets a test make
+// without touching the machine's own traffic: network links go to a fresh
+// network namespace, the cgroup link to a new empty cgroup.
+func makeLinks(t *testing.T) []made {
+	var out []made
+	tp := prog(t, ebpf.RawTracepoint, 0, "", 0)
+	l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sched_process_hang", Program: tp})
+	keep(t, &out, "raw_tp", l, err)
+
+	tpp := prog(t, ebpf.TracePoint, 0, "", 0)
+	l, err = link.Tracepoint("sched", "sched_process_hang", tpp, nil)
+	keep(t, &out, "perf_event tracepoint", l, err)
+	l, err = link.Tracepoint("syscalls", "sys_enter_getppid", tpp, nil)
+	keep(t, &out, "perf_event syscall tracepoint", l, err)
+
+	itp := prog(t, ebpf.Tracing, ebpf.AttachTraceIter, "bpf_map", 0)
+	il, err := link.AttachIter(link.IterOptions{Program: itp})
+	if err == nil {
+		keep(t, &out, "iter", il, nil)
+	} else {
+		keep(t, &out, "iter", nil, err)
+	}
+
+	cg := cgroupDir(t)
+	skb := prog(t, ebpf.CGroupSKB, ebpf.AttachCGroupInetIngress, "", 1)
+	l, err = link.AttachCgroup(link.CgroupOptions{Path: cg, Attach: ebpf.AttachCGroupInetIngress, Program: skb})
+	keep(t, &out, "cgroup", l, err)
+
+	xdp := prog(t, ebpf.XDP, ebpf.AttachXDP, "", 2)              // XDP_PASS
+	tcx := prog(t, ebpf.SchedCLS, ebpf.AttachTCXIngress, "", -1) // TCX_NEXT
+	skl := prog(t, ebpf.SkLookup, ebpf.AttachSkLookup, "", 1)    // SK_PASS
+	nf := prog(t, ebpf.Netfilter, ebpf.AttachNetfilter, "", 1)   // NF_ACCEPT
+	inNetns(t, func(ns int) {
+		l, err := link.AttachXDP(link.XDPOptions{Program: xdp, Interface: 1})
+		keep(t, &out, "xdp", l, err)
+		l, err = link.AttachTCX(link.TCXOptions{Program: tcx, Interface: 1, Attach: ebpf.AttachTCXIngress})
+		keep(t, &out, "tcx", l, err)
+		nl, err := link.AttachNetNs(ns, skl)
+		if err == nil {
+			keep(t, &out, "netns", nl, nil)
+		} else {
+			keep(t, &out, "netns", nil, err)
+		}
+		l, err = link.AttachNetfilter(link.NetfilterOptions{Program: nf, ProtocolFamily: link.NetfilterProtoIPv4, Hook: link.NetfilterInetLocalIn, Priority: -128})
+		keep(t, &out, "netfilter", l, err)
+	})
+	return out
+}
+
+// inNetns runs fn in a new network namespace (its fd given) on a locked
+// thread, then returns the thread to the test's namespace.
+func inNetns(t *testing.T, fn func(ns int)) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Errorf("opening own netns: %v", err)
+			return
+		}
+		defer unix.Close(orig)
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			t.Logf("no private network namespace (%v): network links not made", err)
+			return
+		}
+		ns, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err == nil {
+			t.Cleanup(func() { unix.Close(ns) })
+			fn(ns)
+		}
+		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
+			t.Errorf("returning to own netns: %v", err) // the thread stays locked and dies with the goroutine
+			return
+		}
+		runtime.UnlockOSThread()
+	}()
+	<-done
+}
+
+// cgroupDir makes an empty cgroup (v2) for the test.
+func cgroupDir(t *testing.T) string {
+	root := ""
+	if f, err := os.Open("/proc/self/mounts"); err == nil {
+		s := bufio.NewScanner(f)
+		for s.Scan() {
+			if fs := strings.Fields(s.Text()); len(fs) > 2 && fs[2] == "cgroup2" {
+				root = fs[1]
+				break
+			}
+		}
+		f.Close()
+	}
+	if root == "" {
+		root = t.TempDir()
+		if err := unix.Mount("none", root, "cgroup2", 0, ""); err != nil {
+			t.Logf("no cgroup2 (%v): no cgroup link", err)
+			return root
+		}
+		t.Cleanup(func() { unix.Unmount(root, unix.MNT_DETACH) })
+	}
+	dir := filepath.Join(root, fmt.Sprintf("bpfleet-linkstats-%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		t.Logf("making cgroup: %v", err)
+	}
+	t.Cleanup(func() { os.Remove(dir) })
+	return dir
+}
+
+// field is a span of bpf_link_info's union that Record must equal.
+type field struct{ off, size int }
+
+// fieldsOf are the union fields the kernel fills for a link of typ (by
+// perf event kind for perf_event links), pointers, name lengths, kernel
+// addresses and cookies aside. Names are compared on their own.
+func fieldsOf(typ uint32, info []byte) []field {
+	switch typ {
+	case 2: // tracing: attach_type, target_obj_id, target_btf_id
+		return []field{{0, 4}, {4, 4}, {8, 4}}
+	case 3: // cgroup: cgroup_id, attach_type
+		return []field{{0, 8}, {8, 4}}
+	case 5, 11, 13, 14: // netns, tcx, netkit, sockmap: two u32
+		return []field{{0, 4}, {4, 4}}
+	case 6, 9: // xdp ifindex, struct_ops map_id
+		return []field{{0, 4}}
+	case 8: // kprobe_multi: count, flags, missed
+		return []field{{8, 4}, {12, 4}, {16, 8}}
+	case 10: // netfilter: pf, hooknum, priority
+		return []field{{0, 4}, {4, 4}, {8, 4}}
+	case 7: // perf_event: type, then by kind
+		switch binary.LittleEndian.Uint32(info) {
+		case perfKprobe, perfKretprobe:
+			return []field{{0, 4}, {20, 4}, {32, 8}}
+		case 6: // event: config, type
+			return []field{{0, 4}, {8, 8}, {16, 4}}
+		}
+		return []field{{0, 4}}
+	}
+	return nil
+}
+
+// namePtr says where a link type's name buffer pointer and length go.
+func namePtr(typ uint32) (ptr, ln int, ok bool) {
+	switch typ {
+	case 1, 4: // raw_tracepoint, iter
+		return 0, 8, true
+	case 7: // perf_event (kprobe, uprobe, tracepoint)
+		return 8, 16, true
+	}
+	return 0, 0, false
+}
+
+// sysInfo is the syscall path: BPF_LINK_GET_FD_BY_ID, BPF_OBJ_GET_INFO_BY_FD
+// (with a name buffer where the type has a name).
+type sysInfo struct {
+	typ, id, progID uint32
+	infoLen         uint32
+	u               [InfoLen]byte
+	name            string
+}
+
+func readSys(id uint32) (*sysInfo, error) {
+	idAttr := struct{ id, next, flags uint32 }{id: id}
+	r0, _, errno := unix.Syscall(unix.SYS_BPF, 30, uintptr(unsafe.Pointer(&idAttr)), unsafe.Sizeof(idAttr)) // BPF_LINK_GET_FD_BY_ID
+	if errno != 0 {
+		return nil, errno
+	}
+	fd := int(r0)
+	defer unix.Close(fd)
+	var buf [256]byte // larger than any kernel's struct: info_len is the kernel's size
+	name := make([]byte, 512)
+	get := func() (uint32, error) {
+		attr := struct {
+			fd, infoLen uint32
+			info        uint64
+		}{uint32(fd), uint32(len(buf)), uint64(uintptr(unsafe.Pointer(&buf[0])))}
+		_, _, errno := unix.Syscall(unix.SYS_BPF, 15, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
+		runtime.KeepAlive(&buf)
+		runtime.KeepAlive(name)
+		if errno != 0 {
+			return 0, errno
+		}
+		return attr.infoLen, nil
+	}
+	n, err := get()
+	if err != nil {
+		return nil, err
+	}
+	s := &sysInfo{typ: le32(buf[0:]), id: le32(buf[4:]), progID: le32(buf[8:]), infoLen: n}
+	if ptr, ln, ok := namePtr(s.typ); ok {
+		clear(buf[:])
+		binary.LittleEndian.PutUint64(buf[16+ptr:], uint64(uintptr(unsafe.Pointer(&name[0]))))
+		binary.LittleEndian.PutUint32(buf[16+ln:], uint32(len(name)))
+		if _, err := get(); err == nil {
+			s.name = unix.ByteSliceToString(name)
+		}
+	}
+	copy(s.u[:], buf[16:16+InfoLen])
+	return s, nil
+}
+
+func le32(b []byte) uint32 { return binary.LittleEndian.Uint32(b) }
+
+// compare holds a record to the syscall path's info; "" when equal.
+func compare(r *Record, s *sysInfo) string {
+	var diffs []string
+	if r.Type != s.typ || r.ProgID != s.progID {
+		diffs = append(diffs, fmt.Sprintf("type/prog %d/%d, syscall %d/%d", r.Type, r.ProgID, s.typ, s.progID))
+	}
+	if r.InfoSize != s.infoLen {
+		diffs = append(diffs, fmt.Sprintf("info size %d, syscall %d", r.InfoSize, s.infoLen))
+	}
+	for _, f := range fieldsOf(s.typ, s.u[:]) {
+		if int(s.infoLen) < 16+f.off+f.size {
+			continue // not in this kernel's struct: the syscall leaves it zero
+		}
+		a, b := r.Info[f.off:f.off+f.size], s.u[f.off:f.off+f.size]
+		if string(a) != string(b) {
+			diffs = append(diffs, fmt.Sprintf("info[%d:%d] %x, syscall %x", f.off, f.off+f.size, a, b))
+		}
+	}
+	if _, _, ok := namePtr(s.typ); ok && r.Name != s.name {
+		diffs = append(diffs, fmt.Sprintf("name %q, syscall %q", r.Name, s.name))
+	}
+	return strings.Join(diffs, "; ")
+}
+
+// TestMatchesSyscall makes one link of every type the kernel allows here,
+// reads every link in the kernel with the iterator, and holds each record
+// the iterator calls whole to what BPF_OBJ_GET_INFO_BY_FD says about the
+// same link. The links this test made must all be read whole.
+func TestMatchesSyscall(t *testing.T) {
+	it := loadIter(t)
+	mine := makeLinks(t)
+	if len(mine) == 0 {
+		t.Fatal("no link could be made on this kernel")
+	}
+	recs, err := it.Read(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID := map[uint32]*Record{}
+	for i := range recs {
+		byID[recs[i].ID] = &recs[i]
+	}
+	for _, m := range mine {
+		info, err := m.l.Info()
+		if err != nil {
+			t.Fatalf("%s: %v", m.what, err)
+		}
+		r := byID[uint32(info.ID)]
+		switch {
+		case r == nil:
+			t.Errorf("%s link %d: not in the iterator's read", m.what, info.ID)
+		case !r.Known:
+			t.Errorf("%s link %d: the iterator could not read it (type %d)", m.what, r.ID, r.Type)
+		default:
+			t.Logf("%s link %d: type %d name %q", m.what, r.ID, r.Type, r.Name)
+		}
+	}
+	compared := 0
+	for i := range recs {
+		r := &recs[i]
+		s, err := readSys(r.ID)
+		if errors.Is(err, unix.ENOENT) {
+			continue // gone since the read: another process's link
+		}
+		if err != nil {
+			t.Fatalf("link %d: %v", r.ID, err)
+		}
+		if !r.Known {
+			t.Logf("link %d type %d: by syscall", r.ID, r.Type)
+			continue
+		}
+		if d := compare(r, s); d != "" {
+			t.Errorf("link %d (type %d): %s", r.ID, r.Type, d)
+		}
+		compared++
+	}
+	t.Logf("%d links, %d read whole by the iterator and equal to the syscall path", len(recs), compared)
+	if id := it.ProgramID(); id == 0 {
+		t.Error("iterator program has no id")
+	}
+}
+
+// TestKprobeMissed provokes a perf_event kprobe link's own missed counter
+// (a kprobe on getpgid deletes from a hash map and re-enters a kprobe on
+// htab_map_delete_elem, which the kprobe framework skips) and a
+// kprobe_multi link on the same function, and holds the iterator's missed
+// to the syscall path's and to the known answer. It runs in the kernel
+// matrix; the CI host has no kprobes.
+func TestKprobeMissed(t *testing.T) {
+	it := loadIter(t)
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	outer, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.Kprobe, License: "GPL", Instructions: asm.Instructions{
+		asm.StoreImm(asm.RFP, -4, 1, asm.Word),
+		asm.LoadMapPtr(asm.R1, m.FD()),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, -4),
+		asm.FnMapDeleteElem.Call(),
+		asm.Mov.Imm(asm.R0, 0),
+		asm.Return(),
+	}})
+	if err != nil {
+		refusedKprobe(t, fmt.Errorf("loading kprobe program: %w", err))
+	}
+	t.Cleanup(func() { outer.Close() })
+	inner := prog(t, ebpf.Kprobe, 0, "", 0)
+	innerLink, err := link.Kprobe("htab_map_delete_elem", inner, nil)
+	if err != nil {
+		refusedKprobe(t, err)
+	}
+	t.Cleanup(func() { innerLink.Close() })
+	sym := map[string]string{"amd64": "__x64_sys_getpgid", "arm64": "__arm64_sys_getpgid"}[runtime.GOARCH]
+	outerLink, err := link.Kprobe(sym, outer, nil)
+	if err != nil {
+		refusedKprobe(t, err)
+	}
+	t.Cleanup(func() { outerLink.Close() })
+	ret := prog(t, ebpf.Kprobe, 0, "", 0)
+	retLink, err := link.Kretprobe("htab_map_delete_elem", ret, nil)
+	if err != nil {
+		refusedKprobe(t, err)
+	}
+	t.Cleanup(func() { retLink.Close() })
+	var ids = map[string]uint32{}
+	for what, l := range map[string]link.Link{"kprobe": innerLink, "kretprobe": retLink} {
+		info, err := l.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[what] = uint32(info.ID)
+	}
+	multi, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.Kprobe, AttachType: ebpf.AttachTraceKprobeMulti, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}})
+	if err == nil {
+		t.Cleanup(func() { multi.Close() })
+		ml, err := link.KprobeMulti(multi, link.KprobeMultiOptions{Symbols: []string{"htab_map_delete_elem"}})
+		if err == nil {
+			t.Cleanup(func() { ml.Close() })
+			info, _ := ml.Info()
+			ids["kprobe_multi"] = uint32(info.ID)
+		} else {
+			t.Logf("kprobe_multi: not attached on this kernel: %v", err)
+		}
+	}
+
+	missed := func() map[string]*uint64 {
+		recs, err := it.Read(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]*uint64{}
+		for what, id := range ids {
+			for i := range recs {
+				r := &recs[i]
+				if r.ID != id {
+					continue
+				}
+				s, err := readSys(id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !r.Known {
+					t.Fatalf("%s link %d: the iterator could not read it", what, id)
+				}
+				if d := compare(r, s); d != "" {
+					t.Errorf("%s link %d: %s", what, id, d)
+				}
+				if v, ok := r.Missed(); ok {
+					out[what] = &v
+				}
+			}
+		}
+		return out
+	}
+	m0 := missed()
+	const n = 4
+	for range n {
+		if _, err := unix.Getpgid(0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m1 := missed()
+	if m0["kprobe"] == nil || m1["kprobe"] == nil {
+		if expect.Expected(expect.FeatKprobeMissed) {
+			t.Fatalf("%s: the iterator found no kprobe missed where the kernel was measured to count it", expect.Entry())
+		}
+		t.Skip("kprobe link missed: absent on this kernel (no kprobe missed in bpf_link_info)")
+	}
+	if d := *m1["kprobe"] - *m0["kprobe"]; d != n {
+		t.Errorf("nested kprobe: iterator missed +%d for %d re-entries, want %d", d, n, n)
+	}
+	for what, v := range m1 {
+		t.Logf("metric linkstats.%s_missed=%d", what, *v-*m0[what])
+	}
+}
+
+func refusedKprobe(t *testing.T, err error) {
+	t.Helper()
+	if expect.Expected(expect.FeatKprobe) {
+		t.Fatalf("kprobe refused on %s, where it was measured present: %v", expect.Entry(), err)
+	}
+	t.Skipf("kprobe not available on this kernel: %v", err)
+}
+
+// TestLoadCache loads from kernel BTF, then from the CO-RE cache: the
+// second load must use the cache and read the same links.
+func TestLoadCache(t *testing.T) {
+	dir := t.TempDir()
+	a, li, err := LoadCached(dir)
+	if err != nil {
+		loadIter(t) // skips or fails with the kernel's reason
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if li.Cached || li.CachePath == "" || li.CacheErr != nil {
+		t.Fatalf("cold load: cached %v path %q err %v", li.Cached, li.CachePath, li.CacheErr)
+	}
+	b, li, err := LoadCached(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if !li.Cached {
+		t.Fatalf("second load did not use the cache: %v", li.CacheErr)
+	}
+	ra, _ := a.Read(nil)
+	rb, _ := b.Read(nil)
+	// b's read lists b's own iterator link too; every link of a's read
+	// that still exists must read the same.
+	byID := map[uint32]Record{}
+	for _, r := range rb {
+		byID[r.ID] = r
+	}
+	for _, r := range ra {
+		if o, ok := byID[r.ID]; ok && o != r {
+			t.Errorf("link %d read differently after a cached load: %+v vs %+v", r.ID, o, r)
+		}
+	}
+}
