@@ -454,6 +454,7 @@ func (a *Agent) Close() []Episode {
 	if a.r.iter != nil {
 		a.r.iter.Close()
 	}
+	a.r.closeLinks()
 	return a.eps.closeAll("shutdown")
 }
 

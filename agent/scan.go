@@ -91,6 +91,8 @@ type reader struct {
 	progBuf  []Program
 	// iterChecked says the first read passed checkRecords.
 	iterChecked bool
+	// lsrc is the bpf_link iterator source (scan_links.go).
+	lsrc linkSource
 }
 
 func newReader() *reader {
@@ -417,6 +419,9 @@ func newProgStatic(fd int, info *progInfo, n uint32, bootWall time.Time, sc *scr
 // links with a counter (kprobe missed) are opened again on later scans;
 // the rest cost one GET_NEXT_ID each.
 func (r *reader) readLinks(st *ScanStats) ([]Link, error) {
+	if links, ok := r.readLinksIter(st); ok { // scan_links.go
+		return links, nil
+	}
 	links := make([]Link, 0, len(r.links)+4)
 	var id uint32
 	for {
@@ -464,31 +469,40 @@ func (r *reader) readLink(id uint32, c *linkStatic) (Link, error) {
 		return Link{}, fmt.Errorf("reading link %d info: %w", id, err)
 	}
 	if c == nil {
-		c = r.newLinkStatic(fd, &info, n)
+		c = r.newLinkStatic(&info, n, func(ptrOff, lenOff int) string { return r.linkName(fd, ptrOff, lenOff) })
 		r.links[id] = c
 	}
 	c.seen = r.seq
 	l := c.link
 	if c.missedKnown {
-		var m uint64
-		switch info.Type {
-		case linkTypePerfEvent:
-			m = info.u64(luPerfKprobeMissed)
-		case linkTypeKprobeMulti:
-			m = info.u64(luKMultiMissed)
-		}
+		m := info.missed()
 		l.Missed = &m
 	}
 	return l, nil
 }
 
-func (r *reader) newLinkStatic(fd int, info *linkInfo, n uint32) *linkStatic {
+// missed is a kprobe link's missed counter (perf_event kprobe or
+// kprobe_multi), for a link whose linkStatic says missedKnown.
+func (info *linkInfo) missed() uint64 {
+	switch info.Type {
+	case linkTypePerfEvent:
+		return info.u64(luPerfKprobeMissed)
+	case linkTypeKprobeMulti:
+		return info.u64(luKMultiMissed)
+	}
+	return 0
+}
+
+// newLinkStatic decodes a link's info (n bytes of it filled by the kernel),
+// asking name for the name strings the kernel hands out only into a buffer
+// (linkName on the syscall path, the record's on the iterator's).
+func (r *reader) newLinkStatic(info *linkInfo, n uint32, name func(ptrOff, lenOff int) string) *linkStatic {
 	c := &linkStatic{link: Link{ID: info.ID, ProgID: info.ProgID, Type: LinkTypeName(info.Type)}}
 	l := &c.link
 	switch info.Type {
 	case linkTypeRawTracepoint:
 		l.AttachType = "raw_tp" // tp_btf is told apart in join, by program type
-		l.Target = r.linkName(fd, luRawTPName, luRawTPNameLen)
+		l.Target = name(luRawTPName, luRawTPNameLen)
 	case linkTypeTracing:
 		l.AttachType = AttachTypeName(info.u32(luTracingAttachType))
 		obj, typ := info.u32(luTracingTargetObj), info.u32(luTracingTargetBTF)
@@ -498,7 +512,7 @@ func (r *reader) newLinkStatic(fd int, info *linkInfo, n uint32) *linkStatic {
 		l.Target = "cgroup:" + strconv.FormatUint(info.u64(luCgroupID), 10)
 	case linkTypeIter:
 		l.AttachType = "iter"
-		l.Target = r.linkName(fd, luIterName, luIterNameLen)
+		l.Target = name(luIterName, luIterNameLen)
 	case linkTypeNetns:
 		l.AttachType = AttachTypeName(info.u32(luNetnsAttachType))
 	case linkTypeXDP:
@@ -520,7 +534,7 @@ func (r *reader) newLinkStatic(fd int, info *linkInfo, n uint32) *linkStatic {
 		if info.u32(luUMultiFlags)&1 != 0 { // BPF_F_UPROBE_MULTI_RETURN
 			l.AttachType = "uretprobe.multi"
 		}
-		l.Target = r.linkName(fd, luUMultiPath, luUMultiPathSize)
+		l.Target = name(luUMultiPath, luUMultiPathSize)
 	case linkTypePerfEvent:
 		pt := info.u32(luPerfType)
 		l.AttachType = "perf_event"
@@ -528,7 +542,7 @@ func (r *reader) newLinkStatic(fd int, info *linkInfo, n uint32) *linkStatic {
 			l.AttachType = perfEventAttachNames[pt]
 		}
 		if pt >= 1 && pt <= 5 { // uprobe, uretprobe, kprobe, kretprobe, tracepoint
-			l.Target = r.linkName(fd, luPerfName, luPerfNameLen)
+			l.Target = name(luPerfName, luPerfNameLen)
 		}
 		if pt == perfEventKprobe || pt == perfEventKretprobe {
 			if off := info.u32(luPerfOffset); off != 0 && l.Target != "" {

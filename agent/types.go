@@ -288,6 +288,12 @@ type ScanStats struct {
 	// OwnersPin is the bpffs pin of a running agent's task_file iterator
 	// that a one-shot list found owners with instead of walking /proc.
 	OwnersPin string `json:"owners_pin,omitempty"`
+	// LinksSource is where links (and kprobe link missed) were read
+	// from: "iterator" (one iter/bpf_link read; a link it cannot read is
+	// read by syscall) or "syscall".
+	LinksSource string `json:"links_source"`
+	// LinksFallbackReason says why links are read by syscall.
+	LinksFallbackReason string `json:"links_fallback_reason,omitempty"`
 }
 
 // Snapshot is one scan with its deltas against the previous one. It is the

@@ -43,8 +43,8 @@ struct link_record {
 	char name[NAME_LEN];
 };
 
-#define PUT32(off, v) (*(__u32 *)&r.info[(off)] = (__u32)(v))
-#define PUT64(off, v) (*(__u64 *)&r.info[(off)] = (__u64)(v))
+#define PUT32(off, v) (*(__u32 *)&r->info[(off)] = (__u32)(v))
+#define PUT64(off, v) (*(__u64 *)&r->info[(off)] = (__u64)(v))
 
 // Link types (enum bpf_link_type, uapi).
 #define LT_RAW_TP 1
@@ -113,6 +113,10 @@ struct bpf_kprobe_multi_link___lk {
 	struct bpf_link link;
 	struct fprobe___lk fp;
 	u32 cnt;
+	u32 flags; // until the flags moved to struct bpf_link
+} __attribute__((preserve_access_index));
+
+struct bpf_link___flags {
 	u32 flags;
 } __attribute__((preserve_access_index));
 
@@ -169,13 +173,248 @@ static __always_inline int link_attach_type(struct bpf_link *link, __u32 *at)
 	return 1;
 }
 
+// One reader per link type. Each runs only after its caller checked that
+// the kernel's bpf_link_info has the type's member and that the kernel has
+// the link's struct: the verifier walks every case (the type is not known
+// to it), so a CO-RE read of a struct this kernel lacks must sit behind a
+// check that CO-RE turns into a constant, or the load fails.
+
+static __always_inline int read_raw_tp(struct bpf_link *link, struct link_record *r)
+{
+	struct bpf_raw_tp_link *l = CONTAINER(struct bpf_raw_tp_link, link, link);
+
+	return read_name(r, BPF_CORE_READ(l, btp, tp, name));
+}
+
+static __always_inline int read_tracing(struct bpf_link *link, struct link_record *r)
+{
+	struct bpf_tracing_link *l = CONTAINER(struct bpf_tracing_link, link, link);
+	__u32 at = 0;
+	__u64 key;
+
+	if (!link_attach_type(link, &at)) {
+		if (!bpf_core_field_exists(struct bpf_tracing_link___old, attach_type))
+			return 0;
+		at = BPF_CORE_READ((struct bpf_tracing_link___old *)l, attach_type);
+	}
+	PUT32(0, at);
+	if (bpf_core_field_exists(struct bpf_link_info, tracing.target_btf_id)) {
+		key = BPF_CORE_READ(l, trampoline, key); // bpf_trampoline_unpack_key()
+		PUT32(4, key >> 32);
+		PUT32(8, key & 0x7FFFFFFF);
+	}
+	return 1;
+}
+
+static __always_inline int read_cgroup(struct bpf_link *link, struct link_record *r)
+{
+	struct bpf_cgroup_link *l = CONTAINER(struct bpf_cgroup_link, link, link);
+	struct cgroup *cg;
+	__u32 at = 0;
+
+	if (!link_attach_type(link, &at)) {
+		if (!bpf_core_field_exists(struct bpf_cgroup_link___old, type))
+			return 0;
+		at = BPF_CORE_READ((struct bpf_cgroup_link___old *)l, type);
+	}
+	cg = BPF_CORE_READ(l, cgroup);
+	if (cg)
+		PUT64(0, BPF_CORE_READ(cg, kn, id));
+	PUT32(8, at);
+	return 1;
+}
+
+static __always_inline int read_iter(struct bpf_link *link, struct link_record *r)
+{
+	struct bpf_iter_link *l = CONTAINER(struct bpf_iter_link, link, link);
+
+	return read_name(r, BPF_CORE_READ(l, tinfo, reg_info, target));
+}
+
+static __always_inline int read_netns(struct bpf_link *link, struct link_record *r)
+{
+	struct bpf_netns_link *l = CONTAINER(struct bpf_netns_link, link, link);
+	struct net *net;
+	__u32 at = 0;
+
+	if (!link_attach_type(link, &at)) {
+		if (!bpf_core_field_exists(struct bpf_netns_link___old, type))
+			return 0;
+		at = BPF_CORE_READ((struct bpf_netns_link___old *)l, type);
+	}
+	net = BPF_CORE_READ(l, net);
+	if (net)
+		PUT32(0, BPF_CORE_READ(net, ns.inum));
+	PUT32(4, at);
+	return 1;
+}
+
+static __always_inline int read_xdp(struct bpf_link *link, struct link_record *r)
+{
+	struct bpf_xdp_link *l = CONTAINER(struct bpf_xdp_link, link, link);
+	struct net_device *dev = BPF_CORE_READ(l, dev);
+
+	if (dev)
+		PUT32(0, BPF_CORE_READ(dev, ifindex));
+	return 1;
+}
+
+static __always_inline int read_tcx(struct bpf_link *link, struct link_record *r)
+{
+	struct tcx_link *l = CONTAINER(struct tcx_link, link, link);
+	struct net_device *dev;
+	__u32 at = 0;
+
+	if (!link_attach_type(link, &at)) {
+		if (!bpf_core_field_exists(struct tcx_link___old, location))
+			return 0;
+		at = BPF_CORE_READ((struct tcx_link___old *)l, location);
+	}
+	dev = BPF_CORE_READ(l, dev);
+	if (dev)
+		PUT32(0, BPF_CORE_READ(dev, ifindex));
+	PUT32(4, at);
+	return 1;
+}
+
+static __always_inline int read_sockmap(struct bpf_link *link, struct link_record *r)
+{
+	struct sockmap_link *l = CONTAINER(struct sockmap_link, link, link);
+	struct bpf_map *m;
+	__u32 at = 0;
+
+	if (!link_attach_type(link, &at)) {
+		if (!bpf_core_field_exists(struct sockmap_link___old, attach_type))
+			return 0;
+		at = BPF_CORE_READ((struct sockmap_link___old *)l, attach_type);
+	}
+	m = BPF_CORE_READ(l, map);
+	if (m)
+		PUT32(0, BPF_CORE_READ(m, id));
+	PUT32(4, at);
+	return 1;
+}
+
+static __always_inline int read_struct_ops(struct bpf_link *link, struct link_record *r)
+{
+	struct bpf_struct_ops_link___lk *l = CONTAINER(struct bpf_struct_ops_link___lk, link, link);
+	struct bpf_map *m = BPF_CORE_READ(l, map);
+
+	if (m)
+		PUT32(0, BPF_CORE_READ(m, id));
+	return 1;
+}
+
+static __always_inline int read_netfilter(struct bpf_link *link, struct link_record *r)
+{
+	struct bpf_nf_link *l = CONTAINER(struct bpf_nf_link, link, link);
+
+	PUT32(0, BPF_CORE_READ(l, hook_ops.pf));
+	PUT32(4, BPF_CORE_READ(l, hook_ops.hooknum));
+	PUT32(8, BPF_CORE_READ(l, hook_ops.priority));
+	return 1;
+}
+
+static __always_inline int read_kprobe_multi(struct bpf_link *link, struct link_record *r)
+{
+	struct bpf_kprobe_multi_link___lk *l = CONTAINER(struct bpf_kprobe_multi_link___lk, link, link);
+
+	if (bpf_core_field_exists(struct bpf_kprobe_multi_link___lk, flags))
+		PUT32(12, BPF_CORE_READ(l, flags));
+	else if (bpf_core_field_exists(struct bpf_link___flags, flags))
+		PUT32(12, BPF_CORE_READ((struct bpf_link___flags *)link, flags));
+	else
+		return 0;
+	PUT32(8, BPF_CORE_READ(l, cnt));
+	if (bpf_core_field_exists(struct bpf_link_info, kprobe_multi.missed)) {
+		if (!bpf_core_field_exists(struct bpf_kprobe_multi_link___lk, fp.nmissed))
+			return 0;
+		PUT64(16, BPF_CORE_READ(l, fp.nmissed));
+	}
+	return 1;
+}
+
+// read_kprobe reads a perf_event kprobe link as bpf_get_kprobe_info() does:
+// the event's primary trace_kprobe (trace_kprobe_primary_from_call()).
+static __always_inline int read_kprobe(struct trace_event_call *call, struct link_record *r)
+{
+	struct trace_probe_event *tpe = CONTAINER(struct trace_probe_event, call, call);
+	struct trace_kprobe___lk *tk;
+	struct trace_probe *tp;
+	struct list_head *first;
+	__u64 missed;
+	int ret;
+
+	first = BPF_CORE_READ(tpe, probes.next);
+	if (!first || as_scalar(first) == as_scalar(&tpe->probes))
+		return 0; // an empty list: the kernel says EINVAL too
+	tp = CONTAINER(struct trace_probe, first, list);
+	tk = CONTAINER(struct trace_kprobe___lk, tp, tp);
+	ret = BPF_CORE_READ(tk, rp.handler) != 0; // trace_kprobe_is_return()
+	PUT32(0, ret ? PERF_KRETPROBE : PERF_KPROBE);
+	PUT32(20, BPF_CORE_READ(tk, rp.kp.offset));
+	// addr (24) is not read: the kernel shows it only to readers
+	// allowed to see kernel addresses.
+	if (bpf_core_field_exists(struct bpf_link_info, perf_event.kprobe.missed)) {
+		missed = BPF_CORE_READ(tk, rp.kp.nmissed); // trace_kprobe_missed()
+		if (ret)
+			missed += BPF_CORE_READ(tk, rp.nmissed);
+		PUT64(32, missed);
+	}
+	return read_name(r, BPF_CORE_READ(tk, symbol));
+}
+
+static __always_inline int read_perf_event(struct bpf_link *link, struct link_record *r)
+{
+	struct bpf_perf_link *l = CONTAINER(struct bpf_perf_link, link, link);
+	struct trace_event_call *call;
+	struct perf_event *ev;
+	const char *name;
+	__u32 flags;
+
+	ev = BPF_CORE_READ(l, perf_file, private_data);
+	if (!ev)
+		return 0;
+	if (r->prog_type == PT_PERF_EVENT) {
+		// bpf_perf_link_fill_perf_event()
+		PUT32(0, PERF_EVENT);
+		PUT64(8, BPF_CORE_READ(ev, attr.config));
+		PUT32(16, BPF_CORE_READ(ev, attr.type));
+		return 1;
+	}
+	call = BPF_CORE_READ(ev, tp_event);
+	if (!call)
+		return 0;
+	flags = BPF_CORE_READ(call, flags);
+	if (r->prog_type == PT_TRACEPOINT) {
+		// bpf_get_perf_event_info(): a tracepoint's name, or a syscall
+		// event's (whose union holds the name itself).
+		if (!fl_tracepoint)
+			return 0;
+		if (flags & fl_tracepoint)
+			name = BPF_CORE_READ(call, tp, name);
+		else
+			name = BPF_CORE_READ(call, name);
+		PUT32(0, PERF_TRACEPOINT);
+		return read_name(r, name);
+	}
+	if (r->prog_type == PT_KPROBE && fl_kprobe && (flags & fl_kprobe)) {
+		if (!bpf_core_type_exists(struct trace_kprobe___lk) || !bpf_core_type_exists(struct trace_probe_event))
+			return 0;
+		return read_kprobe(call, r);
+	}
+	return 0; // uprobes and other events: by syscall
+}
+
+// INFO(member): the kernel's bpf_link_info has the link type's member.
+#define INFO(member) bpf_core_field_exists(struct bpf_link_info, member)
+
 SEC("iter/bpf_link")
 int dump_link(struct bpf_iter__bpf_link *ctx)
 {
 	struct bpf_link *link = ctx->link;
 	struct link_record r = {};
-	int known = 0, named = 0;
-	__u32 at = 0;
+	int known = 0;
 
 	if (!link)
 		return 0; // end of iteration
@@ -185,240 +424,82 @@ int dump_link(struct bpf_iter__bpf_link *ctx)
 	r.prog_type = BPF_CORE_READ(link, prog, type);
 	r.info_len = bpf_core_type_size(struct bpf_link_info);
 
+	// For each type: a kernel whose bpf_link_info has no member for it
+	// fills nothing (no_info); one whose struct for it this program
+	// cannot name leaves the link to a syscall read (known stays 0).
 	switch (r.type) {
-	case LT_RAW_TP: {
-		struct bpf_raw_tp_link *l = CONTAINER(struct bpf_raw_tp_link, link, link);
-
-		if (!bpf_core_field_exists(struct bpf_link_info, raw_tracepoint))
+	case LT_RAW_TP:
+		if (!INFO(raw_tracepoint))
 			goto no_info;
-		known = named = read_name(&r, BPF_CORE_READ(l, btp, tp, name));
+		if (bpf_core_type_exists(struct bpf_raw_tp_link))
+			known = read_raw_tp(link, &r);
 		break;
-	}
-	case LT_TRACING: {
-		struct bpf_tracing_link *l = CONTAINER(struct bpf_tracing_link, link, link);
-		__u64 key;
-
-		if (!bpf_core_field_exists(struct bpf_link_info, tracing))
+	case LT_TRACING:
+		if (!INFO(tracing))
 			goto no_info;
-		if (!link_attach_type(link, &at)) {
-			if (!bpf_core_field_exists(struct bpf_tracing_link___old, attach_type))
-				break;
-			at = BPF_CORE_READ((struct bpf_tracing_link___old *)l, attach_type);
-		}
-		PUT32(0, at);
-		if (bpf_core_field_exists(struct bpf_link_info, tracing.target_btf_id)) {
-			// bpf_trampoline_unpack_key()
-			key = BPF_CORE_READ(l, trampoline, key);
-			PUT32(4, key >> 32);
-			PUT32(8, key & 0x7FFFFFFF);
-		}
-		known = 1;
+		if (bpf_core_type_exists(struct bpf_tracing_link))
+			known = read_tracing(link, &r);
 		break;
-	}
-	case LT_CGROUP: {
-		struct bpf_cgroup_link *l = CONTAINER(struct bpf_cgroup_link, link, link);
-		struct cgroup *cg = BPF_CORE_READ(l, cgroup);
-
-		if (!bpf_core_field_exists(struct bpf_link_info, cgroup))
+	case LT_CGROUP:
+		if (!INFO(cgroup))
 			goto no_info;
-		if (!link_attach_type(link, &at)) {
-			if (!bpf_core_field_exists(struct bpf_cgroup_link___old, type))
-				break;
-			at = BPF_CORE_READ((struct bpf_cgroup_link___old *)l, type);
-		}
-		if (cg)
-			PUT64(0, BPF_CORE_READ(cg, kn, id));
-		PUT32(8, at);
-		known = 1;
+		if (bpf_core_type_exists(struct bpf_cgroup_link))
+			known = read_cgroup(link, &r);
 		break;
-	}
-	case LT_ITER: {
-		struct bpf_iter_link *l = CONTAINER(struct bpf_iter_link, link, link);
-
-		if (!bpf_core_field_exists(struct bpf_link_info, iter))
+	case LT_ITER:
+		if (!INFO(iter))
 			goto no_info;
-		known = named = read_name(&r, BPF_CORE_READ(l, tinfo, reg_info, target));
+		if (bpf_core_type_exists(struct bpf_iter_link))
+			known = read_iter(link, &r);
 		break;
-	}
-	case LT_NETNS: {
-		struct bpf_netns_link *l = CONTAINER(struct bpf_netns_link, link, link);
-		struct net *net = BPF_CORE_READ(l, net);
-
-		if (!bpf_core_field_exists(struct bpf_link_info, netns))
+	case LT_NETNS:
+		if (!INFO(netns))
 			goto no_info;
-		if (!link_attach_type(link, &at)) {
-			if (!bpf_core_field_exists(struct bpf_netns_link___old, type))
-				break;
-			at = BPF_CORE_READ((struct bpf_netns_link___old *)l, type);
-		}
-		if (net)
-			PUT32(0, BPF_CORE_READ(net, ns.inum));
-		PUT32(4, at);
-		known = 1;
+		if (bpf_core_type_exists(struct bpf_netns_link))
+			known = read_netns(link, &r);
 		break;
-	}
-	case LT_XDP: {
-		struct bpf_xdp_link *l = CONTAINER(struct bpf_xdp_link, link, link);
-		struct net_device *dev = BPF_CORE_READ(l, dev);
-
-		if (!bpf_core_field_exists(struct bpf_link_info, xdp))
+	case LT_XDP:
+		if (!INFO(xdp))
 			goto no_info;
-		if (dev)
-			PUT32(0, BPF_CORE_READ(dev, ifindex));
-		known = 1;
+		if (bpf_core_type_exists(struct bpf_xdp_link))
+			known = read_xdp(link, &r);
 		break;
-	}
-	case LT_TCX: {
-		struct tcx_link *l = CONTAINER(struct tcx_link, link, link);
-		struct net_device *dev = BPF_CORE_READ(l, dev);
-
-		if (!bpf_core_field_exists(struct bpf_link_info, tcx))
+	case LT_TCX:
+		if (!INFO(tcx))
 			goto no_info;
-		if (!link_attach_type(link, &at)) {
-			if (!bpf_core_field_exists(struct tcx_link___old, location))
-				break;
-			at = BPF_CORE_READ((struct tcx_link___old *)l, location);
-		}
-		if (dev)
-			PUT32(0, BPF_CORE_READ(dev, ifindex));
-		PUT32(4, at);
-		known = 1;
+		if (bpf_core_type_exists(struct tcx_link))
+			known = read_tcx(link, &r);
 		break;
-	}
-	case LT_SOCKMAP: {
-		struct sockmap_link *l = CONTAINER(struct sockmap_link, link, link);
-		struct bpf_map *m = BPF_CORE_READ(l, map);
-
-		if (!bpf_core_field_exists(struct bpf_link_info, sockmap))
+	case LT_SOCKMAP:
+		if (!INFO(sockmap))
 			goto no_info;
-		if (!link_attach_type(link, &at)) {
-			if (!bpf_core_field_exists(struct sockmap_link___old, attach_type))
-				break;
-			at = BPF_CORE_READ((struct sockmap_link___old *)l, attach_type);
-		}
-		if (m)
-			PUT32(0, BPF_CORE_READ(m, id));
-		PUT32(4, at);
-		known = 1;
+		if (bpf_core_type_exists(struct sockmap_link))
+			known = read_sockmap(link, &r);
 		break;
-	}
-	case LT_STRUCT_OPS: {
-		struct bpf_struct_ops_link___lk *l = CONTAINER(struct bpf_struct_ops_link___lk, link, link);
-		struct bpf_map *m;
-
-		if (!bpf_core_field_exists(struct bpf_link_info, struct_ops))
+	case LT_STRUCT_OPS:
+		if (!INFO(struct_ops))
 			goto no_info;
-		if (!bpf_core_field_exists(struct bpf_struct_ops_link___lk, map))
-			break;
-		m = BPF_CORE_READ(l, map);
-		if (m)
-			PUT32(0, BPF_CORE_READ(m, id));
-		known = 1;
+		if (bpf_core_field_exists(struct bpf_struct_ops_link___lk, map))
+			known = read_struct_ops(link, &r);
 		break;
-	}
-	case LT_NETFILTER: {
-		struct bpf_nf_link *l = CONTAINER(struct bpf_nf_link, link, link);
-
-		if (!bpf_core_field_exists(struct bpf_link_info, netfilter))
+	case LT_NETFILTER:
+		if (!INFO(netfilter))
 			goto no_info;
-		PUT32(0, BPF_CORE_READ(l, hook_ops.pf));
-		PUT32(4, BPF_CORE_READ(l, hook_ops.hooknum));
-		PUT32(8, BPF_CORE_READ(l, hook_ops.priority));
-		known = 1;
+		if (bpf_core_type_exists(struct bpf_nf_link))
+			known = read_netfilter(link, &r);
 		break;
-	}
-	case LT_KPROBE_MULTI: {
-		struct bpf_kprobe_multi_link___lk *l = CONTAINER(struct bpf_kprobe_multi_link___lk, link, link);
-
-		if (!bpf_core_field_exists(struct bpf_link_info, kprobe_multi))
+	case LT_KPROBE_MULTI:
+		if (!INFO(kprobe_multi))
 			goto no_info;
-		if (!bpf_core_field_exists(struct bpf_kprobe_multi_link___lk, flags))
-			break;
-		PUT32(8, BPF_CORE_READ(l, cnt));
-		PUT32(12, BPF_CORE_READ(l, flags));
-		if (bpf_core_field_exists(struct bpf_link_info, kprobe_multi.missed)) {
-			if (!bpf_core_field_exists(struct fprobe___lk, nmissed))
-				break;
-			PUT64(16, BPF_CORE_READ(l, fp.nmissed));
-		}
-		known = 1;
+		if (bpf_core_type_exists(struct bpf_kprobe_multi_link___lk))
+			known = read_kprobe_multi(link, &r);
 		break;
-	}
-	case LT_PERF_EVENT: {
-		struct bpf_perf_link *l = CONTAINER(struct bpf_perf_link, link, link);
-		struct perf_event *ev;
-		struct trace_event_call *call;
-		__u32 flags;
-
-		if (!bpf_core_field_exists(struct bpf_link_info, perf_event))
+	case LT_PERF_EVENT:
+		if (!INFO(perf_event))
 			goto no_info;
-		ev = BPF_CORE_READ(l, perf_file, private_data);
-		if (!ev)
-			break;
-		if (r.prog_type == PT_PERF_EVENT) {
-			// bpf_perf_link_fill_perf_event()
-			PUT32(0, PERF_EVENT);
-			PUT64(8, BPF_CORE_READ(ev, attr.config));
-			PUT32(16, BPF_CORE_READ(ev, attr.type));
-			known = 1;
-			break;
-		}
-		call = BPF_CORE_READ(ev, tp_event);
-		if (!call)
-			break;
-		flags = BPF_CORE_READ(call, flags);
-		if (r.prog_type == PT_TRACEPOINT) {
-			// bpf_get_perf_event_info(): a tracepoint's name, or a
-			// syscall event's (whose union holds the name itself).
-			const char *name;
-
-			if (!fl_tracepoint)
-				break;
-			if (flags & fl_tracepoint)
-				name = BPF_CORE_READ(call, tp, name);
-			else
-				name = BPF_CORE_READ(call, name);
-			PUT32(0, PERF_TRACEPOINT);
-			named = read_name(&r, name);
-			known = named;
-			break;
-		}
-		if (r.prog_type == PT_KPROBE && fl_kprobe && (flags & fl_kprobe)) {
-			// bpf_get_kprobe_info(): the event's primary trace_kprobe,
-			// trace_kprobe_primary_from_call().
-			struct trace_probe_event *tpe;
-			struct list_head *first;
-			struct trace_probe *tp;
-			struct trace_kprobe___lk *tk;
-			__u64 missed;
-			int ret;
-
-			if (!bpf_core_type_exists(struct trace_kprobe___lk) || !bpf_core_type_exists(struct trace_probe_event))
-				break;
-			tpe = CONTAINER(struct trace_probe_event, call, call);
-			first = BPF_CORE_READ(tpe, probes.next);
-			if (!first || as_scalar(first) == as_scalar(&tpe->probes))
-				break; // an empty list: the kernel says EINVAL too
-			tp = CONTAINER(struct trace_probe, first, list);
-			tk = CONTAINER(struct trace_kprobe___lk, tp, tp);
-			ret = BPF_CORE_READ(tk, rp.handler) != 0; // trace_kprobe_is_return()
-			PUT32(0, ret ? PERF_KRETPROBE : PERF_KPROBE);
-			PUT32(20, BPF_CORE_READ(tk, rp.kp.offset));
-			// addr (24) is not read: the kernel shows it only to
-			// readers allowed to see kernel addresses.
-			if (bpf_core_field_exists(struct bpf_link_info, perf_event.kprobe.missed)) {
-				// trace_kprobe_missed()
-				missed = BPF_CORE_READ(tk, rp.kp.nmissed);
-				if (ret)
-					missed += BPF_CORE_READ(tk, rp.nmissed);
-				PUT64(32, missed);
-			}
-			named = read_name(&r, BPF_CORE_READ(tk, symbol));
-			known = named;
-			break;
-		}
-		break; // uprobes and other events: by syscall
-	}
+		if (bpf_core_type_exists(struct bpf_perf_link))
+			known = read_perf_event(link, &r);
+		break;
 	}
 	goto emit;
 no_info:
@@ -428,7 +509,7 @@ no_info:
 emit:
 	if (known)
 		r.flags |= F_KNOWN;
-	if (named)
+	if (known && r.name[0])
 		r.flags |= F_NAME;
 	bpf_seq_write(ctx->meta->seq, &r, sizeof(r));
 	return 0;

@@ -1,0 +1,196 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unsafe"
+
+	"github.com/bpfleet/bpfleet/probes/linkstats"
+	"github.com/cilium/ebpf"
+)
+
+// The links' scan source: with the iterator scan source active, every link
+// is read from one pass of an iter/bpf_link program (probes/linkstats),
+// which writes each link's bpf_link_info as BPF_OBJ_GET_INFO_BY_FD would,
+// kprobe `missed` included; only a link the program cannot read on this
+// kernel (a uprobe, a struct that moved) is read by syscall. Without it a
+// scan costs one GET_NEXT_ID per link, and GET_FD_BY_ID, OBJ_GET_INFO and
+// close for every new link and every kprobe link on every scan.
+
+// linkIter is what the reader needs of probes/linkstats.
+type linkIter interface {
+	Read(dst []linkstats.Record) ([]linkstats.Record, error)
+	ProgramID() uint32
+	Close() error
+}
+
+// linkSource is the reader's state for the links' source.
+type linkSource struct {
+	iter linkIter
+	// tried says the iterator was loaded (or refused) once: the source
+	// is chosen once per agent, on the first scan that uses the
+	// iterator scan source.
+	tried    bool
+	checked  bool
+	fallback string
+	recs     []linkstats.Record
+	// load loads the iterator; tests replace it.
+	load func() (linkIter, error)
+}
+
+func loadLinkIter() (linkIter, error) {
+	it, err := linkstats.Load()
+	if err != nil {
+		return nil, err
+	}
+	return it, nil
+}
+
+// readLinksIter reads every link from the iterator when the scan source is
+// the iterator; ok=false sends the caller to the syscall path. The source
+// and why it is not the iterator go into st either way.
+func (r *reader) readLinksIter(st *ScanStats) ([]Link, bool) {
+	ls := &r.lsrc
+	if r.iter == nil {
+		r.closeLinks()
+		st.LinksSource, st.LinksFallbackReason = ScanSourceSyscall, "programs are read by syscall"
+		if ls.fallback != "" {
+			st.LinksFallbackReason = ls.fallback
+		}
+		return nil, false
+	}
+	if !ls.tried {
+		ls.tried = true
+		load := ls.load
+		if load == nil {
+			load = loadLinkIter
+		}
+		it, err := load()
+		if err != nil {
+			ls.fallback = linkFallbackReason(err)
+		} else {
+			ls.iter = it
+		}
+	}
+	if ls.iter == nil {
+		st.LinksSource, st.LinksFallbackReason = ScanSourceSyscall, ls.fallback
+		return nil, false
+	}
+	links, err := r.linksFromIter(st)
+	if err != nil {
+		// A failed read is not half a list: leave the iterator for good.
+		ls.iter.Close()
+		ls.iter = nil
+		ls.fallback = fmt.Sprintf("bpf_link iterator read failed, reading links by syscall from now on: %v", err)
+		st.LinksSource, st.LinksFallbackReason = ScanSourceSyscall, ls.fallback
+		return nil, false
+	}
+	st.LinksSource = ScanSourceIterator
+	return links, true
+}
+
+// linksFromIter turns one pass of the iterator into links, decoding each
+// new link's info with the syscall path's own decoder (newLinkStatic).
+func (r *reader) linksFromIter(st *ScanStats) ([]Link, error) {
+	ls := &r.lsrc
+	recs, err := ls.iter.Read(ls.recs)
+	ls.recs = recs
+	if err != nil {
+		return nil, err
+	}
+	if !ls.checked {
+		if err := checkLinkRecords(ls.iter.ProgramID(), recs); err != nil {
+			return nil, err
+		}
+		ls.checked = true
+	}
+	links := make([]Link, 0, len(recs))
+	var missed []uint64 // one allocation for the scan's missed counters
+	for i := range recs {
+		rec := &recs[i]
+		c := r.links[rec.ID]
+		if !rec.Known {
+			// Read by syscall, as the syscall path does (once, or on every
+			// scan for a kprobe link).
+			if c != nil && !c.dynamic {
+				c.seen = r.seq
+				links = append(links, c.link)
+				continue
+			}
+			l, err := retryTransient(func() (Link, error) { return r.readLink(rec.ID, c) })
+			if r.keep(st, err) {
+				links = append(links, l)
+			}
+			continue
+		}
+		var info linkInfo
+		if c == nil || c.missedKnown {
+			info = linkInfo{Type: rec.Type, ID: rec.ID, ProgID: rec.ProgID, U: rec.Info}
+		}
+		if c == nil {
+			n := min(rec.InfoSize, uint32(unsafe.Sizeof(info)))
+			name := rec.Name
+			c = r.newLinkStatic(&info, n, func(int, int) string { return name })
+			r.links[rec.ID] = c
+		}
+		c.seen = r.seq
+		l := c.link
+		if c.missedKnown {
+			if missed == nil {
+				missed = make([]uint64, 0, len(recs)-i)
+			}
+			missed = append(missed, info.missed())
+			l.Missed = &missed[len(missed)-1]
+		}
+		links = append(links, l)
+	}
+	return links, nil
+}
+
+// checkLinkRecords holds the first read's record of the iterator's own
+// link to what it must be: an iter link of the iterator program on
+// bpf_link, read whole. A kernel that loads the program but reads nothing
+// right is caught here, before any snapshot.
+func checkLinkRecords(progID uint32, recs []linkstats.Record) error {
+	for i := range recs {
+		r := &recs[i]
+		if r.ProgID != progID {
+			continue
+		}
+		if !r.Known || r.Type != linkTypeIter || r.Name != "bpf_link" {
+			return fmt.Errorf("the bpf_link iterator's record of its own link is wrong (type %d, name %q, whole %v)", r.Type, r.Name, r.Known)
+		}
+		return nil
+	}
+	return fmt.Errorf("the bpf_link iterator did not list its own link (program %d)", progID)
+}
+
+// linkFallbackReason says in one line why the link iterator is refused.
+func linkFallbackReason(err error) string {
+	msg := err.Error()
+	why := ""
+	switch {
+	case strings.Contains(msg, "bpf_link iterator target"):
+		why = "kernel has no iter/bpf_link (Linux 5.19+)"
+	case strings.Contains(msg, "bpf_probe_read_kernel") || strings.Contains(msg, "probe_read"):
+		why = "kernel refuses bpf_probe_read_kernel"
+	case errors.Is(err, ebpf.ErrNotSupported):
+		why = "kernel refuses the bpf_link iterator"
+	}
+	if len(msg) > 300 {
+		msg = msg[:300] + "…"
+	}
+	if why != "" {
+		return why + ": " + msg
+	}
+	return msg
+}
+
+// closeLinks releases the link iterator.
+func (r *reader) closeLinks() {
+	if r.lsrc.iter != nil {
+		r.lsrc.iter.Close()
+		r.lsrc.iter = nil
+	}
+}
