@@ -21,6 +21,7 @@ import (
 // linkIter is what the reader needs of probes/linkstats.
 type linkIter interface {
 	Read(dst []linkstats.Record) ([]linkstats.Record, error)
+	SetKnownMaxID(id uint32) error
 	ProgramID() uint32
 	Close() error
 }
@@ -35,6 +36,9 @@ type linkSource struct {
 	checked  bool
 	fallback string
 	recs     []linkstats.Record
+	// knownMax is the highest id of the last read: every link up to it
+	// is held in reader.links or was unreadable or gone.
+	knownMax uint32
 	// load loads the iterator; tests replace it.
 	load func() (linkIter, error)
 }
@@ -94,6 +98,11 @@ func (r *reader) readLinksIter(st *ScanStats) ([]Link, bool) {
 // new link's info with the syscall path's own decoder (newLinkStatic).
 func (r *reader) linksFromIter(st *ScanStats) ([]Link, error) {
 	ls := &r.lsrc
+	// Links up to the highest id of the last read need no fields: the
+	// iterator writes their id and type only (kprobe links aside).
+	if err := ls.iter.SetKnownMaxID(ls.knownMax); err != nil {
+		return nil, err
+	}
 	recs, err := ls.iter.Read(ls.recs)
 	ls.recs = recs
 	if err != nil {
@@ -107,12 +116,15 @@ func (r *reader) linksFromIter(st *ScanStats) ([]Link, error) {
 	}
 	links := make([]Link, 0, len(recs))
 	var missed []uint64 // one allocation for the scan's missed counters
+	var maxID uint32
 	for i := range recs {
 		rec := &recs[i]
 		c := r.links[rec.ID]
-		if !rec.Known {
-			// Read by syscall, as the syscall path does (once, or on every
-			// scan for a kprobe link).
+		maxID = max(maxID, rec.ID)
+		if !rec.Whole || !rec.Known {
+			// Held since an earlier read, or read by syscall as the
+			// syscall path does (once, or on every scan for a kprobe link
+			// the iterator cannot read).
 			if c != nil && !c.dynamic {
 				c.seen = r.seq
 				links = append(links, c.link)
@@ -145,6 +157,7 @@ func (r *reader) linksFromIter(st *ScanStats) ([]Link, error) {
 		}
 		links = append(links, l)
 	}
+	ls.knownMax = maxID
 	return links, nil
 }
 

@@ -24,12 +24,24 @@ char LICENSE[] SEC("license") = "GPL";
 // flags, which no reader of these records uses.
 #define F_KNOWN (1 << 0)
 #define F_NAME (1 << 1)  // name holds the link's name string (tracepoint, function, iterator)
+#define F_WHOLE (1 << 2) // the record is whole (else only id and type: see known_max_id)
 
 // Values of enum trace_event_flags (an anonymous enum whose values moved
 // when TRACE_EVENT_FL_FILTERED went away): set by the loader from kernel
 // BTF, 0 when this kernel has no such flag.
 const volatile __u32 fl_tracepoint = 0;
 const volatile __u32 fl_kprobe = 0;
+
+// The highest link id whose fields the reader already holds: link ids are
+// handed out in increasing order, so every link up to it was read whole
+// before, and a steady-state pass writes only the id and type of those
+// (their fields never change) — except kprobe links, whose missed does.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} known_max_id SEC(".maps");
 
 // Must match the layout decoded in linkstats.go.
 struct link_record {
@@ -414,14 +426,19 @@ int dump_link(struct bpf_iter__bpf_link *ctx)
 {
 	struct bpf_link *link = ctx->link;
 	struct link_record r = {};
+	__u32 zero = 0, *known_max;
 	int known = 0;
 
 	if (!link)
 		return 0; // end of iteration
 	r.id = link->id;
 	r.type = link->type;
-	r.prog_id = BPF_CORE_READ(link, prog, aux, id);
-	r.prog_type = BPF_CORE_READ(link, prog, type);
+	known_max = bpf_map_lookup_elem(&known_max_id, &zero);
+	if (known_max && r.id <= *known_max && r.type != LT_KPROBE_MULTI && r.type != LT_PERF_EVENT)
+		goto emit_short;
+	r.flags |= F_WHOLE;
+	r.prog_id = link->prog->aux->id;
+	r.prog_type = link->prog->type;
 	r.info_len = bpf_core_type_size(struct bpf_link_info);
 
 	// For each type: a kernel whose bpf_link_info has no member for it
@@ -511,6 +528,7 @@ emit:
 		r.flags |= F_KNOWN;
 	if (known && r.name[0])
 		r.flags |= F_NAME;
+emit_short:
 	bpf_seq_write(ctx->meta->seq, &r, sizeof(r));
 	return 0;
 }

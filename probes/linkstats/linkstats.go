@@ -24,8 +24,12 @@ const InfoLen = 64
 
 // Record is what the iterator reports about one link.
 type Record struct {
-	ID       uint32
-	Type     uint32 // enum bpf_link_type
+	ID   uint32
+	Type uint32 // enum bpf_link_type
+	// Whole is false for a link up to SetKnownMaxID's id that is not a
+	// kprobe_multi or perf_event link: the record then has only ID and
+	// Type (the rest of a link never changes).
+	Whole    bool
 	ProgID   uint32
 	ProgType uint32 // enum bpf_prog_type of the link's program
 	// Known says Info holds every field of the link's type that the kernel
@@ -79,6 +83,7 @@ const (
 	nameLen    = 64
 	flagKnown  = 1 << 0
 	flagName   = 1 << 1
+	flagWhole  = 1 << 2
 )
 
 const bufSize = 32 << 10
@@ -95,6 +100,7 @@ var enums = map[string]string{
 type Iter struct {
 	prog   *ebpf.Program
 	maps   map[string]*ebpf.Map
+	known  uint32
 	link   *link.Iter
 	progID uint32
 	buf    []byte
@@ -147,6 +153,23 @@ func load(spec *ebpf.CollectionSpec, c *coreload.Result) (*Iter, error) {
 	return it, nil
 }
 
+// SetKnownMaxID tells the iterator that the caller holds the fields of
+// every link up to id: later reads give only ID and Type for those (Whole
+// false), except kprobe_multi and perf_event links, whose missed counters
+// change. Link ids only grow (until they wrap after 2^31 links), so a link
+// up to id that the caller does not hold was unreadable or gone in its
+// last read; the caller reads it by syscall. 0 asks for whole records.
+func (it *Iter) SetKnownMaxID(id uint32) error {
+	if id == it.known {
+		return nil
+	}
+	if err := it.maps["known_max_id"].Put(uint32(0), id); err != nil {
+		return fmt.Errorf("setting known link id: %w", err)
+	}
+	it.known = id
+	return nil
+}
+
 // ProgramID is the id of the iterator program itself.
 func (it *Iter) ProgramID() uint32 { return it.progID }
 
@@ -176,6 +199,7 @@ func (it *Iter) decode(b []byte, r *Record) {
 	*r = Record{
 		ID:       le.Uint32(b[0:]),
 		Type:     le.Uint32(b[4:]),
+		Whole:    flags&flagWhole != 0,
 		ProgID:   le.Uint32(b[8:]),
 		Known:    flags&flagKnown != 0,
 		InfoSize: le.Uint32(b[16:]),

@@ -16,6 +16,7 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	linkstatsMapKnownMaxId   = "known_max_id"
 	linkstatsProgDumpLink    = "dump_link"
 	linkstatsVarFlKprobe     = "fl_kprobe"
 	linkstatsVarFlTracepoint = "fl_tracepoint"
@@ -70,6 +71,7 @@ type linkstatsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type linkstatsMapSpecs struct {
+	KnownMaxId *ebpf.MapSpec `ebpf:"known_max_id"`
 }
 
 // linkstatsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -100,10 +102,13 @@ func (o *linkstatsObjects) Close() error {
 //
 // It can be passed to loadLinkstatsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type linkstatsMaps struct {
+	KnownMaxId *ebpf.Map `ebpf:"known_max_id"`
 }
 
 func (m *linkstatsMaps) Close() error {
-	return _LinkstatsClose()
+	return _LinkstatsClose(
+		m.KnownMaxId,
+	)
 }
 
 // linkstatsVariables contains all global variables after they have been loaded into the kernel.
