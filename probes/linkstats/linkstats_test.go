@@ -103,6 +103,41 @@ func makeLinks(t *testing.T) []made {
 		keep(t, &out, "iter", nil, err)
 	}
 
+	// Trampoline links (the CI host refuses them: EPERM) and tp_btf.
+	for _, tr := range []struct {
+		what, to string
+		at       ebpf.AttachType
+	}{
+		{"fentry", "bpf_fentry_test1", ebpf.AttachTraceFEntry},
+		{"fexit", "bpf_fentry_test1", ebpf.AttachTraceFExit},
+		{"tp_btf", "sched_process_hang", ebpf.AttachTraceRawTp},
+	} {
+		p, err := tryProg(t, ebpf.Tracing, tr.at, tr.to, 0)
+		if err == nil {
+			l, err = link.AttachTracing(link.TracingOptions{Program: p})
+		}
+		if err != nil && tr.at != ebpf.AttachTraceRawTp && expect.Expected(expect.FeatFentry) {
+			t.Errorf("%s refused on %s, where it was measured present: %v", tr.what, expect.Entry(), err)
+		}
+		keep(t, &out, tr.what, l, err)
+	}
+
+	// A perf_event link on a software event (BPF_PERF_EVENT_EVENT).
+	pe := prog(t, ebpf.PerfEvent, 0, "", 0)
+	attr := unix.PerfEventAttr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CPU_CLOCK, Sample: 1 << 40, Bits: unix.PerfBitDisabled}
+	attr.Size = uint32(unsafe.Sizeof(attr))
+	if fd, err := unix.PerfEventOpen(&attr, 0, -1, -1, unix.PERF_FLAG_FD_CLOEXEC); err != nil {
+		keep(t, &out, "perf_event event", nil, fmt.Errorf("perf_event_open: %w", err))
+	} else {
+		t.Cleanup(func() { unix.Close(fd) })
+		rl, err := link.AttachRawLink(link.RawLinkOptions{Target: fd, Program: pe, Attach: ebpf.AttachPerfEvent})
+		if err == nil {
+			keep(t, &out, "perf_event event", rl, nil)
+		} else {
+			keep(t, &out, "perf_event event", nil, err)
+		}
+	}
+
 	cg := cgroupDir(t)
 	skb := prog(t, ebpf.CGroupSKB, ebpf.AttachCGroupInetIngress, "", 1)
 	l, err = link.AttachCgroup(link.CgroupOptions{Path: cg, Attach: ebpf.AttachCGroupInetIngress, Program: skb})
