@@ -682,3 +682,36 @@ func BenchmarkRead(b *testing.B) {
 	b.ReportMetric(per(tNext), "next-id-ns/link")
 	b.ReportMetric(float64(tIt)/float64(tNext), "x-next-id")
 }
+
+// BenchmarkLoad is the one-shot cost of the iterator: a load from the CO-RE
+// cache (cached) or from kernel BTF (cold), attach, first read, close.
+func BenchmarkLoad(b *testing.B) {
+	for _, cached := range []bool{true, false} {
+		name := "cold"
+		if cached {
+			name = "cached"
+		}
+		b.Run(name, func(b *testing.B) {
+			loadIter(b).Close() // skips where the kernel refuses it
+			dir := ""
+			if cached {
+				dir = b.TempDir()
+				it, _, err := LoadCached(dir) // writes the cache
+				if err != nil {
+					b.Fatal(err)
+				}
+				it.Close()
+			}
+			for b.Loop() {
+				it, li, err := LoadCached(dir)
+				if err != nil || li.Cached != cached {
+					b.Fatal(err, li.CacheErr)
+				}
+				if _, err := it.Read(nil); err != nil {
+					b.Fatal(err)
+				}
+				it.Close()
+			}
+		})
+	}
+}
