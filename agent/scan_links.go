@@ -119,6 +119,9 @@ func (r *reader) linksFromIter(st *ScanStats) ([]Link, error) {
 	var maxID uint32
 	for i := range recs {
 		rec := &recs[i]
+		if rec.ID == 0 {
+			continue // not settled; the program skips these already
+		}
 		c := r.links[rec.ID]
 		maxID = max(maxID, rec.ID)
 		if !rec.Whole || !rec.Known {

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -251,5 +252,74 @@ func BenchmarkLinks(b *testing.B) {
 			b.ReportMetric(float64(tIt)/float64(tSys), "x-syscall")
 			b.ReportMetric(float64(calls)/float64(b.N)/float64(n), "syscalls/link")
 		})
+	}
+}
+
+// TestLinksIteratorChurn creates and closes raw_tp links while an agent
+// reads links from the iterator: every scan must list links whole (type,
+// attach type, program, target) with no errors, a link settled late below
+// the known id included (it is read by syscall).
+func TestLinksIteratorChurn(t *testing.T) {
+	a := linkAgent(t)
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.RawTracepoint, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	go func() {
+		n := 0
+		for ctx.Err() == nil {
+			l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "task_rename", Program: p})
+			if err != nil {
+				t.Errorf("attaching raw_tp link: %v", err)
+				break
+			}
+			l.Close()
+			n++
+		}
+		done <- n
+	}()
+	scans, seen := 0, 0
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
+		s := scan(t, a)
+		scans++
+		if s.Scan.LinksSource != ScanSourceIterator || s.Scan.Errors > 0 {
+			t.Errorf("scan %d: links source %q (%s), %d errors %v", scans, s.Scan.LinksSource, s.Scan.LinksFallbackReason, s.Scan.Errors, s.Scan.ErrorMsgs)
+			break
+		}
+		for _, ps := range s.Programs {
+			for _, l := range ps.Links {
+				if l.ProgID != ps.ID || l.Type == "" || l.AttachType == "" {
+					t.Errorf("scan %d: link %+v of program %d", scans, l, ps.ID)
+				}
+				if ps.ID == progID(t, p) {
+					seen++
+					if l.Target != "task_rename" {
+						t.Errorf("scan %d: churned link %+v", scans, l)
+					}
+				}
+			}
+		}
+	}
+	cancel()
+	t.Logf("%d scans while %d links came and went; %d of them seen", scans, <-done, seen)
+}
+
+func TestLinkFallbackReason(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("%w: kernel BTF has no bpf_link iterator target: not found", ebpf.ErrNotSupported), "kernel has no iter/bpf_link (Linux 5.19+)"},
+		{fmt.Errorf("%w: verifier rejected the iterator: unknown func bpf_probe_read_kernel#113", ebpf.ErrNotSupported), "kernel refuses bpf_probe_read_kernel"},
+		{fmt.Errorf("%w: verifier rejected the iterator: invalid argument", ebpf.ErrNotSupported), "kernel refuses the bpf_link iterator"},
+		{errors.New("reading kernel build id: permission denied"), "reading kernel build id"},
+	} {
+		if got := linkFallbackReason(tc.err); !strings.HasPrefix(got, tc.want) {
+			t.Errorf("%v: reason %q, want it to start with %q", tc.err, got, tc.want)
+		}
 	}
 }

@@ -432,6 +432,8 @@ int dump_link(struct bpf_iter__bpf_link *ctx)
 	if (!link)
 		return 0; // end of iteration
 	r.id = link->id;
+	if (!r.id)
+		return 0; // not settled yet (bpf_link_settle): not a link to report
 	r.type = link->type;
 	known_max = bpf_map_lookup_elem(&known_max_id, &zero);
 	if (known_max && r.id <= *known_max && r.type != LT_KPROBE_MULTI && r.type != LT_PERF_EVENT)

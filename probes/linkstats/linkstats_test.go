@@ -715,3 +715,46 @@ func BenchmarkLoad(b *testing.B) {
 		})
 	}
 }
+
+// TestChurn reads while links are created and closed: a link caught
+// between bpf_link_prime and bpf_link_settle (in the kernel's idr, id still
+// 0) is not a link yet and must not be listed.
+func TestChurn(t *testing.T) {
+	it := loadIter(t)
+	p := prog(t, ebpf.RawTracepoint, 0, "", 0)
+	stop := make(chan struct{})
+	done := make(chan int)
+	go func() {
+		n := 0
+		defer func() { done <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "task_rename", Program: p})
+			if err != nil {
+				t.Errorf("attaching: %v", err)
+				return
+			}
+			l.Close()
+			n++
+		}
+	}()
+	var recs []Record
+	reads := 0
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); reads++ {
+		var err error
+		if recs, err = it.Read(recs); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			if r.ID == 0 || !r.Whole || r.ProgID == 0 {
+				t.Fatalf("read %d: record %+v", reads, r)
+			}
+		}
+	}
+	close(stop)
+	t.Logf("%d reads while %d links came and went", reads, <-done)
+}
