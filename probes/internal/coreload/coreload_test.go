@@ -66,3 +66,41 @@ func TestCacheKey(t *testing.T) {
 		t.Error("a damaged cache was read")
 	}
 }
+
+// TestScanEnums holds the raw BTF scan to cilium/ebpf's decoding of every
+// type of the running kernel's BTF, for enumerators of anonymous and named
+// enums, and one the kernel does not have.
+func TestScanEnums(t *testing.T) {
+	kernel, err := btf.LoadKernelSpec()
+	if err != nil {
+		t.Skipf("no kernel BTF: %v", err)
+	}
+	names := []string{"TRACE_EVENT_FL_TRACEPOINT", "TRACE_EVENT_FL_KPROBE", "BPF_LINK_TYPE_TCX", "BPF_PROG_TYPE_TRACING", "NO_SUCH_ENUMERATOR_ANYWHERE"}
+	want := map[string]int64{}
+	for typ, err := range kernel.All() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e, ok := typ.(*btf.Enum); ok {
+			for _, v := range e.Values {
+				for _, n := range names {
+					if _, dup := want[n]; v.Name == n && !dup {
+						want[n] = int64(v.Value)
+						if e.Signed {
+							want[n] = int64(int32(v.Value))
+						}
+					}
+				}
+			}
+		}
+	}
+	got := enumValues(names)
+	if len(got) != len(want) || len(got) < 3 {
+		t.Fatalf("raw scan %v, decoded %v", got, want)
+	}
+	for n, v := range want {
+		if got[n] != v {
+			t.Errorf("%s: raw scan %d, decoded %d", n, got[n], v)
+		}
+	}
+}
