@@ -323,3 +323,14 @@ func TestLinkFallbackReason(t *testing.T) {
 		}
 	}
 }
+
+// TestLinksOneShotPinned: a one-shot scan reading a running agent's pinned
+// bpf_prog iterator reads links by syscall, and says why.
+func TestLinksOneShotPinned(t *testing.T) {
+	a := iterAgent(t)
+	a.r.pin = "/sys/fs/bpf/pinned-by-an-agent" // what openPinnedStatsIter sets
+	s := scan(t, a)
+	if s.Scan.LinksSource != ScanSourceSyscall || !strings.Contains(s.Scan.LinksFallbackReason, "one scan") || a.r.lsrc.iter != nil {
+		t.Fatalf("links source %q (%q), iterator loaded %v", s.Scan.LinksSource, s.Scan.LinksFallbackReason, a.r.lsrc.iter != nil)
+	}
+}
