@@ -414,18 +414,6 @@ func (p *Profiler) Read() (Histogram, error) {
 	return h, nil
 }
 
-// exits is the session program's exit runs (cost test).
-func (p *Profiler) exits() uint64 {
-	var per []profilerHist
-	var n uint64
-	if p.hist.Lookup(uint32(0), &per) == nil {
-		for _, c := range per {
-			n += c.Exits
-		}
-	}
-	return n
-}
-
 // ProgramIDs are the ids of the profiler's own programs (the agent leaves
 // them out of selection, so it never profiles its profiler).
 func (p *Profiler) ProgramIDs() []uint32 {

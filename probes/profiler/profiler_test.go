@@ -2,7 +2,6 @@ package profiler
 
 import (
 	"errors"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -39,11 +38,6 @@ func loadTarget(t *testing.T, loops uint32) *TimedTarget {
 	}
 	t.Cleanup(func() { tt.Close() })
 	return tt
-}
-
-func statsSysctl() string {
-	b, _ := os.ReadFile("/proc/sys/kernel/bpf_stats_enabled")
-	return strings.TrimSpace(string(b))
 }
 
 // metric logs a figure for the kernel matrix's table.
