@@ -62,6 +62,9 @@ or with the kubeconfig $KUBECONFIG names on a host outside any pod.`,
 			if err := stats.apply(&agent.Config{}); err != nil {
 				return config.Usage(err)
 			}
+			if err := checkPprofAddr(pprofAddr); err != nil {
+				return config.Usage(err)
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
@@ -85,6 +88,7 @@ or with the kubeconfig $KUBECONFIG names on a host outside any pod.`,
 	f.StringVar(&c.APITokenFile, "api-token-file", "", fmt.Sprintf("file holding the bearer token the local API requires (at least %d bytes; default $%s)", config.MinTokenLen, api.TokenEnv))
 	f.BoolVar(&c.Calibrate, "calibrate", c.Calibrate, "measure each attach type's overhead with the agent's own probes at start (bounded: about half a second of CPU)")
 	f.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long the final flush may take")
+	f.StringVar(&pprofAddr, "pprof", "", "serve Go runtime profiles (net/http/pprof) on this loopback address, e.g. 127.0.0.1:6060 (empty: off)")
 	stats.register(cmd)
 	rootCmd.AddCommand(cmd)
 }
@@ -103,6 +107,12 @@ func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 			return err
 		}
 		if _, err := srv.Listen(); err != nil {
+			return err
+		}
+	}
+
+	if pprofAddr != "" {
+		if err := servePprof(pprofAddr, log); err != nil {
 			return err
 		}
 	}
