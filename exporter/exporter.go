@@ -16,6 +16,7 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/exemplar"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -149,7 +150,11 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 		return nil, err
 	}
 
-	mopts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithCardinalityLimit(e.limit)}
+	// No exemplars: every instrument but the scan duration is observed in
+	// a callback, with no trace to point to, yet the SDK's default
+	// (trace-based) filter made each collection allocate an exemplar
+	// slice per data point.
+	mopts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithCardinalityLimit(e.limit), sdkmetric.WithExemplarFilter(exemplar.AlwaysOffFilter)}
 	for _, r := range append(sig.readers, cfg.Readers...) {
 		mopts = append(mopts, sdkmetric.WithReader(r))
 	}

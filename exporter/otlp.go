@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/otlptranslator"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
-	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
@@ -269,16 +268,12 @@ func (e *Exporter) metricExporter(ctx context.Context) (sdkmetric.Exporter, stri
 		}
 		exp, err = otlpmetricgrpc.New(ctx, opts...)
 	} else {
-		opts := []otlpmetrichttp.Option{otlpmetrichttp.WithTemporalitySelector(cumulative)}
-		if comp == "gzip" {
-			opts = append(opts, otlpmetrichttp.WithCompression(otlpmetrichttp.GzipCompression))
-		} else {
-			opts = append(opts, otlpmetrichttp.WithCompression(otlpmetrichttp.NoCompression))
+		// http/protobuf: bpfleet's own encoder (otlpwire.go), which keeps
+		// each series' encoding between exports.
+		var wc wireConfig
+		if wc, err = resolveWireConfig(e.cfg.Endpoint, comp); err == nil {
+			exp = newWireExporter(wc)
 		}
-		if e.cfg.Endpoint != "" {
-			opts = append(opts, otlpmetrichttp.WithEndpointURL(signalPath(e.cfg.Endpoint, "/v1/metrics")))
-		}
-		exp, err = otlpmetrichttp.New(ctx, opts...)
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("creating OTLP %s metric exporter: %w", proto, err)

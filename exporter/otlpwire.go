@@ -1,0 +1,588 @@
+package exporter
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/klauspost/compress/gzip"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// wireExporter is the agent's OTLP/HTTP (http/protobuf) metric exporter. It
+// writes the export request's protobuf straight from the SDK's metricdata
+// into buffers it keeps, with each attribute set's encoding cached across
+// exports — a program's or workload's attributes stay the same for its
+// lifetime, only values and timestamps change — and compresses with one
+// gzip writer it keeps, klauspost/compress's (already linked in through
+// the Prometheus client): 2.6 times as fast as the standard library's at
+// the default level on an export of 1,000 series, for 6% more bytes
+// (0.9 against 2.4 ms, 19.8 against 18.7 KB). The SDK's otlpmetrichttp builds the request as
+// protobuf structs on every export (several allocations per data point),
+// marshals them and gzips with a pooled writer that every GC empties: at
+// 1,000 programs that was 7.6 of the 21 ms an interval's export cost, plus
+// the GC work its garbage made (make bench BENCH=agentcpu).
+//
+// A failed export is not retried: the counters are cumulative, so the next
+// interval's export carries everything the failed one had. It is counted
+// (bpf.agent.export.errors) and logged once per interval like the SDK
+// exporter's failures.
+type wireExporter struct {
+	url     string
+	headers http.Header
+	timeout time.Duration
+	gzip    bool
+	client  *http.Client
+
+	mu sync.Mutex
+	// attrs caches the encoding of attribute sets as NumberDataPoint
+	// attributes (repeated KeyValue, field 7); gen marks the sets used by
+	// the latest export, and the others are dropped after it.
+	attrs map[attribute.Distinct]*wireAttrs
+	gen   uint64
+	// Buffers kept between exports: one metric's data, all metrics of a
+	// scope, all scopes, the request, the compressed request.
+	data, metrics, scopes, req []byte
+	zbuf                       bytes.Buffer
+	zw                         *gzip.Writer
+}
+
+type wireAttrs struct {
+	b   []byte
+	gen uint64
+}
+
+var _ sdkmetric.Exporter = (*wireExporter)(nil)
+
+// wireConfig is where and how the metrics go, resolved from the flags and
+// the OTEL_EXPORTER_OTLP_* variables as the SDK's exporter reads them.
+type wireConfig struct {
+	url     string
+	headers http.Header
+	timeout time.Duration
+	gzip    bool
+	tls     *tls.Config
+}
+
+// resolveWireConfig reads the metrics endpoint (the flag's base URL, else
+// OTEL_EXPORTER_OTLP_METRICS_ENDPOINT as it is, else
+// OTEL_EXPORTER_OTLP_ENDPOINT plus /v1/metrics, else localhost:4318),
+// headers, timeout and TLS files (signal variable first, then the generic
+// one). internal/config has checked every value at start.
+func resolveWireConfig(flagEndpoint, compression string) (wireConfig, error) {
+	c := wireConfig{gzip: compression == "gzip", timeout: 10 * time.Second, headers: http.Header{}}
+	switch {
+	case flagEndpoint != "":
+		c.url = signalPath(flagEndpoint, "/v1/metrics")
+	case env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") != "":
+		c.url = env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+	case env("OTEL_EXPORTER_OTLP_ENDPOINT") != "":
+		c.url = signalPath(env("OTEL_EXPORTER_OTLP_ENDPOINT"), "/v1/metrics")
+	default:
+		c.url = "http://localhost:4318/v1/metrics"
+	}
+	if _, err := url.Parse(c.url); err != nil {
+		return c, fmt.Errorf("OTLP metrics endpoint %q: %w", c.url, err)
+	}
+	if h := env("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"); h != "" {
+		for _, kv := range strings.Split(h, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				return c, fmt.Errorf("OTLP headers: %q is not key=value", kv)
+			}
+			uv, err := url.PathUnescape(strings.TrimSpace(v))
+			if err != nil {
+				return c, fmt.Errorf("OTLP headers: value of %q: %w", strings.TrimSpace(k), err)
+			}
+			c.headers.Add(strings.TrimSpace(k), uv)
+		}
+	}
+	if t := env("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"); t != "" {
+		ms, err := strconv.Atoi(t)
+		if err != nil || ms < 0 {
+			return c, fmt.Errorf("OTLP timeout %q: want milliseconds", t)
+		}
+		c.timeout = time.Duration(ms) * time.Millisecond
+	}
+	ca := env("OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE", "OTEL_EXPORTER_OTLP_CERTIFICATE")
+	cert := env("OTEL_EXPORTER_OTLP_METRICS_CLIENT_CERTIFICATE", "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE")
+	key := env("OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY", "OTEL_EXPORTER_OTLP_CLIENT_KEY")
+	if ca != "" || cert != "" || key != "" {
+		c.tls = &tls.Config{MinVersion: tls.VersionTLS12}
+		if ca != "" {
+			pem, err := os.ReadFile(ca)
+			if err != nil {
+				return c, fmt.Errorf("OTLP certificate: %w", err)
+			}
+			c.tls.RootCAs = x509.NewCertPool()
+			if !c.tls.RootCAs.AppendCertsFromPEM(pem) {
+				return c, fmt.Errorf("OTLP certificate %s: no PEM certificate in it", ca)
+			}
+		}
+		if cert != "" || key != "" {
+			pair, err := tls.LoadX509KeyPair(cert, key)
+			if err != nil {
+				return c, fmt.Errorf("OTLP client certificate and key: %w", err)
+			}
+			c.tls.Certificates = []tls.Certificate{pair}
+		}
+	}
+	return c, nil
+}
+
+func newWireExporter(c wireConfig) *wireExporter {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if c.tls != nil {
+		tr.TLSClientConfig = c.tls
+	}
+	c.headers.Set("Content-Type", "application/x-protobuf")
+	c.headers.Set("User-Agent", "bpfleet")
+	if c.gzip {
+		c.headers.Set("Content-Encoding", "gzip")
+	}
+	return &wireExporter{
+		url: c.url, headers: c.headers, timeout: c.timeout, gzip: c.gzip,
+		client: &http.Client{Transport: tr},
+		attrs:  map[attribute.Distinct]*wireAttrs{},
+	}
+}
+
+// Temporality implements sdkmetric.Exporter: cumulative (the kernel's
+// counters are, and Prometheus' OTLP receiver takes only cumulative sums).
+func (w *wireExporter) Temporality(k sdkmetric.InstrumentKind) metricdata.Temporality {
+	return sdkmetric.DefaultTemporalitySelector(k)
+}
+
+// Aggregation implements sdkmetric.Exporter.
+func (w *wireExporter) Aggregation(k sdkmetric.InstrumentKind) sdkmetric.Aggregation {
+	return sdkmetric.DefaultAggregationSelector(k)
+}
+
+// ForceFlush implements sdkmetric.Exporter: nothing is buffered.
+func (w *wireExporter) ForceFlush(context.Context) error { return nil }
+
+// Shutdown implements sdkmetric.Exporter.
+func (w *wireExporter) Shutdown(context.Context) error {
+	w.client.CloseIdleConnections()
+	return nil
+}
+
+// Export implements sdkmetric.Exporter.
+func (w *wireExporter) Export(ctx context.Context, rm *metricdata.ResourceMetrics) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	body := w.encode(rm)
+	if w.gzip {
+		w.zbuf.Reset()
+		if w.zw == nil {
+			w.zw = gzip.NewWriter(&w.zbuf)
+		} else {
+			w.zw.Reset(&w.zbuf)
+		}
+		if _, err := w.zw.Write(body); err != nil {
+			return fmt.Errorf("compressing metrics: %w", err)
+		}
+		if err := w.zw.Close(); err != nil {
+			return fmt.Errorf("compressing metrics: %w", err)
+		}
+		body = w.zbuf.Bytes()
+	}
+	if w.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, w.timeout)
+		defer cancel()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.url, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("exporting metrics to %s: %w", w.url, err)
+	}
+	req.Header = w.headers.Clone()
+	resp, err := w.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("exporting metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	// Read (a bounded part of) the answer so the connection is reused.
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("exporting metrics to %s: %s: %s", w.url, resp.Status, strings.TrimSpace(string(bytes.ToValidUTF8(msg[:min(len(msg), 512)], nil))))
+	}
+	if rejected, why := partialSuccess(msg, resp.Header.Get("Content-Type")); rejected > 0 || why != "" {
+		return fmt.Errorf("exporting metrics: the backend rejected %d data points: %s", rejected, why)
+	}
+	return nil
+}
+
+// partialSuccess reads ExportMetricsServiceResponse.partial_success from a
+// protobuf answer (field 1: rejected_data_points 1, error_message 2).
+func partialSuccess(b []byte, contentType string) (int64, string) {
+	if !strings.HasPrefix(contentType, "application/x-protobuf") {
+		return 0, ""
+	}
+	var rejected int64
+	var msg string
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return 0, ""
+		}
+		b = b[n:]
+		if num == 1 && typ == protowire.BytesType {
+			ps, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return 0, ""
+			}
+			b = b[n:]
+			for len(ps) > 0 {
+				num, typ, n := protowire.ConsumeTag(ps)
+				if n < 0 {
+					return 0, ""
+				}
+				ps = ps[n:]
+				switch {
+				case num == 1 && typ == protowire.VarintType:
+					v, n := protowire.ConsumeVarint(ps)
+					if n < 0 {
+						return 0, ""
+					}
+					rejected, ps = int64(v), ps[n:]
+				case num == 2 && typ == protowire.BytesType:
+					v, n := protowire.ConsumeBytes(ps)
+					if n < 0 {
+						return 0, ""
+					}
+					msg, ps = string(v), ps[n:]
+				default:
+					n := protowire.ConsumeFieldValue(num, typ, ps)
+					if n < 0 {
+						return 0, ""
+					}
+					ps = ps[n:]
+				}
+			}
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return 0, ""
+		}
+		b = b[n:]
+	}
+	return rejected, msg
+}
+
+// encode writes rm as an ExportMetricsServiceRequest into w.req. Nested
+// messages are written into their own buffer first and appended with
+// their length; the data points, nearly all of the bytes, are written
+// once with sizes computed up front.
+func (w *wireExporter) encode(rm *metricdata.ResourceMetrics) []byte {
+	w.gen++
+	w.scopes = w.scopes[:0]
+	for i := range rm.ScopeMetrics {
+		sm := &rm.ScopeMetrics[i]
+		w.metrics = w.metrics[:0]
+		for j := range sm.Metrics {
+			m := &sm.Metrics[j]
+			w.data = w.data[:0]
+			field, ok := w.encodeData(m.Data)
+			if !ok || len(w.data) == 0 {
+				continue
+			}
+			size := sizeString(1, m.Name) + sizeString(2, m.Description) + sizeString(3, m.Unit) + sizeBytes(field, len(w.data))
+			w.metrics = protowire.AppendTag(w.metrics, 2, protowire.BytesType)
+			w.metrics = protowire.AppendVarint(w.metrics, uint64(size))
+			w.metrics = appendString(w.metrics, 1, m.Name)
+			w.metrics = appendString(w.metrics, 2, m.Description)
+			w.metrics = appendString(w.metrics, 3, m.Unit)
+			w.metrics = appendBytes(w.metrics, field, w.data)
+		}
+		scope := appendString(nil, 1, sm.Scope.Name)
+		scope = appendString(scope, 2, sm.Scope.Version)
+		for it := sm.Scope.Attributes.Iter(); it.Next(); {
+			scope = appendKeyValue(scope, 3, it.Attribute())
+		}
+		size := sizeBytes(1, len(scope)) + len(w.metrics) + sizeString(3, sm.Scope.SchemaURL)
+		w.scopes = protowire.AppendTag(w.scopes, 2, protowire.BytesType)
+		w.scopes = protowire.AppendVarint(w.scopes, uint64(size))
+		w.scopes = appendBytes(w.scopes, 1, scope)
+		w.scopes = append(w.scopes, w.metrics...)
+		w.scopes = appendString(w.scopes, 3, sm.Scope.SchemaURL)
+	}
+	var res []byte
+	schema := ""
+	if rm.Resource != nil {
+		for it := rm.Resource.Iter(); it.Next(); {
+			res = appendKeyValue(res, 1, it.Attribute())
+		}
+		schema = rm.Resource.SchemaURL()
+	}
+	size := sizeBytes(1, len(res)) + len(w.scopes) + sizeString(3, schema)
+	w.req = w.req[:0]
+	w.req = protowire.AppendTag(w.req, 1, protowire.BytesType)
+	w.req = protowire.AppendVarint(w.req, uint64(size))
+	w.req = appendBytes(w.req, 1, res)
+	w.req = append(w.req, w.scopes...)
+	w.req = appendString(w.req, 3, schema)
+	// Forget the attribute sets this export did not use (programs gone).
+	for k, a := range w.attrs {
+		if a.gen != w.gen {
+			delete(w.attrs, k)
+		}
+	}
+	return w.req
+}
+
+// encodeData writes a metric's data (Gauge, Sum or Histogram) into w.data
+// and returns its Metric field; false for an aggregation bpfleet never
+// makes (exponential histograms, summaries).
+func (w *wireExporter) encodeData(d metricdata.Aggregation) (protowire.Number, bool) {
+	switch d := d.(type) {
+	case metricdata.Gauge[int64]:
+		w.numberPoints(d.DataPoints)
+		return 5, true
+	case metricdata.Gauge[float64]:
+		w.numberPoints(d.DataPoints)
+		return 5, true
+	case metricdata.Sum[int64]:
+		w.numberPoints(d.DataPoints)
+		w.sumTail(len(d.DataPoints), d.Temporality, d.IsMonotonic)
+		return 7, true
+	case metricdata.Sum[float64]:
+		w.numberPoints(d.DataPoints)
+		w.sumTail(len(d.DataPoints), d.Temporality, d.IsMonotonic)
+		return 7, true
+	case metricdata.Histogram[int64]:
+		histogramPoints(w, d.DataPoints)
+		w.sumTail(len(d.DataPoints), d.Temporality, false)
+		return 9, true
+	case metricdata.Histogram[float64]:
+		histogramPoints(w, d.DataPoints)
+		w.sumTail(len(d.DataPoints), d.Temporality, false)
+		return 9, true
+	}
+	return 0, false
+}
+
+// sumTail appends a Sum's or Histogram's aggregation_temporality (2) and
+// is_monotonic (3); nothing for a metric without points, which is left out.
+func (w *wireExporter) sumTail(points int, t metricdata.Temporality, monotonic bool) {
+	if points == 0 {
+		return
+	}
+	w.data = appendVarintField(w.data, 2, uint64(temporality(t)))
+	if monotonic {
+		w.data = appendVarintField(w.data, 3, 1)
+	}
+}
+
+// temporality maps the SDK's temporality to OTLP's AggregationTemporality
+// (1 delta, 2 cumulative).
+func temporality(t metricdata.Temporality) int {
+	switch t {
+	case metricdata.DeltaTemporality:
+		return 1
+	case metricdata.CumulativeTemporality:
+		return 2
+	}
+	return 0
+}
+
+// pointAttrs returns the cached encoding of s as NumberDataPoint
+// attributes, encoding it on first use.
+func (w *wireExporter) pointAttrs(s attribute.Set) []byte {
+	k := s.Equivalent()
+	a := w.attrs[k]
+	if a == nil {
+		a = &wireAttrs{}
+		for it := s.Iter(); it.Next(); {
+			a.b = appendKeyValue(a.b, 7, it.Attribute())
+		}
+		w.attrs[k] = a
+	}
+	a.gen = w.gen
+	return a.b
+}
+
+// numberPoints writes NumberDataPoints (data_points, field 1): attributes
+// 7, start_time_unix_nano 2, time_unix_nano 3 (fixed64), as_double 4 or
+// as_int 6.
+func (w *wireExporter) numberPoints(pts any) {
+	switch pts := pts.(type) {
+	case []metricdata.DataPoint[int64]:
+		for i := range pts {
+			p := &pts[i]
+			w.numberPoint(w.pointAttrs(p.Attributes), p.StartTime, p.Time, 6, uint64(p.Value))
+		}
+	case []metricdata.DataPoint[float64]:
+		for i := range pts {
+			p := &pts[i]
+			w.numberPoint(w.pointAttrs(p.Attributes), p.StartTime, p.Time, 4, math.Float64bits(p.Value))
+		}
+	}
+}
+
+func (w *wireExporter) numberPoint(attrs []byte, start, now time.Time, valueField protowire.Number, value uint64) {
+	size := len(attrs) + 9 + 9
+	if !start.IsZero() {
+		size += 9
+	}
+	w.data = protowire.AppendTag(w.data, 1, protowire.BytesType)
+	w.data = protowire.AppendVarint(w.data, uint64(size))
+	w.data = append(w.data, attrs...)
+	if !start.IsZero() {
+		w.data = appendFixed64Field(w.data, 2, uint64(start.UnixNano()))
+	}
+	w.data = appendFixed64Field(w.data, 3, uint64(now.UnixNano()))
+	w.data = appendFixed64Field(w.data, valueField, value)
+}
+
+// histogramPoints writes HistogramDataPoints: attributes 9, start 2, time
+// 3, count 4, sum 5, bucket_counts 6 and explicit_bounds 7 (packed
+// fixed64), min 11, max 12. Few (the scan duration, profiled programs):
+// written through a scratch buffer, attributes not cached.
+func histogramPoints[N int64 | float64](w *wireExporter, pts []metricdata.HistogramDataPoint[N]) {
+	var p []byte
+	for i := range pts {
+		h := &pts[i]
+		p = p[:0]
+		for it := h.Attributes.Iter(); it.Next(); {
+			p = appendKeyValue(p, 9, it.Attribute())
+		}
+		if !h.StartTime.IsZero() {
+			p = appendFixed64Field(p, 2, uint64(h.StartTime.UnixNano()))
+		}
+		p = appendFixed64Field(p, 3, uint64(h.Time.UnixNano()))
+		p = appendFixed64Field(p, 4, h.Count)
+		p = appendFixed64Field(p, 5, math.Float64bits(float64(h.Sum)))
+		if len(h.BucketCounts) > 0 {
+			p = protowire.AppendTag(p, 6, protowire.BytesType)
+			p = protowire.AppendVarint(p, uint64(8*len(h.BucketCounts)))
+			for _, c := range h.BucketCounts {
+				p = protowire.AppendFixed64(p, c)
+			}
+		}
+		if len(h.Bounds) > 0 {
+			p = protowire.AppendTag(p, 7, protowire.BytesType)
+			p = protowire.AppendVarint(p, uint64(8*len(h.Bounds)))
+			for _, b := range h.Bounds {
+				p = protowire.AppendFixed64(p, math.Float64bits(b))
+			}
+		}
+		if v, ok := h.Min.Value(); ok {
+			p = appendFixed64Field(p, 11, math.Float64bits(float64(v)))
+		}
+		if v, ok := h.Max.Value(); ok {
+			p = appendFixed64Field(p, 12, math.Float64bits(float64(v)))
+		}
+		w.data = appendBytes(w.data, 1, p)
+	}
+}
+
+// appendKeyValue appends kv as a KeyValue message in field f: key 1,
+// value 2 (AnyValue).
+func appendKeyValue(b []byte, f protowire.Number, kv attribute.KeyValue) []byte {
+	v := appendAnyValue(nil, kv.Value)
+	b = protowire.AppendTag(b, f, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(sizeString(1, string(kv.Key))+sizeBytes(2, len(v))))
+	b = appendString(b, 1, string(kv.Key))
+	return appendBytes(b, 2, v)
+}
+
+// appendAnyValue appends the fields of an AnyValue: string 1, bool 2, int
+// 3, double 4, array 5 (ArrayValue: values 1), kvlist 6 (KeyValueList:
+// values 1), bytes 7.
+func appendAnyValue(b []byte, v attribute.Value) []byte {
+	switch v.Type() {
+	case attribute.STRING:
+		return protowire.AppendString(protowire.AppendTag(b, 1, protowire.BytesType), v.AsString())
+	case attribute.BOOL:
+		x := uint64(0)
+		if v.AsBool() {
+			x = 1
+		}
+		return appendVarintField(b, 2, x)
+	case attribute.INT64:
+		return appendVarintField(b, 3, uint64(v.AsInt64()))
+	case attribute.FLOAT64:
+		return appendFixed64Field(b, 4, math.Float64bits(v.AsFloat64()))
+	case attribute.BYTESLICE:
+		return appendBytes(b, 7, v.AsByteSlice())
+	case attribute.BOOLSLICE:
+		return appendArray(b, v.AsBoolSlice(), attribute.BoolValue)
+	case attribute.INT64SLICE:
+		return appendArray(b, v.AsInt64Slice(), attribute.Int64Value)
+	case attribute.FLOAT64SLICE:
+		return appendArray(b, v.AsFloat64Slice(), attribute.Float64Value)
+	case attribute.STRINGSLICE:
+		return appendArray(b, v.AsStringSlice(), attribute.StringValue)
+	case attribute.SLICE:
+		return appendArray(b, v.AsSlice(), func(v attribute.Value) attribute.Value { return v })
+	case attribute.MAP:
+		var list []byte
+		for _, kv := range v.AsMap() {
+			list = appendKeyValue(list, 1, kv)
+		}
+		return appendBytes(b, 6, list)
+	}
+	return b // EMPTY: an AnyValue with no field set
+}
+
+func appendArray[T any](b []byte, xs []T, val func(T) attribute.Value) []byte {
+	var arr []byte
+	for _, x := range xs {
+		arr = appendBytes(arr, 1, appendAnyValue(nil, val(x)))
+	}
+	return appendBytes(b, 5, arr)
+}
+
+// The proto3 field helpers: a string or bytes field is omitted when empty
+// (the default), as the generated code does.
+func appendString(b []byte, f protowire.Number, s string) []byte {
+	if s == "" {
+		return b
+	}
+	return protowire.AppendString(protowire.AppendTag(b, f, protowire.BytesType), s)
+}
+
+func appendBytes(b []byte, f protowire.Number, v []byte) []byte {
+	if len(v) == 0 {
+		return b
+	}
+	return protowire.AppendBytes(protowire.AppendTag(b, f, protowire.BytesType), v)
+}
+
+func appendVarintField(b []byte, f protowire.Number, v uint64) []byte {
+	return protowire.AppendVarint(protowire.AppendTag(b, f, protowire.VarintType), v)
+}
+
+func appendFixed64Field(b []byte, f protowire.Number, v uint64) []byte {
+	return protowire.AppendFixed64(protowire.AppendTag(b, f, protowire.Fixed64Type), v)
+}
+
+func sizeString(f protowire.Number, s string) int {
+	if s == "" {
+		return 0
+	}
+	return protowire.SizeTag(f) + protowire.SizeBytes(len(s))
+}
+
+func sizeBytes(f protowire.Number, n int) int {
+	if n == 0 {
+		return 0
+	}
+	return protowire.SizeTag(f) + protowire.SizeBytes(n)
+}
