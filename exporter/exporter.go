@@ -17,12 +17,16 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/exemplar"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/bpfleet/bpfleet/agent"
 )
+
+// meterName is the instrumentation scope of bpfleet's metrics.
+const meterName = "github.com/bpfleet/bpfleet/exporter"
 
 // Config configures an Exporter. The zero value exports nothing but is valid.
 type Config struct {
@@ -70,7 +74,9 @@ type Config struct {
 	Log *slog.Logger
 
 	// Readers and SpanProcessors are added to the OTLP ones: an in-process
-	// consumer (tests use the SDK's ManualReader and span recorder).
+	// consumer (tests use the SDK's ManualReader and span recorder). A
+	// reader sees the program and workload counters only with the
+	// exporter's producers (Producers).
 	Readers        []sdkmetric.Reader
 	SpanProcessors []sdktrace.SpanProcessor
 }
@@ -91,6 +97,7 @@ type Exporter struct {
 	mu        sync.Mutex
 	view      *view
 	prof      *profileProducer
+	series    *seriesProducer
 	progCache map[uint32]cachedAttrs
 	owners    map[string]*aggSeries
 	attach    map[string]*aggSeries
@@ -140,6 +147,7 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 		e.log = slog.Default()
 	}
 	e.prof = &profileProducer{e: e}
+	e.series = &seriesProducer{e: e}
 	res, err := newResource(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -159,7 +167,7 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 		mopts = append(mopts, sdkmetric.WithReader(r))
 	}
 	e.mp = sdkmetric.NewMeterProvider(mopts...)
-	if err := e.registerInstruments(e.mp.Meter("github.com/bpfleet/bpfleet/exporter")); err != nil {
+	if err := e.registerInstruments(e.mp.Meter(meterName)); err != nil {
 		_ = e.mp.Shutdown(ctx)
 		e.closePrometheus(ctx)
 		return nil, err
@@ -200,6 +208,31 @@ func (e *Exporter) Update(ctx context.Context, snap *agent.Snapshot) {
 			e.episodeSpan(ctx, &snap.Episodes[i], false)
 		}
 	}
+}
+
+// Producers returns the producers a reader given in Config.Readers needs
+// to see every metric: the program and workload counters and the
+// profiles do not go through instruments. They forward to e, so a reader
+// can be built with them before New: pass a *Exporter variable's address
+// and set it after New.
+func Producers(e **Exporter) []sdkmetric.Producer {
+	return []sdkmetric.Producer{lateProducer{e}}
+}
+
+// lateProducer produces e's series and profiles once *e is set.
+type lateProducer struct{ e **Exporter }
+
+func (l lateProducer) Produce(ctx context.Context) ([]metricdata.ScopeMetrics, error) {
+	e := *l.e
+	if e == nil {
+		return nil, nil
+	}
+	sm, err := e.series.Produce(ctx)
+	if err != nil {
+		return nil, err
+	}
+	prof, err := e.prof.Produce(ctx)
+	return append(sm, prof...), err
 }
 
 // cardinalityLimit is the SDK's per-instrument series limit for a

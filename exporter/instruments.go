@@ -27,46 +27,8 @@ func b2i(b bool) int64 {
 // observers read each table metric out of a view. Every observable metric
 // of metricDefs has one (a test checks).
 var observers = map[string]func(v *view, s sink){
-	// The program metrics come from v.programs at the program level and
-	// from v.workloads at the workload level; the other is empty.
-	"bpf.program.run.count": func(v *view, s sink) {
-		for i := range v.programs {
-			s.Int(int64(v.programs[i].runs), v.programs[i].attrs)
-		}
-		for i := range v.workloads {
-			s.Int(int64(v.workloads[i].acc.runs), v.workloads[i].attrs)
-		}
-	},
-	"bpf.program.run.time": func(v *view, s sink) {
-		for i := range v.programs {
-			s.Float(float64(v.programs[i].runTimeNs)/1e9, v.programs[i].attrs)
-		}
-		for i := range v.workloads {
-			s.Float(float64(v.workloads[i].acc.runTimeNs)/1e9, v.workloads[i].attrs)
-		}
-	},
-	"bpf.program.recursion_misses": func(v *view, s sink) {
-		for i := range v.programs {
-			if m := v.programs[i].misses; m != nil {
-				s.Int(int64(*m), v.programs[i].attrs)
-			}
-		}
-		for i := range v.workloads {
-			if v.workloads[i].hasMisses {
-				s.Int(int64(v.workloads[i].acc.misses), v.workloads[i].attrs)
-			}
-		}
-	},
-	"bpf.link.missed": func(v *view, s sink) {
-		for i := range v.links {
-			s.Int(int64(v.links[i].missed), v.links[i].attrs)
-		}
-		for i := range v.workloads {
-			if v.workloads[i].hasLinks {
-				s.Int(int64(v.workloads[i].acc.linkMissed), v.workloads[i].attrs)
-			}
-		}
-	},
+	// The program metrics (bpf.program.run.count, .run.time,
+	// .recursion_misses, bpf.link.missed) come from series.go's producer.
 	"bpf.program.info": func(v *view, s sink) {
 		for _, a := range v.info {
 			s.Int(1, a)
@@ -106,9 +68,11 @@ var observers = map[string]func(v *view, s sink){
 
 // overflow is how many series of the view's largest instrument the SDK's
 // cardinality limit folds into otel.metric.overflow (the limit counts that
-// series too), and remembers it for the interval's log line.
+// series too), and remembers it for the interval's log line. The program
+// and workload counters are produced (series.go), capped by --max-programs
+// alone.
 func (e *Exporter) overflow(v *view) int64 {
-	n := max(len(v.programs), len(v.links), len(v.workloads), len(v.info), len(v.owners), len(v.attach))
+	n := max(len(v.info), len(v.owners), len(v.attach))
 	over := 0
 	if e.limit > 0 && n > e.limit-1 {
 		over = n - (e.limit - 1)
@@ -163,7 +127,9 @@ func (e *Exporter) registerInstruments(m metric.Meter) error {
 	var all []metric.Observable
 	var exportErrs metric.Int64Observable
 	for _, d := range metricDefs {
-		if !slices.Contains(d.Levels, e.cfg.Level) || d.Name == profileMetric { // profileMetric: profile.go's producer
+		// profileMetric: profile.go's producer; the program and workload
+		// counters: series.go's.
+		if !slices.Contains(d.Levels, e.cfg.Level) || d.Name == profileMetric || producedMetric(d.Name, e.cfg.Level) {
 			continue
 		}
 		var err error

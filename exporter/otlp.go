@@ -150,7 +150,7 @@ func (e *Exporter) signals(ctx context.Context) (signalSetup, error) {
 
 	// The interval given wins over OTEL_METRIC_EXPORT_INTERVAL, so the
 	// interval the agent logs is the one in use.
-	readerOpts := []sdkmetric.PeriodicReaderOption{sdkmetric.WithProducer(e.prof)}
+	readerOpts := []sdkmetric.PeriodicReaderOption{sdkmetric.WithProducer(e.series), sdkmetric.WithProducer(e.prof)}
 	if e.cfg.Interval > 0 {
 		readerOpts = append(readerOpts, sdkmetric.WithInterval(e.cfg.Interval))
 	}
@@ -231,7 +231,8 @@ func (e *Exporter) prometheusReader() (sdkmetric.Reader, string, error) {
 	// The same names Prometheus' OTLP receiver gives the metrics (units and
 	// _total as suffixes), so METRICS.md, the rules and the dashboards hold
 	// for both ways of collecting.
-	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes))
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithSuffixes),
+		otelprom.WithProducer(e.series), otelprom.WithProducer(e.prof))
 	if err != nil {
 		return nil, "", fmt.Errorf("creating Prometheus exporter: %w", err)
 	}
@@ -321,7 +322,7 @@ type countingMetricExporter struct {
 }
 
 func (c *countingMetricExporter) Export(ctx context.Context, rm *metricdata.ResourceMetrics) error {
-	stampStarts(rm, c.e.latest())
+	stampStarts(rm)
 	err := c.Exporter.Export(ctx, rm)
 	if err != nil {
 		c.e.metricErrs.Add(1)

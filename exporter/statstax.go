@@ -64,7 +64,9 @@ func runObserver(obs func(*view, sink)) func(*view, sink) {
 
 func init() {
 	for _, n := range runMetrics {
-		observers[n] = runObserver(observers[n])
+		if obs := observers[n]; obs != nil { // the program metrics: series.go
+			observers[n] = runObserver(obs)
+		}
 	}
 	observers["bpf.agent.cpu"] = func(v *view, s sink) { s.Float(v.stats.agentCPU, empty) }
 	observers["bpf.agent.stats.mode"] = func(v *view, s sink) {

@@ -20,9 +20,6 @@ type view struct {
 	info      []attribute.Set
 	owners    []aggSeries
 	attach    []aggSeries
-	// starts holds the start time of the counter series that did not
-	// start with the exporter: a program's load time (see stampStarts).
-	starts map[attribute.Distinct]time.Time
 
 	programsSeen, linksSeen int
 	dropped                 int
@@ -38,7 +35,9 @@ type view struct {
 }
 
 type programSeries struct {
-	attrs     attribute.Set
+	attrs attribute.Set
+	// start is the program's load time: its counters count from it.
+	start     time.Time
 	runs      uint64
 	runTimeNs uint64
 	misses    *uint64
@@ -46,6 +45,7 @@ type programSeries struct {
 
 type linkSeries struct {
 	attrs  attribute.Set
+	start  time.Time
 	missed uint64
 }
 
@@ -200,7 +200,6 @@ func selectPrograms(progs []agent.ProgramStat, max int) []int {
 // buildView reduces a snapshot to the configured level. Called with e.mu held.
 func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 	v := &view{
-		starts:       map[attribute.Distinct]time.Time{},
 		programsSeen: len(s.Programs),
 		linksSeen:    s.Scan.Links,
 		statsEnabled: s.Stats.Enabled,
@@ -222,20 +221,13 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 			p := &s.Programs[i].Program
 			seen[p.ID] = true
 			c := e.programAttrs(p)
-			v.programs = append(v.programs, programSeries{attrs: c.set, runs: p.RunCount, runTimeNs: p.RunTimeNs, misses: p.RecursionMisses})
-			if !p.LoadTime.IsZero() {
-				v.starts[c.set.Equivalent()] = p.LoadTime
-			}
+			v.programs = append(v.programs, programSeries{attrs: c.set, start: p.LoadTime, runs: p.RunCount, runTimeNs: p.RunTimeNs, misses: p.RecursionMisses})
 			for _, l := range p.Links {
 				if l.Missed == nil {
 					continue
 				}
 				kv := append([]attribute.KeyValue{attribute.Int64("bpf.link.id", int64(l.ID)), attribute.String("bpf.link.type", l.Type)}, c.attrs...)
-				ls := linkSeries{attrs: attribute.NewSet(kv...), missed: *l.Missed}
-				v.links = append(v.links, ls)
-				if !p.LoadTime.IsZero() {
-					v.starts[ls.attrs.Equivalent()] = p.LoadTime
-				}
+				v.links = append(v.links, linkSeries{attrs: attribute.NewSet(kv...), start: p.LoadTime, missed: *l.Missed})
 			}
 		}
 		// Forget programs no longer exported so the cache stays bounded.

@@ -233,8 +233,5 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 	v.workloads = make([]workloadSeries, 0, len(ws))
 	for _, w := range ws {
 		v.workloads = append(v.workloads, *w)
-		if !w.start.IsZero() {
-			v.starts[w.attrs.Equivalent()] = w.start
-		}
 	}
 }
