@@ -35,7 +35,9 @@ type Config struct {
 	// Owners enables owner attribution through /proc.
 	Owners bool
 	// OwnerRefresh is how often owners are re-read from /proc even when no
-	// new program appeared. Default 30s.
+	// new program appeared. Default 30s, and ownerStablePeriod while every
+	// owner process is watched through a pidfd (an owner's exit then
+	// triggers the refresh; see ownerwatch.go).
 	OwnerRefresh time.Duration
 	// ProcRoot is where procfs is mounted (a DaemonSet mounts the host's
 	// /proc elsewhere). Default /proc.
@@ -98,10 +100,16 @@ type Agent struct {
 	prevC, spareC     []counters
 	prevLink          map[uint32]uint64 // kprobe missed by link id
 
-	attr       *attribution // nil without Config.Owners
-	ownersAt   time.Time
-	ownerKnown map[uint32]bool
-	maxProgID  uint32 // the highest program id of the last scan
+	attr     *attribution // nil without Config.Owners
+	ownersAt time.Time
+	// ownerSlow: OwnerRefresh was not set, so the period stretches to
+	// ownerStablePeriod while the owners are watched, except until
+	// ownerFastUntil (an owner just exited: its successor may open the
+	// programs a little later).
+	ownerSlow      bool
+	ownerFastUntil time.Time
+	ownerKnown     map[uint32]bool
+	maxProgID      uint32 // the highest program id of the last scan
 
 	calibration []Calibration
 	statsCosts  []StatsCost
@@ -118,6 +126,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.QuietIntervals <= 0 {
 		cfg.QuietIntervals = 2
 	}
+	ownerSlow := cfg.OwnerRefresh <= 0
 	if cfg.OwnerRefresh <= 0 {
 		cfg.OwnerRefresh = 30 * time.Second
 	}
@@ -191,6 +200,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Owners {
 		a.attr = newAttribution(cfg)
+		a.ownerSlow = ownerSlow
 	}
 	return a, nil
 }
@@ -241,7 +251,7 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 	// read: both are syscall-bound walks, and a one-shot list would
 	// otherwise wait for their sum.
 	var early *earlyHolders
-	if a.attr != nil && start.Sub(a.ownersAt) >= a.cfg.OwnerRefresh {
+	if a.attr != nil && a.ownerRefreshDue(start) {
 		early = &earlyHolders{c: make(chan holders, 1), horizon: a.maxProgID}
 		go func() { early.c <- a.attr.readHolders() }()
 	}
@@ -370,6 +380,29 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 	return snap, nil
 }
 
+// ownerStablePeriod is the owner refresh period while every owner process
+// is watched: what it still catches (a program's fd passed to a new
+// process while its owner lives on, a new pin) is rare, and a refresh
+// walks every process's fds (make bench BENCH=agentcpu).
+const ownerStablePeriod = 5 * time.Minute
+
+// ownerRefreshDue says whether owners are re-read now whatever programs
+// the scan finds: the period passed, or a watched owner process exited.
+func (a *Agent) ownerRefreshDue(now time.Time) bool {
+	period := a.cfg.OwnerRefresh
+	if a.ownerSlow && a.attr.ownersStable() && !now.Before(a.ownerFastUntil) {
+		period = max(period, ownerStablePeriod)
+	}
+	if now.Sub(a.ownersAt) >= period {
+		return true
+	}
+	if a.attr.ownerExited() {
+		a.ownerFastUntil = now.Add(2 * time.Minute)
+		return true
+	}
+	return false
+}
+
 // earlyHolders are holders being read beside the programs. A program with
 // an id above horizon (the highest of the previous scan) may have been
 // loaded after that walk began, so it counts as not yet attributed and the
@@ -448,6 +481,9 @@ func (a *Agent) Close() []Episode {
 		a.prof.close()
 	}
 	a.r.fdinfo.close()
+	if a.attr != nil {
+		a.attr.close()
+	}
 	if a.r.source != nil {
 		a.r.source.Close()
 	}

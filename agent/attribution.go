@@ -29,6 +29,9 @@ type attribution struct {
 	pins     map[uint32][]string
 	attached map[uint32][]owners.Attachment
 	filler   OwnerFiller
+	// watch holds the owners' pidfds (only with procfs at /proc: the
+	// pids are then the agent's own namespace's).
+	watch *ownerWatch
 }
 
 func newAttribution(cfg Config) *attribution {
@@ -50,6 +53,9 @@ func newAttribution(cfg Config) *attribution {
 		}
 	}
 	at.scanner = owners.NewScanner(cfg.ProcRoot, src)
+	if cfg.ProcRoot == "/proc" {
+		at.watch = &ownerWatch{}
+	}
 	at.cgroup, at.cgErr = owners.CgroupV2Mount()
 	return at
 }
@@ -108,6 +114,17 @@ func (at *attribution) refresh(progs []Program, h holders) []error {
 		}
 	}
 	at.pins = owners.PinsByProg(h.pins)
+	if at.watch != nil {
+		pids := map[int]bool{}
+		for _, os := range at.progs {
+			for _, o := range os {
+				if o.PID > 0 {
+					pids[o.PID] = true
+				}
+			}
+		}
+		at.watch.reset(pids)
+	}
 
 	// Attachments are asked only for the kinds of program that have
 	// neither a link nor a holder: a cgroup walk per attach type is many
@@ -174,6 +191,25 @@ func containsType(ts []ebpf.ProgramType, t ebpf.ProgramType) bool {
 		}
 	}
 	return false
+}
+
+// ownersStable says whether the owners found at the last refresh can be
+// trusted until the slow period (ownerStablePeriod) passes: every owner
+// process is watched and none has exited. False without a watch.
+func (at *attribution) ownersStable() bool {
+	return at.watch != nil && !at.watch.broken
+}
+
+// ownerExited reports whether a watched owner process exited since the
+// last refresh.
+func (at *attribution) ownerExited() bool {
+	return at.watch != nil && at.watch.exited()
+}
+
+func (at *attribution) close() {
+	if at.watch != nil {
+		at.watch.close()
+	}
 }
 
 // apply joins the last refresh's answers to a program.

@@ -1,0 +1,97 @@
+package agent
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+)
+
+// startSleeper starts a child process that sleeps, holding extra (inherited
+// fds, e.g. a BPF program's), and kills it at cleanup.
+func startSleeper(t *testing.T, extra ...*os.File) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("sleep", "60")
+	cmd.ExtraFiles = extra
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return cmd
+}
+
+// The watch says an owner exited exactly when it did: not while it runs,
+// at once after it exits, and for a pid already gone when the watch began.
+func TestOwnerWatch(t *testing.T) {
+	child := startSleeper(t)
+	var w ownerWatch
+	defer w.close()
+	w.reset(map[int]bool{os.Getpid(): true, child.Process.Pid: true})
+	if w.broken {
+		t.Fatalf("the kernel refused a pidfd for a live child: %+v", w)
+	}
+	if w.exited() {
+		t.Fatal("exited while every owner runs")
+	}
+	_ = child.Process.Kill()
+	_ = child.Wait() // reaped: the pid is free
+	if !w.exited() {
+		t.Fatal("the killed owner was not seen exiting")
+	}
+	w.reset(map[int]bool{child.Process.Pid: true})
+	if !w.exited() {
+		t.Fatal("an owner gone before the watch began was not reported")
+	}
+	w.reset(nil)
+	if w.exited() {
+		t.Fatal("no owners, yet one exited")
+	}
+}
+
+// An owner process that exits makes the next scan re-read owners, long
+// before the refresh period: the program's owners then no longer name it.
+func TestOwnerExitRefreshesOwners(t *testing.T) {
+	progs := loadPrograms(t, 1)
+	info, err := progs[0].Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := info.ID()
+	fd, err := progs[0].Clone()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(fd.FD()), "prog")
+	child := startSleeper(t, f) // holds the program as its fd 3
+	a := newTestAgentWith(t, Config{Owners: true, OwnerIterator: true})
+	owners := func(s *Snapshot) map[int]bool {
+		p := findProg(s, uint32(id))
+		if p == nil {
+			t.Fatalf("program %d missing", id)
+		}
+		m := map[int]bool{}
+		for _, o := range p.Owners {
+			m[o.PID] = true
+		}
+		return m
+	}
+	scan(t, a)
+	s := scan(t, a) // past the first walk's horizon
+	if !owners(s)[child.Process.Pid] {
+		t.Fatalf("the child %d holding program %d is not among its owners %v", child.Process.Pid, id, owners(s))
+	}
+	if !a.attr.ownersStable() {
+		t.Fatalf("owners not watched (the slow period would not apply): %+v", a.attr.watch)
+	}
+	_ = child.Process.Kill()
+	_ = child.Wait()
+	s = scan(t, a)
+	if !s.Scan.OwnersRefreshed {
+		t.Error("an owner exited and the scan did not re-read owners")
+	}
+	if owners(s)[child.Process.Pid] {
+		t.Errorf("the exited child %d is still an owner: %v", child.Process.Pid, owners(s))
+	}
+}
