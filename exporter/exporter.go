@@ -102,7 +102,8 @@ type Exporter struct {
 	owners    map[string]*aggSeries
 	attach    map[string]*aggSeries
 	workloads map[workloadKey]*workloadSeries
-	progLast  map[uint32]programLast
+	progLast  map[uint32]*programLast
+	gen       uint64 // Updates so far: marks the programs each one saw
 	spans     spanState
 	scans     int64
 	// scanErrors counts unreadable objects and failed scans.
@@ -138,7 +139,7 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 		owners:    map[string]*aggSeries{},
 		attach:    map[string]*aggSeries{},
 		workloads: map[workloadKey]*workloadSeries{},
-		progLast:  map[uint32]programLast{},
+		progLast:  map[uint32]*programLast{},
 		spans:     newSpanState(),
 		limit:     cardinalityLimit(cfg.MaxPrograms),
 		started:   time.Now(),

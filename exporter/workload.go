@@ -90,10 +90,14 @@ type workloadSeries struct {
 	lastSeen time.Time
 }
 
-// programLast is what a program had counted at the previous scan.
+// programLast is what a program had counted at the previous scan, and
+// its key's series: a program whose key is unchanged (nearly all, every
+// scan) finds it without hashing the key's nine strings.
 type programLast struct {
 	runs, runTimeNs, misses, linkMissed uint64
 	key                                 workloadKey
+	w                                   *workloadSeries
+	gen                                 uint64 // the Update that saw it last
 }
 
 // growth is cur-prev of a cumulative counter; a counter that went down
@@ -124,12 +128,17 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 	for _, w := range e.workloads {
 		w.loaded = 0
 	}
-	seen := make(map[uint32]bool, len(s.Programs))
+	e.gen++
 	for i := range s.Programs {
 		p := &s.Programs[i].Program
-		seen[p.ID] = true
 		k := workloadKeyOf(p)
-		w := e.workloads[k]
+		prev := e.progLast[p.ID]
+		var w *workloadSeries
+		if prev != nil && prev.key == k {
+			w = prev.w
+		} else {
+			w = e.workloads[k]
+		}
 		if w == nil {
 			kv := k.kvs(make([]attribute.KeyValue, 0, 9))
 			set := attribute.NewSet(kv...)
@@ -143,9 +152,9 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 		}
 		lm, ok := linkMissed(p)
 		w.hasLinks = w.hasLinks || ok
-		cur := programLast{runs: p.RunCount, runTimeNs: p.RunTimeNs, misses: misses, linkMissed: lm, key: k}
-		last, known := e.progLast[p.ID]
-		if !known {
+		cur := programLast{runs: p.RunCount, runTimeNs: p.RunTimeNs, misses: misses, linkMissed: lm, key: k, w: w, gen: e.gen}
+		var last programLast
+		if prev == nil {
 			from := p.LoadTime
 			if p.LoadTime.IsZero() || p.LoadTime.Before(e.started) {
 				// Loaded before the exporter started: what it counted
@@ -167,7 +176,7 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 			if w.start.IsZero() || from.Before(w.start) {
 				w.start = from
 			}
-		} else if w.start.IsZero() {
+		} else if last = *prev; w.start.IsZero() {
 			// A known program under a new key (its pod was named once the
 			// pod cache synced): the key counts its growth from now on,
 			// and from the exporter's start as far as the backend knows.
@@ -180,7 +189,11 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 		w.acc.linkMissed += growth(cur.linkMissed, last.linkMissed)
 		w.loaded++
 		w.lastSeen = now
-		e.progLast[p.ID] = cur
+		if prev == nil {
+			prev = &programLast{}
+			e.progLast[p.ID] = prev
+		}
+		*prev = cur
 		if e.cfg.ProgramInfo {
 			o := primaryOwner(p)
 			kv := append(make([]attribute.KeyValue, 0, 14), attribute.Int64("bpf.program.id", int64(p.ID)), attribute.String("bpf.program.tag", p.Tag))
@@ -197,8 +210,8 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 			v.info = append(v.info, attribute.NewSet(kv...))
 		}
 	}
-	for id := range e.progLast {
-		if !seen[id] {
+	for id, l := range e.progLast {
+		if l.gen != e.gen {
 			delete(e.progLast, id)
 		}
 	}
@@ -212,19 +225,21 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 	}
 	// Over the cap, keep the keys that missed, then the most expensive, in
 	// an order that rarely changes (so the exported set does not churn).
-	// The series are sorted, not their keys: a key of nine strings costs a
-	// map hash in every comparison.
-	sort.Slice(ws, func(a, b int) bool {
-		wa, wb := ws[a], ws[b]
-		if ma, mb := wa.acc.misses+wa.acc.linkMissed > 0, wb.acc.misses+wb.acc.linkMissed > 0; ma != mb {
-			return ma
-		}
-		if wa.acc.runTimeNs != wb.acc.runTimeNs {
-			return wa.acc.runTimeNs > wb.acc.runTimeNs
-		}
-		return wa.order < wb.order
-	})
+	// Under it every key is exported and the order does not matter: no
+	// sort (it was a third of the per-scan work at 1,000 keys). The series
+	// are sorted, not their keys: a key of nine strings costs a map hash
+	// in every comparison.
 	if max := e.cfg.MaxPrograms; max > 0 && len(ws) > max {
+		sort.Slice(ws, func(a, b int) bool {
+			wa, wb := ws[a], ws[b]
+			if ma, mb := wa.acc.misses+wa.acc.linkMissed > 0, wb.acc.misses+wb.acc.linkMissed > 0; ma != mb {
+				return ma
+			}
+			if wa.acc.runTimeNs != wb.acc.runTimeNs {
+				return wa.acc.runTimeNs > wb.acc.runTimeNs
+			}
+			return wa.order < wb.order
+		})
 		for _, w := range ws[max:] {
 			v.dropped += w.loaded
 		}
