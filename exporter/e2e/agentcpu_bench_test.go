@@ -64,12 +64,21 @@ func TestBenchAgentCPU(t *testing.T) {
 	type run struct {
 		name, bin string
 		pprof     bool
+		env, args []string
 	}
-	// The CPU profile (1 kHz sampling) costs CPU of its own: the figure is
-	// this build's unprofiled agent's, the breakdown its profiled twin's.
-	runs := []run{{"this", bpfleetBin, false}, {"this-profiled", bpfleetBin, true}}
+	// Twins of this build in the same window give the breakdown as an
+	// operator would measure it, by difference: without the metric export
+	// (OTEL_METRICS_EXPORTER=none: scans, owners, the view), without
+	// owners. The CPU profile (1 kHz sampling) costs CPU of its own: the
+	// figure is the unprofiled agent's, the profile its profiled twin's.
+	runs := []run{
+		{name: "this", bin: bpfleetBin},
+		{name: "this-no-export", bin: bpfleetBin, env: []string{"OTEL_METRICS_EXPORTER=none"}},
+		{name: "this-no-owners", bin: bpfleetBin, args: []string{"--no-owners"}},
+		{name: "this-profiled", bin: bpfleetBin, pprof: true},
+	}
 	if b := os.Getenv("BPFLEET_BENCH_BASELINE"); b != "" {
-		runs = append(runs, run{"baseline", b, false})
+		runs = append(runs, run{name: "baseline", bin: b})
 	}
 	for _, level := range []string{"workload", "program"} {
 		type proc struct {
@@ -83,7 +92,7 @@ func TestBenchAgentCPU(t *testing.T) {
 		var ps []*proc
 		for _, r := range runs {
 			p := &proc{run: r}
-			args := []string{"--interval", "10s", "--max-programs", "1000", "--metrics-level", level}
+			args := append([]string{"--interval", "10s", "--max-programs", "1000", "--metrics-level", level}, r.args...)
 			if r.pprof {
 				p.pprofAddr = freeLoopback(t)
 				args = append(args, "--pprof", p.pprofAddr)
@@ -93,6 +102,7 @@ func TestBenchAgentCPU(t *testing.T) {
 			// the empty value here unsets it), gzip.
 			env := []string{"OTEL_METRIC_EXPORT_INTERVAL=", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=" + prom.OTLPEndpoint(), "OTEL_TRACES_EXPORTER=none",
 				"K8S_NODE_NAME=cpu-" + r.name + "-" + level}
+			env = append(env, r.env...)
 			p.a = startAgentBin(t, r.bin, env, args...)
 			ps = append(ps, p)
 		}
@@ -141,6 +151,8 @@ func TestBenchAgentCPU(t *testing.T) {
 		if b, ok := cpus["baseline"]; ok && b > 0 {
 			t.Logf("BENCH agentcpu level=%s: this/baseline CPU %.2f", level, cpus["this"]/b)
 		}
+		t.Logf("BENCH agentcpu level=%s by difference: export %.3f%%, owners %.3f%%, the rest (scans, view, runtime) %.3f%% of one core",
+			level, cpus["this"]-cpus["this-no-export"], cpus["this"]-cpus["this-no-owners"], cpus["this-no-export"])
 		wg.Wait()
 		for _, p := range ps {
 			p.a.stop(t)
