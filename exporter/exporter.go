@@ -159,11 +159,14 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 		return nil, err
 	}
 
-	// No exemplars: every instrument but the scan duration is observed in
-	// a callback, with no trace to point to, yet the SDK's default
-	// (trace-based) filter made each collection allocate an exemplar
-	// slice per data point.
-	mopts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithCardinalityLimit(e.limit), sdkmetric.WithExemplarFilter(exemplar.AlwaysOffFilter)}
+	mopts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithCardinalityLimit(e.limit)}
+	if env("OTEL_METRICS_EXEMPLAR_FILTER") == "" {
+		// No exemplars unless asked for: every instrument but the scan
+		// duration is observed in a callback, with no trace to point to,
+		// yet the SDK's default (trace-based) filter made each collection
+		// allocate an exemplar slice per data point.
+		mopts = append(mopts, sdkmetric.WithExemplarFilter(exemplar.AlwaysOffFilter))
+	}
 	for _, r := range append(sig.readers, cfg.Readers...) {
 		mopts = append(mopts, sdkmetric.WithReader(r))
 	}

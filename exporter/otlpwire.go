@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/gzip"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -222,7 +223,10 @@ func (w *wireExporter) Export(ctx context.Context, rm *metricdata.ResourceMetric
 		return fmt.Errorf("exporting metrics to %s: %s: %s", w.url, resp.Status, strings.TrimSpace(string(bytes.ToValidUTF8(msg[:min(len(msg), 512)], nil))))
 	}
 	if rejected, why := partialSuccess(msg, resp.Header.Get("Content-Type")); rejected > 0 || why != "" {
-		return fmt.Errorf("exporting metrics: the backend rejected %d data points: %s", rejected, why)
+		// A partial success is a success (as the SDK's exporter has it):
+		// said through the SDK's error handler, the agent's once-per-
+		// interval log line, not counted as a failed export.
+		otel.Handle(fmt.Errorf("exporting metrics: the backend rejected %d data points: %s", rejected, why))
 	}
 	return nil
 }
