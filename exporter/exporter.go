@@ -104,6 +104,7 @@ type Exporter struct {
 	workloads map[workloadKey]*workloadSeries
 	progLast  map[uint32]*programLast
 	gen       uint64 // Updates so far: marks the programs each one saw
+	keySeq    uint64 // workload keys created so far
 	spans     spanState
 	scans     int64
 	// scanErrors counts unreadable objects and failed scans.

@@ -74,10 +74,11 @@ func (k workloadKey) kvs(kv []attribute.KeyValue) []attribute.KeyValue {
 // more. So the sum never goes down, whatever reloads.
 type workloadSeries struct {
 	attrs attribute.Set
-	// order is the set's encoding, the last sort key of the cap's order:
-	// computed once with the set (encoding it in every comparison of
-	// every scan's sort was half of the agent's CPU at 1,000 keys).
-	order     string
+	// seq numbers the keys in the order they appeared: the cap's last
+	// sort key, so ties keep their order from scan to scan. (Encoding
+	// the attribute set in every comparison of every scan's sort was half
+	// of the agent's CPU at 1,000 keys.)
+	seq       uint64
 	kv        []attribute.KeyValue
 	acc       accumulator
 	hasMisses bool
@@ -141,8 +142,8 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 		}
 		if w == nil {
 			kv := k.kvs(make([]attribute.KeyValue, 0, 9))
-			set := attribute.NewSet(kv...)
-			w = &workloadSeries{kv: kv, attrs: set, order: set.Encoded(attribute.DefaultEncoder())}
+			e.keySeq++
+			w = &workloadSeries{kv: kv, attrs: attribute.NewSet(kv...), seq: e.keySeq}
 			e.workloads[k] = w
 		}
 		misses := uint64(0)
@@ -238,7 +239,7 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 			if wa.acc.runTimeNs != wb.acc.runTimeNs {
 				return wa.acc.runTimeNs > wb.acc.runTimeNs
 			}
-			return wa.order < wb.order
+			return wa.seq < wb.seq
 		})
 		for _, w := range ws[max:] {
 			v.dropped += w.loaded

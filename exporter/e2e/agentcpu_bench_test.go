@@ -69,12 +69,13 @@ func TestBenchAgentCPU(t *testing.T) {
 	// Twins of this build in the same window give the breakdown as an
 	// operator would measure it, by difference: without the metric export
 	// (OTEL_METRICS_EXPORTER=none: scans, owners, the view), without
-	// owners. The CPU profile (1 kHz sampling) costs CPU of its own: the
+	// owners, without gzip. The CPU profile (1 kHz sampling) costs CPU of its own: the
 	// figure is the unprofiled agent's, the profile its profiled twin's.
 	runs := []run{
 		{name: "this", bin: bpfleetBin},
 		{name: "this-no-export", bin: bpfleetBin, env: []string{"OTEL_METRICS_EXPORTER=none"}},
 		{name: "this-no-owners", bin: bpfleetBin, args: []string{"--no-owners"}},
+		{name: "this-no-gzip", bin: bpfleetBin, args: []string{"--otlp-compression", "none"}},
 		{name: "this-profiled", bin: bpfleetBin, pprof: true},
 	}
 	if b := os.Getenv("BPFLEET_BENCH_BASELINE"); b != "" {
@@ -151,8 +152,8 @@ func TestBenchAgentCPU(t *testing.T) {
 		if b, ok := cpus["baseline"]; ok && b > 0 {
 			t.Logf("BENCH agentcpu level=%s: this/baseline CPU %.2f", level, cpus["this"]/b)
 		}
-		t.Logf("BENCH agentcpu level=%s by difference: export %.3f%%, owners %.3f%%, the rest (scans, view, runtime) %.3f%% of one core",
-			level, cpus["this"]-cpus["this-no-export"], cpus["this"]-cpus["this-no-owners"], cpus["this-no-export"])
+		t.Logf("BENCH agentcpu level=%s by difference: export %.3f%% (gzip %.3f%%), owners %.3f%%, the rest (scans, view, runtime) %.3f%% of one core",
+			level, cpus["this"]-cpus["this-no-export"], cpus["this"]-cpus["this-no-gzip"], cpus["this"]-cpus["this-no-owners"], cpus["this-no-export"])
 		wg.Wait()
 		for _, p := range ps {
 			p.a.stop(t)
