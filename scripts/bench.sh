@@ -85,5 +85,5 @@ if selected agentcpu; then
 	# this one in the same window (a before/after ratio from one run);
 	# BPFLEET_BENCH_WINDOW (default 60s); BPFLEET_BENCH_PROFILES keeps the
 	# CPU profiles.
-	go test -tags bench -count=1 -timeout 20m -run 'TestBenchAgentCPU|TestBenchAgentRSS' -bench 'Export' -benchtime 100x -v ./exporter/e2e | grep -E 'BENCH|Benchmark|FAIL|ok'
+	go test -tags bench -count=1 -timeout 20m -run 'TestBenchAgentCPU|TestBenchAgentRSS|TestBenchAgentProcessRSS' -bench 'Export' -benchtime 100x -v ./exporter/e2e | grep -E 'BENCH|Benchmark|FAIL|ok'
 fi

@@ -391,6 +391,45 @@ func TestBenchAgentRSS(t *testing.T) {
 		float64(rss0)/1000, float64(rss)/1000, 100*float64(rss-rss0)/float64(rss0), heap0, h)
 }
 
+// TestBenchAgentProcessRSS: a real `bpfleet agent` process scanning and
+// exporting 1,000 programs at the shortest interval (500 ms), 50 of them
+// reloaded every 50 scans, for BPFLEET_BENCH_RSS_SCANS scans (default
+// 600): its RSS sampled every 100 scans must stay flat.
+func TestBenchAgentProcessRSS(t *testing.T) {
+	scans := 600
+	if v := os.Getenv("BPFLEET_BENCH_RSS_SCANS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 200 {
+			t.Fatalf("BPFLEET_BENCH_RSS_SCANS=%q: want a number of scans >= 200", v)
+		}
+		scans = n
+	}
+	prom := backends.StartPrometheus(t)
+	fl := newFleetLoad(t, 1000)
+	defer fl.close()
+	a := startAgent(t, []string{"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=" + prom.OTLPEndpoint(), "OTEL_TRACES_EXPORTER=none", "K8S_NODE_NAME=rss"},
+		"--interval", "500ms", "--max-programs", "1000")
+	var samples []string
+	var first, last, peak int
+	for i := 1; i <= scans; i++ {
+		time.Sleep(500 * time.Millisecond)
+		if i%50 == 0 {
+			fl.reload(t, 50)
+		}
+		if i%100 == 0 {
+			rss, _ := procStat(t, a.cmd.Process.Pid)
+			if first == 0 {
+				first = rss
+			}
+			last, peak = rss, max(peak, rss)
+			samples = append(samples, fmt.Sprintf("%.1f", float64(rss)/1000))
+		}
+	}
+	a.stop(t)
+	t.Logf("BENCH agentrss process, 1,000 programs, %d scans and exports at 500 ms: RSS every 100 scans %s MB; %.1f -> %.1f MB (%+.1f%%), peak %.1f MB",
+		scans, strings.Join(samples, " "), float64(first)/1000, float64(last)/1000, 100*float64(last-first)/float64(first), float64(peak)/1000)
+}
+
 // BenchmarkExport is one interval of the agent's exporter at 1,000 real
 // programs: Update with a fresh scan's snapshot, then one OTLP/HTTP export
 // (gzip) into a real Prometheus; cpu-ms/op is the process's CPU per
