@@ -77,6 +77,11 @@ func (c *Agent) Resolve(env Lookup) error {
 	if err := c.OTel.resolve(env, c.OTLPEndpoint, c.OTLPProtocol); err != nil {
 		errs = append(errs, err)
 	}
+	// --otlp-compression wins over the environment, as in the exporter.
+	if c.Compression == string(CompressionGzip) || c.Compression == string(CompressionNone) {
+		c.OTel.Metrics.Compression = Compression(c.Compression)
+		c.OTel.Traces.Compression = Compression(c.Compression)
+	}
 	if err := c.loadToken(env); err != nil {
 		errs = append(errs, err)
 	}

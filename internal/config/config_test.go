@@ -197,3 +197,31 @@ func TestUsage(t *testing.T) {
 		t.Error("a joined Problem is a usage error")
 	}
 }
+
+// TestResolvedCompression: the compression the start-up line reports is the
+// one the exporter sends: gzip unless the environment or the flag says none,
+// the flag winning over the environment.
+func TestResolvedCompression(t *testing.T) {
+	for _, c := range []struct {
+		env, flag string
+		want      Compression
+	}{
+		{"", "", CompressionGzip},
+		{"none", "", CompressionNone},
+		{"gzip", "", CompressionGzip},
+		{"gzip", "none", CompressionNone},
+		{"none", "gzip", CompressionGzip},
+	} {
+		a := agentWith(func(a *Agent) { a.Compression = c.flag })
+		env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}
+		if c.env != "" {
+			env["OTEL_EXPORTER_OTLP_COMPRESSION"] = c.env
+		}
+		if err := a.Resolve(MapEnv(env)); err != nil {
+			t.Fatal(err)
+		}
+		if a.OTel.Metrics.Compression != c.want || a.OTel.Traces.Compression != c.want {
+			t.Errorf("env %q flag %q: metrics %s traces %s, want %s", c.env, c.flag, a.OTel.Metrics.Compression, a.OTel.Traces.Compression, c.want)
+		}
+	}
+}

@@ -201,10 +201,11 @@ func (o *OTel) resolve(env Lookup, flagEndpoint, flagProtocol string) error {
 				s.Timeout = time.Duration(n) * time.Millisecond
 			}
 		}
-		s.Compression = CompressionNone
+		// gzip unless told otherwise, as the exporter sends (exporter.compression).
 		// Invalid values were reported by envChecks.
-		if c := firstSet(get, otlpVars(sig.name, "COMPRESSION")...); c.value == string(CompressionGzip) {
-			s.Compression = CompressionGzip
+		s.Compression = CompressionGzip
+		if c := firstSet(get, otlpVars(sig.name, "COMPRESSION")...); c.value == string(CompressionNone) {
+			s.Compression = CompressionNone
 		}
 	}
 	if flagEndpoint != "" {
