@@ -44,7 +44,7 @@ func loadStatsIter() (statsIter, string) {
 	}
 	it, err := progstats.Load(cpus)
 	if err != nil {
-		return nil, fallbackReason(err)
+		return nil, fallbackReason(err, "bpf_prog")
 	}
 	// The first scan's read is checked (checkRecords) before any of it
 	// is used: a separate check read would cost a one-shot list a pass.
@@ -97,9 +97,14 @@ func checkRecords(it statsIter, recs []progstats.Record) error {
 	return fmt.Errorf("the iterator did not list its own program %d", own)
 }
 
-// fallbackReason says in one line why the iterator is refused, naming the
-// kernel capability when the error shows which one is missing.
-func fallbackReason(err error) string {
+// iterSince is the first Linux release with each iterator target the
+// scan uses, for the fallback line.
+var iterSince = map[string]string{"bpf_prog": "5.9", "bpf_link": "5.19"}
+
+// fallbackReason says in one line why the iterator over target (bpf_prog,
+// bpf_link) is refused, naming the kernel capability when the error shows
+// which one is missing.
+func fallbackReason(err error, target string) string {
 	msg := err.Error()
 	why := ""
 	switch {
@@ -110,10 +115,10 @@ func fallbackReason(err error) string {
 		if b, _ := os.ReadFile("/sys/kernel/security/lockdown"); strings.Contains(string(b), "[confidentiality]") {
 			why += " (lockdown=confidentiality)"
 		}
-	case strings.Contains(msg, "bpf_prog iterator target"):
-		why = "kernel has no iter/bpf_prog (Linux 5.9+)"
+	case strings.Contains(msg, target+" iterator target"):
+		why = fmt.Sprintf("kernel has no iter/%s (Linux %s+)", target, iterSince[target])
 	case errors.Is(err, ebpf.ErrNotSupported):
-		why = "kernel refuses the iterator"
+		why = "kernel refuses the " + target + " iterator"
 	}
 	if len(msg) > 300 {
 		msg = msg[:300] + "…"

@@ -261,16 +261,21 @@ func TestIteratorScanWhileLoading(t *testing.T) {
 
 func TestFallbackReason(t *testing.T) {
 	for _, c := range []struct {
-		err  error
-		want string
+		err    error
+		target string
+		want   string
 	}{
-		{fmt.Errorf("%w: verifier rejected the iterator: invalid argument: unknown func bpf_map_lookup_percpu_elem#195", ebpf.ErrNotSupported), "kernel lacks bpf_map_lookup_percpu_elem (Linux 5.19+): "},
-		{fmt.Errorf("%w: kernel BTF has no bpf_prog iterator target: not found", ebpf.ErrNotSupported), "kernel has no iter/bpf_prog (Linux 5.9+): "},
-		{fmt.Errorf("%w: verifier rejected the iterator: unknown func bpf_probe_read_kernel#113", ebpf.ErrNotSupported), "kernel refuses bpf_probe_read_kernel"},
-		{errors.New("operation not permitted"), "operation not permitted"},
+		{fmt.Errorf("%w: verifier rejected the iterator: invalid argument: unknown func bpf_map_lookup_percpu_elem#195", ebpf.ErrNotSupported), "bpf_prog", "kernel lacks bpf_map_lookup_percpu_elem (Linux 5.19+): "},
+		{fmt.Errorf("%w: kernel BTF has no bpf_prog iterator target: not found", ebpf.ErrNotSupported), "bpf_prog", "kernel has no iter/bpf_prog (Linux 5.9+): "},
+		{fmt.Errorf("%w: kernel BTF has no bpf_link iterator target: not found", ebpf.ErrNotSupported), "bpf_link", "kernel has no iter/bpf_link (Linux 5.19+): "},
+		{fmt.Errorf("%w: verifier rejected the iterator: unknown func bpf_probe_read_kernel#113", ebpf.ErrNotSupported), "bpf_prog", "kernel refuses bpf_probe_read_kernel"},
+		{fmt.Errorf("%w: verifier rejected the iterator: unknown func bpf_probe_read_kernel#113", ebpf.ErrNotSupported), "bpf_link", "kernel refuses bpf_probe_read_kernel"},
+		{fmt.Errorf("%w: verifier rejected the iterator: invalid argument", ebpf.ErrNotSupported), "bpf_link", "kernel refuses the bpf_link iterator: "},
+		{errors.New("operation not permitted"), "bpf_prog", "operation not permitted"},
+		{errors.New("reading kernel build id: permission denied"), "bpf_link", "reading kernel build id"},
 	} {
-		if got := fallbackReason(c.err); !strings.HasPrefix(got, c.want) {
-			t.Errorf("fallbackReason(%v) = %q, want prefix %q", c.err, got, c.want)
+		if got := fallbackReason(c.err, c.target); !strings.HasPrefix(got, c.want) {
+			t.Errorf("fallbackReason(%v, %s) = %q, want prefix %q", c.err, c.target, got, c.want)
 		}
 	}
 }

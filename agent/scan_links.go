@@ -1,13 +1,10 @@
 package agent
 
 import (
-	"errors"
 	"fmt"
-	"strings"
 	"unsafe"
 
 	"github.com/bpfleet/bpfleet/probes/linkstats"
-	"github.com/cilium/ebpf"
 )
 
 // The links' scan source: with the iterator scan source active, every link
@@ -79,7 +76,7 @@ func (r *reader) readLinksIter(st *ScanStats) ([]Link, bool) {
 		}
 		it, err := load()
 		if err != nil {
-			ls.fallback = linkFallbackReason(err)
+			ls.fallback = fallbackReason(err, "bpf_link")
 		} else {
 			ls.iter = it
 		}
@@ -187,27 +184,6 @@ func checkLinkRecords(progID uint32, recs []linkstats.Record) error {
 		return nil
 	}
 	return fmt.Errorf("the bpf_link iterator did not list its own link (program %d)", progID)
-}
-
-// linkFallbackReason says in one line why the link iterator is refused.
-func linkFallbackReason(err error) string {
-	msg := err.Error()
-	why := ""
-	switch {
-	case strings.Contains(msg, "bpf_link iterator target"):
-		why = "kernel has no iter/bpf_link (Linux 5.19+)"
-	case strings.Contains(msg, "bpf_probe_read_kernel") || strings.Contains(msg, "probe_read"):
-		why = "kernel refuses bpf_probe_read_kernel"
-	case errors.Is(err, ebpf.ErrNotSupported):
-		why = "kernel refuses the bpf_link iterator"
-	}
-	if len(msg) > 300 {
-		msg = msg[:300] + "…"
-	}
-	if why != "" {
-		return why + ": " + msg
-	}
-	return msg
 }
 
 // closeLinks releases the link iterator.

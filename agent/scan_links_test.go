@@ -308,22 +308,6 @@ func TestLinksIteratorChurn(t *testing.T) {
 	t.Logf("%d scans while %d links came and went; %d of them seen", scans, <-done, seen)
 }
 
-func TestLinkFallbackReason(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		want string
-	}{
-		{fmt.Errorf("%w: kernel BTF has no bpf_link iterator target: not found", ebpf.ErrNotSupported), "kernel has no iter/bpf_link (Linux 5.19+)"},
-		{fmt.Errorf("%w: verifier rejected the iterator: unknown func bpf_probe_read_kernel#113", ebpf.ErrNotSupported), "kernel refuses bpf_probe_read_kernel"},
-		{fmt.Errorf("%w: verifier rejected the iterator: invalid argument", ebpf.ErrNotSupported), "kernel refuses the bpf_link iterator"},
-		{errors.New("reading kernel build id: permission denied"), "reading kernel build id"},
-	} {
-		if got := linkFallbackReason(tc.err); !strings.HasPrefix(got, tc.want) {
-			t.Errorf("%v: reason %q, want it to start with %q", tc.err, got, tc.want)
-		}
-	}
-}
-
 // TestLinksOneShotPinned: a one-shot scan reading a running agent's pinned
 // bpf_prog iterator reads links by syscall, and says why.
 func TestLinksOneShotPinned(t *testing.T) {
