@@ -2,11 +2,9 @@ package progstats
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 
 	"github.com/bpfleet/bpfleet/probes/internal/iterpin"
-	"github.com/cilium/ebpf/link"
 )
 
 // A pinned iterator lets a one-shot command (`bpfleet list`) read every
@@ -33,11 +31,7 @@ func PinPath(bpffs string, cpus int) string {
 
 // Published is an iterator instance the agent has pinned for one-shot
 // readers.
-type Published struct {
-	it     *Iter
-	path   string
-	linkID link.ID
-}
+type Published = iterpin.Published
 
 // Publish loads a separate instance of the iterator for cpus possible CPUs
 // and pins its link at PinPath(bpffs, cpus), replacing a pin already there
@@ -50,21 +44,7 @@ func Publish(bpffs string, cpus int) (*Published, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Published{it: it, path: PinPath(bpffs, cpus)}
-	if p.linkID, err = iterpin.Pin(it.link, p.path); err != nil {
-		it.Close()
-		return nil, err
-	}
-	return p, nil
-}
-
-// Path is where the instance is pinned.
-func (p *Published) Path() string { return p.path }
-
-// Close removes the pin if it is still this instance's, and unloads the
-// instance.
-func (p *Published) Close() error {
-	return errors.Join(iterpin.Unpin(p.path, p.linkID), p.it.Close())
+	return iterpin.Publish(it.link, it, PinPath(bpffs, cpus))
 }
 
 // Pinned is an iterator opened from a pin. It reads like an Iter; its

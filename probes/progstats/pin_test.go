@@ -148,8 +148,8 @@ func TestPinReplacedAndRemoved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pin.ProgramID() != b.it.ProgramID() {
-		t.Errorf("pin holds program %d, want the second agent's %d", pin.ProgramID(), b.it.ProgramID())
+	if info, err := pin.link.Info(); err != nil || info.ID != b.LinkID() {
+		t.Errorf("pin holds link %v (%v), want the second agent's %d", info, err, b.LinkID())
 	}
 	pin.Close()
 	if err := a.Close(); err != nil {

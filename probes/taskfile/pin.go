@@ -2,11 +2,9 @@ package taskfile
 
 import (
 	"encoding/binary"
-	"errors"
 
 	"github.com/bpfleet/bpfleet/probes/internal/iterpin"
 	"github.com/bpfleet/bpfleet/probes/internal/records"
-	"github.com/cilium/ebpf/link"
 )
 
 // The agent pins a task_file iterator for one-shot commands as it does the
@@ -23,12 +21,9 @@ func PinPath(bpffs string) string {
 	return iterpin.Path(bpffs, "taskfile", _TaskfileBytes, binary.LittleEndian.AppendUint32(nil, recordSize))
 }
 
-// Published is an iterator instance the agent has pinned.
-type Published struct {
-	it     *Iter
-	path   string
-	linkID link.ID
-}
+// Published is an iterator instance the agent has pinned for one-shot
+// readers.
+type Published = iterpin.Published
 
 // Publish loads an instance of the iterator and pins it at
 // PinPath(bpffs), replacing a pin already there (iterpin.Pin).
@@ -40,20 +35,7 @@ func Publish(bpffs string) (*Published, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Published{it: it, path: PinPath(bpffs)}
-	if p.linkID, err = iterpin.Pin(it.link, p.path); err != nil {
-		it.Close()
-		return nil, err
-	}
-	return p, nil
-}
-
-// Path is where the instance is pinned.
-func (p *Published) Path() string { return p.path }
-
-// Close removes the pin if it is still this instance's, and unloads it.
-func (p *Published) Close() error {
-	return errors.Join(iterpin.Unpin(p.path, p.linkID), p.it.Close())
+	return iterpin.Publish(it.link, it, PinPath(bpffs))
 }
 
 // OpenPinned opens the iterator the agent pinned under bpffs; the error

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -117,3 +118,34 @@ func Open(bpffs, path string) (*link.Iter, link.Info, error) {
 	}
 	return il, *info, nil
 }
+
+// Published is an iterator instance pinned for one-shot readers: closing
+// it removes the pin if it is still this instance's, then unloads the
+// instance.
+type Published struct {
+	inst   io.Closer
+	path   string
+	linkID link.ID
+}
+
+// Publish pins l, an iterator link of inst, at path (Pin). On failure it
+// closes inst.
+func Publish(l *link.Iter, inst io.Closer, path string) (*Published, error) {
+	id, err := Pin(l, path)
+	if err != nil {
+		inst.Close()
+		return nil, err
+	}
+	return &Published{inst: inst, path: path, linkID: id}, nil
+}
+
+// Path is where the instance is pinned.
+func (p *Published) Path() string { return p.path }
+
+// Close removes the pin if it is still this instance's, and unloads it.
+func (p *Published) Close() error {
+	return errors.Join(Unpin(p.path, p.linkID), p.inst.Close())
+}
+
+// LinkID is the id of the pinned link.
+func (p *Published) LinkID() link.ID { return p.linkID }
