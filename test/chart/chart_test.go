@@ -472,6 +472,37 @@ serviceAccount: {create: false, name: existing-sa}
 	checkRules(t, r.PrometheusRule)
 }
 
+// TestIteratorPins: agent.pinIterators mounts exactly one host path
+// writable, the agent's own directory in bpffs, above the read-only bpffs;
+// by default there is none.
+func TestIteratorPins(t *testing.T) {
+	writable := func(r *rendered) map[string]string { // mount path -> host path
+		vols := map[string]*corev1.HostPathVolumeSource{}
+		for _, v := range r.DaemonSet.Spec.Template.Spec.Volumes {
+			if v.HostPath != nil {
+				vols[v.Name] = v.HostPath
+			}
+		}
+		out := map[string]string{}
+		for _, m := range agentContainer(t, r).VolumeMounts {
+			if hp, ok := vols[m.Name]; ok && !m.ReadOnly {
+				out[m.MountPath] = hp.Path
+				if hp.Type == nil || *hp.Type != corev1.HostPathDirectoryOrCreate {
+					t.Errorf("writable host path %s has type %v, want DirectoryOrCreate", hp.Path, hp.Type)
+				}
+			}
+		}
+		return out
+	}
+	if w := writable(mustRender(t, "")); len(w) != 0 {
+		t.Errorf("default renders writable host paths %v", w)
+	}
+	w := writable(mustRender(t, `{agent: {pinIterators: true}, hostPaths: {bpffs: /run/bpffs}}`))
+	if len(w) != 1 || w["/sys/fs/bpf/bpfleet"] != "/run/bpffs/bpfleet" {
+		t.Errorf("pinIterators renders writable host paths %v, want only /run/bpffs/bpfleet at /sys/fs/bpf/bpfleet", w)
+	}
+}
+
 func TestOptionalOff(t *testing.T) {
 	r := mustRender(t, `{api: {enabled: false}, rbac: {create: false}, serviceAccount: {create: false}, priorityClassName: "", tolerations: [], seccompProfile: {type: Unconfined}}`)
 	c := agentContainer(t, r)
