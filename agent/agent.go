@@ -147,6 +147,7 @@ func New(cfg Config) (*Agent, error) {
 		ownerKnown: map[uint32]bool{},
 	}
 	a.r.parallel = cfg.Parallel
+	a.r.oneShot = cfg.OneShot
 	if !cfg.NoIterator {
 		a.r.loadFacts = loadProgIter
 	}

@@ -91,6 +91,9 @@ type reader struct {
 	progBuf  []Program
 	// iterChecked says the first read passed checkRecords.
 	iterChecked bool
+	// oneShot: this reader scans once (Config.OneShot), so it caches
+	// nothing for a next scan.
+	oneShot bool
 	// lsrc is the bpf_link iterator source (scan_links.go).
 	lsrc linkSource
 }

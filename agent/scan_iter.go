@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/bpfleet/bpfleet/probes/progstats"
 	"github.com/cilium/ebpf"
@@ -180,9 +181,15 @@ func (r *reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) 
 		if cap(r.progBuf) < len(stats) {
 			r.progBuf = make([]Program, 0, len(stats))
 		}
-		if len(r.progs) == 0 {
+		if len(r.progs) == 0 && !r.oneShot {
 			r.progs = make(map[uint32]*progStatic, len(stats))
 		}
+	}
+	// A one-shot scan allocates every program's static part at once
+	// (staticSlab) and caches none of it: there is no next scan.
+	var slab *staticSlab
+	if r.oneShot && r.order == nil {
+		slab = newStaticSlab(whole)
 	}
 	// The slice is reused from scan to scan: Agent.Scan copies every
 	// program into its snapshot and keeps none of progs.
@@ -211,7 +218,7 @@ func (r *reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) 
 		if rec.Whole >= 0 {
 			full = &whole[rec.Whole]
 			if fresh && full.StaticKnown {
-				s = staticFromRecord(full, bootWall)
+				s = staticFromRecord(full, bootWall, slab)
 			}
 		}
 		if s == nil || !rec.StatsKnown {
@@ -247,7 +254,7 @@ func (r *reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) 
 				p.RecursionMisses = &misses[i]
 			}
 		}
-		if fresh {
+		if fresh && !r.oneShot {
 			r.progs[rec.ID] = s
 		}
 		s.seen = r.seq
@@ -276,32 +283,105 @@ func resetDynamic(p, s *Program) {
 }
 
 // staticFromRecord is newProgStatic from an iterator record: the same
-// fields from the same kernel structs bpf_prog_get_info_by_fd() reads.
-func staticFromRecord(rec *progstats.Record, bootWall time.Time) *progStatic {
-	uid := rec.UID
-	memlock := uint64(rec.Pages) * pageSize
-	s := &progStatic{
+// fields from the same kernel structs bpf_prog_get_info_by_fd() reads. Its
+// allocations come from slab (nil: one each).
+func staticFromRecord(rec *progstats.Record, bootWall time.Time, slab *staticSlab) *progStatic {
+	s := slab.static()
+	uid := slab.u32(1)
+	uid[0] = rec.UID
+	memlock := slab.u64()
+	*memlock = uint64(rec.Pages) * pageSize
+	mapIDs := slab.u32(min(int(rec.NrMapIDs), progstats.MaxMapIDs))
+	copy(mapIDs, rec.MapIDs[:])
+	*s = progStatic{
 		prog: Program{
 			ID:         rec.ID,
 			Name:       rec.Name,
-			Tag:        hex.EncodeToString(rec.Tag[:]),
+			Tag:        slab.tag(&rec.Tag),
 			Type:       ProgTypeName(rec.Type),
 			LoadTime:   bootWall.Add(time.Duration(rec.LoadTime)),
 			BTFID:      rec.BTFID,
 			JitedSize:  rec.JitedLen,
 			XlatedSize: rec.XlatedLen,
 			AttachType: Unattached,
-			UID:        &uid,
-			MapIDs:     append([]uint32{}, rec.MapIDs[:min(int(rec.NrMapIDs), progstats.MaxMapIDs)]...),
-			Memlock:    &memlock,
+			UID:        &uid[0],
+			MapIDs:     mapIDs,
+			Memlock:    memlock,
 		},
 		attachBTFObjID: rec.AttachBTFObjID,
 		attachBTFID:    rec.AttachBTFID,
 		progTypeID:     rec.Type,
 	}
 	if rec.VerifiedInsnsKnown {
-		v := rec.VerifiedInsns
-		s.prog.VerifiedInsns = &v
+		v := slab.u32(1)
+		v[0] = rec.VerifiedInsns
+		s.prog.VerifiedInsns = &v[0]
 	}
 	return s
+}
+
+// staticSlab holds, in a few allocations, the static parts of every
+// program of one read: per program a progStatic, its uid, memlock,
+// verified instructions, map ids and tag would otherwise be six small
+// allocations, ~2 MB and ~1,000 fresh pages for a one-shot list of 1,000
+// programs. A value in a slab keeps the whole slab alive, so only one-shot
+// scans use one (a long-running agent frees programs one by one). A nil
+// slab, or one used up, allocates each value on its own.
+type staticSlab struct {
+	statics []progStatic
+	u32s    []uint32
+	u64s    []uint64
+	tags    []byte
+}
+
+// newStaticSlab sizes a slab for the whole records recs.
+func newStaticSlab(recs []progstats.Record) *staticSlab {
+	n32 := 0
+	for i := range recs {
+		n32 += 2 + min(int(recs[i].NrMapIDs), progstats.MaxMapIDs) // uid, verified insns, map ids
+	}
+	return &staticSlab{
+		statics: make([]progStatic, 0, len(recs)),
+		u32s:    make([]uint32, 0, n32),
+		u64s:    make([]uint64, 0, len(recs)),
+		tags:    make([]byte, 0, 2*8*len(recs)),
+	}
+}
+
+func (sl *staticSlab) static() *progStatic {
+	if sl == nil || len(sl.statics) == cap(sl.statics) {
+		return new(progStatic)
+	}
+	sl.statics = sl.statics[:len(sl.statics)+1]
+	return &sl.statics[len(sl.statics)-1]
+}
+
+// u32 returns n values, never nil (an empty map id list is [] in JSON, not
+// null), capped so that an append cannot reach the next program's.
+func (sl *staticSlab) u32(n int) []uint32 {
+	if sl == nil || cap(sl.u32s)-len(sl.u32s) < n {
+		return make([]uint32, n)
+	}
+	k := len(sl.u32s)
+	sl.u32s = sl.u32s[:k+n]
+	return sl.u32s[k : k+n : k+n]
+}
+
+func (sl *staticSlab) u64() *uint64 {
+	if sl == nil || len(sl.u64s) == cap(sl.u64s) {
+		return new(uint64)
+	}
+	sl.u64s = sl.u64s[:len(sl.u64s)+1]
+	return &sl.u64s[len(sl.u64s)-1]
+}
+
+// tag is hex.EncodeToString(tag[:]); from a slab, a string over its bytes,
+// which are never written again.
+func (sl *staticSlab) tag(tag *[8]byte) string {
+	if sl == nil || cap(sl.tags)-len(sl.tags) < 2*len(tag) {
+		return hex.EncodeToString(tag[:])
+	}
+	k := len(sl.tags)
+	sl.tags = hex.AppendEncode(sl.tags, tag[:])
+	return unsafe.String(&sl.tags[k], 2*len(tag))
 }
