@@ -34,7 +34,12 @@ type FactsSource interface {
 // progStatic is what never changes for a program id: read once, reused by
 // every later scan until the program is gone.
 type progStatic struct {
-	prog           Program // counters and joins left zero
+	prog Program // counters and joins left zero
+	progMeta
+}
+
+// progMeta is what join needs of a program beside its Program.
+type progMeta struct {
 	attachBTFObjID uint32
 	attachBTFID    uint32
 	progTypeID     uint32
@@ -84,6 +89,9 @@ type reader struct {
 	// returned, in its (ascending id) order; orderBuf is the spare buffer
 	// the next read fills. Nil order on the syscall path.
 	order, orderBuf []*progStatic
+	// metas, instead of order, are the programs' metas of a one-shot
+	// read (readIterOnce), which keeps no progStatic.
+	metas []progMeta
 	// pin is the bpffs pin iter was opened from ("" when loaded here).
 	pin string
 	// knownMax is the highest id the last iterator read kept.
@@ -121,10 +129,17 @@ func (r *reader) read(now time.Time) ([]Program, ScanStats, error) {
 	var st ScanStats
 	bootWall := bootTimeWall(now)
 
+	r.metas = nil
 	if r.iter != nil {
-		progs, err := r.readIter(bootWall, &st)
+		var progs []Program
+		var err error
+		if r.oneShot && r.order == nil {
+			progs, err = r.readIterOnce(bootWall, &st)
+		} else {
+			progs, err = r.readIter(bootWall, &st)
+		}
 		if err == nil {
-			return r.finish(progs, &st, false, r.order)
+			return r.finish(progs, &st, false, r.order, r.metas)
 		}
 		// A read that fails mid-way is not half a snapshot: leave the
 		// iterator for good and read this scan by syscall.
@@ -157,12 +172,12 @@ func (r *reader) read(now time.Time) ([]Program, ScanStats, error) {
 	if err != nil {
 		return nil, st, err
 	}
-	return r.finish(progs, &st, wantFacts, nil)
+	return r.finish(progs, &st, wantFacts, nil, nil)
 }
 
 // finish reads the links and, on the syscall path, the iterator facts, and
 // joins them to progs (statics: as in join).
-func (r *reader) finish(progs []Program, st *ScanStats, wantFacts bool, statics []*progStatic) ([]Program, ScanStats, error) {
+func (r *reader) finish(progs []Program, st *ScanStats, wantFacts bool, statics []*progStatic, metas []progMeta) ([]Program, ScanStats, error) {
 	st.Source, st.FallbackReason = r.scanSource()
 	if r.iter != nil {
 		st.IteratorPin = r.pin
@@ -183,7 +198,7 @@ func (r *reader) finish(progs []Program, st *ScanStats, wantFacts bool, statics 
 		}
 	}
 
-	r.join(progs, links, statics)
+	r.join(progs, links, statics, metas)
 	r.evict(len(progs), len(links))
 	st.Programs = len(progs)
 	st.Links = len(links)
@@ -593,7 +608,7 @@ func ifName(index uint32) string {
 // program's attach type, target and sleepable flag. statics, when not nil,
 // are the programs' cached parts in progs' order (the iterator path);
 // otherwise they are looked up by id.
-func (r *reader) join(progs []Program, links []Link, statics []*progStatic) {
+func (r *reader) join(progs []Program, links []Link, statics []*progStatic, metas []progMeta) {
 	// Programs come in ascending id order (both sources read in id
 	// order): then each program's links are one run of the links sorted
 	// by program id, found by a merge, without a map.
@@ -620,14 +635,20 @@ func (r *reader) join(progs []Program, links []Link, statics []*progStatic) {
 	sleepable := make([]bool, len(progs)) // one allocation for every flag of the scan
 	for i := range progs {
 		p := &progs[i]
-		var s *progStatic
+		var s *progMeta
 		var f ProgFacts
 		var haveFacts bool
-		if statics != nil {
-			s = statics[i]
+		switch {
+		case metas != nil:
+			s = &metas[i]
 			f, haveFacts = s.facts, s.haveFacts
-		} else {
-			s = r.progs[p.ID]
+		case statics != nil:
+			s = &statics[i].progMeta
+			f, haveFacts = s.facts, s.haveFacts
+		default:
+			if ps := r.progs[p.ID]; ps != nil {
+				s = &ps.progMeta
+			}
 			f, haveFacts = r.facts[p.ID]
 		}
 		if haveFacts && f.SleepableKnown {
