@@ -279,3 +279,87 @@ func TestFallbackReason(t *testing.T) {
 		}
 	}
 }
+
+// withoutStats wraps the real iterator as a kernel that could not sum one
+// program's per-CPU stats would.
+type withoutStats struct {
+	statsIter
+	id uint32
+}
+
+func (w withoutStats) ReadStats(stats []progstats.Stat, whole []progstats.Record) ([]progstats.Stat, []progstats.Record, error) {
+	stats, whole, err := w.statsIter.ReadStats(stats, whole)
+	for i := range stats {
+		if stats[i].ID == w.id {
+			stats[i].StatsKnown, stats[i].RunCount, stats[i].RunTimeNs = false, 0, 0
+		}
+	}
+	return stats, whole, err
+}
+
+// TestOneShotScanEqualsCached: the scan of a one-shot agent (readIterOnce:
+// nothing cached, values from one slab) gives every program exactly what
+// a long-running agent's first iterator read (readIter) gives, links,
+// facts, map ids and miss kinds included; a program whose record lacks its
+// sums, or has more maps than a record holds, is read by syscall there too.
+func TestOneShotScanEqualsCached(t *testing.T) {
+	sf := loadPrograms(t, 3)
+	mm := manyMaps(t, progstats.MaxMapIDs+1)
+	one, err := New(Config{OneShot: true, ScanSource: ScanSourceIterator, BPFFS: []string{t.TempDir()}, Parallel: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	if one.r.iter == nil {
+		t.Skipf("scan source is syscall on this kernel: %s", one.r.fallback)
+	}
+	noSums := progID(t, sf[0])
+	one.r.iter = withoutStats{one.r.iter, noSums}
+	cached := iterAgent(t)
+	ours := map[uint32]bool{progID(t, mm): true, one.r.iter.ProgramID(): true, cached.r.iter.ProgramID(): true}
+	for _, p := range sf {
+		ours[progID(t, p)] = true
+	}
+	s1, s2 := scan(t, one), scan(t, cached)
+	if s1.Scan.Source != ScanSourceIterator || s2.Scan.Source != ScanSourceIterator {
+		t.Fatalf("sources: one-shot %s (%s), cached %s", s1.Scan.Source, s1.Scan.FallbackReason, s2.Scan.Source)
+	}
+	if len(one.r.progs) != 0 || one.r.order != nil {
+		t.Errorf("the one-shot scan cached %d programs (order %d)", len(one.r.progs), len(one.r.order))
+	}
+	compared := 0
+	for i := range s2.Programs {
+		q := s2.Programs[i].Program
+		pp := findProg(s1, q.ID)
+		if pp == nil {
+			if ours[q.ID] {
+				t.Errorf("program %d missing from the one-shot scan", q.ID)
+			}
+			continue // another test's program, loaded between the scans
+		}
+		p := pp.Program
+		if d := p.LoadTime.Sub(q.LoadTime); d < -time.Millisecond || d > time.Millisecond {
+			t.Errorf("program %d: load time %v one-shot, %v cached", p.ID, p.LoadTime, q.LoadTime)
+		}
+		p.LoadTime, q.LoadTime = time.Time{}, time.Time{}
+		if !ours[p.ID] || p.ID == one.r.iter.ProgramID() || p.ID == cached.r.iter.ProgramID() {
+			// Not idle between the two scans (the iterators ran).
+			p.RunCount, p.RunTimeNs, p.RecursionMisses = 0, 0, nil
+			q.RunCount, q.RunTimeNs, q.RecursionMisses = 0, 0, nil
+		}
+		if !reflect.DeepEqual(p, q) {
+			t.Errorf("program %d:\none-shot %+v\ncached   %+v", p.ID, p, q)
+		}
+		if ours[p.ID] {
+			compared++
+		}
+	}
+	if compared != len(ours) {
+		t.Errorf("compared %d of the test's %d programs", compared, len(ours))
+	}
+	// A later scan of the same one-shot agent is a whole read again.
+	s3 := scan(t, one)
+	if findProg(s3, noSums) == nil || findProg(s3, progID(t, mm)) == nil {
+		t.Errorf("second one-shot scan lost programs: %d listed", len(s3.Programs))
+	}
+}
