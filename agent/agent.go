@@ -256,7 +256,7 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 		early = &earlyHolders{c: make(chan holders, 1), horizon: a.maxProgID}
 		go func() { early.c <- a.attr.readHolders() }()
 	}
-	progs, st, err := a.r.read(start)
+	progs, st, err := a.r.readView(start)
 	if err != nil {
 		if early != nil {
 			<-early.c // the walk must not outlive the scan
@@ -281,7 +281,11 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 		Kernel:   a.kernel,
 		Stats:    a.stats.state(a.cfg.ProcRoot),
 		Degraded: a.degraded(),
-		Programs: make([]ProgramStat, len(progs)),
+		// A one-shot scan built its programs in this slice already.
+		Programs: progs.stats,
+	}
+	if progs.stats == nil {
+		snap.Programs = make([]ProgramStat, len(progs.progs))
 	}
 	// Sampled mode scales run counts from the windows, unless another
 	// holder keeps stats on: then the counts are exact as they are.
@@ -301,12 +305,16 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 	// (both sources read in id order): each program's previous counters
 	// are found by a merge, and this scan's are kept in the spare buffers.
 	before := idCursor{ids: a.prevIDs}
+	n := progs.len()
 	nextIDs, nextC := a.spareIDs[:0], a.spareC[:0]
+	if cap(nextIDs) < n { // sized once rather than grown by appends
+		nextIDs, nextC = make([]uint32, 0, n), make([]counters, 0, n)
+	}
 	nextLink := make(map[uint32]uint64, len(a.prevLink))
 	obs := make([]missObservation, 0, 4)
 	hasOwners := false
-	for i := range progs {
-		p := &progs[i]
+	for i := range n {
+		p := progs.at(i)
 		cur := progCounters(p)
 		var prevC counters
 		j, havePrev := before.find(p.ID)
@@ -325,7 +333,10 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 		kind := missKind(p, &a.kernel)
 		p.MissKind = kind
 		ps := &snap.Programs[i]
-		ps.Program, ps.Delta, ps.New = *p, d, !havePrev
+		if p != &ps.Program {
+			ps.Program = *p
+		}
+		ps.Delta, ps.New = d, !havePrev
 		hasOwners = hasOwners || len(p.Owners) > 0
 		if d.Misses > 0 {
 			obs = append(obs, missObservation{key: episodeKey{SourceRecursionMisses, p.ID, 0}, misses: d.Misses, runs: d.Runs, prog: &ps.Program, kind: kind})
@@ -374,8 +385,8 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 	snap.Scan = st
 	a.prevIDs, a.prevC, a.spareIDs, a.spareC = nextIDs, nextC, a.prevIDs, a.prevC
 	a.prevTime = now
-	if len(progs) > 0 {
-		a.maxProgID = progs[len(progs)-1].ID // read in id order
+	if n > 0 {
+		a.maxProgID = progs.at(n - 1).ID // read in id order
 	}
 	a.seq++
 	return snap, nil
@@ -417,13 +428,14 @@ type earlyHolders struct {
 // them only when a program appeared that has not been attributed yet or
 // the refresh period passed (then early delivers the holders): walking
 // every process's fds is the most expensive part of a scan.
-func (a *Agent) attachOwners(progs []Program, now time.Time, st *ScanStats, early *earlyHolders) bool {
+func (a *Agent) attachOwners(progs progView, now time.Time, st *ScanStats, early *earlyHolders) bool {
 	if a.attr == nil {
 		return false
 	}
 	refresh := early != nil
-	for i := range progs {
-		if !a.ownerKnown[progs[i].ID] {
+	n := progs.len()
+	for i := range n {
+		if !a.ownerKnown[progs.at(i).ID] {
 			refresh = true
 			break
 		}
@@ -442,14 +454,14 @@ func (a *Agent) attachOwners(progs []Program, now time.Time, st *ScanStats, earl
 		}
 		a.ownersAt = now
 		clear(a.ownerKnown)
-		for i := range progs {
-			if progs[i].ID <= horizon {
-				a.ownerKnown[progs[i].ID] = true
+		for i := range n {
+			if id := progs.at(i).ID; id <= horizon {
+				a.ownerKnown[id] = true
 			}
 		}
 	}
-	for i := range progs {
-		a.attr.apply(&progs[i])
+	for i := range n {
+		a.attr.apply(progs.at(i))
 	}
 	return refresh
 }

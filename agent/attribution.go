@@ -94,7 +94,7 @@ func (at *attribution) readHolders() holders {
 
 // refresh takes new holders and re-reads attachments; the returned errors
 // are counted in the scan's stats, never fatal.
-func (at *attribution) refresh(progs []Program, h holders) []error {
+func (at *attribution) refresh(progs progView, h holders) []error {
 	var errs []error
 	res := h.res
 	if h.err != nil {
@@ -132,8 +132,8 @@ func (at *attribution) refresh(progs []Program, h holders) []error {
 	at.attached = map[uint32][]owners.Attachment{}
 	var cgTypes []ebpf.ProgramType
 	netdev := false
-	for i := range progs {
-		p := &progs[i]
+	for i := range progs.len() {
+		p := progs.at(i)
 		if len(p.Links) > 0 || len(at.progs[p.ID]) > 0 {
 			continue
 		}

@@ -122,24 +122,60 @@ func newReader() *reader {
 // errPrivilege is returned when the kernel refuses to enumerate programs.
 var errPrivilege = errors.New("the kernel refused to list BPF programs: bpfleet needs CAP_SYS_ADMIN (GET_NEXT_ID/GET_FD_BY_ID), CAP_BPF and CAP_PERFMON; run as root or grant them")
 
+// progView is the programs of one scan: a []Program, or, from a one-shot
+// scan (readIterOnce), the Programs of a []ProgramStat, built where the
+// snapshot has them so that Agent.Scan copies none.
+type progView struct {
+	progs []Program
+	stats []ProgramStat
+}
+
+func (v progView) len() int {
+	if v.stats != nil {
+		return len(v.stats)
+	}
+	return len(v.progs)
+}
+
+func (v progView) at(i int) *Program {
+	if v.stats != nil {
+		return &v.stats[i].Program
+	}
+	return &v.progs[i]
+}
+
 // read returns every program in the kernel, with links and iterator facts
 // joined, plus the scan's own accounting.
 func (r *reader) read(now time.Time) ([]Program, ScanStats, error) {
+	v, st, err := r.readView(now)
+	if v.stats != nil {
+		progs := make([]Program, len(v.stats))
+		for i := range v.stats {
+			progs[i] = v.stats[i].Program
+		}
+		return progs, st, err
+	}
+	return v.progs, st, err
+}
+
+// readView is read, the programs of a one-shot scan left in their
+// snapshot's slice.
+func (r *reader) readView(now time.Time) (progView, ScanStats, error) {
 	r.seq++
 	var st ScanStats
 	bootWall := bootTimeWall(now)
 
 	r.metas = nil
 	if r.iter != nil {
-		var progs []Program
+		var v progView
 		var err error
 		if r.oneShot && r.order == nil {
-			progs, err = r.readIterOnce(bootWall, &st)
+			v.stats, err = r.readIterOnce(bootWall, &st)
 		} else {
-			progs, err = r.readIter(bootWall, &st)
+			v.progs, err = r.readIter(bootWall, &st)
 		}
 		if err == nil {
-			return r.finish(progs, &st, false, r.order, r.metas)
+			return r.finish(v, &st, false, r.order, r.metas)
 		}
 		// A read that fails mid-way is not half a snapshot: leave the
 		// iterator for good and read this scan by syscall.
@@ -167,24 +203,24 @@ func (r *reader) read(now time.Time) ([]Program, ScanStats, error) {
 		}
 	})
 	if errors.Is(err, unix.EPERM) || denied && len(progs) == 0 {
-		return nil, st, errPrivilege
+		return progView{}, st, errPrivilege
 	}
 	if err != nil {
-		return nil, st, err
+		return progView{}, st, err
 	}
-	return r.finish(progs, &st, wantFacts, nil, nil)
+	return r.finish(progView{progs: progs}, &st, wantFacts, nil, nil)
 }
 
 // finish reads the links and, on the syscall path, the iterator facts, and
 // joins them to progs (statics: as in join).
-func (r *reader) finish(progs []Program, st *ScanStats, wantFacts bool, statics []*progStatic, metas []progMeta) ([]Program, ScanStats, error) {
+func (r *reader) finish(progs progView, st *ScanStats, wantFacts bool, statics []*progStatic, metas []progMeta) (progView, ScanStats, error) {
 	st.Source, st.FallbackReason = r.scanSource()
 	if r.iter != nil {
 		st.IteratorPin = r.pin
 	}
 	links, err := r.readLinks(st)
 	if err != nil {
-		return nil, *st, err
+		return progView{}, *st, err
 	}
 
 	if wantFacts && r.iter == nil {
@@ -199,8 +235,8 @@ func (r *reader) finish(progs []Program, st *ScanStats, wantFacts bool, statics 
 	}
 
 	r.join(progs, links, statics, metas)
-	r.evict(len(progs), len(links))
-	st.Programs = len(progs)
+	r.evict(progs.len(), len(links))
+	st.Programs = progs.len()
 	st.Links = len(links)
 	return progs, *st, nil
 }
@@ -608,13 +644,14 @@ func ifName(index uint32) string {
 // program's attach type, target and sleepable flag. statics, when not nil,
 // are the programs' cached parts in progs' order (the iterator path);
 // otherwise they are looked up by id.
-func (r *reader) join(progs []Program, links []Link, statics []*progStatic, metas []progMeta) {
+func (r *reader) join(progs progView, links []Link, statics []*progStatic, metas []progMeta) {
 	// Programs come in ascending id order (both sources read in id
 	// order): then each program's links are one run of the links sorted
 	// by program id, found by a merge, without a map.
 	ascending := true
-	for i := 1; i < len(progs) && ascending; i++ {
-		ascending = progs[i-1].ID < progs[i].ID
+	n := progs.len()
+	for i := 1; i < n && ascending; i++ {
+		ascending = progs.at(i-1).ID < progs.at(i).ID
 	}
 	var byProg map[uint32][]Link
 	sorted := make([]Link, len(links)) // this scan's own: snapshots share it, nothing else writes it
@@ -632,9 +669,9 @@ func (r *reader) join(progs []Program, links []Link, statics []*progStatic, meta
 		}
 	}
 	k := 0
-	sleepable := make([]bool, len(progs)) // one allocation for every flag of the scan
-	for i := range progs {
-		p := &progs[i]
+	sleepable := make([]bool, n) // one allocation for every flag of the scan
+	for i := range n {
+		p := progs.at(i)
 		var s *progMeta
 		var f ProgFacts
 		var haveFacts bool

@@ -267,12 +267,13 @@ func (r *reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) 
 
 // readIterOnce is readIter for the scan of a one-shot agent (`bpfleet
 // list`), which keeps nothing for a next scan: each program is built once,
-// straight into the returned slice, the values it points to come from one
-// slab, and its meta goes beside it (r.metas) instead of into a cached
-// progStatic. At 1,000 programs that is ~0.4 MB and ~100 fresh pages less
-// than readIter's first read (make bench BENCH=list). A later scan of the
-// same agent, if any, is readIter's first read.
-func (r *reader) readIterOnce(bootWall time.Time, st *ScanStats) ([]Program, error) {
+// straight into the slice the snapshot will hand out (Agent.Scan copies
+// none), the values it points to come from one slab, and its meta goes
+// beside it (r.metas) instead of into a cached progStatic. At 1,000
+// programs that is ~0.7 MB and ~180 fresh pages (a page fault each) less
+// than readIter's first read and the snapshot's copy (BenchmarkOneShotPin).
+// A later scan of the same agent, if any, is readIter's first read.
+func (r *reader) readIterOnce(bootWall time.Time, st *ScanStats) ([]ProgramStat, error) {
 	if err := r.iter.SetKnownMaxID(0); err != nil {
 		return nil, err
 	}
@@ -287,7 +288,7 @@ func (r *reader) readIterOnce(bootWall time.Time, st *ScanStats) ([]Program, err
 		}
 		r.iterChecked = true
 	}
-	progs := make([]Program, 0, len(stats))
+	progs := make([]ProgramStat, 0, len(stats)) // at most one per record: never grown
 	metas := make([]progMeta, 0, len(stats))
 	slab := newValueSlab(whole)
 	misses := make([]uint64, len(stats))
@@ -313,11 +314,11 @@ func (r *reader) readIterOnce(bootWall time.Time, st *ScanStats) ([]Program, err
 			if full != nil {
 				m.facts, m.haveFacts = factsFromRecord(full), true
 			}
-			progs, metas = append(progs, p), append(metas, m)
+			progs, metas = append(progs, ProgramStat{Program: p}), append(metas, m)
 			continue
 		}
 		progs = progs[:len(progs)+1]
-		p := &progs[len(progs)-1]
+		p := &progs[len(progs)-1].Program
 		programFromRecord(p, full, bootWall, slab)
 		p.RunCount, p.RunTimeNs = rec.RunCount, rec.RunTimeNs
 		if rec.MissesKnown {
