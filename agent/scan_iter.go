@@ -147,6 +147,27 @@ func (r *reader) scanSource() (string, string) {
 	return ScanSourceSyscall, r.fallback
 }
 
+// pass runs one iterator read with whole records only for ids above known,
+// and checks the first read ever against the kernel's own info
+// (checkRecords) before any of it is used.
+func (r *reader) pass(known uint32) ([]progstats.Stat, []progstats.Record, error) {
+	if err := r.iter.SetKnownMaxID(known); err != nil {
+		return nil, nil, err
+	}
+	stats, whole, err := r.iter.ReadStats(r.stats, r.whole)
+	r.stats, r.whole = stats, whole
+	if err != nil {
+		return nil, nil, err
+	}
+	if !r.iterChecked {
+		if err := checkRecords(r.iter, whole); err != nil {
+			return nil, nil, checkError{err}
+		}
+		r.iterChecked = true
+	}
+	return stats, whole, nil
+}
+
 // readIter reads every program from one pass of the iterator. A program
 // seen for the first time whose record is incomplete (more maps than a
 // record holds), or whose per-CPU sum could not be read, is read by
@@ -160,19 +181,9 @@ func (r *reader) scanSource() (string, string) {
 func (r *reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) {
 	// Programs up to the highest id read whole last time need only their
 	// counters: the iterator skips their static fields.
-	if err := r.iter.SetKnownMaxID(r.knownMax); err != nil {
-		return nil, err
-	}
-	stats, whole, err := r.iter.ReadStats(r.stats, r.whole)
-	r.stats, r.whole = stats, whole
+	stats, whole, err := r.pass(r.knownMax)
 	if err != nil {
 		return nil, err
-	}
-	if !r.iterChecked {
-		if err := checkRecords(r.iter, whole); err != nil {
-			return nil, checkError{err}
-		}
-		r.iterChecked = true
 	}
 	// Sized for every program at the first read: grown from empty, the
 	// slice and the cache cost a one-shot list ~200 page faults and their
@@ -274,19 +285,9 @@ func (r *reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) 
 // than readIter's first read and the snapshot's copy (BenchmarkOneShotPin).
 // A later scan of the same agent, if any, is readIter's first read.
 func (r *reader) readIterOnce(bootWall time.Time, st *ScanStats) ([]ProgramStat, error) {
-	if err := r.iter.SetKnownMaxID(0); err != nil {
-		return nil, err
-	}
-	stats, whole, err := r.iter.ReadStats(r.stats, r.whole)
-	r.stats, r.whole = stats, whole
+	stats, whole, err := r.pass(0)
 	if err != nil {
 		return nil, err
-	}
-	if !r.iterChecked {
-		if err := checkRecords(r.iter, whole); err != nil {
-			return nil, checkError{err}
-		}
-		r.iterChecked = true
 	}
 	progs := make([]ProgramStat, 0, len(stats)) // at most one per record: never grown
 	metas := make([]progMeta, 0, len(stats))
