@@ -34,8 +34,9 @@ if selected iterator; then
 	section "iterator: the bpf_prog stats iterator (scan source) against the syscall floor and path, 1,000 programs"
 	# IterRead: the iterator scan source alone; OneShot: New + one scan +
 	# Close (what list pays) from the iterator vs from syscalls;
-	# LoadCached: loading the iterator with its CO-RE result cached.
-	go test -count=1 -run X -bench 'IterRead|OneShot' ./agent
+	# LoadCached: loading the iterator with its CO-RE result cached; Links:
+	# the bpf_link iterator against the per-link syscalls, steady and first.
+	go test -count=1 -run X -bench 'IterRead|OneShot|Links' ./agent
 	go test -count=1 -run X -bench 'LoadCached|Read' ./probes/progstats
 fi
 
