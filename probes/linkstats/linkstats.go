@@ -9,7 +9,6 @@ package linkstats
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 
 	"github.com/bpfleet/bpfleet/probes/internal/coreload"
@@ -213,15 +212,5 @@ func (it *Iter) decode(b []byte, r *Record) {
 
 // Close detaches and unloads the iterator.
 func (it *Iter) Close() error {
-	var errs []error
-	if it.link != nil {
-		errs = append(errs, it.link.Close())
-	}
-	if it.prog != nil {
-		errs = append(errs, it.prog.Close())
-	}
-	for _, m := range it.maps {
-		errs = append(errs, m.Close())
-	}
-	return errors.Join(errs...)
+	return coreload.Close(it.link, it.prog, it.maps)
 }

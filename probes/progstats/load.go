@@ -40,10 +40,7 @@ func load(spec *ebpf.CollectionSpec, c *coreload.Result, cpus int) (*Iter, error
 	if err != nil {
 		return nil, err
 	}
-	it := &Iter{prog: prog, buf: make([]byte, bufSize), names: newNames(), cpus: cpus, known: maps["known_max_id"]}
-	for _, m := range maps {
-		it.maps = append(it.maps, m)
-	}
+	it := &Iter{prog: prog, maps: maps, buf: make([]byte, bufSize), names: newNames(), cpus: cpus, known: maps["known_max_id"]}
 	if err := it.attach(); err != nil {
 		it.Close()
 		return nil, err

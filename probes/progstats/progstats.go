@@ -8,11 +8,11 @@ package progstats
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 
+	"github.com/bpfleet/bpfleet/probes/internal/coreload"
 	"github.com/bpfleet/bpfleet/probes/internal/records"
 	"github.com/bpfleet/bpfleet/probes/internal/refuse"
 	"github.com/cilium/ebpf"
@@ -100,7 +100,7 @@ var pageSize = os.Getpagesize()
 // Iter is a loaded and attached iterator. It is not safe for concurrent use.
 type Iter struct {
 	prog   *ebpf.Program
-	maps   []*ebpf.Map
+	maps   map[string]*ebpf.Map
 	known  *ebpf.Map // known_max_id
 	knownV uint32
 	link   *link.Iter
@@ -343,15 +343,5 @@ func (it *Iter) decode(b []byte, r *Record) {
 
 // Close detaches and unloads the iterator.
 func (it *Iter) Close() error {
-	var errs []error
-	if it.link != nil {
-		errs = append(errs, it.link.Close())
-	}
-	if it.prog != nil {
-		errs = append(errs, it.prog.Close())
-	}
-	for _, m := range it.maps {
-		errs = append(errs, m.Close())
-	}
-	return errors.Join(errs...)
+	return coreload.Close(it.link, it.prog, it.maps)
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 )
 
@@ -512,6 +513,22 @@ func Instantiate(spec *ebpf.CollectionSpec, prog string, c *Result, vars map[str
 		return nil, nil, fmt.Errorf("wrapping iterator program: %w", err)
 	}
 	return p, maps, nil
+}
+
+// Close detaches and unloads an iterator made by Instantiate and attached
+// as l; any of them may be nil (a load that failed half-way).
+func Close(l *link.Iter, p *ebpf.Program, maps map[string]*ebpf.Map) error {
+	var errs []error
+	if l != nil {
+		errs = append(errs, l.Close())
+	}
+	if p != nil {
+		errs = append(errs, p.Close())
+	}
+	for _, m := range maps {
+		errs = append(errs, m.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // setVars writes 32-bit values into a copy of the .rodata map's contents.
