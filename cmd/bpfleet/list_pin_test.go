@@ -9,11 +9,11 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/bpfleet/bpfleet/internal/syncbuf"
 	"github.com/bpfleet/bpfleet/probes/progstats"
 	"github.com/bpfleet/bpfleet/probes/taskfile"
 	"github.com/cilium/ebpf"
@@ -187,7 +187,7 @@ func TestAgentPinsIterator(t *testing.T) {
 		t.Fatal(err)
 	}
 	pin, tfPin := progstats.PinPath(dir, cpus), taskfile.PinPath(dir)
-	var log syncBuf
+	var log syncbuf.Buffer
 	cmd := exec.Command(bin, "agent", "--bpffs", dir, "--interval", "1s", "--calibrate=false", "--api-addr=")
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
@@ -224,22 +224,4 @@ func TestAgentPinsIterator(t *testing.T) {
 			t.Errorf("pin %s still there after the agent stopped (%v); agent said:\n%s", p, err, log.String())
 		}
 	}
-}
-
-// syncBuf is a buffer a child process writes while the test reads it.
-type syncBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/bpfleet/bpfleet/api"
 	"github.com/bpfleet/bpfleet/exporter"
 	"github.com/bpfleet/bpfleet/exporter/internal/backends"
+	"github.com/bpfleet/bpfleet/internal/syncbuf"
 	"github.com/bpfleet/bpfleet/probes/canary"
 	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
 )
@@ -44,7 +45,7 @@ func TestMain(m *testing.M) {
 // agentProc is a running `bpfleet agent`.
 type agentProc struct {
 	cmd  *exec.Cmd
-	out  *backends.SyncBuffer
+	out  *syncbuf.Buffer
 	done chan error
 }
 
@@ -52,7 +53,7 @@ const interval = 500 * time.Millisecond
 
 func startAgent(t *testing.T, env []string, args ...string) *agentProc {
 	t.Helper()
-	a := &agentProc{out: &backends.SyncBuffer{}, done: make(chan error, 1)}
+	a := &agentProc{out: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	// --api-addr :0: each agent's local API on a free loopback port.
 	a.cmd = exec.Command(bpfleetBin, append([]string{"agent", "--interval", interval.String(), "--max-programs", "0", "--api-addr", "127.0.0.1:0"}, args...)...)
 	// Only our own OTEL_* settings: the test must not pick up the caller's.

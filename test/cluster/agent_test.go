@@ -30,6 +30,7 @@ import (
 
 	"github.com/bpfleet/bpfleet/agent"
 	"github.com/bpfleet/bpfleet/api"
+	"github.com/bpfleet/bpfleet/internal/syncbuf"
 )
 
 const (
@@ -170,29 +171,11 @@ var buildAgent = sync.OnceValues(func() (string, error) {
 	return bin, nil
 })
 
-// syncBuffer collects a process's output while a test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // agentRun is `bpfleet agent` run on the host as a node's agent: the node
 // name in K8S_NODE_NAME and the API server and token in a kubeconfig.
 type agentRun struct {
 	cmd            *exec.Cmd
-	stdout, stderr *syncBuffer
+	stdout, stderr *syncbuf.Buffer
 	base           string // its local API
 }
 
@@ -251,7 +234,7 @@ func startAgent(t *testing.T, how int, token string, extra ...string) *agentRun 
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &agentRun{stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	a := &agentRun{stdout: &syncbuf.Buffer{}, stderr: &syncbuf.Buffer{}}
 	args := append([]string{"agent", "--interval", "1s", "--api-addr", "127.0.0.1:0", "--calibrate=false"}, extra...)
 	var env []string
 	for _, kv := range os.Environ() {

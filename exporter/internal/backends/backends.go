@@ -6,7 +6,6 @@
 package backends
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,10 +18,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bpfleet/bpfleet/internal/syncbuf"
 )
 
 // Pinned versions; scripts/build-backends.sh builds exactly these.
@@ -63,31 +63,12 @@ func FreePort(t testing.TB) int {
 type process struct {
 	name string
 	cmd  *exec.Cmd
-	out  *SyncBuffer
+	out  *syncbuf.Buffer
 	done chan struct{}
 }
 
-// SyncBuffer collects a process's output, written by exec's copying
-// goroutine while a test reads it.
-type SyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *SyncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *SyncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func start(name string, bin string, args ...string) (*process, error) {
-	p := &process{name: name, out: &SyncBuffer{}, done: make(chan struct{})}
+	p := &process{name: name, out: &syncbuf.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	// The backends must not trace themselves: Jaeger would send its own
 	// spans to the default 127.0.0.1:4317 (whoever listens there) and wait
