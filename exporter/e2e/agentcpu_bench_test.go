@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
 
 	"github.com/bpfleet/bpfleet/agent"
 	"github.com/bpfleet/bpfleet/exporter"
@@ -172,15 +171,6 @@ func TestBenchAgentCPU(t *testing.T) {
 	t.Logf("BENCH agentcpu target: at most 0.05%% of one core at the workload level")
 }
 
-// startAgentBin starts bin (a bpfleet) as startAgent does.
-func startAgentBin(t *testing.T, bin string, env []string, args ...string) *agentProc {
-	t.Helper()
-	saved := bpfleetBin
-	bpfleetBin = bin
-	defer func() { bpfleetBin = saved }()
-	return startAgent(t, env, args...)
-}
-
 func freeLoopback(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -298,10 +288,7 @@ func newFleetLoad(t testing.TB, n int) *fleetLoad {
 }
 
 func (fl *fleetLoad) load(t testing.TB, i int) *ebpf.Program {
-	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name: fmt.Sprintf("flt_%04d", i), Type: ebpf.SocketFilter, License: "MIT",
-		Instructions: asm.Instructions{asm.LoadImm(asm.R0, 0, asm.DWord), asm.Return()},
-	})
+	p, err := loadFleetProgram(i)
 	if err != nil {
 		fl.close()
 		t.Fatalf("loading program %d: %v", i, err)

@@ -53,9 +53,15 @@ const interval = 500 * time.Millisecond
 
 func startAgent(t *testing.T, env []string, args ...string) *agentProc {
 	t.Helper()
+	return startAgentBin(t, bpfleetBin, env, args...)
+}
+
+// startAgentBin starts bin (a bpfleet build) as startAgent starts this one.
+func startAgentBin(t *testing.T, bin string, env []string, args ...string) *agentProc {
+	t.Helper()
 	a := &agentProc{out: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	// --api-addr :0: each agent's local API on a free loopback port.
-	a.cmd = exec.Command(bpfleetBin, append([]string{"agent", "--interval", interval.String(), "--max-programs", "0", "--api-addr", "127.0.0.1:0"}, args...)...)
+	a.cmd = exec.Command(bin, append([]string{"agent", "--interval", interval.String(), "--max-programs", "0", "--api-addr", "127.0.0.1:0"}, args...)...)
 	// Only our own OTEL_* settings: the test must not pick up the caller's.
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "OTEL_") {

@@ -163,10 +163,7 @@ func loadFleetPrograms(t testing.TB, n, names int) ([]*ebpf.Program, map[uint32]
 	progs := make([]*ebpf.Program, 0, n)
 	ids := make(map[uint32]bool, n)
 	for i := range n {
-		p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-			Name: fmt.Sprintf("flt_%04d", i%names), Type: ebpf.SocketFilter, License: "MIT",
-			Instructions: asm.Instructions{asm.LoadImm(asm.R0, 0, asm.DWord), asm.Return()},
-		})
+		p, err := loadFleetProgram(i % names)
 		if err != nil {
 			for _, q := range progs {
 				q.Close()
@@ -182,6 +179,14 @@ func loadFleetPrograms(t testing.TB, n, names int) ([]*ebpf.Program, map[uint32]
 		ids[uint32(id)] = true
 	}
 	return progs, ids
+}
+
+// loadFleetProgram loads the trivial socket filter named flt_<name>.
+func loadFleetProgram(name int) (*ebpf.Program, error) {
+	return ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: fmt.Sprintf("flt_%04d", name), Type: ebpf.SocketFilter, License: "MIT",
+		Instructions: asm.Instructions{asm.LoadImm(asm.R0, 0, asm.DWord), asm.Return()},
+	})
 }
 
 // ours keeps the programs this test loaded: the machine is shared, and
