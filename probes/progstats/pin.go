@@ -37,14 +37,15 @@ type Published = iterpin.Published
 // and pins its link at PinPath(bpffs, cpus), replacing a pin already there
 // (iterpin.Pin).
 func Publish(bpffs string, cpus int) (*Published, error) {
-	if err := iterpin.CheckBPFFS(bpffs); err != nil {
+	path := PinPath(bpffs, cpus)
+	if err := iterpin.Ready(path); err != nil {
 		return nil, err
 	}
 	it, err := Load(cpus)
 	if err != nil {
 		return nil, err
 	}
-	return iterpin.Publish(it.link, it, PinPath(bpffs, cpus))
+	return iterpin.Publish(it.link, it, path)
 }
 
 // Pinned is an iterator opened from a pin. It reads like an Iter; its

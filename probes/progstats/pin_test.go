@@ -10,6 +10,7 @@ import (
 
 	"github.com/bpfleet/bpfleet/probes/internal/iterpin"
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 )
 
 // testBPFFS is a directory of its own on the host's bpffs, so that the
@@ -202,5 +203,29 @@ func TestPinRefused(t *testing.T) {
 	}
 	if _, err := Publish(t.TempDir(), cpus); err == nil || !strings.Contains(err.Error(), "is not a bpffs mount") {
 		t.Errorf("publish without bpffs: %v", err)
+	}
+}
+
+// TestPublishReadOnly: where the pin directory is read-only (the chart's
+// default bpffs mount), Publish says so before loading anything to pin.
+func TestPublishReadOnly(t *testing.T) {
+	dir, cpus := testBPFFS(t), cpusOrFatal(t)
+	pins := filepath.Join(dir, iterpin.Dir)
+	if err := os.MkdirAll(pins, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(pins, pins, "", unix.MS_BIND, ""); err != nil {
+		t.Fatalf("bind-mounting %s: %v", pins, err)
+	}
+	t.Cleanup(func() { unix.Unmount(pins, unix.MNT_DETACH) })
+	if err := unix.Mount("", pins, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
+		t.Fatalf("remounting %s read-only: %v", pins, err)
+	}
+	p, err := Publish(dir, cpus)
+	if err == nil {
+		p.Close()
+	}
+	if err == nil || !strings.Contains(err.Error(), "is not writable") {
+		t.Errorf("publish into a read-only pin directory: %v, want refused as not writable before any load", err)
 	}
 }

@@ -28,14 +28,15 @@ type Published = iterpin.Published
 // Publish loads an instance of the iterator and pins it at
 // PinPath(bpffs), replacing a pin already there (iterpin.Pin).
 func Publish(bpffs string) (*Published, error) {
-	if err := iterpin.CheckBPFFS(bpffs); err != nil {
+	path := PinPath(bpffs)
+	if err := iterpin.Ready(path); err != nil {
 		return nil, err
 	}
 	it, err := Load()
 	if err != nil {
 		return nil, err
 	}
-	return iterpin.Publish(it.link, it, PinPath(bpffs))
+	return iterpin.Publish(it.link, it, path)
 }
 
 // OpenPinned opens the iterator the agent pinned under bpffs; the error

@@ -47,6 +47,24 @@ func CheckBPFFS(dir string) error {
 	return nil
 }
 
+// Ready says whether path can take a pin: its bpffs is mounted and its
+// directory exists (made if not) and is writable. Publishers ask it before
+// loading what they would pin, so a read-only bpffs (the chart's default
+// mount) costs no iterator load.
+func Ready(path string) error {
+	dir := filepath.Dir(path)
+	if err := CheckBPFFS(filepath.Dir(dir)); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("creating pin directory: %w", err)
+	}
+	if err := unix.Access(dir, unix.W_OK); err != nil {
+		return fmt.Errorf("pin directory %s is not writable: %w", dir, err)
+	}
+	return nil
+}
+
 // Pin pins l at path, replacing a pin already there (one left by an agent
 // that did not exit cleanly, or another agent's on this node: either reads
 // the same). The replacement is atomic (a pin under a temporary name, then
@@ -57,11 +75,8 @@ func Pin(l *link.Iter, path string) (link.ID, error) {
 	if err != nil {
 		return 0, fmt.Errorf("reading iterator link info: %w", err)
 	}
-	if err := CheckBPFFS(filepath.Dir(filepath.Dir(path))); err != nil {
+	if err := Ready(path); err != nil {
 		return 0, err
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return 0, fmt.Errorf("creating pin directory: %w", err)
 	}
 	// bpffs refuses names with a dot (EPERM: reserved for the kernel).
 	tmp := fmt.Sprintf("%s-tmp%d", path, os.Getpid())
