@@ -26,7 +26,7 @@ import (
 // PinPath is where, under the bpffs mount bpffs, the iterator instance for
 // this bpfleet's object and cpus possible CPUs is pinned.
 func PinPath(bpffs string, cpus int) string {
-	return iterpin.Path(bpffs, fmt.Sprintf("progstats-%dcpu", cpus), _ProgstatsBytes, binary.LittleEndian.AppendUint32(nil, recordSize))
+	return iterpin.Path(bpffs, fmt.Sprintf("progstats-%dcpu", cpus), _ProgstatsBytes, binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, recordSize), statSize))
 }
 
 // Published is an iterator instance the agent has pinned for one-shot

@@ -64,6 +64,7 @@ struct prog_record {
 	char attach_func[ATTACH_FUNC_LEN];
 	__u32 cpus;
 	__u32 _pad;
+	__u64 stats; // prog->stats, the raw __percpu address (probes/statstable)
 };
 
 // The record of a program up to known_max_id (steady state): only what
@@ -75,6 +76,9 @@ struct stat_record {
 	__u64 run_cnt;
 	__u64 run_time_ns;
 	__u64 misses;
+	// prog->stats, the raw __percpu address: probes/statstable sums a
+	// program's statistics from it without walking every program.
+	__u64 stats;
 };
 
 // A PERCPU_ARRAY of one element: its element's address on each CPU gives
@@ -161,6 +165,7 @@ static __always_inline int dump_whole(struct bpf_iter__bpf_prog *ctx, struct bpf
 	r.run_cnt = s->run_cnt;
 	r.run_time_ns = s->run_time_ns;
 	r.misses = s->misses;
+	r.stats = s->stats;
 	r.type = prog->type;
 	r.expected_attach_type = prog->expected_attach_type;
 	r.attach_btf_id = aux->attach_btf_id;
@@ -274,6 +279,7 @@ int dump_prog(struct bpf_iter__bpf_prog *ctx)
 		if (!prog->stats)
 			goto stats_done;
 		stats = (__u64)prog->stats;
+		s.stats = stats;
 		stats -= (__u64)(void *)&pcpu;
 		asm volatile("" : "+r"(stats)); // keep the subtraction first
 		cnt_off = bpf_core_field_offset(struct bpf_prog_stats, cnt);

@@ -50,6 +50,10 @@ type Record struct {
 	MissesKnown bool // the kernel has bpf_prog_stats.misses (5.12+)
 	Misses      uint64
 	CPUs        uint32 // how many CPUs were summed
+	// StatsAddr is prog->stats, the program's raw __percpu statistics
+	// address (0 when the iterator could not read it): probes/statstable
+	// sums the statistics from it without a walk over every program.
+	StatsAddr uint64
 
 	// StaticKnown says UID, map ids and JitedLen were all read (a program
 	// with more than MaxMapIDs maps or many subprograms is not).
@@ -67,16 +71,17 @@ type Record struct {
 
 // Layout of struct prog_record in progstats.bpf.c.
 const (
-	recordSize    = 248
+	recordSize    = 256
+	statsAddrOff  = 248
 	attachFuncOff = 176
 	attachFuncLen = 64
 )
 
 // Layout of struct stat_record, the steady-state record of a program up to
 // SetKnownMaxID's id: id, flags (u16), cpus (u16), run count, run time,
-// misses.
+// misses, prog->stats.
 const (
-	statSize = 32
+	statSize = 40
 	// kindOff is where a stat_record has its flags and a prog_record the
 	// low half of its program type: flagCompact there says stat_record.
 	kindOff = 4
@@ -171,6 +176,7 @@ func (it *Iter) Read(dst []Record) ([]Record, error) {
 			r.ID, r.CPUs = st.ID, uint32(binary.LittleEndian.Uint16(b[6:]))
 			r.StatsKnown, r.RunCount, r.RunTimeNs = st.StatsKnown, st.RunCount, st.RunTimeNs
 			r.MissesKnown, r.Misses = st.MissesKnown, st.Misses
+			r.StatsAddr = st.StatsAddr
 			return
 		}
 		it.decode(b, r)
@@ -195,6 +201,8 @@ type Stat struct {
 	RunCount    uint64
 	RunTimeNs   uint64
 	Misses      uint64
+	// StatsAddr is Record.StatsAddr.
+	StatsAddr uint64
 }
 
 // ReadStats runs one pass of the iterator and returns stats[:0] with every
@@ -225,7 +233,7 @@ func (it *Iter) readStats(rd io.Reader, stats []Stat, whole []Record) ([]Stat, [
 		r := &whole[len(whole)-1]
 		it.decode(b, r)
 		*st = Stat{ID: r.ID, Whole: int32(len(whole) - 1), StatsKnown: r.StatsKnown, MissesKnown: r.MissesKnown,
-			RunCount: r.RunCount, RunTimeNs: r.RunTimeNs, Misses: r.Misses}
+			RunCount: r.RunCount, RunTimeNs: r.RunTimeNs, Misses: r.Misses, StatsAddr: r.StatsAddr}
 	})
 	if err != nil {
 		return stats[:0], whole[:0], fmt.Errorf("reading bpf_prog iterator: %w", err)
@@ -295,6 +303,7 @@ func (it *Iter) decodeStat(b []byte, st *Stat) {
 		RunCount:    le.Uint64(b[8:]),
 		RunTimeNs:   le.Uint64(b[16:]),
 		Misses:      le.Uint64(b[24:]),
+		StatsAddr:   le.Uint64(b[32:]),
 	}
 }
 
@@ -326,6 +335,7 @@ func (it *Iter) decode(b []byte, r *Record) {
 		Pages:              le.Uint32(b[108:]),
 		StaticKnown:        flags&flagStatic != 0,
 		CPUs:               le.Uint32(b[240:]),
+		StatsAddr:          le.Uint64(b[statsAddrOff:]),
 		Whole:              true,
 	}
 	// A record summed over fewer CPUs than asked (the kernel's nr_cpu_ids

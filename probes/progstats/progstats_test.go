@@ -142,6 +142,9 @@ func testStatsEqualObjInfo(t *testing.T, compact bool) {
 		if !ok || !ok2 || !r.StatsKnown || r.RunCount != r2.RunCount || r.RunTimeNs != r2.RunTimeNs || r.Misses != r2.Misses {
 			continue // gone or busy between the reads: not comparable
 		}
+		if r.StatsAddr == 0 {
+			t.Errorf("prog %d %s: statistics summed but no stats address", r.ID, r.Name)
+		}
 		st := ref.stats
 		if r.RunCount != st.RunCount || r.RunTimeNs != uint64(st.Runtime) {
 			t.Errorf("prog %d %s: iterator runs %d time %d ns, obj info runs %d time %d ns", r.ID, r.Name, r.RunCount, r.RunTimeNs, st.RunCount, uint64(st.Runtime))
@@ -188,7 +191,7 @@ func readCompact(t *testing.T, it *Iter, known uint32) ([]Record, error) {
 			t.Errorf("prog %d: whole record %d is prog %d's", st.ID, st.Whole, whole[st.Whole].ID)
 		}
 		out[i] = Record{ID: st.ID, StatsKnown: st.StatsKnown, RunCount: st.RunCount, RunTimeNs: st.RunTimeNs,
-			MissesKnown: st.MissesKnown, Misses: st.Misses}
+			MissesKnown: st.MissesKnown, Misses: st.Misses, StatsAddr: st.StatsAddr}
 	}
 	return out, nil
 }

@@ -35,8 +35,12 @@ func statRec(id uint32, flags, cpus uint16, cnt, nsecs, misses uint64) []byte {
 	le.PutUint64(b[8:], cnt)
 	le.PutUint64(b[16:], nsecs)
 	le.PutUint64(b[24:], misses)
+	le.PutUint64(b[32:], addrOf(id))
 	return b
 }
+
+// addrOf is the stats address the test records give program id.
+func addrOf(id uint32) uint64 { return 0xffff_a000_0000_0000 + uint64(id)<<6 }
 
 func wholeRec(id, typ uint32, name string, cnt uint64, cpus uint32) []byte {
 	b := make([]byte, recordSize)
@@ -47,6 +51,7 @@ func wholeRec(id, typ uint32, name string, cnt uint64, cpus uint32) []byte {
 	copy(b[40:56], name)
 	le.PutUint64(b[64:], cnt)
 	le.PutUint32(b[240:], cpus)
+	le.PutUint64(b[statsAddrOff:], addrOf(id))
 	return b
 }
 
@@ -118,6 +123,9 @@ func TestReadRecords(t *testing.T) {
 				got := want{id: st.ID, whole: st.Whole >= 0, statsKnown: st.StatsKnown, missesKnow: st.MissesKnown, cnt: st.RunCount, ns: st.RunTimeNs, m: st.Misses}
 				if st.Whole >= 0 {
 					got.name = whole[st.Whole].Name
+				}
+				if st.StatsAddr != addrOf(st.ID) {
+					t.Errorf("%s, chunks of %d, record %d: stats address %#x, want %#x", c.name, chunk, i, st.StatsAddr, addrOf(st.ID))
 				}
 				if got != w {
 					t.Errorf("%s, chunks of %d, record %d: got %+v, want %+v", c.name, chunk, i, got, w)
