@@ -30,9 +30,12 @@
 //     Taking a CPU offline removes its events (perf_event_exit_cpu_context,
 //     DETACH_GROUP: state OFF) and bringing it back does not re-enable
 //     them: records of that CPU are lost from then on, without a LOST
-//     record. So Open requires every possible CPU online, and a caller that
-//     must not miss a record checks the events' state (probes/statstable
-//     does, in the kernel, on every run).
+//     record. So Open requires every possible CPU online, and
+//     CPUsChanged (one pread of the online CPU list) tells a caller that
+//     one went offline since. Not covered: a CPU taken offline and brought
+//     back between two checks (reading the events' state would need the
+//     perf_event in a BPF program; a syscall program, which must be
+//     sleepable, may not use a PERF_EVENT_ARRAY).
 //   - A record that does not fit in the ring is dropped and counted; the
 //     next record written once there is room again is PERF_RECORD_LOST.
 //     Drain reports it, and a full ring, as lost: the caller must resync.
@@ -103,7 +106,14 @@ type ring struct {
 type Watcher struct {
 	rings   []ring
 	scratch []byte
+	// online is /sys/devices/system/cpu/online, held open, and its
+	// contents at Open.
+	online     int
+	onlineAt   []byte
+	onlineRead []byte
 }
+
+const onlinePath = "/sys/devices/system/cpu/online"
 
 // Open opens an event and ring on each of cpus CPUs (0..cpus-1: pass the
 // number of possible CPUs). Every one of them must be online: an event
@@ -113,20 +123,29 @@ func Open(cpus int) (*Watcher, error) {
 	if cpus <= 0 {
 		return nil, fmt.Errorf("watching BPF events: %d CPUs", cpus)
 	}
-	b, err := os.ReadFile("/sys/devices/system/cpu/online")
+	fd, err := unix.Open(onlinePath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", onlinePath, err)
+	}
+	w := &Watcher{scratch: make([]byte, 0, 64), online: fd, onlineRead: make([]byte, 4096)}
+	n, err := unix.Pread(fd, w.onlineRead, 0)
+	if err != nil {
+		w.Close()
 		return nil, fmt.Errorf("reading online CPUs: %w", err)
 	}
+	b := w.onlineRead[:n]
+	w.onlineAt = append([]byte(nil), b...)
 	online, err := parseCPUList(string(b))
 	if err != nil {
+		w.Close()
 		return nil, err
 	}
 	for c := range cpus {
 		if !online[c] {
+			w.Close()
 			return nil, fmt.Errorf("CPU %d is offline: its BPF program loads and unloads could not be watched (bring every possible CPU online)", c)
 		}
 	}
-	w := &Watcher{scratch: make([]byte, 0, 64)}
 	for c := range cpus {
 		r, err := openRing(c)
 		if err != nil {
@@ -251,9 +270,21 @@ func at(data []byte, pos, n uint64, scratch []byte) ([]byte, []byte) {
 	return scratch, scratch
 }
 
+// CPUsChanged says whether the online CPUs differ from those at Open
+// (one pread): a CPU taken offline stops its event for good, so the
+// watcher is no longer to be trusted. An unreadable list counts as changed.
+func (w *Watcher) CPUsChanged() bool {
+	n, err := unix.Pread(w.online, w.onlineRead, 0)
+	return err != nil || string(w.onlineRead[:n]) != string(w.onlineAt)
+}
+
 // Close unmaps the rings and closes the events.
 func (w *Watcher) Close() error {
 	var errs []error
+	if w.online > 0 {
+		errs = append(errs, unix.Close(w.online))
+		w.online = -1
+	}
 	for _, r := range w.rings {
 		errs = append(errs, unix.Munmap(r.mem), unix.Close(r.fd))
 	}

@@ -206,6 +206,9 @@ func TestLoadUnload(t *testing.T) {
 	}
 	waitFor(t, w, want)
 	t.Logf("%d CPUs watched, %d unloads seen", len(w.rings), len(want))
+	if w.CPUsChanged() {
+		t.Error("online CPUs changed during the test")
+	}
 }
 
 // TestOverflowIsLost fills one CPU's ring past its size without draining:
