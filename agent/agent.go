@@ -504,6 +504,7 @@ func (a *Agent) Close() []Episode {
 		a.r.iter.Close()
 	}
 	a.r.closeLinks()
+	a.r.steady.close()
 	return a.eps.closeAll("shutdown")
 }
 

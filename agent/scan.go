@@ -104,6 +104,8 @@ type reader struct {
 	oneShot bool
 	// lsrc is the bpf_link iterator source (scan_links.go).
 	lsrc linkSource
+	// steady is the no-walk statistics read (scan_steady.go).
+	steady steadySource
 }
 
 func newReader() *reader {
@@ -162,7 +164,7 @@ func (r *reader) read(now time.Time) ([]Program, ScanStats, error) {
 // snapshot's slice.
 func (r *reader) readView(now time.Time) (progView, ScanStats, error) {
 	r.seq++
-	var st ScanStats
+	st := ScanStats{Walk: true} // readIter says when it did not walk
 	bootWall := bootTimeWall(now)
 
 	r.metas = nil
@@ -184,7 +186,7 @@ func (r *reader) readView(now time.Time) (progView, ScanStats, error) {
 		} else {
 			r.fallBack(fmt.Sprintf("iterator read failed, scanning by syscall from now on: %v", err))
 		}
-		st = ScanStats{}
+		st = ScanStats{Walk: true}
 	}
 
 	progs := make([]Program, 0, len(r.progs)+8)

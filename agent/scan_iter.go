@@ -136,6 +136,7 @@ func (r *reader) fallBack(reason string) {
 		r.iter.Close()
 		r.iter = nil
 	}
+	r.steady.disable("programs are read by syscall")
 	r.fallback = reason
 }
 
@@ -179,12 +180,24 @@ func (r *reader) pass(known uint32) ([]progstats.Stat, []progstats.Record, error
 // ascending id order, so a known program's static part is found without a
 // map lookup, and only its counters are decoded and set.
 func (r *reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) {
-	// Programs up to the highest id read whole last time need only their
-	// counters: the iterator skips their static fields.
-	stats, whole, err := r.pass(r.knownMax)
-	if err != nil {
-		return nil, err
+	// Without a load or unload since the last read, the statistics come
+	// from the stats table without a walk (scan_steady.go); a one-shot
+	// reader scans once and never loads it.
+	var stats []progstats.Stat
+	var whole []progstats.Record
+	steady := false
+	if !r.oneShot {
+		stats, steady = r.steadyRead(st)
 	}
+	if !steady {
+		// Programs up to the highest id read whole last time need only
+		// their counters: the iterator skips their static fields.
+		var err error
+		if stats, whole, err = r.pass(r.knownMax); err != nil {
+			return nil, err
+		}
+	}
+	st.Walk = !steady
 	// Sized for every program at the first read: grown from empty, the
 	// slice and the cache cost a one-shot list ~200 page faults and their
 	// copies. Only then: later reads reuse last read's slots in place.
@@ -201,6 +214,7 @@ func (r *reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) 
 	progs := r.progBuf[:0]
 	defer func() { r.progBuf = progs[:0] }()
 	prev, order := r.order, r.orderBuf[:0]
+	addrs := r.steady.next[:0]
 	j := 0
 	opened := false
 	var maxID uint32
@@ -267,8 +281,10 @@ func (r *reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) 
 			s.facts, s.haveFacts = factsFromRecord(full), true
 		}
 		order = append(order, s)
+		addrs = append(addrs, rec.StatsAddr)
 		maxID = max(maxID, rec.ID)
 	}
+	r.steady.next = r.steady.keepAddrs(addrs, !steady)
 	// Double-buffered: prev is the last read's order, kept for the one
 	// after this (never handed out).
 	r.order, r.orderBuf = order, prev[:0]

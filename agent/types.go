@@ -294,6 +294,14 @@ type ScanStats struct {
 	LinksSource string `json:"links_source"`
 	// LinksFallbackReason says why links are read by syscall.
 	LinksFallbackReason string `json:"links_fallback_reason,omitempty"`
+	// Walk is true when this scan walked every program (an iterator pass
+	// or the syscall path); false when, no program having been loaded or
+	// unloaded since the last walk, the counters came from one stats
+	// table read (agent/scan_steady.go).
+	Walk bool `json:"walk"`
+	// WalkReason says why a scan walked: the first read, programs loaded
+	// or unloaded, records lost, or why this node has no steady read.
+	WalkReason string `json:"walk_reason,omitempty"`
 }
 
 // Snapshot is one scan with its deltas against the previous one. It is the

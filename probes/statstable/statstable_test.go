@@ -172,3 +172,49 @@ func TestBadSlot(t *testing.T) {
 		t.Error("running past the capacity: no error")
 	}
 }
+
+// BenchmarkRun is one table read of 1,000 programs, per variant the
+// kernel loads.
+func BenchmarkRun(b *testing.B) {
+	cpus, err := progstats.PossibleCPUs()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var progs []*ebpf.Program
+	for range 1000 {
+		p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SocketFilter, License: "GPL",
+			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer p.Close()
+		progs = append(progs, p)
+	}
+	it, err := progstats.Load(cpus)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer it.Close()
+	recs, err := it.Read(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, prog := range []string{"sum_stats_cast", "sum_stats_probe"} {
+		b.Run(prog, func(b *testing.B) {
+			tab, err := load(cpus, MinCapacity, prog)
+			if err != nil {
+				b.Skipf("refused: %v", err)
+			}
+			defer tab.Close()
+			for i, r := range recs {
+				tab.Slots()[i].Stats = r.StatsAddr
+			}
+			for b.Loop() {
+				if _, err := tab.Run(len(recs)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(recs)), "ns/prog")
+		})
+	}
+}
