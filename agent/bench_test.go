@@ -174,25 +174,50 @@ func benchAgainstFloor(b *testing.B, first bool, scan func() int) {
 }
 
 // BenchmarkScan compares a steady-state agent scan over 1,000 extra
-// programs with the raw-syscall floor (4 per program) in the same loop.
-func BenchmarkScan(b *testing.B) {
+// programs with the raw-syscall floor (4 per program) in the same loop;
+// walks/scan is the share of scans that walked every program (the rest
+// read the stats table: agent/scan_steady.go).
+func BenchmarkScan(b *testing.B) { benchScan(b, true) }
+
+// BenchmarkScanWalk is BenchmarkScan with the steady read off: every scan
+// walks every program, as before the stats table (the same run's
+// baseline).
+func BenchmarkScanWalk(b *testing.B) { benchScan(b, false) }
+
+func benchScan(b *testing.B, steady bool) {
 	loadPrograms(b, 1000)
 	a, err := New(Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer a.Close()
-	ctx := context.Background()
-	if _, err := a.Scan(ctx); err != nil { // warm the static cache
-		b.Fatal(err)
+	if !steady {
+		noSteady(a.r)
 	}
+	ctx := context.Background()
+	for range 2 { // warm the static cache; drain the agent's own loads
+		if _, err := a.Scan(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	walks := 0
 	benchAgainstFloor(b, false, func() int {
 		s, err := a.Scan(ctx)
 		if err != nil {
 			b.Fatal(err)
 		}
+		if s.Scan.Walk {
+			walks++
+		}
 		return len(s.Programs)
 	})
+	b.ReportMetric(float64(walks)/float64(b.N), "walks/scan")
+}
+
+// noSteady turns the reader's steady read off: every read walks.
+func noSteady(r *reader) {
+	r.steady.close()
+	r.steady.tried, r.steady.off = true, "off for this benchmark"
 }
 
 // TestScanMemoryFlat runs 10,000 scans and checks the live heap does not
@@ -289,8 +314,16 @@ func BenchmarkOneShot(b *testing.B) {
 
 // BenchmarkIterRead is the scan source alone (reader.read: the iterator
 // read, the join with links and cached static fields), without the
-// snapshot Agent.Scan builds, against the 4-syscall floor.
-func BenchmarkIterRead(b *testing.B) {
+// snapshot Agent.Scan builds, against the 4-syscall floor: every read
+// walks (the steady read off).
+func BenchmarkIterRead(b *testing.B) { benchRead(b, false) }
+
+// BenchmarkSteadyRead is BenchmarkIterRead with the steady read on: while
+// nothing is loaded or unloaded, the watcher's two drains and one stats
+// table run instead of the walk (walks/read says how many still walked).
+func BenchmarkSteadyRead(b *testing.B) { benchRead(b, true) }
+
+func benchRead(b *testing.B, steady bool) {
 	loadPrograms(b, 1000)
 	a, err := New(Config{})
 	if err != nil {
@@ -300,14 +333,27 @@ func BenchmarkIterRead(b *testing.B) {
 	if a.r.iter == nil {
 		b.Skipf("scan source is syscall on this kernel: %s", a.r.fallback)
 	}
-	if _, _, err := a.r.read(time.Now()); err != nil {
-		b.Fatal(err)
+	if !steady {
+		noSteady(a.r)
 	}
+	for range 2 {
+		if _, _, err := a.r.read(time.Now()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if steady && a.r.steady.w == nil {
+		b.Skipf("no steady read on this kernel: %s", a.r.steady.off)
+	}
+	walks := 0
 	benchAgainstFloor(b, false, func() int {
-		p, _, err := a.r.read(time.Now())
+		p, st, err := a.r.read(time.Now())
 		if err != nil {
 			b.Fatal(err)
 		}
+		if st.Walk {
+			walks++
+		}
 		return len(p)
 	})
+	b.ReportMetric(float64(walks)/float64(b.N), "walks/read")
 }

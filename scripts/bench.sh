@@ -27,7 +27,12 @@ fi
 
 if selected scan; then
 	section "scan: the agent's scan and first read against the syscall floor, 1,000 programs"
-	go test -count=1 -run X -bench 'FirstScan|Scan$' ./agent
+	# Scan: steady scans (the stats table while nothing is loaded or
+	# unloaded), ScanWalk: every scan walks (the same run's baseline);
+	# SteadyRead/IterRead: the reader alone, the same two ways; Run: one
+	# stats table read per variant (rdonly_cast, probe_read).
+	go test -count=1 -run X -bench 'FirstScan|Scan$|ScanWalk|SteadyRead|IterRead' ./agent
+	go test -count=1 -run X -bench 'Run' ./probes/statstable
 fi
 
 if selected iterator; then
