@@ -23,6 +23,11 @@ import (
 //     period, then the free), so it is seen here; anything seen means the
 //     table's numbers are discarded and this same scan walks.
 //
+// The kernel turns a CPU's perf events off for good when the CPU goes
+// offline, so the watcher would go blind there: the table also counts CPU
+// hotplug steps (a raw tracepoint on cpuhp_enter, read from an mmapped
+// counter), and any step turns the steady read off for good.
+//
 // What the table gives is the []progstats.Stat a walk of known programs
 // would give (compact, in id order), so readIter's merge runs unchanged.
 // A kernel that refuses any part (perf_event_open, the syscall program,
@@ -50,6 +55,9 @@ type steadySource struct {
 	written bool
 	events  []bpfevents.Event
 	stats   []progstats.Stat
+	// hotplugs is the table's CPU hotplug count when the watcher was
+	// known complete: a CPU taken offline since has its events off.
+	hotplugs uint64
 	// load opens the watcher and table; tests replace it.
 	load func(cpus, programs int) (*bpfevents.Watcher, *statstable.Table, error)
 }
@@ -60,18 +68,26 @@ const (
 	walkChanged = "programs loaded or unloaded"
 	walkLost    = "load/unload records lost"
 	walkRaced   = "programs loaded or unloaded during the table read"
-	walkCPUs    = "online CPUs changed"
+	walkCPUs    = "CPU hotplug"
 )
 
+// loadSteady loads the table (and its hotplug counter) first, then opens
+// the watcher, which checks every possible CPU is online: a CPU hotplug
+// step from then on moves the counter.
 func loadSteady(cpus, programs int) (*bpfevents.Watcher, *statstable.Table, error) {
-	w, err := bpfevents.Open(cpus)
-	if err != nil {
-		return nil, nil, err
-	}
 	tab, err := statstable.Load(cpus, statstable.Capacity(programs))
 	if err != nil {
-		w.Close()
 		return nil, nil, fmt.Errorf("loading the stats table: %w", err)
+	}
+	w, err := bpfevents.Open(cpus)
+	if err != nil {
+		tab.Close()
+		return nil, nil, err
+	}
+	if tab.Hotplugs() != 0 {
+		w.Close()
+		tab.Close()
+		return nil, nil, fmt.Errorf("a CPU was taken offline or brought online while the load/unload watcher opened")
 	}
 	return w, tab, nil
 }
@@ -140,11 +156,11 @@ func (r *reader) steadyRead(st *ScanStats) ([]progstats.Stat, bool) {
 		return walk(walkLost)
 	case len(evs) > 0:
 		return walk(walkChanged)
+	case sd.tab.Hotplugs() != sd.hotplugs:
+		sd.disable("a CPU was taken offline or brought online: the kernel turned its load/unload events off")
+		return walk(walkCPUs)
 	case !sd.valid || r.order == nil:
 		return walk(walkFirst)
-	case sd.w.CPUsChanged():
-		sd.disable("online CPUs changed since the load/unload watcher was opened")
-		return walk(walkCPUs)
 	}
 	n := len(r.order)
 	if n > sd.tab.Cap() {
@@ -153,8 +169,13 @@ func (r *reader) steadyRead(st *ScanStats) ([]progstats.Stat, bool) {
 			sd.disable(fmt.Sprintf("reloading the stats table for %d programs: %v", n, err))
 			return walk(sd.off)
 		}
+		if tab.Hotplugs() != 0 || sd.tab.Hotplugs() != sd.hotplugs {
+			tab.Close()
+			sd.disable("a CPU was taken offline or brought online: the kernel turned its load/unload events off")
+			return walk(walkCPUs)
+		}
 		sd.tab.Close()
-		sd.tab, sd.written = tab, false
+		sd.tab, sd.written, sd.hotplugs = tab, false, 0
 	}
 	slots := sd.tab.Slots()[:n]
 	if !sd.written {
@@ -171,6 +192,10 @@ func (r *reader) steadyRead(st *ScanStats) ([]progstats.Stat, bool) {
 	sd.events = evs[:0]
 	if lost || len(evs) > 0 {
 		return walk(walkRaced)
+	}
+	if sd.tab.Hotplugs() != sd.hotplugs {
+		sd.disable("a CPU was taken offline or brought online: the kernel turned its load/unload events off")
+		return walk(walkCPUs)
 	}
 	stats := sd.stats[:0]
 	for i, s := range r.order {

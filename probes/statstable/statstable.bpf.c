@@ -14,10 +14,14 @@
 // through bpf_rdonly_cast() (a kfunc, 6.2+) and bpf_probe_read_kernel()
 // where the kernel has no such kfunc.
 //
-// Syscall programs must be sleepable, and a sleepable program may not use
-// a PERF_EVENT_ARRAY: so the program cannot check the watcher's perf events
-// are still enabled; the caller checks the CPUs online instead
-// (probes/bpfevents.Watcher.CPUsChanged).
+// The kernel turns off, for good, the perf events of a CPU taken offline,
+// so the load/unload watcher (probes/bpfevents) goes blind on that CPU
+// once it is back. A raw tracepoint program on cpuhp_enter (every CPU
+// hotplug state callback, both ways) counts hotplug steps into an mmapped
+// counter: a caller that sees it move stops trusting the watcher. (The
+// syscall program cannot check the events' state itself: syscall programs
+// must be sleepable, and a sleepable program may not use a
+// PERF_EVENT_ARRAY.)
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
@@ -254,4 +258,24 @@ SEC("syscall")
 int sum_stats_cast(struct args *a)
 {
 	return run(a, sum_cast);
+}
+
+// CPU hotplug steps counted by count_hotplug; mmapped by the loader.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} hotplug SEC(".maps");
+
+SEC("raw_tp/cpuhp_enter")
+int count_hotplug(void *ctx)
+{
+	__u32 zero = 0;
+	__u64 *n = bpf_map_lookup_elem(&hotplug, &zero);
+
+	if (n)
+		__sync_fetch_and_add(n, 1);
+	return 0;
 }

@@ -9,7 +9,9 @@
 // right while its program is loaded. The caller must know that none was
 // unloaded since it learned the addresses, and must check after the run
 // that none was unloaded during it (probes/bpfevents: the kernel writes a
-// program's UNLOAD record before it frees the program's memory).
+// program's UNLOAD record before it frees the program's memory), and that
+// no CPU went offline meanwhile (Hotplugs: the kernel turns a CPU's perf
+// events off for good when it goes offline).
 //
 // Two variants of the program: plain loads through the bpf_rdonly_cast
 // kfunc (Linux 6.2+), else bpf_probe_read_kernel; the kernel is asked (the
@@ -20,9 +22,11 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 )
 
@@ -75,6 +79,11 @@ type Table struct {
 	slots   []Slot
 	cpus    int
 	variant string
+	// hotplugs points at the hotplug counter in hpMem; hpLink attaches
+	// its program.
+	hpMem    []byte
+	hotplugs *uint64
+	hpLink   link.Link
 	// CastErr says why the rdonly_cast variant was refused ("" when
 	// it is the one loaded).
 	CastErr string
@@ -115,7 +124,7 @@ func load(cpus, capacity int, prog string) (_ *Table, err error) {
 		return nil, fmt.Errorf("reading stats table spec: %w", err)
 	}
 	for name := range spec.Programs {
-		if name != prog {
+		if name != prog && name != "count_hotplug" {
 			delete(spec.Programs, name)
 		}
 	}
@@ -145,6 +154,15 @@ func load(cpus, capacity int, prog string) (_ *Table, err error) {
 		return nil, fmt.Errorf("mapping the stats table: %w", err)
 	}
 	t.slots = unsafe.Slice((*Slot)(unsafe.Pointer(&t.mem[0])), capacity)
+	t.hpMem, err = unix.Mmap(coll.Maps["hotplug"].FD(), 0, pg, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mapping the hotplug counter: %w", err)
+	}
+	t.hotplugs = (*uint64)(unsafe.Pointer(&t.hpMem[0]))
+	t.hpLink, err = link.AttachRawTracepoint(link.RawTracepointOptions{Name: "cpuhp_enter", Program: coll.Programs["count_hotplug"]})
+	if err != nil {
+		return nil, fmt.Errorf("%w: attaching the CPU hotplug counter to raw tracepoint cpuhp_enter: %w", ebpf.ErrNotSupported, err)
+	}
 	t.attr = testRunAttr{ProgFD: uint32(t.prog.FD()), CtxSizeIn: uint32(unsafe.Sizeof(args{})), CtxIn: uint64(uintptr(unsafe.Pointer(&t.args)))}
 	return t, nil
 }
@@ -215,9 +233,22 @@ func (t *Table) Run(n int) (Result, error) {
 	return Result{Bad: int(t.args.Bad)}, nil
 }
 
+// Hotplugs is how many CPU hotplug steps (cpuhp_enter) the kernel ran
+// since Load: no syscall. A caller relying on per-CPU perf events (the
+// load/unload watcher) must stop when it moves.
+func (t *Table) Hotplugs() uint64 { return atomic.LoadUint64(t.hotplugs) }
+
 // Close unmaps the slots and unloads the program and its maps.
 func (t *Table) Close() error {
 	var errs []error
+	if t.hpLink != nil {
+		errs = append(errs, t.hpLink.Close())
+		t.hpLink = nil
+	}
+	if t.hpMem != nil {
+		errs = append(errs, unix.Munmap(t.hpMem))
+		t.hpMem, t.hotplugs = nil, nil
+	}
 	if t.mem != nil {
 		errs = append(errs, unix.Munmap(t.mem))
 		t.mem, t.slots = nil, nil

@@ -2,6 +2,8 @@ package statstable
 
 import (
 	"errors"
+	"fmt"
+	"os"
 	"testing"
 
 	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
@@ -217,4 +219,36 @@ func BenchmarkRun(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(recs)), "ns/prog")
 		})
 	}
+}
+
+// cycleCPU takes the last possible CPU offline and brings it back: only
+// in the kernel matrix's VMs (never the shared host's CPUs).
+func cycleCPU(tb testing.TB, cpus int) {
+	tb.Helper()
+	if expect.Entry() == "" {
+		tb.Skip("would take a CPU of this host offline: runs in the kernel matrix (test/kernels)")
+	}
+	if cpus < 2 {
+		tb.Skipf("%d possible CPU: none can go offline", cpus)
+	}
+	path := fmt.Sprintf("/sys/devices/system/cpu/cpu%d/online", cpus-1)
+	for _, v := range []string{"0", "1"} {
+		if err := os.WriteFile(path, []byte(v), 0); err != nil {
+			tb.Fatalf("writing %s to %s: %v", v, path, err)
+		}
+	}
+}
+
+// TestHotplugCounted: a CPU taken offline and brought back moves the
+// hotplug counter.
+func TestHotplugCounted(t *testing.T) {
+	tab, cpus := loadTable(t, MinCapacity)
+	if n := tab.Hotplugs(); n != 0 {
+		t.Fatalf("%d hotplug steps counted with no CPU changed", n)
+	}
+	cycleCPU(t, cpus)
+	if tab.Hotplugs() == 0 {
+		t.Fatal("a CPU went offline and back: no hotplug step counted")
+	}
+	t.Logf("%d hotplug steps counted", tab.Hotplugs())
 }

@@ -33,9 +33,11 @@ type statstableSlot struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	statstableMapHotplug        = "hotplug"
 	statstableMapOffs           = "offs"
 	statstableMapPcpu           = "pcpu"
 	statstableMapSlots          = "slots"
+	statstableProgCountHotplug  = "count_hotplug"
 	statstableProgSumStatsCast  = "sum_stats_cast"
 	statstableProgSumStatsProbe = "sum_stats_probe"
 	statstableVarNrCpus         = "nr_cpus"
@@ -83,6 +85,7 @@ type statstableSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type statstableProgramSpecs struct {
+	CountHotplug  *ebpf.ProgramSpec `ebpf:"count_hotplug"`
 	SumStatsCast  *ebpf.ProgramSpec `ebpf:"sum_stats_cast"`
 	SumStatsProbe *ebpf.ProgramSpec `ebpf:"sum_stats_probe"`
 }
@@ -91,9 +94,10 @@ type statstableProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type statstableMapSpecs struct {
-	Offs  *ebpf.MapSpec `ebpf:"offs"`
-	Pcpu  *ebpf.MapSpec `ebpf:"pcpu"`
-	Slots *ebpf.MapSpec `ebpf:"slots"`
+	Hotplug *ebpf.MapSpec `ebpf:"hotplug"`
+	Offs    *ebpf.MapSpec `ebpf:"offs"`
+	Pcpu    *ebpf.MapSpec `ebpf:"pcpu"`
+	Slots   *ebpf.MapSpec `ebpf:"slots"`
 }
 
 // statstableVariableSpecs contains global variables before they are loaded into the kernel.
@@ -123,13 +127,15 @@ func (o *statstableObjects) Close() error {
 //
 // It can be passed to loadStatstableObjects or ebpf.CollectionSpec.LoadAndAssign.
 type statstableMaps struct {
-	Offs  *ebpf.Map `ebpf:"offs"`
-	Pcpu  *ebpf.Map `ebpf:"pcpu"`
-	Slots *ebpf.Map `ebpf:"slots"`
+	Hotplug *ebpf.Map `ebpf:"hotplug"`
+	Offs    *ebpf.Map `ebpf:"offs"`
+	Pcpu    *ebpf.Map `ebpf:"pcpu"`
+	Slots   *ebpf.Map `ebpf:"slots"`
 }
 
 func (m *statstableMaps) Close() error {
 	return _StatstableClose(
+		m.Hotplug,
 		m.Offs,
 		m.Pcpu,
 		m.Slots,
@@ -147,12 +153,14 @@ type statstableVariables struct {
 //
 // It can be passed to loadStatstableObjects or ebpf.CollectionSpec.LoadAndAssign.
 type statstablePrograms struct {
+	CountHotplug  *ebpf.Program `ebpf:"count_hotplug"`
 	SumStatsCast  *ebpf.Program `ebpf:"sum_stats_cast"`
 	SumStatsProbe *ebpf.Program `ebpf:"sum_stats_probe"`
 }
 
 func (p *statstablePrograms) Close() error {
 	return _StatstableClose(
+		p.CountHotplug,
 		p.SumStatsCast,
 		p.SumStatsProbe,
 	)

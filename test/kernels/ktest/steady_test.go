@@ -2,6 +2,7 @@ package ktest
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -93,4 +94,50 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// TestSteadyScanHotplug: a CPU taken offline and brought back turns the
+// steady scan off for good (the kernel turned that CPU's load/unload
+// events off): every later scan walks and says why. Only in the kernel
+// matrix's VMs.
+func TestSteadyScanHotplug(t *testing.T) {
+	if expect.Entry() == "" {
+		t.Skip("would take a CPU of this host offline: runs in the kernel matrix (test/kernels)")
+	}
+	a, err := agent.New(agent.Config{EnableStats: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	ctx := context.Background()
+	steady := false
+	for range 40 {
+		snap, err := a.Scan(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if steady = !snap.Scan.Walk; steady {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !steady {
+		t.Skip("no steady scan on this kernel (TestSteadyScan says why)")
+	}
+	path := "/sys/devices/system/cpu/cpu1/online"
+	for _, v := range []string{"0", "1"} {
+		if err := os.WriteFile(path, []byte(v), 0); err != nil {
+			t.Skipf("writing %s to %s: %v", v, path, err)
+		}
+	}
+	for i := range 3 {
+		snap, err := a.Scan(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !snap.Scan.Walk {
+			t.Fatalf("scan %d after a CPU went offline and back did not walk", i)
+		}
+		t.Logf("scan %d: walk_reason %q", i, snap.Scan.WalkReason)
+	}
 }
