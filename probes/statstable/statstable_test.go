@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 	"testing"
 
 	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
@@ -33,7 +34,9 @@ func loadTable(tb testing.TB, capacity int) (*Table, int) {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	t0 := time.Now()
 	t, err := Load(cpus, capacity)
+	took := time.Since(t0)
 	if errors.Is(err, ebpf.ErrNotSupported) && !expect.Expected(expect.FeatProgStats) {
 		tb.Skipf("kernel refuses the stats table: %v", err)
 	}
@@ -41,7 +44,7 @@ func loadTable(tb testing.TB, capacity int) (*Table, int) {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { t.Close() })
-	tb.Logf("stats table variant %s over %d CPUs (rdonly_cast refused: %q)", t.Variant(), cpus, t.CastErr)
+	tb.Logf("stats table variant %s over %d CPUs, loaded in %v (rdonly_cast refused: %q)", t.Variant(), cpus, took.Round(100*time.Microsecond), t.CastErr)
 	return t, cpus
 }
 
@@ -182,7 +185,6 @@ func BenchmarkRun(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var progs []*ebpf.Program
 	for range 1000 {
 		p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SocketFilter, License: "GPL",
 			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}})
@@ -190,7 +192,6 @@ func BenchmarkRun(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer p.Close()
-		progs = append(progs, p)
 	}
 	it, err := progstats.Load(cpus)
 	if err != nil {
