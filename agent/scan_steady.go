@@ -237,3 +237,21 @@ func (sd *steadySource) keepAddrs(addrs []uint64, walked bool) []uint64 {
 	sd.addrs, sd.valid = addrs, valid
 	return prev[:0]
 }
+
+// SteadyRead says whether scans read counters without a walk while no
+// program is loaded or unloaded (known after the first scan), and if not,
+// why, in one line.
+func (a *Agent) SteadyRead() (bool, string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	sd := &a.r.steady
+	switch {
+	case sd.w != nil:
+		return true, ""
+	case !sd.tried && a.r.iter == nil:
+		return false, "programs are read by syscall: every scan walks"
+	case !sd.tried:
+		return false, "not decided yet (the first scan loads it)"
+	}
+	return false, sd.off
+}

@@ -226,6 +226,10 @@ func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 		default:
 			exp.Update(context.Background(), snap)
 			publish(snap)
+			if snap.Seq == 1 {
+				steady, why := a.SteadyRead()
+				log.Info("scan source", "source", snap.Scan.Source, "fallback_reason", snap.Scan.FallbackReason, "steady_read", steady, "steady_off_reason", why)
+			}
 		}
 		exp.LogErrors()
 		select {
