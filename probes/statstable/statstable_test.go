@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"time"
 	"testing"
 
+	"github.com/bpfleet/bpfleet/probes/bpfevents"
 	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
 	"github.com/bpfleet/bpfleet/probes/progstats"
 	"github.com/bpfleet/bpfleet/test/kernels/expect"
@@ -247,9 +249,32 @@ func TestHotplugCounted(t *testing.T) {
 	if n := tab.Hotplugs(); n != 0 {
 		t.Fatalf("%d hotplug steps counted with no CPU changed", n)
 	}
+	w, err := bpfevents.Open(cpus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
 	cycleCPU(t, cpus)
 	if tab.Hotplugs() == 0 {
 		t.Fatal("a CPU went offline and back: no hotplug step counted")
 	}
 	t.Logf("%d hotplug steps counted", tab.Hotplugs())
+	// What the counter is for: the watcher opened before the cycle, on
+	// the CPU that went offline and came back.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var set unix.CPUSet
+	set.Set(cpus - 1)
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		t.Fatal(err)
+	}
+	w.Drain(nil)
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SocketFilter, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	evs, lost := w.Drain(nil)
+	t.Logf("load and unload on CPU %d after it went offline and back: %d records seen by a watcher opened before (lost %v)", cpus-1, len(evs), lost)
 }
