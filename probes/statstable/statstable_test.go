@@ -261,8 +261,7 @@ func TestHotplugCounted(t *testing.T) {
 	t.Logf("%d hotplug steps counted", tab.Hotplugs())
 	// What the counter is for: the watcher opened before the cycle, on
 	// the CPU that went offline and came back.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	runtime.LockOSThread() // never unlocked: the thread, pinned below, ends with the test
 	var set unix.CPUSet
 	set.Set(cpus - 1)
 	if err := unix.SchedSetaffinity(0, &set); err != nil {
