@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfleet/bpfleet/probes/bpfevents"
 	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
+	"github.com/bpfleet/bpfleet/probes/statstable"
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
@@ -260,4 +262,40 @@ func TestSteadyReadChurn(t *testing.T) {
 	wg.Wait()
 	t.Logf("%d reads under churn, %d walked", reads, walks)
 	settle(t, a)
+}
+
+// TestSteadyReadGrowsTable: a table too small for the programs is
+// reloaded bigger, and the steady read goes on.
+func TestSteadyReadGrowsTable(t *testing.T) {
+	a, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if a.r.iter == nil {
+		t.Skipf("scan source is syscall on this kernel: %s", a.r.fallback)
+	}
+	a.r.steady.load = func(cpus, _ int) (*bpfevents.Watcher, *statstable.Table, error) {
+		tab, err := statstable.Load(cpus, 4)
+		if err != nil {
+			return nil, nil, err
+		}
+		w, err := bpfevents.Open(cpus)
+		if err != nil {
+			tab.Close()
+			return nil, nil, err
+		}
+		return w, tab, nil
+	}
+	for range 8 {
+		p, _ := socketFilter(t)
+		defer p.Close()
+	}
+	progs, _ := settle(t, a)
+	if len(progs) <= 4 {
+		t.Fatalf("%d programs: not more than the table's 4 slots", len(progs))
+	}
+	if c := a.r.steady.tab.Cap(); c < len(progs) {
+		t.Fatalf("table of %d slots for %d programs", c, len(progs))
+	}
 }
