@@ -112,7 +112,10 @@ func TestPinnedEqualsLoaded(t *testing.T) {
 	}
 	sawPinProg := false
 	for _, r := range got {
-		if !r.Whole || !r.StaticKnown || !r.StatsKnown {
+		// Any program may lack StaticKnown (subprograms, more than
+		// MaxMapIDs maps: another tool's, or a running agent's stats
+		// table with its bpf_loop callback); the test's own may not.
+		if !r.Whole || !r.StatsKnown || idle[r.ID] && !r.StaticKnown {
 			t.Errorf("pinned record of %d %s is not whole (whole %v static %v stats %v)", r.ID, r.Name, r.Whole, r.StaticKnown, r.StatsKnown)
 		}
 		sawPinProg = sawPinProg || r.ID == pin.ProgramID()

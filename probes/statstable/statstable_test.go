@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/bpfleet/bpfleet/probes/bpfevents"
 	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
