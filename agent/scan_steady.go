@@ -239,15 +239,15 @@ func (sd *steadySource) keepAddrs(addrs []uint64, walked bool) []uint64 {
 }
 
 // SteadyRead says whether scans read counters without a walk while no
-// program is loaded or unloaded (known after the first scan), and if not,
-// why, in one line.
+// program is loaded or unloaded (known after the first scan), with the
+// table's variant when they do, and why not, in one line, when they don't.
 func (a *Agent) SteadyRead() (bool, string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	sd := &a.r.steady
 	switch {
-	case sd.w != nil:
-		return true, ""
+	case sd.w != nil && sd.tab != nil:
+		return true, fmt.Sprintf("stats table (%s) over %d CPUs", sd.tab.Variant(), sd.cpus)
 	case !sd.tried && a.r.iter == nil:
 		return false, "programs are read by syscall: every scan walks"
 	case !sd.tried:

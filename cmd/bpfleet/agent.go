@@ -227,8 +227,8 @@ func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 			exp.Update(context.Background(), snap)
 			publish(snap)
 			if snap.Seq == 1 {
-				steady, why := a.SteadyRead()
-				log.Info("scan source", "source", snap.Scan.Source, "fallback_reason", snap.Scan.FallbackReason, "steady_read", steady, "steady_off_reason", why)
+				steady, detail := a.SteadyRead()
+				log.Info("scan source", "source", snap.Scan.Source, "fallback_reason", snap.Scan.FallbackReason, "steady_read", steady, "steady_detail", detail)
 			}
 		}
 		exp.LogErrors()
