@@ -98,7 +98,15 @@ type Agent struct {
 	// spareIDs and spareC are the buffers the next scan fills.
 	prevIDs, spareIDs []uint32
 	prevC, spareC     []counters
-	prevLink          map[uint32]uint64 // kprobe missed by link id
+	// prevE are the previous snapshot's entries, aligned with prevIDs: an
+	// idle, unchanged program's is handed out again (assemble).
+	prevE, spareE []*ProgramStat
+	prevLink      map[uint32]uint64 // kprobe missed by link id
+	// agg keeps the aggregates between scans (aggregates.go).
+	agg aggregates
+	// overheads is the calibration's overhead per attach type, built
+	// once per SetCalibration (nil: not built yet).
+	overheads map[string]*float64
 
 	attr     *attribution // nil without Config.Owners
 	ownersAt time.Time
@@ -231,6 +239,7 @@ func (a *Agent) SetCalibration(c []Calibration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.calibration = append([]Calibration(nil), c...)
+	a.overheads = nil
 }
 
 // ErrClosed is returned by Scan after Close.
@@ -281,11 +290,6 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 		Kernel:   a.kernel,
 		Stats:    a.stats.state(a.cfg.ProcRoot),
 		Degraded: a.degraded(),
-		// A one-shot scan built its programs in this slice already.
-		Programs: progs.stats,
-	}
-	if progs.stats == nil {
-		snap.Programs = make([]ProgramStat, len(progs.progs))
 	}
 	// Sampled mode scales run counts from the windows, unless another
 	// holder keeps stats on: then the counts are exact as they are.
@@ -301,25 +305,63 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 		snap.AgentCPUShare = float64(cpu-a.prevCPU) / float64(dt)
 	}
 	a.prevCPU = cpu
-	// Counters of the previous scan, by ascending id as programs come
-	// (both sources read in id order): each program's previous counters
-	// are found by a merge, and this scan's are kept in the spare buffers.
-	before := idCursor{ids: a.prevIDs}
-	n := progs.len()
-	nextIDs, nextC := a.spareIDs[:0], a.spareC[:0]
-	if cap(nextIDs) < n { // sized once rather than grown by appends
-		nextIDs, nextC = make([]uint32, 0, n), make([]counters, 0, n)
+	a.assemble(snap, progs, dt, smp)
+
+	st.Duration = a.cfg.Now().Sub(start)
+	snap.Scan = st
+	a.prevTime = now
+	if n := progs.len(); n > 0 {
+		a.maxProgID = progs.at(n - 1).ID // read in id order
 	}
-	nextLink := make(map[uint32]uint64, len(a.prevLink))
-	obs := make([]missObservation, 0, 4)
-	hasOwners := false
+	a.seq++
+	return snap, nil
+}
+
+// assemble turns one read's programs into snap's programs, episodes and
+// aggregates (snap's Time, Interval and Stats set). It is the pure half of
+// Scan: nothing here reads the kernel.
+//
+// A program whose counters, joins and owners are what they were and whose
+// interval was idle (zero delta) keeps the entry the previous snapshot
+// handed out: snapshots share it, and nothing ever writes an entry once it
+// is handed out (the API's history keeps old snapshots). Only a program that
+// changed gets a new entry, and the aggregates (attach types, owners, stats
+// tax) are updated by the changed entries alone (aggregates.go): on a node
+// whose programs are mostly idle a scan costs the Go side little more than a
+// comparison per program.
+func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *sampler) {
+	now := snap.Time
+	n := progs.len()
+	entries := make([]*ProgramStat, n)
+	// A first scan's entries are all new: one allocation for them. Later
+	// ones are allocated one by one, so that an idle program's entry never
+	// keeps a whole scan's worth of replaced ones alive.
+	var chunk []ProgramStat
+	if progs.stats == nil && len(a.prevE) == 0 {
+		chunk = make([]ProgramStat, n)
+	}
+	// Counters and entries of the previous scan, by ascending id as
+	// programs come (both sources read in id order): each program's
+	// previous counters are found by a merge, and this scan's are kept in
+	// the spare buffers.
+	before := idCursor{ids: a.prevIDs}
+	nextIDs, nextC, nextE := a.spareIDs[:0], a.spareC[:0], a.spareE[:0]
+	if cap(nextIDs) < n { // sized once rather than grown by appends
+		nextIDs, nextC, nextE = make([]uint32, 0, n), make([]counters, 0, n), make([]*ProgramStat, 0, n)
+	}
+	g := &a.agg
+	g.begin()
+	var obs []missObservation
+	matched := 0
 	for i := range n {
 		p := progs.at(i)
 		cur := progCounters(p)
 		var prevC counters
+		var old *ProgramStat
 		j, havePrev := before.find(p.ID)
 		if havePrev {
-			prevC = a.prevC[j]
+			prevC, old = a.prevC[j], a.prevE[j]
+			matched++
 		}
 		raw := programDelta(cur, prevC, havePrev, p.LoadTime, a.prevTime)
 		if smp != nil {
@@ -329,67 +371,149 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 		if raw != (Rates{}) {
 			d = withRates(raw, dt)
 		}
-		nextIDs, nextC = append(nextIDs, p.ID), append(nextC, cur)
-		kind := missKind(p, &a.kernel)
-		p.MissKind = kind
-		ps := &snap.Programs[i]
-		if p != &ps.Program {
-			ps.Program = *p
+		p.MissKind = missKind(p, &a.kernel)
+		var e *ProgramStat
+		switch {
+		case old != nil && d == (Rates{}) && old.Delta == d && !old.New && old.Profile == nil && sameDynamic(p, &old.Program):
+			e = old // idle and unchanged: shared with the previous snapshot
+		case progs.stats != nil:
+			e = &progs.stats[i] // a one-shot scan built it in place
+		case chunk != nil:
+			e = &chunk[i]
+			e.Program = *p
+		default:
+			e = new(ProgramStat)
+			e.Program = *p
 		}
-		ps.Delta, ps.New = d, !havePrev
-		hasOwners = hasOwners || len(p.Owners) > 0
+		nextIDs, nextC, nextE = append(nextIDs, p.ID), append(nextC, cur), append(nextE, e)
+		entries[i] = e
+		if e == old {
+			continue
+		}
+		e.Delta, e.New = d, !havePrev
+		g.replace(old, e)
 		if d.Misses > 0 {
-			obs = append(obs, missObservation{key: episodeKey{SourceRecursionMisses, p.ID, 0}, misses: d.Misses, runs: d.Runs, prog: &ps.Program, kind: kind})
+			obs = append(obs, missObservation{key: episodeKey{SourceRecursionMisses, p.ID, 0}, misses: d.Misses, runs: d.Runs, prog: &e.Program, kind: e.MissKind})
 		}
-		for _, l := range p.Links {
-			if l.Missed == nil {
-				continue
-			}
-			prev, ok := a.prevLink[l.ID]
-			nextLink[l.ID] = *l.Missed
-			if m := sub(*l.Missed, prev); ok && m > 0 {
-				obs = append(obs, missObservation{key: episodeKey{SourceLinkMissed, p.ID, l.ID}, misses: m, runs: d.Runs, prog: &ps.Program, kind: kind})
+		obs = a.linkMisses(obs, old, e)
+	}
+	sortByID(nextIDs, nextC, nextE)
+	next := idCursor{ids: nextIDs}
+	if matched < len(a.prevIDs) {
+		// Programs gone since the last scan leave the aggregates.
+		for j, id := range a.prevIDs {
+			if !next.has(id) {
+				g.replace(a.prevE[j], nil)
+				a.linkMisses(nil, a.prevE[j], nil)
 			}
 		}
 	}
-	sortByID(nextIDs, nextC)
-	a.prevLink = nextLink
-	next := idCursor{ids: nextIDs}
 	present := func(k episodeKey) bool { return next.has(k.prog) }
 	if smp != nil {
 		smp.end(next.has)
 	}
 	snap.Episodes = a.eps.observe(now, dt, obs, present)
 
-	overhead := map[string]float64{}
-	for _, c := range a.calibration {
-		if c.Supported {
-			overhead[c.AttachType] = c.OverheadNs
-		}
-	}
 	if a.prof != nil {
-		a.prof.update(snap.Programs)
+		// A profiled program's entry is written: copied first when it is
+		// the previous snapshot's.
+		a.prof.update(entries, func(i int) *ProgramStat {
+			e := entries[i]
+			if j, ok := before.find(e.ID); ok && a.prevE[j] == e {
+				c := *e
+				e = &c
+				entries[i] = e
+				if k, ok := next.find(e.ID); ok {
+					nextE[k] = e
+				}
+				g.replace(a.prevE[j], e)
+			}
+			return e
+		})
 		snap.Degraded = append(snap.Degraded, a.prof.errors()...)
 	}
-	snap.AttachTypes = aggregateAttachTypes(snap.Programs, dt, overhead)
-	ownerProgs := snap.Programs
-	if !hasOwners {
-		ownerProgs = nil // nothing to sum, and its per-program work is not free
-	}
-	snap.Owners = aggregateOwners(ownerProgs, dt)
+	snap.Programs = entries
+	snap.AttachTypes = g.attachTypes(dt, a.overhead())
+	snap.Owners = g.owners(entries, dt)
 	snap.Calibration = append([]Calibration(nil), a.calibration...)
 	snap.StatsCosts = append([]StatsCost(nil), a.statsCosts...)
-	snap.StatsTax = computeTax(snap.Programs, a.statsCosts, snap.Stats, dt, now)
+	snap.StatsTax = g.tax(entries, a.statsCosts, snap.Stats, dt, now)
+	a.prevIDs, a.prevC, a.prevE, a.spareIDs, a.spareC, a.spareE = nextIDs, nextC, nextE, a.prevIDs, a.prevC, a.prevE
+	clear(a.spareE) // the spare buffer must not keep old entries alive
+}
 
-	st.Duration = a.cfg.Now().Sub(start)
-	snap.Scan = st
-	a.prevIDs, a.prevC, a.spareIDs, a.spareC = nextIDs, nextC, a.prevIDs, a.prevC
-	a.prevTime = now
-	if n > 0 {
-		a.maxProgID = progs.at(n - 1).ID // read in id order
+// linkMisses moves the kprobe link missed counters from old's links to
+// e's (nil: the program is new, or gone), adding an observation for each
+// link whose counter grew since the last scan.
+func (a *Agent) linkMisses(obs []missObservation, old, e *ProgramStat) []missObservation {
+	if old != nil {
+		for _, l := range old.Links {
+			if l.Missed != nil && (e == nil || !hasLink(e.Links, l.ID)) {
+				delete(a.prevLink, l.ID)
+			}
+		}
 	}
-	a.seq++
-	return snap, nil
+	if e == nil {
+		return obs
+	}
+	if a.prevLink == nil {
+		a.prevLink = map[uint32]uint64{}
+	}
+	for _, l := range e.Links {
+		if l.Missed == nil {
+			continue
+		}
+		prev, ok := a.prevLink[l.ID]
+		a.prevLink[l.ID] = *l.Missed
+		if m := sub(*l.Missed, prev); ok && m > 0 {
+			obs = append(obs, missObservation{key: episodeKey{SourceLinkMissed, e.ID, l.ID}, misses: m, runs: e.Delta.Runs, prog: &e.Program, kind: e.MissKind})
+		}
+	}
+	return obs
+}
+
+// sameDynamic says whether p and o, two reads of the same program, agree
+// on everything a scan sets (the fields resetDynamic resets): counters,
+// joins, owners, pins. The static fields are one cached read's for an id.
+// nil and empty Links or Owners differ: JSON shows null for one, [] for
+// the other.
+func sameDynamic(p, o *Program) bool {
+	return p.RunCount == o.RunCount && p.RunTimeNs == o.RunTimeNs && sameValue(p.RecursionMisses, o.RecursionMisses) &&
+		p.AttachType == o.AttachType && p.AttachTarget == o.AttachTarget && p.MissKind == o.MissKind &&
+		sameValue(p.Sleepable, o.Sleepable) && sameLinks(p.Links, o.Links) &&
+		(p.Owners == nil) == (o.Owners == nil) && slices.Equal(p.Owners, o.Owners) &&
+		(p.Pins == nil) == (o.Pins == nil) && slices.Equal(p.Pins, o.Pins)
+}
+
+// sameValue says whether two optional values are both absent or equal.
+func sameValue[T comparable](a, b *T) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a == b || *a == *b
+}
+
+func sameLinks(a, b []Link) bool {
+	if len(a) != len(b) || (a == nil) != (b == nil) {
+		return false
+	}
+	for i := range a {
+		x, y := &a[i], &b[i]
+		if x.ID != y.ID || x.ProgID != y.ProgID || x.Type != y.Type || x.AttachType != y.AttachType ||
+			x.Target != y.Target || !sameValue(x.Missed, y.Missed) {
+			return false
+		}
+	}
+	return true
+}
+
+func hasLink(ls []Link, id uint32) bool {
+	for i := range ls {
+		if ls[i].ID == id {
+			return true
+		}
+	}
+	return false
 }
 
 // ownerStablePeriod is the owner refresh period while every owner process
@@ -532,9 +656,9 @@ func (c *idCursor) has(id uint32) bool {
 	return ok
 }
 
-// sortByID sorts ids ascending with cs alongside, when they are not
+// sortByID sorts ids ascending with cs and es alongside, when they are not
 // already (programs normally come in id order).
-func sortByID(ids []uint32, cs []counters) {
+func sortByID(ids []uint32, cs []counters, es []*ProgramStat) {
 	if slices.IsSorted(ids) {
 		return
 	}
@@ -543,8 +667,23 @@ func sortByID(ids []uint32, cs []counters) {
 		idx[i] = i
 	}
 	sort.Slice(idx, func(a, b int) bool { return ids[idx[a]] < ids[idx[b]] })
-	ids2, cs2 := slices.Clone(ids), slices.Clone(cs)
+	ids2, cs2, es2 := slices.Clone(ids), slices.Clone(cs), slices.Clone(es)
 	for i, k := range idx {
-		ids[i], cs[i] = ids2[k], cs2[k]
+		ids[i], cs[i], es[i] = ids2[k], cs2[k], es2[k]
 	}
+}
+
+// overhead is the calibration's overhead per attach type, one value shared
+// by every snapshot until the calibration changes.
+func (a *Agent) overhead() map[string]*float64 {
+	if a.overheads == nil {
+		a.overheads = map[string]*float64{}
+		for _, c := range a.calibration {
+			if c.Supported {
+				v := c.OverheadNs
+				a.overheads[c.AttachType] = &v
+			}
+		}
+	}
+	return a.overheads
 }

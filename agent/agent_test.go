@@ -41,7 +41,7 @@ func scan(t *testing.T, a *Agent) *Snapshot {
 func findProg(s *Snapshot, id uint32) *ProgramStat {
 	for i := range s.Programs {
 		if s.Programs[i].ID == id {
-			return &s.Programs[i]
+			return s.Programs[i]
 		}
 	}
 	return nil

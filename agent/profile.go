@@ -185,17 +185,20 @@ func (pr *profiles) setTiming(on bool) {
 }
 
 // update attaches to newly selected programs, reads the others and drops
-// the vanished; it fills ps[i].Profile for every selected program.
-func (pr *profiles) update(ps []ProgramStat) {
+// the vanished; it sets the Profile of every selected program's entry, the
+// one writable(i) returns for ps[i] (a snapshot's entries may be shared with
+// earlier snapshots, which must not change).
+func (pr *profiles) update(ps []*ProgramStat, writable func(i int) *ProgramStat) {
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
 	present := make(map[uint32]bool, len(ps))
 	for i := range ps {
-		p := &ps[i]
+		p := ps[i]
 		present[p.ID] = true
 		if pr.own[p.ID] || !profileMatch(pr.sels, &p.Program) {
 			continue
 		}
+		p = writable(i)
 		if msg, bad := pr.failed[p.ID]; bad {
 			p.Profile = &ProfileStat{Error: msg}
 			continue

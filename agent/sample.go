@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"sort"
 	"strconv"
 	"time"
 )
@@ -78,86 +77,10 @@ func addRates(a *Rates, b Rates) {
 	a.LinkMissed += b.LinkMissed
 }
 
-// aggregateAttachTypes sums programs per attach type, sorted by name.
-func aggregateAttachTypes(progs []ProgramStat, dt time.Duration, overhead map[string]float64) []AttachTypeStat {
-	idx := map[string]int{}
-	var out []AttachTypeStat
-	for i := range progs {
-		p := &progs[i]
-		j, ok := idx[p.AttachType]
-		if !ok {
-			j = len(out)
-			idx[p.AttachType] = j
-			out = append(out, AttachTypeStat{AttachType: p.AttachType})
-		}
-		a := &out[j]
-		a.Programs++
-		a.RunCount += p.RunCount
-		a.RunTimeNs += p.RunTimeNs
-		c := progCounters(&p.Program)
-		a.RecursionMisses += c.misses
-		a.LinkMissed += c.linkMissed
-		addRates(&a.Delta, p.Delta)
-	}
-	for i := range out {
-		out[i].Delta = withRates(out[i].Delta, dt)
-		if v, ok := overhead[out[i].AttachType]; ok {
-			v := v
-			out[i].OverheadNs = &v
-		}
-	}
-	sort.Slice(out, func(a, b int) bool { return out[a].AttachType < out[b].AttachType })
-	return out
-}
-
 // ownerKey groups by container when the owner is in one, else by process.
 func ownerKey(o *Owner) string {
 	if o.ContainerID != "" {
 		return o.ContainerID
 	}
 	return "pid:" + strconv.Itoa(o.PID)
-}
-
-// aggregateOwners sums programs per owner. A program held by two owners
-// counts for each of them.
-func aggregateOwners(progs []ProgramStat, dt time.Duration) []OwnerStat {
-	idx := map[string]int{}
-	var out []OwnerStat
-	for i := range progs {
-		p := &progs[i]
-		seen := map[string]bool{}
-		for k := range p.Owners {
-			o := &p.Owners[k]
-			key := ownerKey(o)
-			if seen[key] {
-				continue
-			}
-			seen[key] = true
-			j, ok := idx[key]
-			if !ok {
-				j = len(out)
-				idx[key] = j
-				st := OwnerStat{Key: key, ContainerID: o.ContainerID, PodUID: o.PodUID, PodName: o.PodName, Namespace: o.PodNamespace}
-				if o.ContainerID == "" {
-					st.PID, st.Comm = o.PID, o.Comm
-				}
-				out = append(out, st)
-			}
-			s := &out[j]
-			s.ProgramIDs = append(s.ProgramIDs, p.ID)
-			s.RunCount += p.RunCount
-			s.RunTimeNs += p.RunTimeNs
-			if p.RecursionMisses != nil {
-				s.RecursionMisses += *p.RecursionMisses
-			}
-			addRates(&s.Delta, p.Delta)
-		}
-	}
-	for i := range out {
-		out[i].Delta = withRates(out[i].Delta, dt)
-	}
-	sort.Slice(out, func(a, b int) bool {
-		return out[a].Delta.RunTimeNs > out[b].Delta.RunTimeNs || (out[a].Delta.RunTimeNs == out[b].Delta.RunTimeNs && out[a].Key < out[b].Key)
-	})
-	return out
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"math"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -64,13 +65,18 @@ func TestWithRates(t *testing.T) {
 
 func TestAggregateAttachTypes(t *testing.T) {
 	m := func(v uint64) *uint64 { return &v }
-	progs := []ProgramStat{
+	progs := []*ProgramStat{
 		{Program: Program{ID: 1, AttachType: "fentry", RunCount: 10, RunTimeNs: 100, RecursionMisses: m(1)}, Delta: Rates{Runs: 4, RunTimeNs: 40, Misses: 1}},
 		{Program: Program{ID: 2, AttachType: "fentry", RunCount: 20, RunTimeNs: 300, RecursionMisses: m(2)}, Delta: Rates{Runs: 6, RunTimeNs: 60}},
 		{Program: Program{ID: 3, AttachType: "kprobe", RunCount: 5, Links: []Link{{Missed: m(9)}, {Missed: m(1)}}}, Delta: Rates{Runs: 5, LinkMissed: 3}},
 		{Program: Program{ID: 4, AttachType: Unattached, RecursionMisses: nil}},
 	}
-	got := aggregateAttachTypes(progs, time.Second, map[string]float64{"fentry": 12.5})
+	ref := refAttachTypes(progs, time.Second, map[string]float64{"fentry": 12.5})
+	ov := 12.5
+	got := fromScratch(progs).attachTypes(time.Second, map[string]*float64{"fentry": &ov})
+	if !reflect.DeepEqual(got, ref) {
+		t.Errorf("aggregates give %+v, the reference %+v", got, ref)
+	}
 	if len(got) != 3 {
 		t.Fatalf("got %d attach types, want 3: %+v", len(got), got)
 	}
@@ -89,13 +95,16 @@ func TestAggregateAttachTypes(t *testing.T) {
 }
 
 func TestAggregateOwners(t *testing.T) {
-	progs := []ProgramStat{
+	progs := []*ProgramStat{
 		{Program: Program{ID: 1, RunCount: 10, Owners: []Owner{{PID: 7, Comm: "cilium-agent", ContainerID: "abc"}, {PID: 8, ContainerID: "abc"}}}, Delta: Rates{RunTimeNs: 10}},
 		{Program: Program{ID: 2, RunCount: 5, Owners: []Owner{{PID: 9, Comm: "bpftrace"}}}, Delta: Rates{RunTimeNs: 50}},
 		{Program: Program{ID: 3, RunCount: 1, Owners: []Owner{{PID: 7, ContainerID: "abc"}}}, Delta: Rates{RunTimeNs: 5}},
 		{Program: Program{ID: 4}},
 	}
-	got := aggregateOwners(progs, time.Second)
+	got := fromScratch(progs).owners(progs, time.Second)
+	if ref := refOwners(progs, time.Second); !reflect.DeepEqual(got, ref) {
+		t.Errorf("aggregates give %+v, the reference %+v", got, ref)
+	}
 	if len(got) != 2 {
 		t.Fatalf("got %+v", got)
 	}

@@ -97,19 +97,7 @@ func costFor(p *Program, costs map[string]float64) (float64, string, bool) {
 
 // computeTax sums runs/s × cost per run over programs. dt 0 (one scan)
 // takes each program's runs since its load.
-func computeTax(progs []ProgramStat, costs []StatsCost, st StatsState, dt time.Duration, now time.Time) StatsTax {
-	tax := StatsTax{}
-	switch st.Mode {
-	case StatsAlways:
-		tax.Duty = 1
-	case StatsSampled:
-		if st.Period > 0 {
-			tax.Duty = float64(st.Window) / float64(st.Period)
-		}
-	}
-	if !st.HeldByAgent && st.Mode == StatsAlways {
-		tax.Duty = 0 // stats refused: the agent pays nothing
-	}
+func computeTax(progs []*ProgramStat, costs []StatsCost, st StatsState, dt time.Duration, now time.Time) StatsTax {
 	byKind := map[string]float64{}
 	elsewhere := false
 	for _, c := range costs {
@@ -119,33 +107,13 @@ func computeTax(progs []ProgramStat, costs []StatsCost, st StatsState, dt time.D
 			elsewhere = true
 		}
 	}
-	switch {
-	case st.Mode == StatsOff:
-		tax.Known, tax.Reason = true, "stats off: no tax from bpfleet"
-		if st.HeldElsewhere {
-			tax.Reason = "stats off in bpfleet, but held elsewhere: that tax is another tool's"
-		}
+	tax, done := taxHead(st, byKind, elsewhere, dt)
+	if done {
 		return tax
-	case st.HeldElsewhere || (len(byKind) == 0 && elsewhere):
-		tax.Reason = "not measurable: stats held elsewhere"
-		return tax
-	case len(byKind) == 0:
-		tax.Reason = "not measured yet: stats cost calibration pending or off (--calibrate)"
-		return tax
-	}
-	tax.Known = true
-	switch {
-	case dt <= 0:
-		tax.RatesSince = "load"
-	case st.Mode == StatsSampled:
-		tax.RatesSince = "windows"
-	default:
-		tax.RatesSince = "interval"
 	}
 	idx := map[string]int{}
 	weighted := map[string]float64{}
-	for i := range progs {
-		p := &progs[i]
+	for _, p := range progs {
 		rate := p.Delta.RunsPerSec
 		if dt <= 0 {
 			if age := now.Sub(p.LoadTime).Seconds(); age > 0 {
@@ -184,6 +152,46 @@ func computeTax(progs []ProgramStat, costs []StatsCost, st StatsState, dt time.D
 		return tax.ByProgramType[a].ProgramType < tax.ByProgramType[b].ProgramType
 	})
 	return tax
+}
+
+// taxHead is the stats tax's duty and where its rates come from, or, with
+// done, the whole answer when there is no figure to sum.
+func taxHead(st StatsState, byKind map[string]float64, elsewhere bool, dt time.Duration) (tax StatsTax, done bool) {
+	switch st.Mode {
+	case StatsAlways:
+		tax.Duty = 1
+	case StatsSampled:
+		if st.Period > 0 {
+			tax.Duty = float64(st.Window) / float64(st.Period)
+		}
+	}
+	if !st.HeldByAgent && st.Mode == StatsAlways {
+		tax.Duty = 0 // stats refused: the agent pays nothing
+	}
+	switch {
+	case st.Mode == StatsOff:
+		tax.Known, tax.Reason = true, "stats off: no tax from bpfleet"
+		if st.HeldElsewhere {
+			tax.Reason = "stats off in bpfleet, but held elsewhere: that tax is another tool's"
+		}
+		return tax, true
+	case st.HeldElsewhere || (len(byKind) == 0 && elsewhere):
+		tax.Reason = "not measurable: stats held elsewhere"
+		return tax, true
+	case len(byKind) == 0:
+		tax.Reason = "not measured yet: stats cost calibration pending or off (--calibrate)"
+		return tax, true
+	}
+	tax.Known = true
+	switch {
+	case dt <= 0:
+		tax.RatesSince = "load"
+	case st.Mode == StatsSampled:
+		tax.RatesSince = "windows"
+	default:
+		tax.RatesSince = "interval"
+	}
+	return tax, false
 }
 
 // sampler turns the run counts of stats windows into estimates for the

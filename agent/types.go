@@ -318,7 +318,7 @@ type Snapshot struct {
 	// and why (stats refused, no bpf_prog iterator, ...).
 	Degraded []string `json:"degraded,omitempty"`
 
-	Programs    []ProgramStat    `json:"programs"`
+	Programs    []*ProgramStat   `json:"programs"`
 	AttachTypes []AttachTypeStat `json:"attach_types"`
 	Owners      []OwnerStat      `json:"owners"`
 	// Episodes holds the miss episodes that are open after this scan and

@@ -189,8 +189,8 @@ func (s *Server) getPrograms(w http.ResponseWriter, r *http.Request, q url.Value
 	// first limit of them are copied into the answer.
 	matched := make([]*agent.ProgramStat, 0, len(snap.Programs))
 	for i := range snap.Programs {
-		if f.match(&snap.Programs[i]) {
-			matched = append(matched, &snap.Programs[i])
+		if f.match(snap.Programs[i]) {
+			matched = append(matched, snap.Programs[i])
 		}
 	}
 	less := programSorts[f.sort]

@@ -29,7 +29,7 @@ func fixture() *agent.Snapshot {
 		Seq: 7, Time: t0, Interval: 10 * time.Second,
 		Kernel: agent.KernelInfo{Release: "6.18.0", Arch: "x86_64", CPUs: 2, Preempt: "PREEMPT_DYNAMIC"},
 		Stats:  agent.StatsState{Enabled: true, HeldByAgent: true, Sysctl: 1},
-		Programs: []agent.ProgramStat{
+		Programs: []*agent.ProgramStat{
 			{Program: agent.Program{ID: 10, Name: "cil_from_netdev", Type: "sched_cls", AttachType: "tcx_ingress", RecursionMisses: u64(0),
 				Owners: []agent.Owner{{PID: 100, Comm: "cilium-agent", PodName: "cilium-x1", PodNamespace: "kube-system"}}},
 				Delta: agent.Rates{Runs: 1000, CPUShare: 0.01, NsPerRun: 100}},

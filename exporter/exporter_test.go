@@ -96,13 +96,13 @@ func prog(id uint32, runTime uint64, misses *uint64) agent.ProgramStat {
 }
 
 func TestSelectPrograms(t *testing.T) {
-	progs := []agent.ProgramStat{
+	progs := ptrs([]agent.ProgramStat{
 		prog(1, 100, u64(0)),
 		prog(2, 900, nil),
 		prog(3, 5, u64(7)), // missed: always kept first
 		prog(4, 500, u64(0)),
 		prog(5, 900, u64(0)), // ties with 2 on run time: lower id wins
-	}
+	})
 	for _, tc := range []struct {
 		max  int
 		want []uint32
@@ -211,8 +211,17 @@ func value(t *testing.T, pts []point, key string, want attribute.Value) float64 
 	return 0
 }
 
+// ptrs is progs as a snapshot holds them.
+func ptrs(progs []agent.ProgramStat) []*agent.ProgramStat {
+	out := make([]*agent.ProgramStat, len(progs))
+	for i := range progs {
+		out[i] = &progs[i]
+	}
+	return out
+}
+
 func snapshot(seq uint64, progs ...agent.ProgramStat) *agent.Snapshot {
-	s := &agent.Snapshot{Seq: seq, Time: time.Unix(1000+int64(seq)*10, 0), Programs: progs,
+	s := &agent.Snapshot{Seq: seq, Time: time.Unix(1000+int64(seq)*10, 0), Programs: ptrs(progs),
 		Stats: agent.StatsState{Enabled: true, HeldByAgent: true}, Scan: agent.ScanStats{Duration: 3 * time.Millisecond, Programs: len(progs)}}
 	return s
 }

@@ -59,7 +59,7 @@ func (e *Exporter) profileSeries(s *agent.Snapshot) []profileSeries {
 	}
 	live := map[uint32]bool{}
 	for i := range s.Programs {
-		ps := &s.Programs[i]
+		ps := s.Programs[i]
 		if ps.Profile == nil || ps.Profile.Error != "" || len(ps.Profile.Buckets) == 0 {
 			continue
 		}

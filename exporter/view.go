@@ -162,7 +162,7 @@ func (e *Exporter) programAttrs(p *agent.Program) cachedAttrs {
 // (0: all). Programs that ever missed come first, then the most expensive by
 // cumulative run time, then the lowest id: an order that changes rarely, so
 // the exported set does not churn from one interval to the next.
-func selectPrograms(progs []agent.ProgramStat, max int) []int {
+func selectPrograms(progs []*agent.ProgramStat, max int) []int {
 	idx := make([]int, len(progs))
 	for i := range idx {
 		idx[i] = i
@@ -182,7 +182,7 @@ func selectPrograms(progs []agent.ProgramStat, max int) []int {
 		return false
 	}
 	sort.Slice(idx, func(a, b int) bool {
-		pa, pb := &progs[idx[a]], &progs[idx[b]]
+		pa, pb := progs[idx[a]], progs[idx[b]]
 		ma, mb := missed(pa), missed(pb)
 		if ma != mb {
 			return ma

@@ -162,7 +162,7 @@ func (s *Store) Record(snap *agent.Snapshot) {
 	s.gen++
 	prevScan := snap.Time.Add(-snap.Interval)
 	for i := range snap.Programs {
-		p := &snap.Programs[i]
+		p := snap.Programs[i]
 		r := s.rings[p.ID]
 		if r == nil {
 			r = &ring{}

@@ -16,7 +16,10 @@ var t0 = time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 
 // snap builds scan n (1-based) at a 1s interval with the given programs.
 func snap(n int, progs ...agent.ProgramStat) *agent.Snapshot {
-	s := &agent.Snapshot{Seq: uint64(n), Time: t0.Add(time.Duration(n) * time.Second), Programs: progs}
+	s := &agent.Snapshot{Seq: uint64(n), Time: t0.Add(time.Duration(n) * time.Second), Programs: make([]*agent.ProgramStat, len(progs))}
+	for i := range progs {
+		s.Programs[i] = &progs[i]
+	}
 	if n > 1 {
 		s.Interval = time.Second
 	}

@@ -43,7 +43,7 @@ type listWatchOutput struct {
 	Interval    time.Duration          `json:"interval_ns"`
 	Kernel      agent.KernelInfo       `json:"kernel"`
 	Stats       agent.StatsState       `json:"stats"`
-	Programs    []agent.ProgramStat    `json:"programs"`
+	Programs    []*agent.ProgramStat   `json:"programs"`
 	AttachTypes []agent.AttachTypeStat `json:"attach_types"`
 	Episodes    []agent.Episode        `json:"episodes"`
 	Scan        agent.ScanStats        `json:"scan"`
@@ -193,12 +193,12 @@ func printList(w io.Writer, output string, s *agent.Snapshot) error {
 }
 
 func printTable(w io.Writer, s *agent.Snapshot) error {
-	progs := append([]agent.ProgramStat(nil), s.Programs...)
+	progs := append([]*agent.ProgramStat(nil), s.Programs...)
 	sort.Slice(progs, func(i, j int) bool { return progs[i].ID < progs[j].ID })
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tTYPE\tATTACH\tTARGET\tRUNS\tRUN TIME\tNS/RUN\tMISSES\tOWNER\tNAME")
 	for i := range progs {
-		p := &progs[i]
+		p := progs[i]
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Type, p.AttachType, trunc(p.AttachTarget, 32),
 			p.RunCount, time.Duration(p.RunTimeNs).Round(time.Microsecond), nsPerRun(p.RunTimeNs, p.RunCount),
 			missesCell(&p.Program), ownerCell(p.Owners), p.Name)

@@ -33,7 +33,7 @@ func TestListJSONMatchesEncodingJSON(t *testing.T) {
 		Scan:        agent.ScanStats{Programs: 3, ErrorMsgs: []string{"x"}, Source: agent.ScanSourceSyscall, FallbackReason: "kernel lacks \"x\" <&>"},
 	}
 	for _, p := range progs {
-		snap.Programs = append(snap.Programs, agent.ProgramStat{Program: p, Delta: agent.Rates{Runs: 3}, New: true})
+		snap.Programs = append(snap.Programs, &agent.ProgramStat{Program: p, Delta: agent.Rates{Runs: 3}, New: true})
 	}
 	var got, want bytes.Buffer
 	if err := writeListJSON(&got, snap); err != nil {

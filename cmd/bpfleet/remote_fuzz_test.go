@@ -21,7 +21,7 @@ func FuzzRemoteSnapshot(f *testing.F) {
 	seed := &agent.Snapshot{
 		Seq: 7, Time: time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC), Interval: 10 * time.Second,
 		Kernel: agent.KernelInfo{Release: "6.18.0", Arch: "x86_64", CPUs: 2},
-		Programs: []agent.ProgramStat{{
+		Programs: []*agent.ProgramStat{{
 			Program: agent.Program{ID: 20, Name: "canary", Type: "tracing", AttachType: "tp_btf", RecursionMisses: &miss,
 				Links: []agent.Link{{ID: 5, ProgID: 20, Missed: &miss}}, Owners: []agent.Owner{{PID: 1, Comm: "x", PodName: "p"}}},
 			Delta: agent.Rates{Runs: 5000, CPUShare: 0.2, NsPerRun: 40},

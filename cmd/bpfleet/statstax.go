@@ -99,7 +99,7 @@ func fmtShare(f float64) string {
 func profilePanel(s *agent.Snapshot) []string {
 	var out []string
 	for i := range s.Programs {
-		p := &s.Programs[i]
+		p := s.Programs[i]
 		if p.Profile == nil {
 			continue
 		}

@@ -27,7 +27,7 @@ func TestTaxLineAndProfilePanel(t *testing.T) {
 	if len(profilePanel(s)) != 0 {
 		t.Error("profile panel without profiled programs")
 	}
-	s.Programs = []agent.ProgramStat{
+	s.Programs = []*agent.ProgramStat{
 		{Program: agent.Program{ID: 7, Name: "fw"}, Profile: &agent.ProfileStat{IntervalRuns: 1000, P50Ns: 300, P90Ns: 900, P99Ns: 4000, MaxNs: 9000}},
 		{Program: agent.Program{ID: 8, Name: "nobtf"}, Profile: &agent.ProfileStat{Error: "cannot profile program 8 (nobtf): no BTF"}},
 		{Program: agent.Program{ID: 9, Name: "other"}},

@@ -33,7 +33,7 @@ func (v *topView) openDetail() {
 	if s := v.shown; s != nil {
 		for i := range s.Programs {
 			if s.Programs[i].ID == v.selected {
-				p := s.Programs[i]
+				p := *s.Programs[i]
 				v.detail.prog = &p
 			}
 		}
@@ -63,7 +63,7 @@ func (v *topView) renderDetail(f *frame, s *agent.Snapshot) {
 	gone := true
 	for i := range s.Programs {
 		if s.Programs[i].ID == d.id {
-			p := s.Programs[i]
+			p := *s.Programs[i]
 			d.prog, d.unloaded, gone = &p, time.Time{}, false
 		}
 	}

@@ -215,8 +215,8 @@ func (v *topView) matches(p *agent.ProgramStat) bool {
 func (v *topView) rows(s *agent.Snapshot) []*agent.ProgramStat {
 	out := make([]*agent.ProgramStat, 0, len(s.Programs))
 	for i := range s.Programs {
-		if v.matches(&s.Programs[i]) {
-			out = append(out, &s.Programs[i])
+		if v.matches(s.Programs[i]) {
+			out = append(out, s.Programs[i])
 		}
 	}
 	less := topSorts[v.sortIdx].less

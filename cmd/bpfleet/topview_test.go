@@ -120,7 +120,7 @@ func fixtureSnapshot(n int) *agent.Snapshot {
 	s := &agent.Snapshot{Seq: 2, Time: t0, Interval: time.Second, Kernel: agent.KernelInfo{Release: "6.18.0", Arch: "x86_64"}, Stats: agent.StatsState{Enabled: true}}
 	for i := 1; i <= n; i++ {
 		m := uint64(i * 3)
-		s.Programs = append(s.Programs, agent.ProgramStat{
+		s.Programs = append(s.Programs, &agent.ProgramStat{
 			Program: agent.Program{ID: uint32(i), Name: fmt.Sprintf("prog_%d_with_a_long_name", i), Type: "tracing", AttachType: "fentry",
 				AttachTarget: "some_kernel_function_with_a_long_name", RecursionMisses: &m, MissKind: agent.MissKindRecursion,
 				Owners: []agent.Owner{{PID: 100 + i, Comm: "café-agent", ContainerID: strings.Repeat("ab", 32), Runtime: "containerd", PodName: "pod", PodNamespace: "ns"}},
@@ -194,7 +194,7 @@ func TestSelectionFollowsProgram(t *testing.T) {
 		t.Errorf("after reversing, selection is %d at %d, want 3 at 2", v.selected, v.selIdx)
 	}
 	gone := *snap
-	gone.Programs = slices.DeleteFunc(slices.Clone(snap.Programs), func(p agent.ProgramStat) bool { return p.ID == 3 })
+	gone.Programs = slices.DeleteFunc(slices.Clone(snap.Programs), func(p *agent.ProgramStat) bool { return p.ID == 3 })
 	v.renderScreen(&gone, 24, 200)
 	if v.selected != 4 {
 		t.Errorf("after program 3 went, selection is %d, want 4 (now at its row)", v.selected)
@@ -214,7 +214,7 @@ func TestDetailUnloaded(t *testing.T) {
 	id := v.detail.id
 	later := *snap
 	later.Time = snap.Time.Add(2 * time.Second)
-	later.Programs = slices.DeleteFunc(slices.Clone(snap.Programs), func(p agent.ProgramStat) bool { return p.ID == id })
+	later.Programs = slices.DeleteFunc(slices.Clone(snap.Programs), func(p *agent.ProgramStat) bool { return p.ID == id })
 	frame := ansi.ReplaceAllString(v.renderScreen(&later, 24, 80), "")
 	want := fmt.Sprintf("program %d unloaded at %s", id, later.Time.Local().Format("15:04:05"))
 	if !strings.Contains(frame, want) || !strings.Contains(frame, "prog_2_with_a_long") {
@@ -236,9 +236,9 @@ func TestDetailLinkMissed(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		s := *snap
 		s.Time = snap.Time.Add(time.Duration(i) * time.Second)
-		p := s.Programs[0]
+		p := *s.Programs[0]
 		p.Delta.Misses, p.Delta.LinkMissed = 2, uint64(i+1)
-		s.Programs = []agent.ProgramStat{p}
+		s.Programs = []*agent.ProgramStat{&p}
 		store.Record(&s)
 	}
 	v := newTopView()

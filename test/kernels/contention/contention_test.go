@@ -161,7 +161,7 @@ func (s *scanner) scan(t *testing.T) (*agent.Snapshot, agent.ProgramStat) {
 	}
 	for _, p := range snap.Programs {
 		if p.ID == s.id {
-			return snap, p
+			return snap, *p
 		}
 	}
 	t.Fatalf("bpfleet's scan does not list program %d (%d programs seen)", s.id, len(snap.Programs))

@@ -24,7 +24,7 @@ func scan(t *testing.T, id uint32) agent.ProgramStat {
 	}
 	for _, p := range snap.Programs {
 		if p.ID == id {
-			return p
+			return *p
 		}
 	}
 	t.Fatalf("bpfleet's scan does not list program %d (%d programs seen)", id, len(snap.Programs))

@@ -1,0 +1,412 @@
+package agent
+
+import (
+	"slices"
+	"sort"
+	"time"
+	"unsafe"
+)
+
+// aggregates keeps a snapshot's sums over programs — per attach type, per
+// owner, the stats tax's per-type part — from one scan to the next, and
+// changes them by the programs whose entries changed (replace), so that a
+// scan of mostly idle programs does not sum every program again. Each
+// result equals the from-scratch one (aggregateAttachTypes,
+// aggregateOwners, computeTax over every entry: TestAggregatesIncremental),
+// float sums included: the changed entries are added in program order, and
+// an unchanged entry's delta is zero, which adds nothing.
+type aggregates struct {
+	types map[string]*typeSum
+	// names are the attach types with programs, sorted, with their sums;
+	// nil when a type came or went.
+	names []string
+	sums  []*typeSum
+	// changed are this scan's new entries (e) with the ones they replace
+	// (old; nil for a program seen first), in program order; gone
+	// programs (e nil) after them.
+	changed []entryChange
+	// ownersDirty: an owner list changed, or a program with owners came
+	// or went: owners are summed again from every program.
+	ownersDirty bool
+	own         *ownerSums // nil: not summed yet
+	// lastOwners is the last result, handed out again while no owned
+	// program changes and it was idle (every delta zero).
+	lastOwners     []OwnerStat
+	lastOwnersIdle bool
+	// shapeDirty: a program came, went or changed attach type: the tax's
+	// per-type programs and sources are counted again.
+	shapeDirty bool
+	shape      *taxShape
+}
+
+type entryChange struct{ old, e *ProgramStat }
+
+// typeSum is the cumulative counters of one attach type's programs.
+type typeSum struct {
+	name                              string
+	programs                          int
+	runs, runTime, misses, linkMissed uint64
+	slot                              int // index in this scan's result
+}
+
+// begin starts a scan.
+func (g *aggregates) begin() {
+	clear(g.changed) // no entry kept alive by the buffer
+	g.changed = g.changed[:0]
+}
+
+// replace accounts for a program whose entry changed from old to e: old
+// nil for a program seen first, e nil for one gone.
+func (g *aggregates) replace(old, e *ProgramStat) {
+	if g.types == nil {
+		g.types = map[string]*typeSum{}
+	}
+	if old != nil {
+		g.typeAdd(old, false)
+	}
+	if e != nil {
+		g.typeAdd(e, true)
+	}
+	g.changed = append(g.changed, entryChange{old, e})
+	if old == nil || e == nil || old.AttachType != e.AttachType || old.Type != e.Type {
+		g.shapeDirty = true
+	}
+	var oldOwners, newOwners []Owner
+	if old != nil {
+		oldOwners = old.Owners
+	}
+	if e != nil {
+		newOwners = e.Owners
+	}
+	if !slices.Equal(oldOwners, newOwners) {
+		g.ownersDirty = true
+	}
+}
+
+func (g *aggregates) typeAdd(e *ProgramStat, add bool) {
+	t := g.types[e.AttachType]
+	if t == nil {
+		t = &typeSum{name: e.AttachType}
+		g.types[e.AttachType] = t
+		g.names = nil
+	}
+	c := progCounters(&e.Program)
+	if add {
+		t.programs++
+		t.runs += e.RunCount
+		t.runTime += e.RunTimeNs
+		t.misses += c.misses
+		t.linkMissed += c.linkMissed
+		return
+	}
+	// Sums of unsigned counters: what was added is taken away exactly,
+	// wrapping or not.
+	t.programs--
+	t.runs -= e.RunCount
+	t.runTime -= e.RunTimeNs
+	t.misses -= c.misses
+	t.linkMissed -= c.linkMissed
+	if t.programs == 0 {
+		delete(g.types, e.AttachType)
+		g.names = nil
+	}
+}
+
+// attachTypes is aggregateAttachTypes over every entry.
+func (g *aggregates) attachTypes(dt time.Duration, overhead map[string]*float64) []AttachTypeStat {
+	if len(g.types) == 0 {
+		return nil
+	}
+	if g.names == nil {
+		g.names = make([]string, 0, len(g.types))
+		for name := range g.types {
+			g.names = append(g.names, name)
+		}
+		sort.Strings(g.names)
+		g.sums = g.sums[:0]
+		for _, name := range g.names {
+			g.sums = append(g.sums, g.types[name])
+		}
+	}
+	out := make([]AttachTypeStat, len(g.sums))
+	for i, t := range g.sums {
+		t.slot = i
+		out[i] = AttachTypeStat{AttachType: t.name, Programs: t.programs, RunCount: t.runs, RunTimeNs: t.runTime,
+			RecursionMisses: t.misses, LinkMissed: t.linkMissed, OverheadNs: overhead[t.name]}
+	}
+	for _, c := range g.changed {
+		if c.e != nil && c.e.Delta != (Rates{}) {
+			addRates(&out[g.types[c.e.AttachType].slot].Delta, c.e.Delta)
+		}
+	}
+	for i := range out {
+		out[i].Delta = withRates(out[i].Delta, dt)
+	}
+	return out
+}
+
+// owners is aggregateOwners over entries.
+func (g *aggregates) owners(entries []*ProgramStat, dt time.Duration) []OwnerStat {
+	touched := false
+	for _, c := range g.changed {
+		if (c.e != nil && len(c.e.Owners) > 0) || (c.old != nil && len(c.old.Owners) > 0) {
+			touched = true
+			break
+		}
+	}
+	if !touched && g.own != nil && !g.ownersDirty && g.lastOwnersIdle {
+		return g.lastOwners
+	}
+	var deltas []*ProgramStat
+	if g.ownersDirty || g.own == nil {
+		g.own = sumOwners(entries)
+		g.ownersDirty = false
+	} else {
+		for _, c := range g.changed {
+			// Owner lists are the same (else ownersDirty): only the
+			// counters moved.
+			if c.e != nil && c.old != nil && len(c.e.Owners) > 0 {
+				g.own.add(c.old, false)
+				g.own.add(c.e, true)
+			}
+		}
+	}
+	for _, c := range g.changed {
+		if c.e != nil && len(c.e.Owners) > 0 && c.e.Delta != (Rates{}) {
+			deltas = append(deltas, c.e)
+		}
+	}
+	g.lastOwners = g.own.result(deltas, dt)
+	g.lastOwnersIdle = len(deltas) == 0
+	return g.lastOwners
+}
+
+// ownerSums is the per-owner sums of cumulative counters, in the order
+// owners are first seen (by program, then owner), deltas left zero.
+type ownerSums struct {
+	out []OwnerStat
+	idx map[string]int
+}
+
+// sumOwners sums every program's counters into each of its owners: the
+// first half of aggregateOwners.
+func sumOwners(progs []*ProgramStat) *ownerSums {
+	s := &ownerSums{idx: map[string]int{}}
+	var keys []string
+	for _, p := range progs {
+		keys = ownerKeys(keys[:0], p.Owners)
+		for k, key := range keys {
+			if key == "" {
+				continue // the program counts once per owner
+			}
+			j, ok := s.idx[key]
+			if !ok {
+				o := &p.Owners[k]
+				j = len(s.out)
+				s.idx[key] = j
+				st := OwnerStat{Key: key, ContainerID: o.ContainerID, PodUID: o.PodUID, PodName: o.PodName, Namespace: o.PodNamespace}
+				if o.ContainerID == "" {
+					st.PID, st.Comm = o.PID, o.Comm
+				}
+				s.out = append(s.out, st)
+			}
+			s.out[j].ProgramIDs = append(s.out[j].ProgramIDs, p.ID)
+		}
+		s.add(p, true)
+	}
+	return s
+}
+
+// ownerKeys appends each distinct owner key of owners to dst; a key is ""
+// where an earlier owner of the same program has it, so that dst[k] is
+// owners[k]'s.
+func ownerKeys(dst []string, owners []Owner) []string {
+	for k := range owners {
+		key := ownerKey(&owners[k])
+		if slices.Contains(dst, key) {
+			key = ""
+		}
+		dst = append(dst, key)
+	}
+	return dst
+}
+
+// add adds (or takes away) p's counters to each of its owners.
+func (s *ownerSums) add(p *ProgramStat, add bool) {
+	var misses uint64
+	if p.RecursionMisses != nil {
+		misses = *p.RecursionMisses
+	}
+	var buf [4]string
+	for _, key := range ownerKeys(buf[:0], p.Owners) {
+		j, ok := s.idx[key]
+		if key == "" || !ok {
+			continue
+		}
+		o := &s.out[j]
+		if add {
+			o.RunCount += p.RunCount
+			o.RunTimeNs += p.RunTimeNs
+			o.RecursionMisses += misses
+		} else {
+			o.RunCount -= p.RunCount
+			o.RunTimeNs -= p.RunTimeNs
+			o.RecursionMisses -= misses
+		}
+	}
+}
+
+// result is the owners with the deltas of progs (every program whose
+// delta is not zero, in program order), sorted as aggregateOwners sorts.
+func (s *ownerSums) result(progs []*ProgramStat, dt time.Duration) []OwnerStat {
+	if len(s.out) == 0 {
+		return nil
+	}
+	out := slices.Clone(s.out) // ProgramIDs shared: never appended to once summed
+	var buf [4]string
+	for _, p := range progs {
+		for _, key := range ownerKeys(buf[:0], p.Owners) {
+			if j, ok := s.idx[key]; key != "" && ok {
+				addRates(&out[j].Delta, p.Delta)
+			}
+		}
+	}
+	for i := range out {
+		out[i].Delta = withRates(out[i].Delta, dt)
+	}
+	sort.Slice(out, func(a, b int) bool {
+		return out[a].Delta.RunTimeNs > out[b].Delta.RunTimeNs || (out[a].Delta.RunTimeNs == out[b].Delta.RunTimeNs && out[a].Key < out[b].Key)
+	})
+	return out
+}
+
+// tax is computeTax over entries. The per-type programs and sources are
+// kept while no program comes, goes or changes attach type and the costs
+// are the same; the rates are summed over the changed entries only (an
+// unchanged entry's rate is zero).
+func (g *aggregates) tax(entries []*ProgramStat, costs []StatsCost, st StatsState, dt time.Duration, now time.Time) StatsTax {
+	if dt <= 0 {
+		return computeTax(entries, costs, st, dt, now) // rates since load: every program has one
+	}
+	sh := g.shape
+	if sh == nil || !sh.sameCosts(costs) {
+		sh = newTaxShape(costs)
+		g.shapeDirty = true
+	}
+	tax, done := taxHead(st, sh.byKind, sh.elsewhere, dt)
+	if done {
+		g.shape = sh
+		return tax
+	}
+	if g.shapeDirty {
+		sh.count(entries)
+		g.shapeDirty = false
+	}
+	g.shape = sh
+	rated := make([]*ProgramStat, 0, 8)
+	for _, c := range g.changed {
+		if c.e != nil && c.e.Delta.RunsPerSec != 0 {
+			rated = append(rated, c.e)
+		}
+	}
+	sh.rates(&tax, rated)
+	return tax
+}
+
+// taxShape is the part of the stats tax that depends on which programs
+// there are, not on their rates: the costs by kind, and per program type
+// the programs that have a cost and where it comes from.
+type taxShape struct {
+	costs     *StatsCost // the costs slice it was built from
+	ncosts    int
+	byKind    map[string]float64
+	elsewhere bool
+	types     []ProgramTypeTax // sorted by type; Programs and Source only
+	idx       map[string]int
+	order     []int // types' indices in the order programs first showed them
+}
+
+func newTaxShape(costs []StatsCost) *taxShape {
+	sh := &taxShape{costs: unsafe.SliceData(costs), ncosts: len(costs), byKind: map[string]float64{}}
+	for _, c := range costs {
+		if c.Measured {
+			sh.byKind[c.Kind] = c.TaxNs
+		} else if len(c.Reason) >= len("not measurable") && c.Reason[:len("not measurable")] == "not measurable" {
+			sh.elsewhere = true
+		}
+	}
+	return sh
+}
+
+// sameCosts says the shape was built from this very costs slice (the agent
+// replaces it, never writes it).
+func (sh *taxShape) sameCosts(costs []StatsCost) bool {
+	return sh.costs == unsafe.SliceData(costs) && sh.ncosts == len(costs)
+}
+
+// count counts the programs of each type that have a cost.
+func (sh *taxShape) count(progs []*ProgramStat) {
+	sh.types, sh.order = sh.types[:0], sh.order[:0]
+	sh.idx = map[string]int{}
+	for _, p := range progs {
+		_, src, ok := costFor(&p.Program, sh.byKind)
+		if !ok {
+			continue
+		}
+		j, seen := sh.idx[p.Type]
+		if !seen {
+			j = len(sh.types)
+			sh.idx[p.Type] = j
+			sh.types = append(sh.types, ProgramTypeTax{ProgramType: p.Type, Source: src})
+		}
+		t := &sh.types[j]
+		t.Programs++
+		if t.Source != src {
+			t.Source = "mixed"
+		}
+	}
+	// Sorted as the result is; order keeps the first-seen order, in which
+	// the total is summed (float sums depend on their order).
+	first := make([]string, len(sh.types))
+	for i := range sh.types {
+		first[i] = sh.types[i].ProgramType
+	}
+	sort.Slice(sh.types, func(a, b int) bool { return sh.types[a].ProgramType < sh.types[b].ProgramType })
+	for i := range sh.types {
+		sh.idx[sh.types[i].ProgramType] = i
+	}
+	for _, name := range first {
+		sh.order = append(sh.order, sh.idx[name])
+	}
+}
+
+// rates fills tax's per-type figures from the interval rates of progs
+// (every program with a rate, in program order).
+func (sh *taxShape) rates(tax *StatsTax, progs []*ProgramStat) {
+	if len(sh.types) == 0 {
+		return
+	}
+	tax.ByProgramType = slices.Clone(sh.types)
+	weighted := make([]float64, len(sh.types))
+	for _, p := range progs {
+		rate := p.Delta.RunsPerSec
+		ns, _, ok := costFor(&p.Program, sh.byKind)
+		if !ok {
+			continue
+		}
+		j := sh.idx[p.Type]
+		t := &tax.ByProgramType[j]
+		t.RunsPerSec += rate
+		t.AlwaysCPUShare += rate * ns / 1e9
+		weighted[j] += rate * ns
+	}
+	for _, j := range sh.order {
+		t := &tax.ByProgramType[j]
+		if t.RunsPerSec > 0 {
+			t.CostNs = weighted[j] / t.RunsPerSec
+		}
+		t.CPUShare = t.AlwaysCPUShare * tax.Duty
+		tax.AlwaysCPUShare += t.AlwaysCPUShare
+	}
+	tax.CPUShare = tax.AlwaysCPUShare * tax.Duty
+}

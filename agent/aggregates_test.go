@@ -1,0 +1,375 @@
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"sort"
+	"testing"
+	"time"
+)
+
+// refAttachTypes sums every program per attach type, from scratch: the
+// reference the incremental aggregates are held to.
+func refAttachTypes(progs []*ProgramStat, dt time.Duration, overhead map[string]float64) []AttachTypeStat {
+	idx := map[string]int{}
+	var out []AttachTypeStat
+	for _, p := range progs {
+		j, ok := idx[p.AttachType]
+		if !ok {
+			j = len(out)
+			idx[p.AttachType] = j
+			out = append(out, AttachTypeStat{AttachType: p.AttachType})
+		}
+		a := &out[j]
+		a.Programs++
+		a.RunCount += p.RunCount
+		a.RunTimeNs += p.RunTimeNs
+		c := progCounters(&p.Program)
+		a.RecursionMisses += c.misses
+		a.LinkMissed += c.linkMissed
+		addRates(&a.Delta, p.Delta)
+	}
+	for i := range out {
+		out[i].Delta = withRates(out[i].Delta, dt)
+		if v, ok := overhead[out[i].AttachType]; ok {
+			out[i].OverheadNs = &v
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].AttachType < out[b].AttachType })
+	return out
+}
+
+// refOwners sums every program per owner, from scratch (a program held by
+// two owners counts for each of them).
+func refOwners(progs []*ProgramStat, dt time.Duration) []OwnerStat {
+	idx := map[string]int{}
+	var out []OwnerStat
+	for _, p := range progs {
+		seen := map[string]bool{}
+		for k := range p.Owners {
+			o := &p.Owners[k]
+			key := ownerKey(o)
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			j, ok := idx[key]
+			if !ok {
+				j = len(out)
+				idx[key] = j
+				st := OwnerStat{Key: key, ContainerID: o.ContainerID, PodUID: o.PodUID, PodName: o.PodName, Namespace: o.PodNamespace}
+				if o.ContainerID == "" {
+					st.PID, st.Comm = o.PID, o.Comm
+				}
+				out = append(out, st)
+			}
+			s := &out[j]
+			s.ProgramIDs = append(s.ProgramIDs, p.ID)
+			s.RunCount += p.RunCount
+			s.RunTimeNs += p.RunTimeNs
+			if p.RecursionMisses != nil {
+				s.RecursionMisses += *p.RecursionMisses
+			}
+			addRates(&s.Delta, p.Delta)
+		}
+	}
+	for i := range out {
+		out[i].Delta = withRates(out[i].Delta, dt)
+	}
+	sort.Slice(out, func(a, b int) bool {
+		return out[a].Delta.RunTimeNs > out[b].Delta.RunTimeNs || (out[a].Delta.RunTimeNs == out[b].Delta.RunTimeNs && out[a].Key < out[b].Key)
+	})
+	return out
+}
+
+// fromScratch is aggregates that saw every program of progs come.
+func fromScratch(progs []*ProgramStat) *aggregates {
+	g := &aggregates{}
+	g.begin()
+	for _, p := range progs {
+		g.replace(nil, p)
+	}
+	return g
+}
+
+// fleet is a model of a node's programs for TestAggregatesIncremental:
+// what the reader would return for each, changed at random between scans.
+type fleet struct {
+	rng    *rand.Rand
+	next   uint32
+	progs  map[uint32]*Program
+	linkID uint32
+}
+
+var (
+	fleetAttach = []struct{ attach, typ string }{
+		{"fentry", "tracing"}, {"tp_btf", "tracing"}, {"raw_tp", "raw_tracepoint"}, {"xdp", "xdp"},
+		{"kprobe", "kprobe"}, {Unattached, "socket_filter"}, {"cgroup_skb", "cgroup_skb"}, {"struct_ops", "struct_ops"},
+	}
+	fleetOwners = []Owner{
+		{PID: 1, Comm: "cilium-agent", ContainerID: "c1", PodName: "cilium-x", PodNamespace: "kube-system", Via: "fd"},
+		{PID: 2, Comm: "cilium-agent", ContainerID: "c1", Via: "link"},
+		{PID: 3, Comm: "bpftrace", Via: "fd"},
+		{PID: 4, Comm: "falco", ContainerID: "c2", PodUID: "u2", Via: "fd"},
+	}
+)
+
+func (f *fleet) add() {
+	f.next++
+	a := fleetAttach[f.rng.IntN(len(fleetAttach))]
+	uid := uint32(0)
+	p := &Program{ID: f.next, Name: fmt.Sprintf("p%d", f.next), Tag: "t", Type: a.typ, AttachType: a.attach, UID: &uid,
+		MapIDs: []uint32{}, LoadTime: time.Unix(0, 0), Links: []Link{}, Owners: f.owners()}
+	if f.rng.IntN(3) > 0 {
+		m := uint64(0)
+		p.RecursionMisses = &m
+	}
+	if a.attach == "kprobe" {
+		f.linkID++
+		m := uint64(0)
+		p.Links = []Link{{ID: f.linkID, ProgID: p.ID, Type: "perf_event", AttachType: "kprobe", Target: "f", Missed: &m}}
+	}
+	f.progs[p.ID] = p
+}
+
+func (f *fleet) owners() []Owner {
+	out := []Owner{}
+	for _, o := range fleetOwners {
+		if f.rng.IntN(4) == 0 {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// step changes the fleet as one interval might, and returns the ids whose
+// program changed in any way.
+func (f *fleet) step() map[uint32]bool {
+	changed := map[uint32]bool{}
+	ids := f.ids()
+	for _, id := range ids {
+		p := f.progs[id]
+		was := *p
+		switch r := f.rng.IntN(100); {
+		case r < 8: // ran
+			n := uint64(1 + f.rng.IntN(1000))
+			p.RunCount += n
+			p.RunTimeNs += n * uint64(50+f.rng.IntN(100))
+		case r < 10 && p.RecursionMisses != nil: // missed
+			m := *p.RecursionMisses + uint64(1+f.rng.IntN(5))
+			p.RecursionMisses = &m
+		case r < 11 && len(p.Links) > 0 && p.Links[0].Missed != nil: // kprobe missed
+			m := *p.Links[0].Missed + 3
+			p.Links = []Link{p.Links[0]}
+			p.Links[0].Missed = &m
+		case r < 12: // owners re-read: a process came or went
+			p.Owners = f.owners()
+		case r < 13: // attached elsewhere
+			a := fleetAttach[f.rng.IntN(len(fleetAttach))]
+			if a.typ == p.Type {
+				p.AttachType = a.attach
+			}
+		case r < 14: // unloaded
+			delete(f.progs, id)
+			changed[id] = true
+			continue
+		}
+		// Owners re-read, or attached again, may be what they were.
+		changed[id] = !reflect.DeepEqual(was, *p)
+	}
+	for range f.rng.IntN(3) {
+		if f.rng.IntN(4) == 0 {
+			f.add()
+			changed[f.next] = true
+		}
+	}
+	return changed
+}
+
+func (f *fleet) ids() []uint32 {
+	ids := make([]uint32, 0, len(f.progs))
+	for id := range f.progs {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// read is what the reader hands Agent.Scan: fresh Programs in id order,
+// their slices rebuilt as a scan's join does (equal content, new memory).
+func (f *fleet) read() []Program {
+	out := make([]Program, 0, len(f.progs))
+	for _, id := range f.ids() {
+		p := *f.progs[id]
+		p.Links = slices.Clone(p.Links)
+		if f.rng.IntN(2) == 0 {
+			p.Owners = slices.Clone(p.Owners)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// TestAggregatesIncremental runs many scans over a fleet whose programs
+// run, miss, change owners and attach types, come and go at random, and
+// holds every snapshot to what a from-scratch computation gives: the
+// attach types, owners and stats tax equal the reference sums over every
+// entry; an idle, unchanged program's entry is the previous snapshot's very
+// entry while a changed program gets a new one; and no snapshot handed out
+// ever changes afterwards (the API's history keeps them).
+func TestAggregatesIncremental(t *testing.T) {
+	for _, seed := range []uint64{1, 2, 3} {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			testAggregatesIncremental(t, seed)
+		})
+	}
+}
+
+func testAggregatesIncremental(t *testing.T, seed uint64) {
+	f := &fleet{rng: rand.New(rand.NewPCG(seed, 7)), progs: map[uint32]*Program{}}
+	for range 150 {
+		f.add()
+	}
+	costs := []StatsCost{{Kind: "raw_tp", Measured: true, TaxNs: 80.5}, {Kind: "xdp", Measured: true, TaxNs: 71.25}, {Kind: "tc", Measured: true, TaxNs: 60}}
+	a := &Agent{eps: newEpisodeTracker(2), kernel: KernelInfo{Preempt: "PREEMPT_NONE"}, statsCosts: costs}
+	a.SetCalibration([]Calibration{{AttachType: "fentry", Supported: true, OverheadNs: 12}, {AttachType: "xdp", Supported: true, OverheadNs: 3}})
+	overhead := map[string]float64{"fentry": 12, "xdp": 3}
+	stats := StatsState{Enabled: true, HeldByAgent: true, Mode: StatsAlways}
+	now := time.Unix(1000, 0)
+	var prev *Snapshot
+	var snaps []*Snapshot
+	var frozen [][]byte
+	shared, fresh := 0, 0
+	for scan := range 400 {
+		changed := map[uint32]bool{}
+		if scan > 0 {
+			changed = f.step()
+		}
+		if scan == 200 {
+			// New costs: the tax's per-type part is counted again.
+			costs = append(slices.Clone(costs[:2]), StatsCost{Kind: "tp_btf", Measured: true, TaxNs: 90})
+			a.statsCosts = costs
+		}
+		var dt time.Duration
+		if prev != nil {
+			dt = time.Second
+		}
+		now = now.Add(time.Second)
+		snap := &Snapshot{Seq: uint64(scan + 1), Time: now, Interval: dt, Stats: stats}
+		a.assemble(snap, progView{progs: f.read()}, dt, nil)
+		a.prevTime = now
+
+		if got, want := snap.AttachTypes, refAttachTypes(snap.Programs, dt, overhead); !reflect.DeepEqual(got, want) {
+			t.Fatalf("scan %d: attach types\n got %+v\nwant %+v", scan, got, want)
+		}
+		if got, want := snap.Owners, refOwners(snap.Programs, dt); !reflect.DeepEqual(got, want) {
+			t.Fatalf("scan %d: owners\n got %+v\nwant %+v", scan, got, want)
+		}
+		if got, want := snap.StatsTax, computeTax(snap.Programs, costs, stats, dt, now); !reflect.DeepEqual(got, want) {
+			t.Fatalf("scan %d: stats tax\n got %+v\nwant %+v", scan, got, want)
+		}
+		if len(snap.Programs) != len(f.progs) {
+			t.Fatalf("scan %d: %d programs, the fleet has %d", scan, len(snap.Programs), len(f.progs))
+		}
+		if prev != nil {
+			before := map[uint32]*ProgramStat{}
+			for _, e := range prev.Programs {
+				before[e.ID] = e
+			}
+			for _, e := range snap.Programs {
+				old := before[e.ID]
+				want := old != nil && !changed[e.ID] && old.Delta == (Rates{}) && !old.New
+				if got := e == old; got != want {
+					t.Fatalf("scan %d: program %d shares the previous entry: %v, want %v (changed %v, previous %+v)", scan, e.ID, got, want, changed[e.ID], old)
+				}
+				if e == old {
+					shared++
+				} else {
+					fresh++
+				}
+				if want, got := *f.progs[e.ID], e.Program; got.RunCount != want.RunCount || !slices.Equal(got.Owners, want.Owners) || got.AttachType != want.AttachType {
+					t.Fatalf("scan %d: program %d is %+v, want %+v", scan, e.ID, got, want)
+				}
+			}
+		}
+		b, err := json.Marshal(snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snaps, frozen = append(snaps, snap), append(frozen, b)
+		prev = snap
+	}
+	for i, s := range snaps {
+		b, _ := json.Marshal(s)
+		if string(b) != string(frozen[i]) {
+			t.Fatalf("snapshot %d changed after it was handed out", s.Seq)
+		}
+	}
+	t.Logf("%d entries shared with the previous snapshot, %d new", shared, fresh)
+	if shared == 0 || fresh == 0 {
+		t.Errorf("the fleet exercised only one case: %d shared, %d new", shared, fresh)
+	}
+}
+
+// TestSameDynamic changes each field a scan sets: sameDynamic must see
+// every change (else a changed program would keep its old entry), and must
+// not see new memory with equal content (a scan's joins build new slices).
+func TestSameDynamic(t *testing.T) {
+	static := map[string]bool{"ID": true, "Name": true, "Tag": true, "Type": true, "LoadTime": true, "UID": true,
+		"MapIDs": true, "BTFID": true, "JitedSize": true, "XlatedSize": true, "Memlock": true, "VerifiedInsns": true}
+	m, sl := uint64(3), true
+	s := Program{ID: 3, Name: "n", AttachType: "kprobe", RunCount: 5, RecursionMisses: &m, Sleepable: &sl,
+		Links: []Link{{ID: 1, Missed: &m}}, Owners: []Owner{{PID: 1}}, Pins: []string{"/sys/fs/bpf/x"}}
+	copyOf := func(p Program) Program {
+		m2, sl2, m3 := *p.RecursionMisses, *p.Sleepable, *p.Links[0].Missed
+		p.RecursionMisses, p.Sleepable = &m2, &sl2
+		p.Links = slices.Clone(p.Links)
+		p.Links[0].Missed = &m3
+		p.Owners, p.Pins = slices.Clone(p.Owners), slices.Clone(p.Pins)
+		return p
+	}
+	if c := copyOf(s); !sameDynamic(&c, &s) {
+		t.Fatal("an equal copy in new memory differs")
+	}
+	typ := reflect.TypeOf(s)
+	for i := range typ.NumField() {
+		fd := typ.Field(i)
+		if static[fd.Name] {
+			continue
+		}
+		p := copyOf(s)
+		v := reflect.ValueOf(&p).Elem().Field(i)
+		switch v.Kind() {
+		case reflect.String:
+			v.SetString("changed")
+		case reflect.Uint64, reflect.Uint32:
+			v.SetUint(99)
+		case reflect.Pointer:
+			v.Set(reflect.New(fd.Type.Elem()))
+		case reflect.Slice:
+			v.Set(reflect.MakeSlice(fd.Type, 2, 2))
+		default:
+			t.Fatalf("field %s of kind %s: teach this test to change it", fd.Name, v.Kind())
+		}
+		if sameDynamic(&p, &s) {
+			t.Errorf("sameDynamic misses a change of %s", fd.Name)
+		}
+	}
+	// JSON tells null from []: a nil list is a change.
+	for _, f := range []func(*Program){func(p *Program) { p.Links = nil }, func(p *Program) { p.Owners = nil }} {
+		p := copyOf(s)
+		f(&p)
+		if sameDynamic(&p, &s) {
+			t.Errorf("a nil list counts as the same: %+v", p)
+		}
+	}
+	// A link's counter moved.
+	p := copyOf(s)
+	*p.Links[0].Missed = 4
+	if sameDynamic(&p, &s) {
+		t.Error("sameDynamic misses a link's missed counter")
+	}
+}
