@@ -104,6 +104,8 @@ type Agent struct {
 	prevLink      map[uint32]uint64 // kprobe missed by link id
 	// agg keeps the aggregates between scans (aggregates.go).
 	agg aggregates
+	// sysctl reads kernel.bpf_stats_enabled at every scan.
+	sysctl *sysctlReader
 	// overheads is the calibration's overhead per attach type, built
 	// once per SetCalibration (nil: not built yet).
 	overheads map[string]*float64
@@ -153,6 +155,7 @@ func New(cfg Config) (*Agent, error) {
 		kernel:     ReadKernelInfo(cfg.ProcRoot),
 		eps:        newEpisodeTracker(cfg.QuietIntervals),
 		ownerKnown: map[uint32]bool{},
+		sysctl:     newSysctlReader(cfg.ProcRoot),
 	}
 	a.r.parallel = cfg.Parallel
 	a.r.oneShot = cfg.OneShot
@@ -288,7 +291,7 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 		Time:     now,
 		Interval: dt,
 		Kernel:   a.kernel,
-		Stats:    a.stats.state(a.cfg.ProcRoot),
+		Stats:    a.stats.state(a.sysctl.read()),
 		Degraded: a.degraded(),
 	}
 	// Sampled mode scales run counts from the windows, unless another
@@ -614,6 +617,7 @@ func (a *Agent) Close() []Episode {
 	}
 	a.closed = true
 	a.stats.close()
+	a.sysctl.close()
 	if a.prof != nil {
 		a.prof.close()
 	}

@@ -373,3 +373,11 @@ func TestSameDynamic(t *testing.T) {
 		t.Error("sameDynamic misses a link's missed counter")
 	}
 }
+
+func TestParseSysctlInt(t *testing.T) {
+	for in, want := range map[string]int{"0\n": 0, "1\n": 1, "12": 12, "": -1, "\n": -1, "x\n": -1, "-1\n": -1, "1 2\n": -1} {
+		if got := parseSysctlInt([]byte(in)); got != want {
+			t.Errorf("parseSysctlInt(%q) = %d, want %d", in, got, want)
+		}
+	}
+}

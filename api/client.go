@@ -74,5 +74,12 @@ func DecodeSnapshot(r io.Reader, from string) (*agent.Snapshot, error) {
 		}
 		return nil, fmt.Errorf("decoding snapshot from %s: %w", from, err)
 	}
+	// A null program decodes as nil; readers of a snapshot expect an
+	// entry for each program, as a []ProgramStat decoded it.
+	for i, p := range snap.Programs {
+		if p == nil {
+			snap.Programs[i] = &agent.ProgramStat{}
+		}
+	}
 	return &snap, nil
 }
