@@ -119,6 +119,8 @@ type Agent struct {
 	ownerSlow      bool
 	ownerFastUntil time.Time
 	ownerKnown     map[uint32]bool
+	// ownerAllKnown: every program of the last scan is in ownerKnown.
+	ownerAllKnown bool
 	maxProgID      uint32 // the highest program id of the last scan
 
 	calibration []Calibration
@@ -308,7 +310,9 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 		snap.AgentCPUShare = float64(cpu-a.prevCPU) / float64(dt)
 	}
 	a.prevCPU = cpu
-	a.assemble(snap, progs, dt, smp)
+	// Joins kept by the reader and no owner refresh: a program whose
+	// counters did not move is the same as in the last scan.
+	a.assemble(snap, progs, dt, smp, a.r.joinsKept && !st.OwnersRefreshed)
 
 	st.Duration = a.cfg.Now().Sub(start)
 	snap.Scan = st
@@ -332,17 +336,15 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 // tax) are updated by the changed entries alone (aggregates.go): on a node
 // whose programs are mostly idle a scan costs the Go side little more than a
 // comparison per program.
-func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *sampler) {
+//
+// joinsKept says each program's joins, owners and miss kind are what they
+// were in the last scan (reader.joinsKept): then a program whose counters
+// did not move is known unchanged without comparing it.
+func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *sampler, joinsKept bool) {
 	now := snap.Time
 	n := progs.len()
 	entries := make([]*ProgramStat, n)
-	// A first scan's entries are all new: one allocation for them. Later
-	// ones are allocated one by one, so that an idle program's entry never
-	// keeps a whole scan's worth of replaced ones alive.
-	var chunk []ProgramStat
-	if progs.stats == nil && len(a.prevE) == 0 {
-		chunk = make([]ProgramStat, n)
-	}
+	fast := joinsKept && smp == nil
 	// Counters and entries of the previous scan, by ascending id as
 	// programs come (both sources read in id order): each program's
 	// previous counters are found by a merge, and this scan's are kept in
@@ -366,6 +368,11 @@ func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *
 			prevC, old = a.prevC[j], a.prevE[j]
 			matched++
 		}
+		if fast && havePrev && cur == prevC && idle(old) && (p.RecursionMisses == nil) == (old.RecursionMisses == nil) {
+			nextIDs, nextC, nextE = append(nextIDs, p.ID), append(nextC, cur), append(nextE, old)
+			entries[i] = old // idle and unchanged
+			continue
+		}
 		raw := programDelta(cur, prevC, havePrev, p.LoadTime, a.prevTime)
 		if smp != nil {
 			raw = smp.program(p, raw, dt)
@@ -377,16 +384,12 @@ func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *
 		p.MissKind = missKind(p, &a.kernel)
 		var e *ProgramStat
 		switch {
-		case old != nil && d == (Rates{}) && old.Delta == d && !old.New && old.Profile == nil && sameDynamic(p, &old.Program):
+		case old != nil && d == (Rates{}) && idle(old) && sameDynamic(p, &old.Program):
 			e = old // idle and unchanged: shared with the previous snapshot
 		case progs.stats != nil:
 			e = &progs.stats[i] // a one-shot scan built it in place
-		case chunk != nil:
-			e = &chunk[i]
-			e.Program = *p
 		default:
-			e = new(ProgramStat)
-			e.Program = *p
+			e = newEntry(p)
 		}
 		nextIDs, nextC, nextE = append(nextIDs, p.ID), append(nextC, cur), append(nextE, e)
 		entries[i] = e
@@ -443,6 +446,58 @@ func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *
 	snap.StatsTax = g.tax(entries, a.statsCosts, snap.Stats, dt, now)
 	a.prevIDs, a.prevC, a.prevE, a.spareIDs, a.spareC, a.spareE = nextIDs, nextC, nextE, a.prevIDs, a.prevC, a.prevE
 	clear(a.spareE) // the spare buffer must not keep old entries alive
+}
+
+// idle says whether an entry can be handed out again as it is for a
+// program still idle: its own interval was idle too, it is not its
+// program's first, and no profile is attached.
+func idle(e *ProgramStat) bool {
+	return e.Delta == (Rates{}) && !e.New && e.Profile == nil
+}
+
+// entryBox is a snapshot entry with the values it points to. The reader's
+// values are per scan (a slice of every program's misses, of sleepable
+// flags, of links): an entry that outlives its scan, handed out again by
+// later snapshots, would keep the whole scan's slice alive, so it has its
+// own copies, in one allocation.
+type entryBox struct {
+	ps        ProgramStat
+	misses    uint64
+	sleepable bool
+}
+
+// newEntry is a new entry for p, pointing into nothing of the scan's.
+func newEntry(p *Program) *ProgramStat {
+	b := &entryBox{}
+	b.ps.Program = *p
+	if p.RecursionMisses != nil {
+		b.misses = *p.RecursionMisses
+		b.ps.RecursionMisses = &b.misses
+	}
+	if p.Sleepable != nil {
+		b.sleepable = *p.Sleepable
+		b.ps.Sleepable = &b.sleepable
+	}
+	if len(p.Links) > 0 {
+		b.ps.Links = ownLinks(p.Links)
+	}
+	return &b.ps
+}
+
+// ownLinks copies links and their missed counters.
+func ownLinks(ls []Link) []Link {
+	out := slices.Clone(ls)
+	var missed []uint64
+	for i := range out {
+		if out[i].Missed != nil {
+			if missed == nil {
+				missed = make([]uint64, 0, len(out)-i)
+			}
+			missed = append(missed, *out[i].Missed)
+			out[i].Missed = &missed[len(missed)-1]
+		}
+	}
+	return out
 }
 
 // linkMisses moves the kprobe link missed counters from old's links to
@@ -561,12 +616,17 @@ func (a *Agent) attachOwners(progs progView, now time.Time, st *ScanStats, early
 	}
 	refresh := early != nil
 	n := progs.len()
-	for i := range n {
-		if !a.ownerKnown[progs.at(i).ID] {
-			refresh = true
-			break
+	// The same programs as the last scan, all attributed then: none to
+	// look up.
+	if !a.r.joinsKept || !a.ownerAllKnown {
+		for i := range n {
+			if !a.ownerKnown[progs.at(i).ID] {
+				refresh = true
+				break
+			}
 		}
 	}
+	a.ownerAllKnown = !refresh
 	if refresh {
 		horizon := ^uint32(0)
 		var h holders
@@ -581,14 +641,21 @@ func (a *Agent) attachOwners(progs progView, now time.Time, st *ScanStats, early
 		}
 		a.ownersAt = now
 		clear(a.ownerKnown)
+		a.ownerAllKnown = true
 		for i := range n {
 			if id := progs.at(i).ID; id <= horizon {
 				a.ownerKnown[id] = true
+			} else {
+				a.ownerAllKnown = false
 			}
 		}
 	}
-	for i := range n {
-		a.attr.apply(progs.at(i))
+	if refresh || !a.r.joinsKept {
+		// Kept joins carry the last scan's owners, read from the same
+		// answers.
+		for i := range n {
+			a.attr.apply(progs.at(i))
+		}
 	}
 	return refresh
 }

@@ -146,14 +146,21 @@ func (f *fleet) owners() []Owner {
 }
 
 // step changes the fleet as one interval might, and returns the ids whose
-// program changed in any way.
-func (f *fleet) step() map[uint32]bool {
-	changed := map[uint32]bool{}
+// program changed in any way, and whether anything but counters changed
+// (else the reader would have kept every program's joins: joinsKept).
+func (f *fleet) step() (changed map[uint32]bool, joinsKept bool) {
+	changed = map[uint32]bool{}
+	joinsKept = true
+	quiet := f.rng.IntN(2) == 0 // only counters move
 	ids := f.ids()
 	for _, id := range ids {
 		p := f.progs[id]
 		was := *p
-		switch r := f.rng.IntN(100); {
+		r := f.rng.IntN(100)
+		if quiet && r >= 10 {
+			continue
+		}
+		switch {
 		case r < 8: // ran
 			n := uint64(1 + f.rng.IntN(1000))
 			p.RunCount += n
@@ -165,28 +172,33 @@ func (f *fleet) step() map[uint32]bool {
 			m := *p.Links[0].Missed + 3
 			p.Links = []Link{p.Links[0]}
 			p.Links[0].Missed = &m
+			joinsKept = false
 		case r < 12: // owners re-read: a process came or went
 			p.Owners = f.owners()
+			joinsKept = false
 		case r < 13: // attached elsewhere
 			a := fleetAttach[f.rng.IntN(len(fleetAttach))]
 			if a.typ == p.Type {
 				p.AttachType = a.attach
 			}
+			joinsKept = false
 		case r < 14: // unloaded
 			delete(f.progs, id)
 			changed[id] = true
+			joinsKept = false
 			continue
 		}
 		// Owners re-read, or attached again, may be what they were.
 		changed[id] = !reflect.DeepEqual(was, *p)
 	}
 	for range f.rng.IntN(3) {
-		if f.rng.IntN(4) == 0 {
+		if !quiet && f.rng.IntN(4) == 0 {
 			f.add()
 			changed[f.next] = true
+			joinsKept = false
 		}
 	}
-	return changed
+	return changed, joinsKept
 }
 
 func (f *fleet) ids() []uint32 {
@@ -221,7 +233,7 @@ func (f *fleet) read() []Program {
 // entry while a changed program gets a new one; and no snapshot handed out
 // ever changes afterwards (the API's history keeps them).
 func TestAggregatesIncremental(t *testing.T) {
-	for _, seed := range []uint64{1, 2, 3} {
+	for _, seed := range []uint64{1, 2, 3, 4, 5, 6} {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			testAggregatesIncremental(t, seed)
 		})
@@ -242,11 +254,11 @@ func testAggregatesIncremental(t *testing.T, seed uint64) {
 	var prev *Snapshot
 	var snaps []*Snapshot
 	var frozen [][]byte
-	shared, fresh := 0, 0
+	shared, fresh, keptScans := 0, 0, 0
 	for scan := range 400 {
-		changed := map[uint32]bool{}
+		changed, kept := map[uint32]bool{}, false
 		if scan > 0 {
-			changed = f.step()
+			changed, kept = f.step()
 		}
 		if scan == 200 {
 			// New costs: the tax's per-type part is counted again.
@@ -259,7 +271,7 @@ func testAggregatesIncremental(t *testing.T, seed uint64) {
 		}
 		now = now.Add(time.Second)
 		snap := &Snapshot{Seq: uint64(scan + 1), Time: now, Interval: dt, Stats: stats}
-		a.assemble(snap, progView{progs: f.read()}, dt, nil)
+		a.assemble(snap, progView{progs: f.read()}, dt, nil, kept)
 		a.prevTime = now
 
 		if got, want := snap.AttachTypes, refAttachTypes(snap.Programs, dt, overhead); !reflect.DeepEqual(got, want) {
@@ -300,6 +312,9 @@ func testAggregatesIncremental(t *testing.T, seed uint64) {
 			t.Fatal(err)
 		}
 		snaps, frozen = append(snaps, snap), append(frozen, b)
+		if kept {
+			keptScans++
+		}
 		prev = snap
 	}
 	for i, s := range snaps {
@@ -308,9 +323,9 @@ func testAggregatesIncremental(t *testing.T, seed uint64) {
 			t.Fatalf("snapshot %d changed after it was handed out", s.Seq)
 		}
 	}
-	t.Logf("%d entries shared with the previous snapshot, %d new", shared, fresh)
-	if shared == 0 || fresh == 0 {
-		t.Errorf("the fleet exercised only one case: %d shared, %d new", shared, fresh)
+	t.Logf("%d entries shared with the previous snapshot, %d new; %d scans with joins kept", shared, fresh, keptScans)
+	if shared == 0 || fresh == 0 || keptScans == 0 || keptScans == len(snaps)-1 {
+		t.Errorf("the fleet exercised only some cases: %d shared, %d new, %d of %d scans with joins kept", shared, fresh, keptScans, len(snaps))
 	}
 }
 

@@ -106,6 +106,16 @@ type reader struct {
 	lsrc linkSource
 	// steady is the no-walk statistics read (scan_steady.go).
 	steady steadySource
+	// inPlace says the last readIter left every program in the slot of
+	// progBuf it had the read before, in the same order, none new.
+	inPlace bool
+	// lastLinks are the last scan's links as read, before join.
+	lastLinks []Link
+	// joinsKept says this scan found the same programs in the same slots
+	// and the same links (kprobe missed counters included) as the last
+	// one, so join was skipped: every program's joins, owners and miss
+	// kind are the last scan's, as they stand in its slot.
+	joinsKept bool
 }
 
 func newReader() *reader {
@@ -236,7 +246,18 @@ func (r *reader) finish(progs progView, st *ScanStats, wantFacts bool, statics [
 		}
 	}
 
-	r.join(progs, links, statics, metas)
+	// The steady state: the same programs in the same slots and the same
+	// links join as they did, so the slots' joins stand. Otherwise each
+	// slot's joins are reset (readIter leaves them) and joined again.
+	r.joinsKept = statics != nil && r.inPlace && sameLinkList(links, r.lastLinks)
+	r.inPlace = false
+	if !r.joinsKept {
+		for i := range statics {
+			resetJoins(progs.at(i), &statics[i].prog)
+		}
+		r.join(progs, links, statics, metas)
+	}
+	r.lastLinks = links
 	r.evict(progs.len(), len(links))
 	st.Programs = progs.len()
 	st.Links = len(links)
@@ -742,8 +763,25 @@ func (r *reader) join(progs progView, links []Link, statics []*progStatic, metas
 	}
 }
 
+// sameLinkList says whether two scans read the same links: same ids for the
+// same programs, same counters (a link's other fields are cached by id).
+func sameLinkList(a, b []Link) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].ID != b[i].ID || a[i].ProgID != b[i].ProgID || !sameValue(a[i].Missed, b[i].Missed) {
+			return false
+		}
+	}
+	return true
+}
+
 // joinTargets names up to three distinct targets of a program's links.
 func joinTargets(links []Link) string {
+	if len(links) == 1 {
+		return links[0].Target // nothing to join: no allocation
+	}
 	ts := make([]string, len(links))
 	for i, l := range links {
 		ts[i] = l.Target

@@ -218,6 +218,7 @@ func (r *reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) 
 	j := 0
 	opened := false
 	var maxID uint32
+	inPlace := len(stats) == len(prev) // every program in last read's slot
 	// One allocation for every program's misses counter: a pointer into
 	// the cache would change under snapshots already handed out.
 	misses := make([]uint64, len(stats))
@@ -252,20 +253,23 @@ func (r *reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) 
 			}
 			s = ns
 			progs = append(progs, p)
+			inPlace = false
 		} else {
 			var p *Program
 			if k := len(progs); k < len(prev) && k < cap(progs) && prev[k] == s {
 				// The slot held this same program last scan: its
-				// static fields are s.prog's already, reset the rest
-				// rather than copy the whole Program. (Below
-				// len(prev) the buffer never grew this scan, so the
-				// slot is last scan's.)
+				// static fields are s.prog's already, its counters
+				// are set here, and its joins are reset by finish
+				// unless they stand as they are (reader.joinsKept).
+				// (Below len(prev) the buffer never grew this scan,
+				// so the slot is last scan's.)
 				progs = progs[:k+1]
 				p = &progs[k]
-				resetDynamic(p, &s.prog)
+				resetCounters(p, &s.prog)
 			} else {
 				progs = append(progs, s.prog)
 				p = &progs[k]
+				inPlace = false
 			}
 			p.RunCount, p.RunTimeNs = rec.RunCount, rec.RunTimeNs
 			if rec.MissesKnown {
@@ -289,6 +293,7 @@ func (r *reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) 
 	// after this (never handed out).
 	r.order, r.orderBuf = order, prev[:0]
 	r.knownMax = maxID
+	r.inPlace = inPlace && len(progs) == len(prev)
 	return progs, nil
 }
 
@@ -354,8 +359,18 @@ func (r *reader) readIterOnce(bootWall time.Time, st *ScanStats) ([]ProgramStat,
 // fields are s's already, then equals s. A field added to Program is
 // dynamic unless TestResetDynamic lists it as static.
 func resetDynamic(p, s *Program) {
-	p.AttachType, p.AttachTarget, p.Sleepable, p.MissKind = s.AttachType, s.AttachTarget, s.Sleepable, s.MissKind
+	resetCounters(p, s)
+	resetJoins(p, s)
+}
+
+// resetCounters sets p's counters to s's.
+func resetCounters(p, s *Program) {
 	p.RunCount, p.RunTimeNs, p.RecursionMisses = s.RunCount, s.RunTimeNs, s.RecursionMisses
+}
+
+// resetJoins sets what join, the owners and the miss kind set in p to s's.
+func resetJoins(p, s *Program) {
+	p.AttachType, p.AttachTarget, p.Sleepable, p.MissKind = s.AttachType, s.AttachTarget, s.Sleepable, s.MissKind
 	p.Links, p.Owners, p.Pins = s.Links, s.Owners, s.Pins
 }
 
