@@ -121,7 +121,7 @@ type Agent struct {
 	ownerKnown     map[uint32]bool
 	// ownerAllKnown: every program of the last scan is in ownerKnown.
 	ownerAllKnown bool
-	maxProgID      uint32 // the highest program id of the last scan
+	maxProgID     uint32 // the highest program id of the last scan
 
 	calibration []Calibration
 	statsCosts  []StatsCost
