@@ -1,0 +1,52 @@
+package agent
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/cilium/ebpf"
+)
+
+// TestEntriesSharedAcrossSnapshots runs real programs between real scans:
+// an idle program's entry is the previous snapshot's very entry, a program
+// that ran gets a new one, and the older snapshot still says what it said
+// (the API's history keeps snapshots, so entries are never written once
+// handed out).
+func TestEntriesSharedAcrossSnapshots(t *testing.T) {
+	a := newTestAgentWith(t, Config{EnableStats: true})
+	progs := loadPrograms(t, 2)
+	idleID, busyID := progID(t, progs[0]), progID(t, progs[1])
+	run := func() {
+		if _, err := progs[1].Run(&ebpf.RunOptions{Data: make([]byte, 14), Repeat: 10}); err != nil {
+			t.Fatalf("test-running program %d: %v", busyID, err)
+		}
+	}
+	scan(t, a) // first sight: New entries
+	s2 := scan(t, a)
+	frozen, _ := json.Marshal(s2)
+	before := *findProg(s2, busyID)
+	run()
+	s3 := scan(t, a)
+	if findProg(s3, idleID) != findProg(s2, idleID) {
+		t.Errorf("idle program %d got a new entry", idleID)
+	}
+	busy2, busy3 := findProg(s2, busyID), findProg(s3, busyID)
+	if busy3 == busy2 {
+		t.Fatalf("program %d ran but kept its entry", busyID)
+	}
+	if busy3.Delta.Runs != 10 || busy3.RunCount != before.RunCount+10 {
+		t.Errorf("program %d: delta %d runs, count %d, want 10 more than %d", busyID, busy3.Delta.Runs, busy3.RunCount, before.RunCount)
+	}
+	if again, _ := json.Marshal(s2); string(again) != string(frozen) {
+		t.Errorf("an older snapshot changed after a later scan")
+	}
+	// Idle again: a new entry with a zero delta, then that one is kept.
+	s4 := scan(t, a)
+	s5 := scan(t, a)
+	if p := findProg(s4, busyID); p == busy3 || p.Delta != (Rates{}) {
+		t.Errorf("program %d idle after running: entry %p (was %p), delta %+v", busyID, p, busy3, p.Delta)
+	}
+	if findProg(s5, busyID) != findProg(s4, busyID) || findProg(s5, idleID) != findProg(s2, idleID) {
+		t.Errorf("idle programs got new entries in scan 5")
+	}
+}
