@@ -94,14 +94,12 @@ type Agent struct {
 
 	seq      uint64
 	prevTime time.Time
-	// prevIDs (ascending) and prevC are the previous scan's counters;
-	// spareIDs and spareC are the buffers the next scan fills.
+	// prevIDs (ascending) and prevS are the previous scan's programs:
+	// their counters and entries; spareIDs and spareS are the buffers the
+	// next scan fills.
 	prevIDs, spareIDs []uint32
-	prevC, spareC     []counters
-	// prevE are the previous snapshot's entries, aligned with prevIDs: an
-	// idle, unchanged program's is handed out again (assemble).
-	prevE, spareE []*ProgramStat
-	prevLink      map[uint32]uint64 // kprobe missed by link id
+	prevS, spareS     []progState
+	prevLink          map[uint32]uint64 // kprobe missed by link id
 	// agg keeps the aggregates between scans (aggregates.go).
 	agg aggregates
 	// sysctl reads kernel.bpf_stats_enabled at every scan.
@@ -350,9 +348,9 @@ func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *
 	// previous counters are found by a merge, and this scan's are kept in
 	// the spare buffers.
 	before := idCursor{ids: a.prevIDs}
-	nextIDs, nextC, nextE := a.spareIDs[:0], a.spareC[:0], a.spareE[:0]
+	nextIDs, nextS := a.spareIDs[:0], a.spareS[:0]
 	if cap(nextIDs) < n { // sized once rather than grown by appends
-		nextIDs, nextC, nextE = make([]uint32, 0, n), make([]counters, 0, n), make([]*ProgramStat, 0, n)
+		nextIDs, nextS = make([]uint32, 0, n), make([]progState, 0, n)
 	}
 	g := &a.agg
 	g.begin()
@@ -365,13 +363,16 @@ func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *
 		var old *ProgramStat
 		j, havePrev := before.find(p.ID)
 		if havePrev {
-			prevC, old = a.prevC[j], a.prevE[j]
+			ps := &a.prevS[j]
+			prevC, old = ps.c, ps.e
 			matched++
-		}
-		if fast && havePrev && cur == prevC && idle(old) && (p.RecursionMisses == nil) == (old.RecursionMisses == nil) {
-			nextIDs, nextC, nextE = append(nextIDs, p.ID), append(nextC, cur), append(nextE, old)
-			entries[i] = old // idle and unchanged
-			continue
+			// Decided from the state alone: the entries are all over
+			// the heap, the states side by side.
+			if fast && cur == prevC && ps.quiet && ps.hasMisses == (p.RecursionMisses != nil) {
+				nextIDs, nextS = append(nextIDs, p.ID), append(nextS, *ps)
+				entries[i] = old // idle and unchanged
+				continue
+			}
 		}
 		raw := programDelta(cur, prevC, havePrev, p.LoadTime, a.prevTime)
 		if smp != nil {
@@ -391,26 +392,29 @@ func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *
 		default:
 			e = newEntry(p)
 		}
-		nextIDs, nextC, nextE = append(nextIDs, p.ID), append(nextC, cur), append(nextE, e)
+		if e != old {
+			e.Delta, e.New = d, !havePrev
+		}
+		nextIDs = append(nextIDs, p.ID)
+		nextS = append(nextS, progState{c: cur, e: e, quiet: idle(e), hasMisses: e.RecursionMisses != nil})
 		entries[i] = e
 		if e == old {
 			continue
 		}
-		e.Delta, e.New = d, !havePrev
 		g.replace(old, e)
 		if d.Misses > 0 {
 			obs = append(obs, missObservation{key: episodeKey{SourceRecursionMisses, p.ID, 0}, misses: d.Misses, runs: d.Runs, prog: &e.Program, kind: e.MissKind})
 		}
 		obs = a.linkMisses(obs, old, e)
 	}
-	sortByID(nextIDs, nextC, nextE)
+	sortByID(nextIDs, nextS)
 	next := idCursor{ids: nextIDs}
 	if matched < len(a.prevIDs) {
 		// Programs gone since the last scan leave the aggregates.
 		for j, id := range a.prevIDs {
 			if !next.has(id) {
-				g.replace(a.prevE[j], nil)
-				a.linkMisses(nil, a.prevE[j], nil)
+				g.replace(a.prevS[j].e, nil)
+				a.linkMisses(nil, a.prevS[j].e, nil)
 			}
 		}
 	}
@@ -425,14 +429,14 @@ func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *
 		// the previous snapshot's.
 		a.prof.update(entries, func(i int) *ProgramStat {
 			e := entries[i]
-			if j, ok := before.find(e.ID); ok && a.prevE[j] == e {
+			if j, ok := before.find(e.ID); ok && a.prevS[j].e == e {
 				c := *e
 				e = &c
 				entries[i] = e
 				if k, ok := next.find(e.ID); ok {
-					nextE[k] = e
+					nextS[k].e = e
 				}
-				g.replace(a.prevE[j], e)
+				g.replace(a.prevS[j].e, e)
 			}
 			return e
 		})
@@ -444,8 +448,13 @@ func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *
 	snap.Calibration = append([]Calibration(nil), a.calibration...)
 	snap.StatsCosts = append([]StatsCost(nil), a.statsCosts...)
 	snap.StatsTax = g.tax(entries, a.statsCosts, snap.Stats, dt, now)
-	a.prevIDs, a.prevC, a.prevE, a.spareIDs, a.spareC, a.spareE = nextIDs, nextC, nextE, a.prevIDs, a.prevC, a.prevE
-	clear(a.spareE) // the spare buffer must not keep old entries alive
+	if a.prof != nil { // profiles were set after the states
+		for i := range nextS {
+			nextS[i].quiet = idle(nextS[i].e)
+		}
+	}
+	a.prevIDs, a.prevS, a.spareIDs, a.spareS = nextIDs, nextS, a.prevIDs, a.prevS
+	clear(a.spareS) // the spare buffer must not keep old entries alive
 }
 
 // idle says whether an entry can be handed out again as it is for a
@@ -727,9 +736,19 @@ func (c *idCursor) has(id uint32) bool {
 	return ok
 }
 
-// sortByID sorts ids ascending with cs and es alongside, when they are not
+// progState is what a scan keeps of each program for the next one.
+type progState struct {
+	c counters
+	e *ProgramStat // the entry handed out
+	// quiet says e can be handed out again as it is (idle), hasMisses
+	// that it has recursion misses: the next scan decides from these
+	// without touching e.
+	quiet, hasMisses bool
+}
+
+// sortByID sorts ids ascending with sts alongside, when they are not
 // already (programs normally come in id order).
-func sortByID(ids []uint32, cs []counters, es []*ProgramStat) {
+func sortByID(ids []uint32, sts []progState) {
 	if slices.IsSorted(ids) {
 		return
 	}
@@ -738,9 +757,9 @@ func sortByID(ids []uint32, cs []counters, es []*ProgramStat) {
 		idx[i] = i
 	}
 	sort.Slice(idx, func(a, b int) bool { return ids[idx[a]] < ids[idx[b]] })
-	ids2, cs2, es2 := slices.Clone(ids), slices.Clone(cs), slices.Clone(es)
+	ids2, sts2 := slices.Clone(ids), slices.Clone(sts)
 	for i, k := range idx {
-		ids[i], cs[i], es[i] = ids2[k], cs2[k], es2[k]
+		ids[i], sts[i] = ids2[k], sts2[k]
 	}
 }
 

@@ -38,19 +38,17 @@ func TestIDCursor(t *testing.T) {
 // TestSortByID keeps each id with its counters and entry.
 func TestSortByID(t *testing.T) {
 	for _, ids := range [][]uint32{{1, 2, 3}, {3, 1, 2}, {9, 4, 7, 1}, {}} {
-		cs := make([]counters, len(ids))
-		es := make([]*ProgramStat, len(ids))
+		sts := make([]progState, len(ids))
 		for i, id := range ids {
-			cs[i] = counters{runs: uint64(id) * 10}
-			es[i] = &ProgramStat{Program: Program{ID: id}}
+			sts[i] = progState{c: counters{runs: uint64(id) * 10}, e: &ProgramStat{Program: Program{ID: id}}}
 		}
-		sortByID(ids, cs, es)
+		sortByID(ids, sts)
 		if !slices.IsSorted(ids) {
 			t.Errorf("not sorted: %v", ids)
 		}
 		for i, id := range ids {
-			if cs[i].runs != uint64(id)*10 || es[i].ID != id {
-				t.Errorf("id %d has counters %+v, entry of %d", id, cs[i], es[i].ID)
+			if sts[i].c.runs != uint64(id)*10 || sts[i].e.ID != id {
+				t.Errorf("id %d has counters %+v, entry of %d", id, sts[i].c, sts[i].e.ID)
 			}
 		}
 	}

@@ -265,7 +265,7 @@ func (r *reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) 
 				// so the slot is last scan's.)
 				progs = progs[:k+1]
 				p = &progs[k]
-				resetCounters(p, &s.prog)
+				p.RecursionMisses = nil // counters are set below
 			} else {
 				progs = append(progs, s.prog)
 				p = &progs[k]
@@ -359,13 +359,8 @@ func (r *reader) readIterOnce(bootWall time.Time, st *ScanStats) ([]ProgramStat,
 // fields are s's already, then equals s. A field added to Program is
 // dynamic unless TestResetDynamic lists it as static.
 func resetDynamic(p, s *Program) {
-	resetCounters(p, s)
-	resetJoins(p, s)
-}
-
-// resetCounters sets p's counters to s's.
-func resetCounters(p, s *Program) {
 	p.RunCount, p.RunTimeNs, p.RecursionMisses = s.RunCount, s.RunTimeNs, s.RecursionMisses
+	resetJoins(p, s)
 }
 
 // resetJoins sets what join, the owners and the miss kind set in p to s's.
