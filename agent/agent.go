@@ -100,6 +100,10 @@ type Agent struct {
 	prevIDs, spareIDs []uint32
 	prevS, spareS     []progState
 	prevLink          map[uint32]uint64 // kprobe missed by link id
+	// lastEntries is the last snapshot's Programs; lastInOrder says the
+	// last scan's programs came in ascending id order (as prevIDs).
+	lastEntries []*ProgramStat
+	lastInOrder bool
 	// agg keeps the aggregates between scans (aggregates.go).
 	agg aggregates
 	// sysctl reads kernel.bpf_stats_enabled at every scan.
@@ -341,15 +345,26 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *sampler, joinsKept bool) {
 	now := snap.Time
 	n := progs.len()
-	entries := make([]*ProgramStat, n)
 	fast := joinsKept && smp == nil
+	// The same programs in the same order as the last scan (the reader
+	// kept every slot, the last scan's were in id order): their states are
+	// updated where they stand, and while no entry changes the last
+	// snapshot's list of entries is handed out again.
+	inPlace := fast && a.lastInOrder && len(a.prevIDs) == n && len(a.lastEntries) == n && sameIDs(a.prevIDs, progs)
+	var entries []*ProgramStat
+	if !inPlace || a.prof != nil {
+		entries = make([]*ProgramStat, n)
+	}
 	// Counters and entries of the previous scan, by ascending id as
 	// programs come (both sources read in id order): each program's
 	// previous counters are found by a merge, and this scan's are kept in
 	// the spare buffers.
 	before := idCursor{ids: a.prevIDs}
 	nextIDs, nextS := a.spareIDs[:0], a.spareS[:0]
-	if cap(nextIDs) < n { // sized once rather than grown by appends
+	switch {
+	case inPlace:
+		nextIDs, nextS = a.prevIDs, a.prevS
+	case cap(nextIDs) < n: // sized once rather than grown by appends
 		nextIDs, nextS = make([]uint32, 0, n), make([]progState, 0, n)
 	}
 	g := &a.agg
@@ -361,7 +376,10 @@ func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *
 		cur := progCounters(p)
 		var prevC counters
 		var old *ProgramStat
-		j, havePrev := before.find(p.ID)
+		j, havePrev := i, true
+		if !inPlace {
+			j, havePrev = before.find(p.ID)
+		}
 		if havePrev {
 			ps := &a.prevS[j]
 			prevC, old = ps.c, ps.e
@@ -369,8 +387,12 @@ func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *
 			// Decided from the state alone: the entries are all over
 			// the heap, the states side by side.
 			if fast && cur == prevC && ps.quiet && ps.hasMisses == (p.RecursionMisses != nil) {
-				nextIDs, nextS = append(nextIDs, p.ID), append(nextS, *ps)
-				entries[i] = old // idle and unchanged
+				if !inPlace {
+					nextIDs, nextS = append(nextIDs, p.ID), append(nextS, *ps)
+				}
+				if entries != nil {
+					entries[i] = old // idle and unchanged
+				}
 				continue
 			}
 		}
@@ -395,8 +417,18 @@ func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *
 		if e != old {
 			e.Delta, e.New = d, !havePrev
 		}
-		nextIDs = append(nextIDs, p.ID)
-		nextS = append(nextS, progState{c: cur, e: e, quiet: idle(e), hasMisses: e.RecursionMisses != nil})
+		st := progState{c: cur, e: e, quiet: idle(e), hasMisses: e.RecursionMisses != nil}
+		if inPlace {
+			nextS[i] = st
+		} else {
+			nextIDs, nextS = append(nextIDs, p.ID), append(nextS, st)
+		}
+		if entries == nil {
+			// The first change of an in-place scan: the entries before
+			// it are the last snapshot's.
+			entries = make([]*ProgramStat, n)
+			copy(entries, a.lastEntries[:i])
+		}
 		entries[i] = e
 		if e == old {
 			continue
@@ -407,7 +439,13 @@ func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *
 		}
 		obs = a.linkMisses(obs, old, e)
 	}
-	sortByID(nextIDs, nextS)
+	if entries == nil {
+		entries = a.lastEntries // nothing changed, nothing moved
+	}
+	if !inPlace {
+		a.lastInOrder = slices.IsSorted(nextIDs)
+		sortByID(nextIDs, nextS)
+	}
 	next := idCursor{ids: nextIDs}
 	if matched < len(a.prevIDs) {
 		// Programs gone since the last scan leave the aggregates.
@@ -426,21 +464,24 @@ func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *
 
 	if a.prof != nil {
 		// A profiled program's entry is written: copied first when it is
-		// the previous snapshot's.
+		// an earlier snapshot's.
 		a.prof.update(entries, func(i int) *ProgramStat {
 			e := entries[i]
-			if j, ok := before.find(e.ID); ok && a.prevS[j].e == e {
+			if !g.isNew(e) {
 				c := *e
-				e = &c
-				entries[i] = e
+				entries[i] = &c
 				if k, ok := next.find(e.ID); ok {
-					nextS[k].e = e
+					nextS[k].e = &c
 				}
-				g.replace(a.prevS[j].e, e)
+				g.replace(e, &c)
+				e = &c
 			}
 			return e
 		})
 		snap.Degraded = append(snap.Degraded, a.prof.errors()...)
+		for i := range nextS { // profiles were set after the states
+			nextS[i].quiet = idle(nextS[i].e)
+		}
 	}
 	snap.Programs = entries
 	snap.AttachTypes = g.attachTypes(dt, a.overhead())
@@ -448,13 +489,21 @@ func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *
 	snap.Calibration = append([]Calibration(nil), a.calibration...)
 	snap.StatsCosts = append([]StatsCost(nil), a.statsCosts...)
 	snap.StatsTax = g.tax(entries, a.statsCosts, snap.Stats, dt, now)
-	if a.prof != nil { // profiles were set after the states
-		for i := range nextS {
-			nextS[i].quiet = idle(nextS[i].e)
+	a.lastEntries = entries
+	if !inPlace {
+		a.prevIDs, a.prevS, a.spareIDs, a.spareS = nextIDs, nextS, a.prevIDs, a.prevS
+		clear(a.spareS) // the spare buffer must not keep old entries alive
+	}
+}
+
+// sameIDs says whether progs has exactly ids, in that order.
+func sameIDs(ids []uint32, progs progView) bool {
+	for i, id := range ids {
+		if progs.at(i).ID != id {
+			return false
 		}
 	}
-	a.prevIDs, a.prevS, a.spareIDs, a.spareS = nextIDs, nextS, a.prevIDs, a.prevS
-	clear(a.spareS) // the spare buffer must not keep old entries alive
+	return true
 }
 
 // idle says whether an entry can be handed out again as it is for a

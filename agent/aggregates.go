@@ -41,6 +41,16 @@ type aggregates struct {
 
 type entryChange struct{ old, e *ProgramStat }
 
+// isNew says whether e is an entry of this scan's (not yet handed out).
+func (g *aggregates) isNew(e *ProgramStat) bool {
+	for _, c := range g.changed {
+		if c.e == e {
+			return true
+		}
+	}
+	return false
+}
+
 // typeSum is the cumulative counters of one attach type's programs.
 type typeSum struct {
 	name                              string
