@@ -686,6 +686,9 @@ func (a *Agent) attachOwners(progs progView, now time.Time, st *ScanStats, early
 	}
 	a.ownerAllKnown = !refresh
 	if refresh {
+		// apply expects each program as join left it: kept joins carry
+		// the last refresh's owners and attachments.
+		a.r.rejoin(progs)
 		horizon := ^uint32(0)
 		var h holders
 		if early != nil {

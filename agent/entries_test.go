@@ -2,7 +2,12 @@ package agent
 
 import (
 	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 )
@@ -48,5 +53,44 @@ func TestEntriesSharedAcrossSnapshots(t *testing.T) {
 	}
 	if findProg(s5, busyID) != findProg(s4, busyID) || findProg(s5, idleID) != findProg(s2, idleID) {
 		t.Errorf("idle programs got new entries in scan 5")
+	}
+}
+
+// TestOwnerGoneWhileJoinsKept: the same programs and links scan after
+// scan (the reader keeps their joins), and an owner refresh finds that the
+// process holding a program let it go (it stays, pinned): the next
+// snapshot has no owner left from the kept joins, and the pin.
+func TestOwnerGoneWhileJoinsKept(t *testing.T) {
+	dir := filepath.Join("/sys/fs/bpf", fmt.Sprintf("bpfleet-ownergone-%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Skipf("cannot use the host's bpffs at /sys/fs/bpf: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	a := newTestAgentWith(t, Config{Owners: true, OwnerRefresh: time.Nanosecond})
+	progs := loadPrograms(t, 1)
+	id := progID(t, progs[0])
+	pin := filepath.Join(dir, "prog")
+	if err := progs[0].Pin(pin); err != nil {
+		t.Fatal(err)
+	}
+	held := func(s *Snapshot) bool {
+		for _, o := range findProg(s, id).Owners {
+			if o.PID == os.Getpid() {
+				return true
+			}
+		}
+		return false
+	}
+	scan(t, a)
+	if s := scan(t, a); !held(s) {
+		t.Fatalf("program %d: not held by this test (pid %d): %+v", id, os.Getpid(), findProg(s, id).Owners)
+	}
+	progs[0].Close() // the pin keeps it
+	s := scan(t, a)
+	if !s.Scan.OwnersRefreshed {
+		t.Fatal("no owner refresh with a refresh period of 1ns")
+	}
+	if p := findProg(s, id); held(s) || !slices.Contains(p.Pins, pin) {
+		t.Errorf("program %d after its fd closed: owners %+v (this test is pid %d), pins %v, want none and %s", id, p.Owners, os.Getpid(), p.Pins, pin)
 	}
 }

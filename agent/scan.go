@@ -763,6 +763,20 @@ func (r *reader) join(progs progView, links []Link, statics []*progStatic, metas
 	}
 }
 
+// rejoin joins a scan whose joins were kept (joinsKept) again, from its
+// slots' statics and its links: for an owner refresh, whose answers replace
+// what the kept joins carry.
+func (r *reader) rejoin(progs progView) {
+	if !r.joinsKept {
+		return
+	}
+	for i := range r.order {
+		resetJoins(progs.at(i), &r.order[i].prog)
+	}
+	r.join(progs, r.lastLinks, r.order, nil)
+	r.joinsKept = false
+}
+
 // sameLinkList says whether two scans read the same links: same ids for the
 // same programs, same counters (a link's other fields are cached by id).
 func sameLinkList(a, b []Link) bool {
