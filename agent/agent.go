@@ -368,7 +368,7 @@ func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *
 		nextIDs, nextS = make([]uint32, 0, n), make([]progState, 0, n)
 	}
 	g := &a.agg
-	g.begin()
+	g.begin(n)
 	var obs []missObservation
 	matched := 0
 	for i := range n {

@@ -25,6 +25,16 @@ type aggregates struct {
 	// (old; nil for a program seen first), in program order; gone
 	// programs (e nil) after them.
 	changed []entryChange
+	// moved are the new entries whose delta is not zero, in program
+	// order: the only ones that add to this scan's deltas and rates.
+	moved []*ProgramStat
+	// ownedChanged are the changes in which an entry has owners; owned
+	// counts the current entries with owners.
+	ownedChanged []entryChange
+	owned        int
+	// last is the attach type of the last typeAdd: programs of one type
+	// often come in a row.
+	last *typeSum
 	// ownersDirty: an owner list changed, or a program with owners came
 	// or went: owners are summed again from every program.
 	ownersDirty bool
@@ -59,47 +69,58 @@ type typeSum struct {
 	slot                              int // index in this scan's result
 }
 
-// begin starts a scan.
-func (g *aggregates) begin() {
-	clear(g.changed) // no entry kept alive by the buffer
-	g.changed = g.changed[:0]
+// begin starts a scan of n programs.
+func (g *aggregates) begin(n int) {
+	// No entry kept alive by the buffers.
+	clear(g.changed)
+	clear(g.moved)
+	clear(g.ownedChanged)
+	g.changed, g.moved, g.ownedChanged = g.changed[:0], g.moved[:0], g.ownedChanged[:0]
+	if g.types == nil { // a first scan: every program is new
+		g.types = map[string]*typeSum{}
+		g.changed = make([]entryChange, 0, n)
+	}
 }
 
 // replace accounts for a program whose entry changed from old to e: old
 // nil for a program seen first, e nil for one gone.
 func (g *aggregates) replace(old, e *ProgramStat) {
-	if g.types == nil {
-		g.types = map[string]*typeSum{}
-	}
+	var oldOwners, newOwners []Owner
 	if old != nil {
 		g.typeAdd(old, false)
+		oldOwners = old.Owners
 	}
 	if e != nil {
 		g.typeAdd(e, true)
+		newOwners = e.Owners
+		if e.Delta != (Rates{}) {
+			g.moved = append(g.moved, e)
+		}
 	}
 	g.changed = append(g.changed, entryChange{old, e})
 	if old == nil || e == nil || old.AttachType != e.AttachType || old.Type != e.Type {
 		g.shapeDirty = true
 	}
-	var oldOwners, newOwners []Owner
-	if old != nil {
-		oldOwners = old.Owners
-	}
-	if e != nil {
-		newOwners = e.Owners
-	}
-	if !slices.Equal(oldOwners, newOwners) {
-		g.ownersDirty = true
+	if len(oldOwners) > 0 || len(newOwners) > 0 {
+		g.ownedChanged = append(g.ownedChanged, entryChange{old, e})
+		g.owned += min(len(newOwners), 1) - min(len(oldOwners), 1)
+		if !slices.Equal(oldOwners, newOwners) {
+			g.ownersDirty = true
+		}
 	}
 }
 
 func (g *aggregates) typeAdd(e *ProgramStat, add bool) {
-	t := g.types[e.AttachType]
+	t := g.last
+	if t == nil || t.name != e.AttachType {
+		t = g.types[e.AttachType]
+	}
 	if t == nil {
 		t = &typeSum{name: e.AttachType}
 		g.types[e.AttachType] = t
 		g.names = nil
 	}
+	g.last = t
 	c := progCounters(&e.Program)
 	if add {
 		t.programs++
@@ -119,6 +140,7 @@ func (g *aggregates) typeAdd(e *ProgramStat, add bool) {
 	if t.programs == 0 {
 		delete(g.types, e.AttachType)
 		g.names = nil
+		g.last = nil
 	}
 }
 
@@ -144,10 +166,8 @@ func (g *aggregates) attachTypes(dt time.Duration, overhead map[string]*float64)
 		out[i] = AttachTypeStat{AttachType: t.name, Programs: t.programs, RunCount: t.runs, RunTimeNs: t.runTime,
 			RecursionMisses: t.misses, LinkMissed: t.linkMissed, OverheadNs: overhead[t.name]}
 	}
-	for _, c := range g.changed {
-		if c.e != nil && c.e.Delta != (Rates{}) {
-			addRates(&out[g.types[c.e.AttachType].slot].Delta, c.e.Delta)
-		}
+	for _, e := range g.moved {
+		addRates(&out[g.types[e.AttachType].slot].Delta, e.Delta)
 	}
 	for i := range out {
 		out[i].Delta = withRates(out[i].Delta, dt)
@@ -157,33 +177,30 @@ func (g *aggregates) attachTypes(dt time.Duration, overhead map[string]*float64)
 
 // owners is aggregateOwners over entries.
 func (g *aggregates) owners(entries []*ProgramStat, dt time.Duration) []OwnerStat {
-	touched := false
-	for _, c := range g.changed {
-		if (c.e != nil && len(c.e.Owners) > 0) || (c.old != nil && len(c.old.Owners) > 0) {
-			touched = true
-			break
-		}
+	if g.owned == 0 { // no program has an owner: nothing to sum
+		g.own, g.ownersDirty, g.lastOwners, g.lastOwnersIdle = nil, false, nil, true
+		return nil
 	}
-	if !touched && g.own != nil && !g.ownersDirty && g.lastOwnersIdle {
+	if len(g.ownedChanged) == 0 && g.own != nil && !g.ownersDirty && g.lastOwnersIdle {
 		return g.lastOwners
 	}
-	var deltas []*ProgramStat
 	if g.ownersDirty || g.own == nil {
 		g.own = sumOwners(entries)
 		g.ownersDirty = false
 	} else {
-		for _, c := range g.changed {
-			// Owner lists are the same (else ownersDirty): only the
-			// counters moved.
-			if c.e != nil && c.old != nil && len(c.e.Owners) > 0 {
+		for _, c := range g.ownedChanged {
+			// Owner lists are the same (else ownersDirty), neither is
+			// nil (a program came or went): only the counters moved.
+			if c.old != nil && c.e != nil {
 				g.own.add(c.old, false)
 				g.own.add(c.e, true)
 			}
 		}
 	}
-	for _, c := range g.changed {
-		if c.e != nil && len(c.e.Owners) > 0 && c.e.Delta != (Rates{}) {
-			deltas = append(deltas, c.e)
+	var deltas []*ProgramStat
+	for _, e := range g.moved {
+		if len(e.Owners) > 0 {
+			deltas = append(deltas, e)
 		}
 	}
 	g.lastOwners = g.own.result(deltas, dt)
@@ -313,13 +330,7 @@ func (g *aggregates) tax(entries []*ProgramStat, costs []StatsCost, st StatsStat
 		g.shapeDirty = false
 	}
 	g.shape = sh
-	rated := make([]*ProgramStat, 0, 8)
-	for _, c := range g.changed {
-		if c.e != nil && c.e.Delta.RunsPerSec != 0 {
-			rated = append(rated, c.e)
-		}
-	}
-	sh.rates(&tax, rated)
+	sh.rates(&tax, g.moved)
 	return tax
 }
 
