@@ -350,9 +350,11 @@ func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *
 	// kept every slot, the last scan's were in id order): their states are
 	// updated where they stand, and while no entry changes the last
 	// snapshot's list of entries is handed out again.
-	inPlace := fast && a.lastInOrder && len(a.prevIDs) == n && len(a.lastEntries) == n && sameIDs(a.prevIDs, progs)
+	// (Not with profiles: their entries are copied on write, which needs
+	// the last scan's states as they were.)
+	inPlace := fast && a.prof == nil && a.lastInOrder && len(a.prevIDs) == n && len(a.lastEntries) == n && sameIDs(a.prevIDs, progs)
 	var entries []*ProgramStat
-	if !inPlace || a.prof != nil {
+	if !inPlace {
 		entries = make([]*ProgramStat, n)
 	}
 	// Counters and entries of the previous scan, by ascending id as
@@ -368,7 +370,7 @@ func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *
 		nextIDs, nextS = make([]uint32, 0, n), make([]progState, 0, n)
 	}
 	g := &a.agg
-	g.begin(n)
+	g.begin()
 	var obs []missObservation
 	matched := 0
 	for i := range n {
@@ -464,10 +466,10 @@ func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *
 
 	if a.prof != nil {
 		// A profiled program's entry is written: copied first when it is
-		// an earlier snapshot's.
+		// the previous snapshot's.
 		a.prof.update(entries, func(i int) *ProgramStat {
 			e := entries[i]
-			if !g.isNew(e) {
+			if j, ok := before.find(e.ID); ok && a.prevS[j].e == e {
 				c := *e
 				entries[i] = &c
 				if k, ok := next.find(e.ID); ok {

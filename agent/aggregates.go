@@ -21,10 +21,6 @@ type aggregates struct {
 	// nil when a type came or went.
 	names []string
 	sums  []*typeSum
-	// changed are this scan's new entries (e) with the ones they replace
-	// (old; nil for a program seen first), in program order; gone
-	// programs (e nil) after them.
-	changed []entryChange
 	// moved are the new entries whose delta is not zero, in program
 	// order: the only ones that add to this scan's deltas and rates.
 	moved []*ProgramStat
@@ -49,17 +45,9 @@ type aggregates struct {
 	shape      *taxShape
 }
 
+// entryChange is a program's entry changing from old (nil: the program
+// is new) to e (nil: it is gone).
 type entryChange struct{ old, e *ProgramStat }
-
-// isNew says whether e is an entry of this scan's (not yet handed out).
-func (g *aggregates) isNew(e *ProgramStat) bool {
-	for _, c := range g.changed {
-		if c.e == e {
-			return true
-		}
-	}
-	return false
-}
 
 // typeSum is the cumulative counters of one attach type's programs.
 type typeSum struct {
@@ -69,16 +57,14 @@ type typeSum struct {
 	slot                              int // index in this scan's result
 }
 
-// begin starts a scan of n programs.
-func (g *aggregates) begin(n int) {
+// begin starts a scan.
+func (g *aggregates) begin() {
 	// No entry kept alive by the buffers.
-	clear(g.changed)
 	clear(g.moved)
 	clear(g.ownedChanged)
-	g.changed, g.moved, g.ownedChanged = g.changed[:0], g.moved[:0], g.ownedChanged[:0]
-	if g.types == nil { // a first scan: every program is new
-		g.types = map[string]*typeSum{}
-		g.changed = make([]entryChange, 0, n)
+	g.moved, g.ownedChanged = g.moved[:0], g.ownedChanged[:0]
+	if g.types == nil {
+		g.types = make(map[string]*typeSum)
 	}
 }
 
@@ -97,7 +83,6 @@ func (g *aggregates) replace(old, e *ProgramStat) {
 			g.moved = append(g.moved, e)
 		}
 	}
-	g.changed = append(g.changed, entryChange{old, e})
 	if old == nil || e == nil || old.AttachType != e.AttachType || old.Type != e.Type {
 		g.shapeDirty = true
 	}

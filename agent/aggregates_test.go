@@ -88,7 +88,7 @@ func refOwners(progs []*ProgramStat, dt time.Duration) []OwnerStat {
 // fromScratch is aggregates that saw every program of progs come.
 func fromScratch(progs []*ProgramStat) *aggregates {
 	g := &aggregates{}
-	g.begin(len(progs))
+	g.begin()
 	for _, p := range progs {
 		g.replace(nil, p)
 	}

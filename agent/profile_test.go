@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
@@ -41,11 +42,15 @@ func TestAgentProfilesSelected(t *testing.T) {
 	defer tt.Close()
 	id := progID(t, tt.Prog)
 	a := newTestAgentWith(t, Config{Profile: []string{"id:" + strconv.Itoa(int(id))}, NoIterator: true})
-	scan(t, a)
+	s1 := scan(t, a)
+	frozen, _ := json.Marshal(s1)
 	if _, err := tt.Fire(100); err != nil {
 		t.Fatal(err)
 	}
 	s := scan(t, a)
+	if again, _ := json.Marshal(s1); string(again) != string(frozen) {
+		t.Error("the first snapshot changed when the second set profiles")
+	}
 	p := findProg(s, id)
 	if p == nil || p.Profile == nil {
 		t.Fatalf("program %d: no profile in the snapshot", id)
