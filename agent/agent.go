@@ -100,6 +100,9 @@ type Agent struct {
 	prevIDs, spareIDs []uint32
 	prevS, spareS     []progState
 	prevLink          map[uint32]uint64 // kprobe missed by link id
+	// pendingStates are the entries of a one-shot scan, to become prevIDs
+	// and prevS if the agent scans again (statesFromEntries).
+	pendingStates []*ProgramStat
 	// lastEntries is the last snapshot's Programs; lastInOrder says the
 	// last scan's programs came in ascending id order (as prevIDs).
 	lastEntries []*ProgramStat
@@ -345,6 +348,10 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *sampler, joinsKept bool) {
 	now := snap.Time
 	n := progs.len()
+	a.statesFromEntries()
+	// A one-shot read's first scan keeps no states: the agent scans once
+	// (Config.OneShot). Should it scan again, its entries are the states.
+	lazy := progs.stats != nil && len(a.prevIDs) == 0
 	fast := joinsKept && smp == nil
 	// The same programs in the same order as the last scan (the reader
 	// kept every slot, the last scan's were in id order): their states are
@@ -366,7 +373,7 @@ func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *
 	switch {
 	case inPlace:
 		nextIDs, nextS = a.prevIDs, a.prevS
-	case cap(nextIDs) < n: // sized once rather than grown by appends
+	case !lazy && cap(nextIDs) < n: // sized once rather than grown by appends
 		nextIDs, nextS = make([]uint32, 0, n), make([]progState, 0, n)
 	}
 	g := &a.agg
@@ -403,13 +410,14 @@ func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *
 			raw = smp.program(p, raw, dt)
 		}
 		d := raw // an idle program's rates are all zero: no divisions
-		if raw != (Rates{}) {
+		moved := raw != (Rates{})
+		if moved {
 			d = withRates(raw, dt)
 		}
 		p.MissKind = missKind(p, &a.kernel)
 		var e *ProgramStat
 		switch {
-		case old != nil && d == (Rates{}) && idle(old) && sameDynamic(p, &old.Program):
+		case old != nil && !moved && idle(old) && sameDynamic(p, &old.Program):
 			e = old // idle and unchanged: shared with the previous snapshot
 		case progs.stats != nil:
 			e = &progs.stats[i] // a one-shot scan built it in place
@@ -419,10 +427,13 @@ func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *
 		if e != old {
 			e.Delta, e.New = d, !havePrev
 		}
-		st := progState{c: cur, e: e, quiet: idle(e), hasMisses: e.RecursionMisses != nil}
-		if inPlace {
+		// idle(e), known without reading it: a kept entry is idle, a new
+		// one has this delta, New unless seen before, and no profile yet.
+		st := progState{c: cur, e: e, quiet: !moved && havePrev, hasMisses: p.RecursionMisses != nil}
+		switch {
+		case inPlace:
 			nextS[i] = st
-		} else {
+		case !lazy:
 			nextIDs, nextS = append(nextIDs, p.ID), append(nextS, st)
 		}
 		if entries == nil {
@@ -439,7 +450,9 @@ func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *
 		if d.Misses > 0 {
 			obs = append(obs, missObservation{key: episodeKey{SourceRecursionMisses, p.ID, 0}, misses: d.Misses, runs: d.Runs, prog: &e.Program, kind: e.MissKind})
 		}
-		obs = a.linkMisses(obs, old, e)
+		if len(e.Links) > 0 || old != nil && len(old.Links) > 0 {
+			obs = a.linkMisses(obs, old, e)
+		}
 	}
 	if entries == nil {
 		entries = a.lastEntries // nothing changed, nothing moved
@@ -452,9 +465,9 @@ func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *
 	if matched < len(a.prevIDs) {
 		// Programs gone since the last scan leave the aggregates.
 		for j, id := range a.prevIDs {
-			if !next.has(id) {
-				g.replace(a.prevS[j].e, nil)
-				a.linkMisses(nil, a.prevS[j].e, nil)
+			if old := a.prevS[j].e; !next.has(id) {
+				g.replace(old, nil)
+				a.linkMisses(nil, old, nil)
 			}
 		}
 	}
@@ -492,10 +505,30 @@ func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *
 	snap.StatsCosts = append([]StatsCost(nil), a.statsCosts...)
 	snap.StatsTax = g.tax(entries, a.statsCosts, snap.Stats, dt, now)
 	a.lastEntries = entries
+	if lazy {
+		a.pendingStates = entries
+	}
 	if !inPlace {
 		a.prevIDs, a.prevS, a.spareIDs, a.spareS = nextIDs, nextS, a.prevIDs, a.prevS
 		clear(a.spareS) // the spare buffer must not keep old entries alive
 	}
+}
+
+// statesFromEntries makes the states of a one-shot scan (pendingStates),
+// which keeps none, before a later scan needs them.
+func (a *Agent) statesFromEntries() {
+	es := a.pendingStates
+	if es == nil {
+		return
+	}
+	a.pendingStates = nil
+	a.prevIDs, a.prevS = make([]uint32, len(es)), make([]progState, len(es))
+	for i, e := range es {
+		a.prevIDs[i] = e.ID
+		a.prevS[i] = progState{c: progCounters(&e.Program), e: e, quiet: idle(e), hasMisses: e.RecursionMisses != nil}
+	}
+	a.lastInOrder = slices.IsSorted(a.prevIDs)
+	sortByID(a.prevIDs, a.prevS)
 }
 
 // sameIDs says whether progs has exactly ids, in that order.

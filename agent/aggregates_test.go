@@ -396,3 +396,52 @@ func TestParseSysctlInt(t *testing.T) {
 		}
 	}
 }
+
+// TestOneShotScansAgain: a one-shot read's scan keeps no states, yet a
+// second scan of the same agent has the deltas a kept state would give.
+func TestOneShotScansAgain(t *testing.T) {
+	f := &fleet{rng: rand.New(rand.NewPCG(9, 7)), progs: map[uint32]*Program{}}
+	for range 50 {
+		f.add()
+	}
+	lazy, kept := &Agent{eps: newEpisodeTracker(2)}, &Agent{eps: newEpisodeTracker(2)}
+	now := time.Unix(1000, 0)
+	var snaps [2]*Snapshot
+	for scan := range 3 {
+		if scan > 0 {
+			f.step()
+		}
+		read := f.read()
+		for k, a := range []*Agent{lazy, kept} {
+			progs := progView{progs: slices.Clone(read)}
+			if k == 0 && scan == 0 {
+				progs = progView{stats: make([]ProgramStat, len(read))} // as readIterOnce builds them
+				for i := range read {
+					progs.stats[i].Program = read[i]
+				}
+			}
+			var dt time.Duration
+			if scan > 0 {
+				dt = time.Second
+			}
+			snaps[k] = &Snapshot{Time: now.Add(time.Duration(scan) * time.Second), Interval: dt}
+			a.assemble(snaps[k], progs, dt, nil, false)
+			a.prevTime = snaps[k].Time
+		}
+		if len(lazy.prevIDs) != 0 && scan == 0 {
+			t.Fatalf("the one-shot scan kept %d states", len(lazy.prevIDs))
+		}
+		a, b := snaps[0], snaps[1]
+		if len(a.Programs) != len(b.Programs) {
+			t.Fatalf("scan %d: %d programs, %d", scan, len(a.Programs), len(b.Programs))
+		}
+		for i := range a.Programs {
+			if x, y := a.Programs[i], b.Programs[i]; x.ID != y.ID || x.Delta != y.Delta || x.New != y.New {
+				t.Errorf("scan %d: program %d delta %+v new %v, kept states give %+v %v", scan, x.ID, x.Delta, x.New, y.Delta, y.New)
+			}
+		}
+		if !reflect.DeepEqual(a.AttachTypes, b.AttachTypes) {
+			t.Errorf("scan %d: attach types differ", scan)
+		}
+	}
+}
