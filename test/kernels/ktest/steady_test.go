@@ -32,7 +32,7 @@ func TestSteadyScan(t *testing.T) {
 		}
 		m := map[uint32]agent.ProgramStat{}
 		for _, p := range snap.Programs {
-			m[p.ID] = p
+			m[p.ID] = *p
 		}
 		return m, snap.Scan
 	}
