@@ -318,6 +318,9 @@ type Snapshot struct {
 	// and why (stats refused, no bpf_prog iterator, ...).
 	Degraded []string `json:"degraded,omitempty"`
 
+	// Programs are shared with other snapshots: an idle program's entry
+	// (and, when nothing changed, the whole list) is the previous
+	// snapshot's. Never write one.
 	Programs    []*ProgramStat   `json:"programs"`
 	AttachTypes []AttachTypeStat `json:"attach_types"`
 	Owners      []OwnerStat      `json:"owners"`
