@@ -39,6 +39,14 @@ type Config struct {
 	// Interval is the metric export interval; 0: OTEL_METRIC_EXPORT_INTERVAL,
 	// else the SDK default (60s).
 	Interval time.Duration
+	// ScanInterval is how often Update is called (the agent's
+	// --interval); 0: not at a steady pace. With it the OTLP and console
+	// metrics are exported right after an Update (push.go), the first
+	// Update and then the first at least Interval after the previous
+	// export (less half a scan interval): never more often than the scans
+	// change the data. Without it the SDK's periodic reader exports every
+	// Interval.
+	ScanInterval time.Duration
 	// ProgramInfo adds bpf.program.info at LevelWorkload: one series per
 	// loaded program, so new series with every reload.
 	ProgramInfo bool
@@ -98,6 +106,7 @@ type Exporter struct {
 	view      *view
 	prof      *profileProducer
 	series    *seriesProducer
+	push      *pusher // nil: no pushed metric destination (see Config.ScanInterval)
 	progCache map[uint32]cachedAttrs
 	owners    map[string]*aggSeries
 	attach    map[string]*aggSeries
@@ -190,6 +199,9 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 		e.tracer = noop.NewTracerProvider().Tracer("")
 	}
 	e.MetricsTarget, e.TracesTarget = sig.metricsTarget, sig.tracesTarget
+	if e.push != nil {
+		e.push.start()
+	}
 	return e, nil
 }
 
@@ -199,8 +211,12 @@ func (e *Exporter) Update(ctx context.Context, snap *agent.Snapshot) {
 	e.mu.Lock()
 	e.scans++
 	e.scanErrors += int64(snap.Scan.Errors)
-	e.view = e.buildView(snap, time.Now())
+	now := time.Now()
+	e.view = e.buildView(snap, now)
 	e.mu.Unlock()
+	if e.push != nil {
+		e.push.updated(now)
+	}
 
 	if e.scanDuration != nil {
 		e.scanDuration.Record(ctx, snap.Scan.Duration.Seconds())
@@ -264,6 +280,9 @@ func (e *Exporter) ScanFailed(err error) {
 	}
 	e.mu.Unlock()
 	e.errs.add("scan", err)
+	if e.push != nil {
+		e.push.updated(time.Now())
+	}
 }
 
 // EndEpisodes emits the spans of the episodes still open when the agent
@@ -316,10 +335,14 @@ func (e *Exporter) Shutdown(ctx context.Context) error {
 	if e.tp != nil {
 		errs = append(errs, e.tp.Shutdown(ctx))
 	}
-	// The meter provider's shutdown runs a last collection, through the
-	// still registered callback, and exports it: with bpf.agent.shutdown 1,
-	// so the rules know the agent left on purpose.
+	// The pusher's last export, and the meter provider's shutdown for the
+	// periodic readers, run a last collection, through the still
+	// registered callback, and export it: with bpf.agent.shutdown 1, so
+	// the rules know the agent left on purpose.
 	e.stopping.Store(true)
+	if e.push != nil {
+		errs = append(errs, e.push.stop(ctx))
+	}
 	errs = append(errs, e.mp.Shutdown(ctx))
 	e.closePrometheus(ctx)
 	return errors.Join(errs...)
@@ -337,6 +360,9 @@ func (e *Exporter) ForceFlush(ctx context.Context) error {
 	var errs []error
 	if e.tp != nil {
 		errs = append(errs, e.tp.ForceFlush(ctx))
+	}
+	if e.push != nil {
+		errs = append(errs, e.push.export(ctx))
 	}
 	errs = append(errs, e.mp.ForceFlush(ctx))
 	return errors.Join(errs...)

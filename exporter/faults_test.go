@@ -82,11 +82,16 @@ func TestBackendFaults(t *testing.T) {
 	for _, tc := range []struct {
 		name, proto string
 		stuck       bool
+		// scan: exports follow Updates (Config.ScanInterval, as the agent
+		// runs it) instead of the SDK's periodic reader.
+		scan time.Duration
 	}{
-		{"http down", ProtocolHTTP, false},
-		{"grpc down", ProtocolGRPC, false},
-		{"http hanging", ProtocolHTTP, true},
-		{"grpc hanging", ProtocolGRPC, true},
+		{"http down", ProtocolHTTP, false, 0},
+		{"grpc down", ProtocolGRPC, false, 0},
+		{"http hanging", ProtocolHTTP, true, 0},
+		{"grpc hanging", ProtocolGRPC, true, 0},
+		{"http hanging, exports after updates", ProtocolHTTP, true, 5 * time.Millisecond},
+		{"grpc down, exports after updates", ProtocolGRPC, false, 5 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_METRIC_EXPORT_INTERVAL"} {
@@ -107,7 +112,7 @@ func TestBackendFaults(t *testing.T) {
 			}
 			var logBuf bytes.Buffer
 			e, err := New(context.Background(), Config{
-				Level: LevelProgram, Interval: 50 * time.Millisecond,
+				Level: LevelProgram, Interval: 50 * time.Millisecond, ScanInterval: tc.scan,
 				Endpoint: "http://" + addr, Protocol: tc.proto,
 				Log: slog.New(slog.NewTextHandler(&logBuf, nil)),
 			})

@@ -154,13 +154,26 @@ func (e *Exporter) signals(ctx context.Context) (signalSetup, error) {
 	if e.cfg.Interval > 0 {
 		readerOpts = append(readerOpts, sdkmetric.WithInterval(e.cfg.Interval))
 	}
+	// pushed returns the reader of a pushing exporter: exported after the
+	// Updates (push.go) when they come at a steady pace, else by the SDK's
+	// periodic reader. Each pushed destination has a series producer of
+	// its own, which reuses its data points from one export to the next.
+	pushed := func(exp sdkmetric.Exporter) sdkmetric.Reader {
+		if e.cfg.ScanInterval <= 0 {
+			return sdkmetric.NewPeriodicReader(exp, readerOpts...)
+		}
+		if e.push == nil {
+			e.push = newPusher(exportInterval(e.cfg.Interval), e.cfg.ScanInterval)
+		}
+		return e.push.add(exp, &seriesProducer{e: e, reuse: true}, e.prof)
+	}
 
 	if ep := signalEndpoint(e.cfg.Endpoint, "METRICS"); ep != "" && metricsKinds[KindOTLP] {
 		exp, proto, err := e.metricExporter(ctx)
 		if err != nil {
 			return s, err
 		}
-		s.readers = append(s.readers, sdkmetric.NewPeriodicReader(&countingMetricExporter{Exporter: exp, e: e}, readerOpts...))
+		s.readers = append(s.readers, pushed(&countingMetricExporter{Exporter: exp, e: e}))
 		targets = append(targets, "otlp "+proto+" "+ep)
 	}
 	if metricsKinds[KindPrometheus] {
@@ -176,7 +189,7 @@ func (e *Exporter) signals(ctx context.Context) (signalSetup, error) {
 		if err != nil {
 			return s, fmt.Errorf("creating console metric exporter: %w", err)
 		}
-		s.readers = append(s.readers, sdkmetric.NewPeriodicReader(exp, readerOpts...))
+		s.readers = append(s.readers, pushed(exp))
 		targets = append(targets, "console")
 	}
 	s.metricsTarget = strings.Join(targets, " ")

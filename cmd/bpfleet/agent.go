@@ -140,6 +140,7 @@ func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 		Level:           level,
 		MaxPrograms:     c.MaxPrograms,
 		Interval:        c.EffectiveExportInterval(),
+		ScanInterval:    c.Interval, // exports follow scans, in the same wakeup
 		ProgramInfo:     c.ProgramInfo,
 		SpanBudget:      c.SpanBudget,
 		Compression:     c.Compression,
