@@ -58,12 +58,17 @@ func (p *seriesProducer) Produce(context.Context) ([]metricdata.ScopeMetrics, er
 	if p == nil || p.e == nil {
 		return nil, nil
 	}
-	v := p.e.latest()
+	e := p.e
+	// Held while reading: the workload series are the exporter's own,
+	// which the next Update changes (the view and they change together,
+	// under e.mu). An Update waits for this loop, ~0.1 ms at 1,000 keys.
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	v := e.view
 	if v == nil {
 		return nil, nil
 	}
 	now := time.Now()
-	e := p.e
 	// A series with no start of its own counts from the exporter's start,
 	// as an instrument's would; one that started after the export time
 	// (a clock step) too.
@@ -110,7 +115,7 @@ func (p *seriesProducer) Produce(context.Context) ([]metricdata.ScopeMetrics, er
 		linkMissed.DataPoints = append(linkMissed.DataPoints, metricdata.DataPoint[int64]{Attributes: s.attrs, StartTime: start(s.start), Time: now, Value: int64(s.missed)})
 	}
 	for i := range v.workloads {
-		w := &v.workloads[i]
+		w := v.workloads[i]
 		st := start(w.start)
 		addRuns(w.attrs, st, w.acc.runs, w.acc.runTimeNs)
 		if w.hasMisses {

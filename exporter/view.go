@@ -12,11 +12,13 @@ import (
 // view is what the metric callback reads: one snapshot reduced to the
 // series of the configured level, attribute sets already built. It is
 // built once per snapshot in Update and never mutated afterwards, so a
-// collection never races with a scan.
+// collection never races with a scan — except workloads, the exporter's
+// own series, which the next Update changes: they are read with e.mu
+// held (series.go), with the view that Update made.
 type view struct {
 	programs  []programSeries
 	links     []linkSeries
-	workloads []workloadSeries
+	workloads []*workloadSeries
 	info      []attribute.Set
 	owners    []aggSeries
 	attach    []aggSeries

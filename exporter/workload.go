@@ -246,8 +246,7 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 		}
 		ws = ws[:max]
 	}
-	v.workloads = make([]workloadSeries, 0, len(ws))
-	for _, w := range ws {
-		v.workloads = append(v.workloads, *w)
-	}
+	// The series themselves, not copies (1,000 keys were 144 KB of
+	// garbage every scan): Produce reads them with e.mu held.
+	v.workloads = ws
 }

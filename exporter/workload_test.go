@@ -157,7 +157,7 @@ func TestWorkloadKeyChange(t *testing.T) {
 	var moved *workloadSeries
 	for i := range v.workloads {
 		if w, _ := v.workloads[i].attrs.Value("k8s.workload.name"); w.AsString() == "cilium" {
-			moved = &v.workloads[i]
+			moved = v.workloads[i]
 		}
 	}
 	if moved == nil || moved.acc.misses != 3 || moved.acc.runs != 5 {
