@@ -77,7 +77,8 @@ func TestBenchAgentCPU(t *testing.T) {
 		{name: "this-profiled", bin: bpfleetBin, pprof: true},
 	}
 	if b := os.Getenv("BPFLEET_BENCH_BASELINE"); b != "" {
-		runs = append(runs, run{name: "baseline", bin: b})
+		// Profiled too: each phase's CPU before and after, in one window.
+		runs = append(runs, run{name: "baseline", bin: b}, run{name: "baseline-profiled", bin: b, pprof: true})
 	}
 	for _, level := range []string{"workload", "program"} {
 		type proc struct {
@@ -161,10 +162,21 @@ func TestBenchAgentCPU(t *testing.T) {
 		t.Logf("BENCH agentcpu level=%s by difference (/proc): export %.3f%% (gzip %.3f%%), the rest (scans, owners, view, runtime) %.3f%% of one core",
 			level, cpus["this"]-cpus["this-no-export"], cpus["this"]-cpus["this-no-gzip"], cpus["this-no-export"])
 		wg.Wait()
+		phaseMs := map[string]map[string]float64{}
 		for _, p := range ps {
 			p.a.stop(t)
 			if p.prof != "" {
-				breakdown(t, level, p.prof)
+				phaseMs[p.name] = breakdown(t, level, p.prof, elapsed)
+			}
+		}
+		if this, base := phaseMs["this-profiled"], phaseMs["baseline-profiled"]; this != nil && base != nil {
+			t.Logf("BENCH agentcpu level=%s per phase, ms of CPU per 10 s interval (1 kHz profiles of the profiled twins, same window): this / baseline", level)
+			for _, ph := range append(phases, phase{name: "total"}) {
+				ratio := "-"
+				if base[ph.name] > 0 {
+					ratio = fmt.Sprintf("%.2f", this[ph.name]/base[ph.name])
+				}
+				t.Logf("BENCH agentcpu level=%s   %-50s %6.2f / %6.2f  %s", level, ph.name, this[ph.name], base[ph.name], ratio)
 			}
 		}
 	}
@@ -204,21 +216,27 @@ func fetchProfile(addr string, d time.Duration, path string) error {
 // phases group the profile's samples by what the agent was doing; a sample
 // counts in every phase whose pattern a frame of its stack matches (go
 // tool pprof -focus), so the phases may overlap (gzip is part of export).
-var phases = []struct{ name, focus string }{
+type phase struct{ name, focus string }
+
+var phases = []phase{
 	{"scan (programs: iterator or syscalls)", `agent\.\(\*reader\)`},
 	{"owners (holders walk, pins, attachments)", `agent\.\(\*attribution\)|agent/owners\.`},
 	{"snapshot (Agent.Scan outside reader and owners)", `agent\.\(\*Agent\)\.Scan`},
+	{"API history (history.Record)", `agent/history\.`},
 	{"exporter view (Update)", `exporter\.\(\*Exporter\)\.Update`},
-	{"metric collection (SDK callbacks, aggregation)", `sdk/metric.*collect|sdk/metric.*Collect|exporter\.\(\*Exporter\)\.registerInstruments`},
+	{"metric collection (SDK callbacks, producers)", `sdk/metric.*collect|sdk/metric.*Collect|exporter\.\(\*Exporter\)\.registerInstruments|exporter\.\(\*seriesProducer\)`},
 	{"OTLP encode + send (transform, protobuf, HTTP)", `otlpmetrichttp|otlpmetricgrpc|countingMetricExporter`},
 	{"  of which gzip", `compress/(gzip|flate)`},
-	{"GC (background mark, sweep)", `runtime\.gcBgMarkWorker|runtime\.bgsweep|runtime\.bgscavenge`},
+	{"GC (background mark, sweep, scavenge, assists)", `runtime\.gcBgMarkWorker|runtime\.bgsweep|runtime\.bgscavenge|runtime\.gcAssistAlloc|runtime\.gcStart`},
+	{"scheduler, sysmon, netpoll (no Go frame of ours)", `runtime\.(mcall|mstart|sysmon|schedule|findRunnable|park_m|goexit0)`},
 }
 
 var showing = regexp.MustCompile(`Showing nodes accounting for ([0-9.]+)(ms|s|us|µs), [0-9.]+% of ([0-9.]+)(ms|s|us|µs) total`)
 
-// breakdown prints the CPU of each phase from a profile (go tool pprof).
-func breakdown(t *testing.T, level, prof string) {
+// breakdown prints the CPU of each phase from a profile (go tool pprof)
+// and returns each phase's ms of CPU per 10 s over the window, and the
+// total's.
+func breakdown(t *testing.T, level, prof string, window time.Duration) map[string]float64 {
 	t.Helper()
 	toMs := func(v, unit string) float64 {
 		f, _ := strconv.ParseFloat(v, 64)
@@ -247,11 +265,14 @@ func breakdown(t *testing.T, level, prof string) {
 	_, total, out := top()
 	if total == 0 {
 		t.Logf("BENCH agentcpu level=%s: no samples in the profile (%s): %s", level, prof, firstLine(out))
-		return
+		return nil
 	}
+	per10s := func(ms float64) float64 { return ms * 10 / window.Seconds() }
+	ms := map[string]float64{"total": per10s(total)}
 	t.Logf("BENCH agentcpu level=%s profile %s: %.0f ms of CPU sampled at 1 kHz", level, prof, total)
 	for _, ph := range phases {
 		f, _, _ := top("-focus", ph.focus)
+		ms[ph.name] = per10s(f)
 		t.Logf("BENCH agentcpu level=%s   %-50s %6.0f ms  %5.1f%%", level, ph.name, f, 100*f/total)
 	}
 	// The heaviest functions, for the notes.
@@ -261,6 +282,7 @@ func breakdown(t *testing.T, level, prof string) {
 	for sc.Scan() {
 		t.Logf("BENCH agentcpu level=%s   | %s", level, sc.Text())
 	}
+	return ms
 }
 
 func firstLine(s string) string {
@@ -447,12 +469,23 @@ func BenchmarkExport(b *testing.B) {
 	for _, level := range []exporter.Level{exporter.LevelWorkload, exporter.LevelProgram} {
 		b.Run(level.String(), func(b *testing.B) {
 			var n atomic.Int64
+			// ScanInterval: the agent's way, exports after Updates; with
+			// the hour-long interval only the first Update exports by
+			// itself (before the loop), ForceFlush the others.
 			e, err := exporter.New(ctx, exporter.Config{Level: level, MaxPrograms: 1000, NodeName: "bench-" + level.String(),
-				Endpoint: "http://" + prom.Addr + "/api/v1/otlp", Protocol: exporter.ProtocolHTTP, Interval: time.Hour, Kernel: a.Kernel()})
+				Endpoint: "http://" + prom.Addr + "/api/v1/otlp", Protocol: exporter.ProtocolHTTP, Interval: time.Hour, ScanInterval: time.Hour, Kernel: a.Kernel()})
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer e.Shutdown(ctx)
+			snap, err := a.Scan(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			e.Update(ctx, snap)
+			if err := e.ForceFlush(ctx); err != nil {
+				b.Fatal(err)
+			}
 			var cpu time.Duration
 			for b.Loop() {
 				snap, err := a.Scan(ctx)
