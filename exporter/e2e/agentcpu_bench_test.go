@@ -356,8 +356,11 @@ func TestBenchAgentRSS(t *testing.T) {
 	}
 	defer a.Close()
 	ctx := context.Background()
+	// ScanInterval: the agent's pushed destination, whose buffers are
+	// reused from one export to the next (the first Update exports by
+	// itself, ForceFlush the others).
 	e, err := exporter.New(ctx, exporter.Config{Level: exporter.LevelWorkload, MaxPrograms: 1000, NodeName: "rss",
-		Endpoint: "http://" + prom.Addr + "/api/v1/otlp", Protocol: exporter.ProtocolHTTP, Interval: time.Hour, Kernel: a.Kernel()})
+		Endpoint: "http://" + prom.Addr + "/api/v1/otlp", Protocol: exporter.ProtocolHTTP, Interval: time.Hour, ScanInterval: time.Hour, Kernel: a.Kernel()})
 	if err != nil {
 		t.Fatal(err)
 	}
