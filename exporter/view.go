@@ -217,11 +217,9 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 	if e.cfg.Level == LevelProgram {
 		sel := selectPrograms(s.Programs, e.cfg.MaxPrograms)
 		v.dropped = len(s.Programs) - len(sel)
-		seen := make(map[uint32]bool, len(sel))
 		v.programs = make([]programSeries, 0, len(sel))
 		for _, i := range sel {
 			p := &s.Programs[i].Program
-			seen[p.ID] = true
 			c := e.programAttrs(p)
 			v.programs = append(v.programs, programSeries{attrs: c.set, start: p.LoadTime, runs: p.RunCount, runTimeNs: p.RunTimeNs, misses: p.RecursionMisses})
 			for _, l := range p.Links {
@@ -233,9 +231,17 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 			}
 		}
 		// Forget programs no longer exported so the cache stays bounded.
-		for id := range e.progCache {
-			if !seen[id] {
-				delete(e.progCache, id)
+		// Every exported program is cached now: with no more entries than
+		// them, none is stale (most scans), and no set is built.
+		if len(e.progCache) > len(sel) {
+			seen := make(map[uint32]bool, len(sel))
+			for _, i := range sel {
+				seen[s.Programs[i].ID] = true
+			}
+			for id := range e.progCache {
+				if !seen[id] {
+					delete(e.progCache, id)
+				}
 			}
 		}
 	}

@@ -211,9 +211,13 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 			v.info = append(v.info, attribute.NewSet(kv...))
 		}
 	}
-	for id, l := range e.progLast {
-		if l.gen != e.gen {
-			delete(e.progLast, id)
+	// Every program of s has its entry now: with no more entries than
+	// programs, none is stale (most scans), and the map is not walked.
+	if len(e.progLast) > len(s.Programs) {
+		for id, l := range e.progLast {
+			if l.gen != e.gen {
+				delete(e.progLast, id)
+			}
 		}
 	}
 	ws := make([]*workloadSeries, 0, len(e.workloads))

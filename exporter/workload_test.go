@@ -365,3 +365,40 @@ func TestCompression(t *testing.T) {
 		}
 	}
 }
+
+// The per-program caches forget unloaded programs (they stay bounded
+// under reloads), and keep the loaded ones when nothing unloaded.
+func TestProgramCachesForgetUnloaded(t *testing.T) {
+	for _, level := range []Level{LevelWorkload, LevelProgram} {
+		t.Run(level.String(), func(t *testing.T) {
+			e, _, _ := newTestExporter(t, Config{Level: level})
+			size := func() int {
+				e.mu.Lock()
+				defer e.mu.Unlock()
+				if level == LevelProgram {
+					return len(e.progCache)
+				}
+				return len(e.progLast)
+			}
+			now := time.Now()
+			p := func(id uint32) agent.ProgramStat {
+				return podProg(id, fmt.Sprintf("p%d", id), "w", "w-1", 10, now, 1, 0)
+			}
+			ctx := context.Background()
+			e.Update(ctx, snapshot(1, p(1), p(2), p(3)))
+			e.Update(ctx, snapshot(2, p(2), p(3)))
+			if n := size(); n != 2 {
+				t.Fatalf("%d cached programs after program 1 unloaded, want 2", n)
+			}
+			e.Update(ctx, snapshot(3, p(2), p(3), p(4)))
+			e.Update(ctx, snapshot(4, p(2), p(3), p(4)))
+			if n := size(); n != 3 {
+				t.Fatalf("%d cached programs with three loaded, want 3", n)
+			}
+			e.Update(ctx, snapshot(5, p(4), p(5)))
+			if n := size(); n != 2 {
+				t.Fatalf("%d cached programs after two unloaded and one loaded, want 2", n)
+			}
+		})
+	}
+}
