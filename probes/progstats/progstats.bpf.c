@@ -16,12 +16,12 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 #include "prog_facts.h"
+#include "prog_stats_sum.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
 #define ATTACH_FUNC_LEN 64
 #define MAX_MAP_IDS 16
-#define MAX_CPUS 4096
 
 // Bits of prog_record.flags (bits 0-4 are prog_facts.h's).
 #define F_STATS (1 << 5)        // run_cnt and run_time_ns summed over every possible CPU
@@ -32,11 +32,6 @@ char LICENSE[] SEC("license") = "GPL";
 // sit where a prog_record has the low half of its program type, which is
 // far below 1 << 15, so the reader tells the two apart by this bit.
 #define F_COMPACT (1 << 15)
-
-// Number of possible CPUs (the highest possible CPU + 1), set by the
-// loader from /sys/devices/system/cpu/possible. The verifier sees the
-// frozen value, so the per-CPU loop is bounded by it.
-const volatile __u32 nr_cpus = 1;
 
 // Must match the layout decoded in progstats.go (recordSize and offsets).
 struct prog_record {
@@ -81,15 +76,6 @@ struct stat_record {
 	__u64 stats;
 };
 
-// A PERCPU_ARRAY of one element: its element's address on each CPU gives
-// that CPU's per-CPU offset.
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} pcpu SEC(".maps");
-
 // The highest program id whose static fields the reader already holds:
 // ids are handed out in increasing order, so every program up to it was
 // read whole before, and a steady-state pass writes a stat_record for it.
@@ -100,55 +86,10 @@ struct {
 	__type(value, __u32);
 } known_max_id SEC(".maps");
 
-// Each CPU's per-CPU offset, learned once (see dump_prog).
-struct cpu_offs {
-	__u64 learned;
-	__u64 off[MAX_CPUS];
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct cpu_offs);
-} offs SEC(".maps");
-
 // Flavours for fields that moved or appeared over kernel versions.
 struct bpf_prog_aux___vi {
 	u32 verified_insns;
 } __attribute__((preserve_access_index));
-
-// bpf_array's per-CPU bases: CO-RE finds pptrs through the anonymous
-// union it sits in, whichever way the kernel declares it.
-struct bpf_array___pp {
-	void *pptrs[1];
-} __attribute__((preserve_access_index));
-
-struct bpf_prog_stats___m {
-	u64_stats_t misses;
-} __attribute__((preserve_access_index));
-
-// asScalar turns a pointer the verifier tracks (map, map value) into a
-// plain number: it refuses arithmetic on those, but not on a value copied
-// out of a stack slot by a probe read.
-static __always_inline __u64 as_scalar(void *p)
-{
-	__u64 v = 0;
-
-	bpf_probe_read_kernel(&v, sizeof(v), &p);
-	return v;
-}
-
-// read_u64 reads a kernel word; a failed read sets *bad, so that a sum
-// with a hole in it is never reported.
-static __always_inline __u64 read_u64(__u64 addr, int *bad)
-{
-	__u64 v = 0;
-
-	if (bpf_probe_read_kernel(&v, sizeof(v), (void *)addr))
-		*bad = 1;
-	return v;
-}
 
 // dump_whole writes the whole record of a program the reader does not
 // hold yet (its first record): identity, static fields, facts, and the
@@ -241,36 +182,18 @@ int dump_prog(struct bpf_iter__bpf_prog *ctx)
 	// map and subprogram loops) would multiply those states.
 	// Sum prog->stats over every possible CPU.
 	{
-		__u64 stats = 0, cnt_off, nsecs_off, misses_off = 0;
+		__u64 stats = 0, sum[3] = {};
 		int have_misses = bpf_core_field_exists(struct bpf_prog_stats___m, misses);
-		__u32 n = nr_cpus;
-		int bad = 0;
+		__u32 cpus = 0;
+		int bad;
 		struct cpu_offs *o = bpf_map_lookup_elem(&offs, &zero);
 
-		if (!o || n > MAX_CPUS)
+		// The first program of the first pass learns each CPU's per-CPU
+		// offset, kept as offset + the pcpu map's address: a program's
+		// stats pointer minus that address is what the verifier lets us
+		// have as a number.
+		if (!o || learn_cpu_offsets(o, 1))
 			goto stats_done;
-		if (!o->learned) {
-			// The first program of the first pass learns each CPU's
-			// per-CPU offset, fixed since boot, for every later one.
-			__u64 base = read_u64(as_scalar(&pcpu) + bpf_core_field_offset(struct bpf_array___pp, pptrs), &bad);
-
-			if (bad || !base)
-				goto stats_done;
-			for (__u32 cpu = 0; cpu < MAX_CPUS; cpu++) {
-				void *elem;
-
-				if (cpu >= n)
-					break;
-				elem = bpf_map_lookup_percpu_elem(&pcpu, &zero, cpu);
-				if (!elem)
-					goto stats_done; // fewer CPUs than nr_cpus: no sums
-				// Kept as offset + the pcpu map's address: a
-				// program's stats pointer minus that address is
-				// what the verifier lets us have as a number.
-				o->off[cpu & (MAX_CPUS - 1)] = as_scalar(elem) - base + as_scalar(&pcpu);
-			}
-			o->learned = 1;
-		}
 		// prog->stats by a direct (CO-RE) load, not a probe read. The
 		// verifier refuses adding an unbounded number to that pointer,
 		// but a pointer minus a pointer is a number to it (for a
@@ -282,34 +205,11 @@ int dump_prog(struct bpf_iter__bpf_prog *ctx)
 		s.stats = stats;
 		stats -= (__u64)(void *)&pcpu;
 		asm volatile("" : "+r"(stats)); // keep the subtraction first
-		cnt_off = bpf_core_field_offset(struct bpf_prog_stats, cnt);
-		nsecs_off = bpf_core_field_offset(struct bpf_prog_stats, nsecs);
-		if (have_misses)
-			misses_off = bpf_core_field_offset(struct bpf_prog_stats___m, misses);
-		for (__u32 cpu = 0; cpu < MAX_CPUS; cpu++) {
-			__u64 st, v[3] = {};
-
-			if (cpu >= n)
-				break;
-			st = stats + o->off[cpu & (MAX_CPUS - 1)];
-			// u64_stats_t is one 64-bit counter on 64-bit kernels (the
-			// sync part is empty there). Where cnt, nsecs and misses
-			// are adjacent, as in every kernel so far, one read takes
-			// all three.
-			if (nsecs_off == cnt_off + 8 && misses_off == cnt_off + 16 && have_misses) {
-				if (bpf_probe_read_kernel(v, 24, (void *)(st + cnt_off)))
-					bad = 1;
-			} else {
-				v[0] = read_u64(st + cnt_off, &bad);
-				v[1] = read_u64(st + nsecs_off, &bad);
-				if (have_misses)
-					v[2] = read_u64(st + misses_off, &bad);
-			}
-			s.run_cnt += v[0];
-			s.run_time_ns += v[1];
-			s.misses += v[2];
-			s.cpus++;
-		}
+		bad = sum_prog_stats(stats, o, sum, &cpus);
+		s.run_cnt = sum[0];
+		s.run_time_ns = sum[1];
+		s.misses = sum[2];
+		s.cpus = cpus;
 		if (bad)
 			goto stats_done;
 		s.flags |= F_STATS;

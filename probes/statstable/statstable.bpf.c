@@ -25,18 +25,13 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+#include "prog_stats_sum.h"
 
 char LICENSE[] SEC("license") = "GPL";
-
-#define MAX_CPUS 4096
 
 // Bits of slot.flags, written by the program.
 #define F_SUMMED (1 << 0) // cnt, nsecs (and misses where F_MISSES) are whole sums
 #define F_MISSES (1 << 1) // the kernel has bpf_prog_stats.misses
-
-// Number of possible CPUs, set by the loader; the per-CPU loop is bounded
-// by this frozen value.
-const volatile __u32 nr_cpus = 1;
 
 // One slot per program: Go writes stats, the program the rest. Must match
 // statstable.go (slotSize and offsets).
@@ -57,25 +52,6 @@ struct {
 	__type(value, struct slot);
 } slots SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} pcpu SEC(".maps");
-
-struct cpu_offs {
-	__u64 learned;
-	__u64 off[MAX_CPUS];
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct cpu_offs);
-} offs SEC(".maps");
-
 // The run's arguments and results, BPF_PROG_TEST_RUN's ctx (copied back).
 // Must match statstable.go.
 struct args {
@@ -83,58 +59,7 @@ struct args {
 	__u32 bad; // out: slots whose sum could not be read
 };
 
-struct bpf_array___pp {
-	void *pptrs[1];
-} __attribute__((preserve_access_index));
-
-struct bpf_prog_stats___m {
-	u64_stats_t misses;
-} __attribute__((preserve_access_index));
-
 extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
-
-static __always_inline __u64 as_scalar(void *p)
-{
-	__u64 v = 0;
-
-	bpf_probe_read_kernel(&v, sizeof(v), &p);
-	return v;
-}
-
-static __always_inline __u64 read_u64(__u64 addr, int *bad)
-{
-	__u64 v = 0;
-
-	if (bpf_probe_read_kernel(&v, sizeof(v), (void *)addr))
-		*bad = 1;
-	return v;
-}
-
-// learn fills o->off with each CPU's per-CPU offset (once: fixed since boot).
-static __always_inline int learn(struct cpu_offs *o)
-{
-	__u32 zero = 0, n = nr_cpus;
-	int bad = 0;
-	__u64 base;
-
-	if (o->learned)
-		return 0;
-	base = read_u64(as_scalar(&pcpu) + bpf_core_field_offset(struct bpf_array___pp, pptrs), &bad);
-	if (bad || !base)
-		return -1;
-	for (__u32 cpu = 0; cpu < MAX_CPUS; cpu++) {
-		void *elem;
-
-		if (cpu >= n)
-			break;
-		elem = bpf_map_lookup_percpu_elem(&pcpu, &zero, cpu);
-		if (!elem)
-			return -1;
-		o->off[cpu & (MAX_CPUS - 1)] = as_scalar(elem) - base;
-	}
-	o->learned = 1;
-	return 0;
-}
 
 struct loop_ctx {
 	struct cpu_offs *o;
@@ -144,45 +69,20 @@ struct loop_ctx {
 // sum_probe sums slot i with bpf_probe_read_kernel.
 static long sum_probe(__u64 i, struct loop_ctx *c)
 {
-	__u32 key = i, n = nr_cpus;
+	__u32 key = i;
 	struct slot *s = bpf_map_lookup_elem(&slots, &key);
 	int have_misses = bpf_core_field_exists(struct bpf_prog_stats___m, misses);
-	__u64 cnt_off = bpf_core_field_offset(struct bpf_prog_stats, cnt);
-	__u64 nsecs_off = bpf_core_field_offset(struct bpf_prog_stats, nsecs);
-	__u64 misses_off = 0, cnt = 0, nsecs = 0, misses = 0;
-	struct cpu_offs *o = c->o;
-	int bad = 0;
+	__u64 sum[3] = {};
 	__u32 cpus = 0;
+	int bad = 1;
 
 	if (!s)
 		return 1;
-	if (have_misses)
-		misses_off = bpf_core_field_offset(struct bpf_prog_stats___m, misses);
-	if (!s->stats)
-		bad = 1;
-	for (__u32 cpu = 0; cpu < MAX_CPUS && !bad; cpu++) {
-		__u64 st, v[3] = {};
-
-		if (cpu >= n)
-			break;
-		st = s->stats + o->off[cpu & (MAX_CPUS - 1)];
-		if (have_misses && nsecs_off == cnt_off + 8 && misses_off == cnt_off + 16) {
-			if (bpf_probe_read_kernel(v, 24, (void *)(st + cnt_off)))
-				bad = 1;
-		} else {
-			v[0] = read_u64(st + cnt_off, &bad);
-			v[1] = read_u64(st + nsecs_off, &bad);
-			if (have_misses)
-				v[2] = read_u64(st + misses_off, &bad);
-		}
-		cnt += v[0];
-		nsecs += v[1];
-		misses += v[2];
-		cpus++;
-	}
-	s->cnt = cnt;
-	s->nsecs = nsecs;
-	s->misses = misses;
+	if (s->stats)
+		bad = sum_prog_stats(s->stats, c->o, sum, &cpus);
+	s->cnt = sum[0];
+	s->nsecs = sum[1];
+	s->misses = sum[2];
 	s->cpus = cpus;
 	s->flags = 0;
 	if (bad) {
@@ -241,7 +141,7 @@ static __always_inline int run(struct args *a, void *fn)
 	struct loop_ctx c = {};
 
 	c.o = bpf_map_lookup_elem(&offs, &zero);
-	if (!c.o || learn(c.o))
+	if (!c.o || learn_cpu_offsets(c.o, 0))
 		return -1;
 	bpf_loop(a->n, fn, &c, 0);
 	a->bad = c.bad;
