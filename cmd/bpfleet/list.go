@@ -92,7 +92,7 @@ scripts and log pipelines.`,
 			pretty = c.Pretty
 			if !c.Watch {
 				if output == "json" {
-					go warmJSON()
+					go warmJSON(c.Pretty)
 				}
 				// One scan lives for milliseconds and allocates a few MB:
 				// collecting that garbage costs more than it frees. The
@@ -176,10 +176,25 @@ func everyInterval(ctx context.Context, src snapshotSource, every time.Duration,
 // warmJSON builds encoding/json's encoders for every type list -o json
 // encodes by reflection, on the other CPU while the scan runs: their
 // first use costs a one-shot list ~0.3 ms on its critical path otherwise.
-// The encoder cache is safe for concurrent use.
-func warmJSON() {
-	_, _ = json.Marshal(listOutput{Programs: []agent.Program{{Links: []agent.Link{{}}, Owners: []agent.Owner{{}}}},
-		AttachTypes: []agent.AttachTypeStat{{}}})
+// The encoder cache is safe for concurrent use. Compact output is written
+// by writeListJSON, which encodes programs by hand: only the other parts
+// go through encoding/json, and Program's encoder, the largest, is not
+// built.
+func warmJSON(pretty bool) {
+	if pretty {
+		_, _ = json.Marshal(listOutput{Programs: []agent.Program{{Links: []agent.Link{{}}, Owners: []agent.Owner{{}}}},
+			AttachTypes: []agent.AttachTypeStat{{}}})
+		return
+	}
+	_, _ = json.Marshal(struct {
+		Kernel      agent.KernelInfo
+		Stats       agent.StatsState
+		AttachTypes []agent.AttachTypeStat
+		Scan        agent.ScanStats
+		StatsTax    agent.StatsTax
+		Links       []agent.Link
+		Owners      []agent.Owner
+	}{AttachTypes: []agent.AttachTypeStat{{}}, Links: []agent.Link{{}}, Owners: []agent.Owner{{}}})
 }
 
 // pretty indents -o json (compact by default, like bpftool -j).
