@@ -227,19 +227,16 @@ func TestIteratorCheckRefuses(t *testing.T) {
 // readIter's is: an iterator that cannot read per-CPU stats is refused
 // with the reason, and the scan is the syscall scan's.
 func TestOneShotCheckRefuses(t *testing.T) {
+	// Stats on (held by the agent) before the program runs.
+	a := newTestAgentWith(t, Config{OneShot: true, EnableStats: true, ScanSource: ScanSourceIterator, BPFFS: []string{t.TempDir()}, Parallel: 2})
+	if a.r.iter == nil {
+		t.Skipf("scan source is syscall on this kernel: %s", a.r.fallback)
+	}
 	sf := loadPrograms(t, 1)[0]
 	for range 4 {
 		if _, _, err := sf.Test(make([]byte, 14)); err != nil {
 			t.Fatal(err)
 		}
-	}
-	a, err := New(Config{OneShot: true, ScanSource: ScanSourceIterator, BPFFS: []string{t.TempDir()}, Parallel: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	if a.r.iter == nil {
-		t.Skipf("scan source is syscall on this kernel: %s", a.r.fallback)
 	}
 	a.r.iter = unreadable{a.r.iter}
 	s := scan(t, a)
