@@ -15,7 +15,7 @@ func (it *Iter) ReadEach(fn func(*Record)) error {
 			var st Stat
 			it.decodeStat(b, &st)
 			r = Record{ID: st.ID, CPUs: uint32(binary.LittleEndian.Uint16(b[6:])), StatsKnown: st.StatsKnown,
-				RunCount: st.RunCount, RunTimeNs: st.RunTimeNs, MissesKnown: st.MissesKnown, Misses: st.Misses}
+				RunCount: st.RunCount, RunTimeNs: st.RunTimeNs, MissesKnown: st.MissesKnown, Misses: st.Misses, StatsAddr: st.StatsAddr}
 		} else {
 			it.decode(b, &r)
 		}
