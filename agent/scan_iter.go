@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 	"unsafe"
@@ -316,10 +317,17 @@ func (r *reader) readIterOnce(bootWall time.Time, st *ScanStats) ([]ProgramStat,
 		return nil, err
 	}
 	// Sized for a node with many programs, as the count is not known
-	// before the pass: capacity never written is never faulted in, while
-	// growing by appends would copy and fault in about twice the programs.
+	// before the pass: in a fresh process capacity never written is never
+	// faulted in, while growing from small would copy and fault in about
+	// twice the programs (in a process that reuses its heap the capacity
+	// is zeroed: BenchmarkOneShotPin). More programs double it (grow).
 	progs := make([]ProgramStat, 0, oneShotCap)
 	metas := make([]progMeta, 0, oneShotCap)
+	grow := func() {
+		if len(progs) == cap(progs) {
+			progs, metas = slices.Grow(progs, len(progs)), slices.Grow(metas, len(metas))
+		}
+	}
 	var slab valueSlab
 	opened := false
 	own, check := r.iter.ProgramID(), !r.iterChecked
@@ -349,9 +357,11 @@ func (r *reader) readIterOnce(bootWall time.Time, st *ScanStats) ([]ProgramStat,
 			if full.Whole {
 				m.facts, m.haveFacts = factsFromRecord(full), true
 			}
+			grow()
 			progs, metas = append(progs, ProgramStat{Program: p}), append(metas, m)
 			return
 		}
+		grow()
 		progs = append(progs, ProgramStat{})
 		p := &progs[len(progs)-1].Program
 		programFromRecord(p, full, bootWall, &slab)
@@ -381,8 +391,8 @@ func (r *reader) readIterOnce(bootWall time.Time, st *ScanStats) ([]ProgramStat,
 }
 
 // oneShotCap is how many programs readIterOnce makes room for before the
-// pass (more grow the slices by appends). A variable for tests.
-var oneShotCap = 4096
+// pass. A variable for tests.
+var oneShotCap = 2048
 
 // resetDynamic sets every field of p that a scan sets (counters, joins,
 // owners, miss kind) to s's, the program's static part: p, whose static
