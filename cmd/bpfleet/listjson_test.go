@@ -111,7 +111,7 @@ func BenchmarkWriteListJSON(b *testing.B) {
 	snap := &agent.Snapshot{Time: time.Now(), Kernel: agent.KernelInfo{Release: "6.18"}}
 	loaded := time.Now().Add(-time.Hour)
 	for i := range 1000 {
-		snap.Programs = append(snap.Programs, agent.ProgramStat{Program: agent.Program{ID: uint32(4514542 + i), Name: "list_test",
+		snap.Programs = append(snap.Programs, &agent.ProgramStat{Program: agent.Program{ID: uint32(4514542 + i), Name: "list_test",
 			Tag: "5caab914178b6c41", Type: "socket_filter", AttachType: "unattached", Sleepable: &no, MissKind: "none",
 			LoadTime: loaded.Add(time.Duration(i) * 123457 * time.Nanosecond), UID: u32(0), MapIDs: []uint32{}, JitedSize: 80,
 			XlatedSize: 96, Memlock: u64(4096), VerifiedInsns: u32(2), RecursionMisses: u64(0)}})
