@@ -5,11 +5,12 @@ import (
 	"bytes"
 	"compress/gzip"
 	"io"
-	"os"
 	"runtime"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/bpfleet/bpfleet/internal/sysfile"
 )
 
 // ReadKernelInfo describes the running kernel and CPU. procRoot is where
@@ -26,7 +27,9 @@ func ReadKernelInfo(procRoot string) KernelInfo {
 		k.Arch = runtime.GOARCH
 	}
 	k.CPUs = runtime.NumCPU()
-	if b, err := os.ReadFile(procRoot + "/cpuinfo"); err == nil {
+	// Read only as far as the model name: the kernel generates an entry
+	// per CPU as the file is read (on a large machine, milliseconds).
+	if b, err := sysfile.ReadUntil(procRoot+"/cpuinfo", hasModelName); err == nil {
 		k.CPUModel = cpuModel(b)
 	}
 	// The version string names PREEMPT_RT and PREEMPT_DYNAMIC; only
@@ -36,22 +39,21 @@ func ReadKernelInfo(procRoot string) KernelInfo {
 	if !strings.Contains(k.Version, "PREEMPT_RT") && !strings.Contains(k.Version, "PREEMPT_DYNAMIC") {
 		if b, err := readGzip(procRoot + "/config.gz"); err == nil {
 			config = b
-		} else if b, err := os.ReadFile("/boot/config-" + k.Release); err == nil {
+		} else if b, err := sysfile.Read("/boot/config-" + k.Release); err == nil {
 			config = b
 		}
 	}
-	mode, _ := os.ReadFile("/sys/kernel/debug/sched/preempt")
+	mode, _ := sysfile.Read("/sys/kernel/debug/sched/preempt")
 	k.Preempt, k.PreemptMode, k.PreemptSource = preemptModel(k.Version, config, mode)
 	return k
 }
 
 func readGzip(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	b, err := sysfile.Read(path)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	z, err := gzip.NewReader(f)
+	z, err := gzip.NewReader(bytes.NewReader(b))
 	if err != nil {
 		return nil, err
 	}
@@ -69,14 +71,12 @@ func cpuModel(cpuinfo []byte) string {
 			continue
 		}
 		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
-		switch k {
-		case "model name", "Model", "cpu model":
-			if v != "" {
-				return v
-			}
-		case "CPU implementer":
+		switch {
+		case isModelName(k, v):
+			return v
+		case k == "CPU implementer":
 			impl = v
-		case "CPU part":
+		case k == "CPU part":
 			part = v
 		}
 	}
@@ -84,6 +84,27 @@ func cpuModel(cpuinfo []byte) string {
 		return "implementer " + impl + " part " + part
 	}
 	return ""
+}
+
+// isModelName says whether a cpuinfo line (key, value) is the model name
+// cpuModel returns when it finds one.
+func isModelName(k, v string) bool {
+	return (k == "model name" || k == "Model" || k == "cpu model") && v != ""
+}
+
+// hasModelName says whether the whole lines of a cpuinfo prefix hold a
+// model name line: cpuModel of the prefix then equals cpuModel of the
+// whole file (it takes the first), and the rest need not be read.
+func hasModelName(prefix []byte) bool {
+	lines := prefix[:bytes.LastIndexByte(prefix, '\n')+1]
+	for len(lines) > 0 {
+		var line []byte
+		line, lines, _ = bytes.Cut(lines, []byte{'\n'})
+		if k, v, ok := bytes.Cut(line, []byte{':'}); ok && isModelName(string(bytes.TrimSpace(k)), string(bytes.TrimSpace(v))) {
+			return true
+		}
+	}
+	return false
 }
 
 // preemptModel reads the preemption model, most specific source first:

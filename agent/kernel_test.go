@@ -1,6 +1,10 @@
 package agent
 
-import "testing"
+import (
+	"os"
+	"strings"
+	"testing"
+)
 
 func TestPreemptModel(t *testing.T) {
 	cases := []struct {
@@ -78,6 +82,42 @@ func TestCPUModel(t *testing.T) {
 	}
 	if got := cpuModel([]byte(arm)); got != "implementer 0x41 part 0xd4f" {
 		t.Errorf("arm64: %q", got)
+	}
+}
+
+// TestCPUModelPrefix: ReadKernelInfo stops reading cpuinfo at the first
+// whole model name line (hasModelName); cpuModel of any prefix it stops at
+// is cpuModel of the whole file, for x86 (model name per CPU), arm64 (none:
+// read to the end) and a Raspberry Pi (one Model line after every CPU),
+// and for this host's own /proc/cpuinfo.
+func TestCPUModelPrefix(t *testing.T) {
+	x86 := strings.Repeat("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) CPU @ 2.20GHz\nflags\t\t: fpu vme\n\n", 4)
+	arm := "processor\t: 0\nCPU implementer\t: 0x41\nCPU part\t: 0xd05\n\nprocessor\t: 1\nCPU implementer\t: 0x41\nCPU part\t: 0xd0a\n\n"
+	rpi := strings.Repeat("processor\t: 0\nCPU implementer\t: 0x41\nCPU part\t: 0xd08\n\n", 4) + "Hardware\t: BCM2835\nModel\t\t: Raspberry Pi 4 Model B Rev 1.4\n"
+	for name, full := range map[string]string{"x86": x86, "arm64": arm, "rpi": rpi} {
+		want := cpuModel([]byte(full))
+		stops := 0
+		for n := range len(full) + 1 {
+			prefix := []byte(full[:n])
+			if !hasModelName(prefix) {
+				continue
+			}
+			stops++
+			if got := cpuModel(prefix); got != want {
+				t.Errorf("%s: cpuModel of the %d-byte prefix it stops at = %q, whole file %q", name, n, got, want)
+				break
+			}
+		}
+		if name == "arm64" && stops != 0 {
+			t.Errorf("arm64 (no model name line): stops early")
+		}
+	}
+	whole, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		t.Skipf("no /proc/cpuinfo: %v", err)
+	}
+	if k := ReadKernelInfo("/proc"); k.CPUModel != cpuModel(whole) {
+		t.Errorf("ReadKernelInfo: CPU model %q, the whole /proc/cpuinfo says %q", k.CPUModel, cpuModel(whole))
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 	"unsafe"
@@ -30,6 +31,7 @@ var pageSize = uint64(os.Getpagesize())
 // statsIter is what the reader needs of probes/progstats.
 type statsIter interface {
 	ReadStats(stats []progstats.Stat, whole []progstats.Record) ([]progstats.Stat, []progstats.Record, error)
+	ReadEach(fn func(*progstats.Record)) error
 	SetKnownMaxID(id uint32) error
 	ProgramID() uint32
 	Close() error
@@ -76,26 +78,30 @@ type checkError struct{ error }
 func checkRecords(it statsIter, recs []progstats.Record) error {
 	own := it.ProgramID()
 	for i := range recs {
-		r := &recs[i]
-		if r.ID != own {
-			continue
+		if recs[i].ID == own {
+			return checkOwnRecord(it, &recs[i])
 		}
-		if !r.StatsKnown {
-			return errors.New("the iterator could not read per-CPU program stats on this kernel")
-		}
-		if !r.StaticKnown {
-			return errors.New("the iterator could not read program map ids or uid on this kernel")
-		}
-		p, _, err := readProg(own, nil, time.Time{}, &scratch{mapBuf: make([]uint32, 8), fdinfo: fdinfoFiles{dir: &fdinfoDir{dir: -1}, files: map[int]int{}}})
-		if err != nil {
-			return fmt.Errorf("reading the iterator's own program info: %w", err)
-		}
-		if p.Name != r.Name || p.Tag != hex.EncodeToString(r.Tag[:]) || p.XlatedSize != r.XlatedLen || p.JitedSize != r.JitedLen {
-			return fmt.Errorf("the iterator's record of itself (%q %x) disagrees with the kernel's program info (%q %s)", r.Name, r.Tag, p.Name, p.Tag)
-		}
-		return nil
 	}
 	return fmt.Errorf("the iterator did not list its own program %d", own)
+}
+
+// checkOwnRecord holds the iterator program's own whole record r to the
+// kernel's program info.
+func checkOwnRecord(it statsIter, r *progstats.Record) error {
+	if !r.StatsKnown {
+		return errors.New("the iterator could not read per-CPU program stats on this kernel")
+	}
+	if !r.StaticKnown {
+		return errors.New("the iterator could not read program map ids or uid on this kernel")
+	}
+	p, _, err := readProg(it.ProgramID(), nil, time.Time{}, &scratch{mapBuf: make([]uint32, 8), fdinfo: fdinfoFiles{dir: &fdinfoDir{dir: -1}, files: map[int]int{}}})
+	if err != nil {
+		return fmt.Errorf("reading the iterator's own program info: %w", err)
+	}
+	if p.Name != r.Name || p.Tag != hex.EncodeToString(r.Tag[:]) || p.XlatedSize != r.XlatedLen || p.JitedSize != r.JitedLen {
+		return fmt.Errorf("the iterator's record of itself (%q %x) disagrees with the kernel's program info (%q %s)", r.Name, r.Tag, p.Name, p.Tag)
+	}
+	return nil
 }
 
 // iterSince is the first Linux release with each iterator target the
@@ -299,60 +305,94 @@ func (r *reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) 
 
 // readIterOnce is readIter for the scan of a one-shot agent (`bpfleet
 // list`), which keeps nothing for a next scan: each program is built once,
-// straight into the slice the snapshot will hand out (Agent.Scan copies
-// none), the values it points to come from one slab, and its meta goes
+// straight from its record as the pass hands it out (no slice of every
+// record), into the slice the snapshot will hand out (Agent.Scan copies
+// none); the values it points to come from a slab, and its meta goes
 // beside it (r.metas) instead of into a cached progStatic. At 1,000
-// programs that is ~0.7 MB and ~180 fresh pages (a page fault each) less
+// programs that is ~1 MB and ~250 fresh pages (a page fault each) less
 // than readIter's first read and the snapshot's copy (BenchmarkOneShotPin).
 // A later scan of the same agent, if any, is readIter's first read.
 func (r *reader) readIterOnce(bootWall time.Time, st *ScanStats) ([]ProgramStat, error) {
-	stats, whole, err := r.pass(0)
-	if err != nil {
+	if err := r.iter.SetKnownMaxID(0); err != nil {
 		return nil, err
 	}
-	progs := make([]ProgramStat, 0, len(stats)) // at most one per record: never grown
-	metas := make([]progMeta, 0, len(stats))
-	slab := newValueSlab(whole)
-	misses := make([]uint64, len(stats))
-	opened := false
-	for i := range stats {
-		rec := &stats[i]
-		var full *progstats.Record
-		if rec.Whole >= 0 {
-			full = &whole[rec.Whole]
+	// Sized for a node with many programs, as the count is not known
+	// before the pass: in a fresh process capacity never written is never
+	// faulted in, while growing from small would copy and fault in about
+	// twice the programs (in a process that reuses its heap the capacity
+	// is zeroed: BenchmarkOneShotPin). More programs double it (grow).
+	progs := make([]ProgramStat, 0, oneShotCap)
+	metas := make([]progMeta, 0, oneShotCap)
+	grow := func() {
+		if len(progs) == cap(progs) {
+			progs, metas = slices.Grow(progs, len(progs)), slices.Grow(metas, len(metas))
 		}
-		if full == nil || !full.StaticKnown || !rec.StatsKnown {
+	}
+	var slab valueSlab
+	opened := false
+	own, check := r.iter.ProgramID(), !r.iterChecked
+	var checkErr error
+	err := r.iter.ReadEach(func(full *progstats.Record) {
+		if checkErr != nil {
+			return
+		}
+		if check && full.ID == own {
+			// The first read is checked before any of it is used.
+			if checkErr = checkOwnRecord(r.iter, full); checkErr != nil {
+				return
+			}
+			check = false
+		}
+		if !full.Whole || !full.StaticKnown || !full.StatsKnown {
 			// As in readIter: what the record lacks is read by syscall.
 			if !opened {
 				r.fdinfo.open()
-				defer r.scratch.fdinfo.release()
 				opened = true
 			}
-			p, s, err := readProg(rec.ID, nil, bootWall, &r.scratch)
+			p, s, err := readProg(full.ID, nil, bootWall, &r.scratch)
 			if !r.keep(st, err) {
-				continue
+				return
 			}
 			m := s.progMeta
-			if full != nil {
+			if full.Whole {
 				m.facts, m.haveFacts = factsFromRecord(full), true
 			}
+			grow()
 			progs, metas = append(progs, ProgramStat{Program: p}), append(metas, m)
-			continue
+			return
 		}
-		progs = progs[:len(progs)+1]
+		grow()
+		progs = append(progs, ProgramStat{})
 		p := &progs[len(progs)-1].Program
-		programFromRecord(p, full, bootWall, slab)
-		p.RunCount, p.RunTimeNs = rec.RunCount, rec.RunTimeNs
-		if rec.MissesKnown {
-			misses[i] = rec.Misses
-			p.RecursionMisses = &misses[i]
+		programFromRecord(p, full, bootWall, &slab)
+		p.RunCount, p.RunTimeNs = full.RunCount, full.RunTimeNs
+		if full.MissesKnown {
+			m := slab.u64()
+			*m = full.Misses
+			p.RecursionMisses = m
 		}
 		metas = append(metas, metaFromRecord(full))
+	})
+	if opened {
+		r.scratch.fdinfo.release()
 	}
+	switch {
+	case checkErr != nil:
+		return nil, checkError{checkErr}
+	case err != nil:
+		return nil, err
+	case check:
+		return nil, checkError{fmt.Errorf("the iterator did not list its own program %d", own)}
+	}
+	r.iterChecked = true
 	r.metas = metas
 	r.order, r.knownMax = nil, 0
 	return progs, nil
 }
+
+// oneShotCap is how many programs readIterOnce makes room for before the
+// pass. A variable for tests.
+var oneShotCap = 2048
 
 // resetDynamic sets every field of p that a scan sets (counters, joins,
 // owners, miss kind) to s's, the program's static part: p, whose static
@@ -424,34 +464,30 @@ func factsFromRecord(rec *progstats.Record) ProgFacts {
 
 // valueSlab holds, in a few allocations, the values of every program of
 // a one-shot read that Program points to: per program a uid, memlock,
-// verified instructions, map ids and tag would otherwise be five small
-// allocations. A value in a slab keeps the whole slab alive, so only
-// one-shot reads use one (a long-running agent frees programs one by one).
-// A nil slab, or one used up, allocates each value on its own.
+// recursion misses, verified instructions, map ids and tag would otherwise
+// be six small allocations. A value in a slab keeps its chunk alive, so
+// only one-shot reads use one (a long-running agent frees programs one by
+// one). Its zero value is ready; a nil slab allocates each value on its
+// own.
 type valueSlab struct {
 	u32s []uint32
 	u64s []uint64
 	tags []byte
 }
 
-// newValueSlab sizes a slab for the whole records recs.
-func newValueSlab(recs []progstats.Record) *valueSlab {
-	n32 := 0
-	for i := range recs {
-		n32 += 2 + min(int(recs[i].NrMapIDs), progstats.MaxMapIDs) // uid, verified insns, map ids
-	}
-	return &valueSlab{
-		u32s: make([]uint32, 0, n32),
-		u64s: make([]uint64, 0, len(recs)),
-		tags: make([]byte, 0, 2*8*len(recs)),
-	}
-}
+// Values per chunk of a slab: a chunk holds those of 2,000 or more
+// programs (one without maps takes two uint32s, two uint64s and 16 tag
+// bytes). A variable for tests.
+var slabChunk = 4096
 
 // u32 returns n values, never nil (an empty map id list is [] in JSON, not
 // null), capped so that an append cannot reach the next program's.
 func (sl *valueSlab) u32(n int) []uint32 {
-	if sl == nil || cap(sl.u32s)-len(sl.u32s) < n {
+	if sl == nil {
 		return make([]uint32, n)
+	}
+	if cap(sl.u32s)-len(sl.u32s) < n {
+		sl.u32s = make([]uint32, 0, max(n, slabChunk))
 	}
 	k := len(sl.u32s)
 	sl.u32s = sl.u32s[:k+n]
@@ -459,8 +495,11 @@ func (sl *valueSlab) u32(n int) []uint32 {
 }
 
 func (sl *valueSlab) u64() *uint64 {
-	if sl == nil || len(sl.u64s) == cap(sl.u64s) {
+	if sl == nil {
 		return new(uint64)
+	}
+	if len(sl.u64s) == cap(sl.u64s) {
+		sl.u64s = make([]uint64, 0, slabChunk)
 	}
 	sl.u64s = sl.u64s[:len(sl.u64s)+1]
 	return &sl.u64s[len(sl.u64s)-1]
@@ -469,8 +508,11 @@ func (sl *valueSlab) u64() *uint64 {
 // tag is hex.EncodeToString(tag[:]); from a slab, a string over its bytes,
 // which are never written again.
 func (sl *valueSlab) tag(tag *[8]byte) string {
-	if sl == nil || cap(sl.tags)-len(sl.tags) < 2*len(tag) {
+	if sl == nil {
 		return hex.EncodeToString(tag[:])
+	}
+	if cap(sl.tags)-len(sl.tags) < 2*len(tag) {
+		sl.tags = make([]byte, 0, 4*slabChunk)
 	}
 	k := len(sl.tags)
 	sl.tags = hex.AppendEncode(sl.tags, tag[:])

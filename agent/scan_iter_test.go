@@ -177,6 +177,13 @@ func (u unreadable) ReadStats(stats []progstats.Stat, whole []progstats.Record) 
 	return stats, whole, err
 }
 
+func (u unreadable) ReadEach(fn func(*progstats.Record)) error {
+	return u.statsIter.ReadEach(func(r *progstats.Record) {
+		r.StatsKnown, r.StaticKnown, r.RunCount, r.RunTimeNs = false, false, 0, 0
+		fn(r)
+	})
+}
+
 // TestIteratorCheckRefuses: an iterator that loads but cannot read the
 // per-CPU stats is refused on its first read, with a reason, before any of
 // that read is used; a record without sums in a later scan is read by
@@ -213,6 +220,31 @@ func TestIteratorCheckRefuses(t *testing.T) {
 	p := findProg(s, progID(t, sf))
 	if p == nil || p.RunCount != 4 || p.Memlock == nil {
 		t.Fatalf("program without iterator sums read as %+v, want 4 runs from a syscall", p)
+	}
+}
+
+// TestOneShotCheckRefuses: a one-shot agent's first read is checked as
+// readIter's is: an iterator that cannot read per-CPU stats is refused
+// with the reason, and the scan is the syscall scan's.
+func TestOneShotCheckRefuses(t *testing.T) {
+	// Stats on (held by the agent) before the program runs.
+	a := newTestAgentWith(t, Config{OneShot: true, EnableStats: true, ScanSource: ScanSourceIterator, BPFFS: []string{t.TempDir()}, Parallel: 2})
+	if a.r.iter == nil {
+		t.Skipf("scan source is syscall on this kernel: %s", a.r.fallback)
+	}
+	sf := loadPrograms(t, 1)[0]
+	for range 4 {
+		if _, _, err := sf.Test(make([]byte, 14)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.r.iter = unreadable{a.r.iter}
+	s := scan(t, a)
+	if s.Scan.Source != ScanSourceSyscall || !strings.Contains(s.Scan.FallbackReason, "per-CPU") {
+		t.Fatalf("one-shot first read without sums: source %q, reason %q", s.Scan.Source, s.Scan.FallbackReason)
+	}
+	if p := findProg(s, progID(t, sf)); p == nil || p.RunCount != 4 {
+		t.Fatalf("after the refusal the program reads %+v, want 4 runs", p)
 	}
 }
 
@@ -297,12 +329,25 @@ func (w withoutStats) ReadStats(stats []progstats.Stat, whole []progstats.Record
 	return stats, whole, err
 }
 
+func (w withoutStats) ReadEach(fn func(*progstats.Record)) error {
+	return w.statsIter.ReadEach(func(r *progstats.Record) {
+		if r.ID == w.id {
+			r.StatsKnown, r.RunCount, r.RunTimeNs = false, 0, 0
+		}
+		fn(r)
+	})
+}
+
 // TestOneShotScanEqualsCached: the scan of a one-shot agent (readIterOnce:
-// nothing cached, values from one slab) gives every program exactly what
+// nothing cached, values from a slab) gives every program exactly what
 // a long-running agent's first iterator read (readIter) gives, links,
 // facts, map ids and miss kinds included; a program whose record lacks its
 // sums, or has more maps than a record holds, is read by syscall there too.
+// Its room for programs and slab chunks are made small here, so that the
+// slices grow and the slab takes new chunks as on a node with thousands.
 func TestOneShotScanEqualsCached(t *testing.T) {
+	defer func(c, s int) { oneShotCap, slabChunk = c, s }(oneShotCap, slabChunk)
+	oneShotCap, slabChunk = 2, 3
 	sf := loadPrograms(t, 3)
 	mm := manyMaps(t, progstats.MaxMapIDs+1)
 	one, err := New(Config{OneShot: true, ScanSource: ScanSourceIterator, BPFFS: []string{t.TempDir()}, Parallel: 2})

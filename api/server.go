@@ -20,19 +20,16 @@ import (
 
 	"github.com/bpfleet/bpfleet/agent"
 	"github.com/bpfleet/bpfleet/agent/history"
+	"github.com/bpfleet/bpfleet/internal/apiconst"
 )
 
-// DefaultAddr is where the API listens unless told otherwise: loopback only,
-// so an agent started without thought exposes nothing to the network.
-const DefaultAddr = "127.0.0.1:9808"
-
-// TokenEnv is the environment variable a bearer token is read from when no
-// token file is given.
-const TokenEnv = "BPFLEET_API_TOKEN"
-
-// MinTokenLen is the shortest bearer token accepted: anything shorter is
-// guessable by a patient client on the node network.
-const MinTokenLen = 16
+// DefaultAddr, TokenEnv and MinTokenLen: see internal/apiconst, which holds
+// them for the CLI build (no net/http).
+const (
+	DefaultAddr = apiconst.DefaultAddr
+	TokenEnv    = apiconst.TokenEnv
+	MinTokenLen = apiconst.MinTokenLen
+)
 
 // Request limits. The API serves small GETs; anything larger is abuse or a
 // mistake and is refused before a handler runs.
@@ -125,16 +122,8 @@ func NewServer(opts Options) (*Server, error) {
 	return s, nil
 }
 
-// IsLoopback reports whether host (the host part of a listen address) only
-// accepts connections from this machine. An empty host or a name other than
-// "localhost" listens on, or may resolve to, other interfaces.
-func IsLoopback(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(strings.Trim(host, "[]"))
-	return ip != nil && ip.IsLoopback()
-}
+// IsLoopback is apiconst.IsLoopback.
+func IsLoopback(host string) bool { return apiconst.IsLoopback(host) }
 
 // LoadToken reads the bearer token from file, or from $BPFLEET_API_TOKEN when
 // file is empty. Surrounding whitespace (a trailing newline from a Secret) is

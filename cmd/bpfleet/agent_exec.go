@@ -20,6 +20,8 @@ import (
 // built without tags: every command, the agent in-process) found next to
 // this executable, so the chart, scripts and tests that run `bpfleet agent`
 // keep working: same arguments, same pid, same signals and exit status.
+// `bpfleet top --remote` does the same (topremote_lean.go): the API client
+// is net/http, left out of the CLI build too.
 
 // agentBinary is the agent's executable name, next to bpfleet.
 const agentBinary = "bpfleet-agent"
@@ -34,23 +36,30 @@ func init() {
 		Short:              "Run the node agent: scan every interval, export to OpenTelemetry (runs " + agentBinary + ")",
 		DisableFlagParsing: true, // every flag is the agent's
 		RunE: func(_ *cobra.Command, args []string) error {
-			self, err := os.Executable()
-			if err != nil {
-				return fmt.Errorf("finding %s: %w", agentBinary, err)
-			}
-			if r, err := filepath.EvalSymlinks(self); err == nil {
-				self = r
-			}
-			bin := filepath.Join(filepath.Dir(self), agentBinary)
-			if os.Getenv(execGuard) != "" {
-				return fmt.Errorf("%s is a CLI-only build (-tags lean) of bpfleet: build the agent with make build", bin)
-			}
-			env := append(os.Environ(), execGuard+"=1")
-			err = syscall.Exec(bin, append([]string{bin, "agent"}, args...), env)
-			if errors.Is(err, os.ErrNotExist) {
-				return fmt.Errorf("the agent is its own binary and %s is missing: make build builds it next to bpfleet", bin)
-			}
-			return fmt.Errorf("running %s: %w", bin, err)
+			return execAgentBinary("the agent is its own binary", append([]string{"agent"}, args...))
 		},
 	})
+}
+
+// execAgentBinary runs bpfleet-agent, found next to this executable, with
+// args in place of this process; it returns only when that fails, saying
+// why (what needs bpfleet-agent) when the binary is missing.
+func execAgentBinary(why string, args []string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding %s: %w", agentBinary, err)
+	}
+	if r, err := filepath.EvalSymlinks(self); err == nil {
+		self = r
+	}
+	bin := filepath.Join(filepath.Dir(self), agentBinary)
+	if os.Getenv(execGuard) != "" {
+		return fmt.Errorf("%s is a CLI-only build (-tags lean) of bpfleet: build the agent with make build", bin)
+	}
+	env := append(os.Environ(), execGuard+"=1")
+	err = syscall.Exec(bin, append([]string{bin}, args...), env)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%s and %s is missing: make build builds it next to bpfleet", why, bin)
+	}
+	return fmt.Errorf("running %s: %w", bin, err)
 }

@@ -12,7 +12,8 @@ import (
 // TestAgentExecShim: the CLI build's `agent` runs bpfleet-agent from its
 // own directory (a usage error comes back from the agent with its exit
 // status), and says in one line what is wrong when that binary is missing
-// or is itself a CLI build.
+// or is itself a CLI build; so does its `top --remote` (TestTopRemote runs
+// it through bpfleet-agent against a real agent).
 func TestAgentExecShim(t *testing.T) {
 	bin := bpfleetBin(t)
 	out, err := exec.Command(bin, "agent", "--interval", "0s").CombinedOutput()
@@ -30,10 +31,12 @@ func TestAgentExecShim(t *testing.T) {
 		if tc.agent != "" {
 			copyFile(t, tc.agent, filepath.Join(filepath.Dir(alone), "bpfleet-agent"))
 		}
-		out, err := exec.Command(alone, "agent").CombinedOutput()
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		if !errors.As(err, &ee) || ee.ExitCode() != exitFailure || len(lines) != 1 || !strings.Contains(lines[0], tc.want) {
-			t.Errorf("bpfleet agent (bpfleet-agent %q): %v\n%s\nwant one line saying %q, exit status %d", tc.agent, err, out, tc.want, exitFailure)
+		for _, args := range [][]string{{"agent"}, {"top", "--remote", "http://127.0.0.1:9", "--count", "1"}} {
+			out, err := exec.Command(alone, args...).CombinedOutput()
+			lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+			if !errors.As(err, &ee) || ee.ExitCode() != exitFailure || len(lines) != 1 || !strings.Contains(lines[0], tc.want) {
+				t.Errorf("bpfleet %s (bpfleet-agent %q): %v\n%s\nwant one line saying %q, exit status %d", strings.Join(args, " "), tc.agent, err, out, tc.want, exitFailure)
+			}
 		}
 	}
 }

@@ -92,7 +92,7 @@ scripts and log pipelines.`,
 			pretty = c.Pretty
 			if !c.Watch {
 				if output == "json" {
-					go warmJSON()
+					go warmJSON(c.Pretty)
 				}
 				// One scan lives for milliseconds and allocates a few MB:
 				// collecting that garbage costs more than it frees. The
@@ -109,8 +109,17 @@ scripts and log pipelines.`,
 				return err
 			}
 			defer a.Close()
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
+			ctx := cmd.Context()
+			if c.Watch || tax {
+				// Only a run that lasts ends on a signal through Close. A
+				// single scan takes milliseconds and holds nothing the
+				// kernel does not release at exit, and the handler would
+				// cost it ~0.3 ms: a goroutine (and a thread) at start,
+				// and signal.Stop waiting for it to idle at the end.
+				var stop context.CancelFunc
+				ctx, stop = signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+				defer stop()
+			}
 			if tax {
 				measureTax(ctx, a, cmd.ErrOrStderr())
 			}
@@ -167,10 +176,25 @@ func everyInterval(ctx context.Context, src snapshotSource, every time.Duration,
 // warmJSON builds encoding/json's encoders for every type list -o json
 // encodes by reflection, on the other CPU while the scan runs: their
 // first use costs a one-shot list ~0.3 ms on its critical path otherwise.
-// The encoder cache is safe for concurrent use.
-func warmJSON() {
-	_, _ = json.Marshal(listOutput{Programs: []agent.Program{{Links: []agent.Link{{}}, Owners: []agent.Owner{{}}}},
-		AttachTypes: []agent.AttachTypeStat{{}}})
+// The encoder cache is safe for concurrent use. Compact output is written
+// by writeListJSON, which encodes programs by hand: only the other parts
+// go through encoding/json, and Program's encoder, the largest, is not
+// built.
+func warmJSON(pretty bool) {
+	if pretty {
+		_, _ = json.Marshal(listOutput{Programs: []agent.Program{{Links: []agent.Link{{}}, Owners: []agent.Owner{{}}}},
+			AttachTypes: []agent.AttachTypeStat{{}}})
+		return
+	}
+	_, _ = json.Marshal(struct {
+		Kernel      agent.KernelInfo
+		Stats       agent.StatsState
+		AttachTypes []agent.AttachTypeStat
+		Scan        agent.ScanStats
+		StatsTax    agent.StatsTax
+		Links       []agent.Link
+		Owners      []agent.Owner
+	}{AttachTypes: []agent.AttachTypeStat{{}}, Links: []agent.Link{{}}, Owners: []agent.Owner{{}}})
 }
 
 // pretty indents -o json (compact by default, like bpftool -j).

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -45,6 +46,10 @@ func median(ds []time.Duration) time.Duration {
 // The like-for-like comparison is therefore list --no-owners; the default
 // (owners through a /proc walk, here of a process holding 1,000 program
 // fds) is printed beside it.
+//
+// BPFLEET_BENCH_BASELINE names another CLI build of bpfleet (e.g. built
+// from main: go build -tags lean), timed alternated with this one, so a
+// change is a before/after pair from one run.
 func TestBenchListAgainstBpftool(t *testing.T) {
 	bin := bpfleetBin(t)
 	bpftool, err := exec.LookPath("bpftool")
@@ -56,20 +61,29 @@ func TestBenchListAgainstBpftool(t *testing.T) {
 	const runs = 21
 	type variant struct {
 		label string
+		bin   string // "": bpftool prog show -j
 		args  []string
 		agent bool
 	}
-	full := bin + "-agent" // every command in one binary: startup before the lean CLI
+	noOwners := []string{"list", "-o", "json", "--no-owners", "--bpffs", dir}
+	owners := []string{"list", "-o", "json", "--bpffs", dir}
 	variants := []variant{
-		{"bpftool prog show -j", nil, false},
-		{"bpfleet version", []string{"version"}, false},
-		{"bpfleet-agent version (one full binary as before)", []string{full, "version"}, false},
-		{"no agent:  list -o json --no-owners", []string{"list", "-o", "json", "--no-owners", "--bpffs", dir}, false},
-		{"no agent:  list -o json (owners)", []string{"list", "-o", "json", "--bpffs", dir}, false},
-		{"no agent:  list ... --no-owners --scan-source iterator", []string{"list", "-o", "json", "--no-owners", "--bpffs", dir, "--scan-source", "iterator"}, false},
-		{"bpftool prog show -j (agent running)", nil, true},
-		{"agent pin: list -o json --no-owners", []string{"list", "-o", "json", "--no-owners", "--bpffs", dir}, true},
-		{"agent pin: list -o json (owners)", []string{"list", "-o", "json", "--bpffs", dir}, true},
+		{"bpftool prog show -j", "", nil, false},
+		{"bpfleet version", bin, []string{"version"}, false},
+		{"bpfleet-agent version (one full binary as before)", bin + "-agent", []string{"version"}, false},
+		{"no agent:  list -o json --no-owners", bin, noOwners, false},
+		{"no agent:  list -o json (owners)", bin, owners, false},
+		{"no agent:  list ... --no-owners --scan-source iterator", bin, append(noOwners[:len(noOwners):len(noOwners)], "--scan-source", "iterator"), false},
+		{"bpftool prog show -j (agent running)", "", nil, true},
+		{"agent pin: list -o json --no-owners", bin, noOwners, true},
+		{"agent pin: list -o json (owners)", bin, owners, true},
+	}
+	baseline := os.Getenv("BPFLEET_BENCH_BASELINE")
+	if baseline != "" {
+		variants = append(variants[:6:6], variant{"baseline: no agent: list -o json --no-owners", baseline, noOwners, false},
+			variants[6], variants[7], variants[8],
+			variant{"baseline: agent pin: list -o json --no-owners", baseline, noOwners, true},
+			variant{"baseline: agent pin: list -o json (owners)", baseline, owners, true})
 	}
 	wall := make([][]time.Duration, len(variants))
 	cpu := make([][]time.Duration, len(variants))
@@ -80,13 +94,10 @@ func TestBenchListAgainstBpftool(t *testing.T) {
 					continue
 				}
 				var tm timing
-				switch {
-				case v.args == nil:
+				if v.bin == "" {
 					tm = runTimed(t, bpftool, "prog", "show", "-j")
-				case v.args[0] == full:
-					tm = runTimed(t, full, v.args[1:]...)
-				default:
-					tm = runTimed(t, bin, v.args...)
+				} else {
+					tm = runTimed(t, v.bin, v.args...)
 				}
 				wall[j], cpu[j] = append(wall[j], tm.wall), append(cpu[j], tm.cpu)
 			}
@@ -96,6 +107,11 @@ func TestBenchListAgainstBpftool(t *testing.T) {
 	stop := startPinningAgent(t, bin, dir)
 	if src := listJSONOwners(t, bin, "--bpffs", dir).Scan; src.IteratorPin == "" || src.OwnersPin == "" {
 		t.Fatalf("list does not read the agent's pins: scan %+v", src)
+	}
+	if baseline != "" {
+		if src := listJSONOwners(t, baseline, "--bpffs", dir).Scan; src.IteratorPin == "" || src.OwnersPin == "" {
+			t.Logf("BENCH   (the baseline does not read this agent's pins, its iterator objects differ: scan %+v)", src)
+		}
 	}
 	measure(true)
 	stop()

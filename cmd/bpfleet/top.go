@@ -12,7 +12,6 @@ import (
 
 	"github.com/bpfleet/bpfleet/agent"
 	"github.com/bpfleet/bpfleet/agent/history"
-	"github.com/bpfleet/bpfleet/api"
 	"github.com/bpfleet/bpfleet/internal/config"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -71,10 +70,9 @@ When stdout is not a terminal, top prints plain lines, one block per interval.`,
 			var src snapshotSource
 			var hist historySource
 			if c.Remote != "" {
-				remote, token := c.Remote, c.Token
-				src = func(ctx context.Context) (*agent.Snapshot, error) { return api.FetchSnapshot(ctx, remote, token) }
-				hist = func(ctx context.Context, id uint32) (*history.Series, error) {
-					return fetchHistory(ctx, remote, token, id)
+				var err error
+				if src, hist, err = remoteSources(c.Remote, c.Token); err != nil {
+					return err
 				}
 			} else {
 				cfg := agentConfig(c.Scan)

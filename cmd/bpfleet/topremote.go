@@ -1,3 +1,5 @@
+//go:build !lean
+
 package main
 
 import (
@@ -10,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/bpfleet/bpfleet/agent"
 	"github.com/bpfleet/bpfleet/agent/history"
 	"github.com/bpfleet/bpfleet/api"
 )
@@ -19,6 +22,16 @@ import (
 const maxHistoryBytes = 4 << 20
 
 var historyClient = &http.Client{}
+
+// remoteSources reads snapshots and history from the agent's API at remote
+// (the CLI build runs bpfleet-agent for this: topremote_lean.go).
+func remoteSources(remote, token string) (snapshotSource, historySource, error) {
+	src := func(ctx context.Context) (*agent.Snapshot, error) { return api.FetchSnapshot(ctx, remote, token) }
+	hist := func(ctx context.Context, id uint32) (*history.Series, error) {
+		return fetchHistory(ctx, remote, token, id)
+	}
+	return src, hist, nil
+}
 
 // fetchHistory reads program id's history from a remote agent's API. base
 // is the agent URL as --remote takes it (a trailing /v1/snapshot is

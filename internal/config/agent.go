@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bpfleet/bpfleet/api"
+	"github.com/bpfleet/bpfleet/internal/apiconst"
 )
 
 // MetricsLevel is --metrics-level.
@@ -66,7 +66,7 @@ func DefaultAgent() Agent {
 		ClusterName:     os.Getenv("K8S_CLUSTER_NAME"),
 		Calibrate:       true,
 		ShutdownTimeout: 10 * time.Second,
-		APIAddr:         api.DefaultAddr,
+		APIAddr:         apiconst.DefaultAddr,
 	}
 }
 
@@ -91,7 +91,7 @@ func (c *Agent) Resolve(env Lookup) error {
 
 func (c *Agent) loadToken(env Lookup) error {
 	if c.APITokenFile == "" {
-		v, _ := env(api.TokenEnv)
+		v, _ := env(apiconst.TokenEnv)
 		c.APIToken = strings.TrimSpace(v)
 		return nil
 	}
@@ -162,7 +162,7 @@ func (c *Agent) Validate() error {
 func (c *Agent) validateAPI() error {
 	tokenName, tokenValue := "--api-token-file", c.APITokenFile
 	if c.APITokenFile == "" {
-		tokenName, tokenValue = api.TokenEnv, "<hidden>"
+		tokenName, tokenValue = apiconst.TokenEnv, "<hidden>"
 	}
 	if c.APIToken != "" && len(c.APIToken) < MinTokenLen {
 		return problem(tokenName, tokenValue, "the token is %d bytes: want at least %d (shorter is guessable)", len(c.APIToken), MinTokenLen)
@@ -180,8 +180,8 @@ func (c *Agent) validateAPI() error {
 	if host != "" && net.ParseIP(host) == nil && !strings.EqualFold(host, "localhost") {
 		return problem("--api-addr", c.APIAddr, "host %s: want an IP address or localhost (a name may resolve to other interfaces)", quote(host))
 	}
-	if !api.IsLoopback(host) && c.APIToken == "" {
-		return problem("--api-addr", c.APIAddr, "not loopback and no bearer token: set --api-token-file or %s, or bind 127.0.0.1", api.TokenEnv)
+	if !apiconst.IsLoopback(host) && c.APIToken == "" {
+		return problem("--api-addr", c.APIAddr, "not loopback and no bearer token: set --api-token-file or %s, or bind 127.0.0.1", apiconst.TokenEnv)
 	}
 	return nil
 }

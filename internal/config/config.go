@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/bpfleet/bpfleet/api"
+	"github.com/bpfleet/bpfleet/internal/apiconst"
 )
 
 // MinScanInterval is the shortest --interval the agent accepts. A
@@ -38,7 +38,7 @@ const MinToolInterval = 100 * time.Millisecond
 
 // MinTokenLen is the shortest API bearer token accepted: anything shorter is
 // guessable by a patient client on the node network.
-const MinTokenLen = api.MinTokenLen
+const MinTokenLen = apiconst.MinTokenLen
 
 // Problem is one invalid setting: the flag (--name) or variable (NAME), the
 // value it had, and what is accepted.

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/bpfleet/bpfleet/internal/sysfile"
 	"github.com/bpfleet/bpfleet/probes/catalog"
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -96,7 +96,7 @@ func StatsSysctl(procRoot string) int {
 	if procRoot == "" {
 		procRoot = "/proc"
 	}
-	b, err := os.ReadFile(procRoot + "/sys/kernel/bpf_stats_enabled")
+	b, err := sysfile.Read(procRoot + "/sys/kernel/bpf_stats_enabled") // no poller: see sysfile
 	if err != nil {
 		return -1
 	}

@@ -126,7 +126,7 @@ func shortError(err error) string {
 	if !errors.As(err, &errno) {
 		// cilium/ebpf names the version that introduced a missing feature;
 		// the kernel's own refusal is the fact, a version is not.
-		return requiresVersion.ReplaceAllString(err.Error(), "")
+		return requiresVersion().ReplaceAllString(err.Error(), "")
 	}
 	msg := errno.Error()
 	var ve *ebpf.VerifierError
@@ -141,7 +141,9 @@ func shortError(err error) string {
 	return msg
 }
 
-var requiresVersion = regexp.MustCompile(` \(requires >= v[0-9.]+\)`)
+// requiresVersion is compiled on first use, not at package init: every
+// bpfleet command links this package, and a one-shot list never needs it.
+var requiresVersion = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(` \(requires >= v[0-9.]+\)`) })
 
 // Reason is err's one-line kernel answer when err is a probe *Error, and
 // the whole error otherwise.

@@ -2,9 +2,10 @@ package progstats
 
 import (
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
+
+	"github.com/bpfleet/bpfleet/internal/sysfile"
 )
 
 // PossibleCPUs returns how many CPUs the kernel can ever bring up: the
@@ -12,7 +13,7 @@ import (
 // offline keeps its counts), so the iterator must too. It is read from
 // /sys/devices/system/cpu/possible.
 func PossibleCPUs() (int, error) {
-	b, err := os.ReadFile("/sys/devices/system/cpu/possible")
+	b, err := sysfile.Read("/sys/devices/system/cpu/possible") // no poller: see sysfile
 	if err != nil {
 		return 0, fmt.Errorf("reading possible CPUs: %w", err)
 	}
