@@ -422,19 +422,9 @@ func (w *wireExporter) sizeMetric(m *metricdata.Metrics) wireMetric {
 	case metricdata.Sum[float64]:
 		wm.field, wm.dataSize = 7, sizePoints(w, d.DataPoints)+sizeSumTail(d.Temporality, d.IsMonotonic)
 	case metricdata.Histogram[int64]:
-		wm.field = 9
-		wm.histFrom = len(w.hist)
-		w.hist = histogramPoints(w.hist, d.DataPoints)
-		w.hist = appendSumTail(w.hist, d.Temporality, false)
-		wm.histTo = len(w.hist)
-		wm.dataSize = wm.histTo - wm.histFrom
+		wm = encodeHistogram(w, d)
 	case metricdata.Histogram[float64]:
-		wm.field = 9
-		wm.histFrom = len(w.hist)
-		w.hist = histogramPoints(w.hist, d.DataPoints)
-		w.hist = appendSumTail(w.hist, d.Temporality, false)
-		wm.histTo = len(w.hist)
-		wm.dataSize = wm.histTo - wm.histFrom
+		wm = encodeHistogram(w, d)
 	}
 	if points(m.Data) == 0 {
 		wm.field = 0
@@ -471,6 +461,18 @@ func numberPointSize(attrs int, start time.Time) int {
 		n += 9
 	}
 	return n
+}
+
+// encodeHistogram encodes a histogram's points and tail into w.hist in the
+// sizing pass already (their size is what the encoding takes) and notes
+// where they sit.
+func encodeHistogram[N int64 | float64](w *wireExporter, d metricdata.Histogram[N]) wireMetric {
+	wm := wireMetric{field: 9, histFrom: len(w.hist)}
+	w.hist = histogramPoints(w.hist, d.DataPoints)
+	w.hist = appendSumTail(w.hist, d.Temporality, false)
+	wm.histTo = len(w.hist)
+	wm.dataSize = wm.histTo - wm.histFrom
+	return wm
 }
 
 func sizePoints[N int64 | float64](w *wireExporter, pts []metricdata.DataPoint[N]) int {
