@@ -368,14 +368,6 @@ func TestSameDynamic(t *testing.T) {
 	}
 }
 
-func TestParseSysctlInt(t *testing.T) {
-	for in, want := range map[string]int{"0\n": 0, "1\n": 1, "12": 12, "": -1, "\n": -1, "x\n": -1, "-1\n": -1, "1 2\n": -1} {
-		if got := parseSysctlInt([]byte(in)); got != want {
-			t.Errorf("parseSysctlInt(%q) = %d, want %d", in, got, want)
-		}
-	}
-}
-
 // TestOneShotScansAgain: a one-shot read's scan keeps no states, yet a
 // second scan of the same agent has the deltas a kept state would give.
 func TestOneShotScansAgain(t *testing.T) {

@@ -8,6 +8,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
+
+	"github.com/bpfleet/bpfleet/internal/sysfile"
 )
 
 // Stats modes (--stats): how long the agent keeps BPF run-time stats on.
@@ -283,8 +285,9 @@ func (c *statsCtl) close() {
 	}
 }
 
-// sysctlReader reads kernel.bpf_stats_enabled (as bench.StatsSysctl does)
-// through one fd it keeps open: a pread per scan instead of os.ReadFile's
+// sysctlReader reads kernel.bpf_stats_enabled (parsed by sysfile.Int, as
+// bench.StatsSysctl does) through one fd it keeps open: a pread per scan
+// instead of os.ReadFile's
 // open, fstat, two reads and close, which cost a scan of 1,000 idle
 // programs as much as comparing all of them.
 type sysctlReader struct {
@@ -311,26 +314,7 @@ func (s *sysctlReader) read() int {
 		s.close() // opened again at the next scan
 		return -1
 	}
-	return parseSysctlInt(s.buf[:max(n, 0)])
-}
-
-// parseSysctlInt parses a sysctl's decimal value and its newline; -1 for
-// anything else.
-func parseSysctlInt(b []byte) int {
-	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == ' ') {
-		b = b[:len(b)-1]
-	}
-	if len(b) == 0 || len(b) > 9 {
-		return -1
-	}
-	v := 0
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return -1
-		}
-		v = v*10 + int(c-'0')
-	}
-	return v
+	return sysfile.Int(s.buf[:max(n, 0)])
 }
 
 func (s *sysctlReader) close() {

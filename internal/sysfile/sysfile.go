@@ -49,3 +49,22 @@ func ReadUntil(path string, enough func([]byte) bool) ([]byte, error) {
 		}
 	}
 }
+
+// Int parses a sysctl's non-negative decimal value and its newline, as
+// procfs writes one (kernel.bpf_stats_enabled); -1 for anything else.
+func Int(b []byte) int {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == ' ') {
+		b = b[:len(b)-1]
+	}
+	if len(b) == 0 || len(b) > 9 {
+		return -1
+	}
+	v := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return -1
+		}
+		v = v*10 + int(c-'0')
+	}
+	return v
+}

@@ -56,3 +56,11 @@ func TestReadUntil(t *testing.T) {
 		t.Errorf("never enough: %d bytes (%v), want the whole %d", len(got), err, len(content))
 	}
 }
+
+func TestInt(t *testing.T) {
+	for in, want := range map[string]int{"0\n": 0, "1\n": 1, "12": 12, "": -1, "\n": -1, "x\n": -1, "-1\n": -1, "1 2\n": -1} {
+		if got := Int([]byte(in)); got != want {
+			t.Errorf("Int(%q) = %d, want %d", in, got, want)
+		}
+	}
+}

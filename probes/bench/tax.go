@@ -7,7 +7,6 @@ import (
 	"io"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/bpfleet/bpfleet/internal/sysfile"
@@ -100,11 +99,7 @@ func StatsSysctl(procRoot string) int {
 	if err != nil {
 		return -1
 	}
-	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		return -1
-	}
-	return v
+	return sysfile.Int(b)
 }
 
 // MeasureTax measures the stats tax. The caller must hold no
