@@ -71,6 +71,9 @@ const (
 	walkCPUs    = "CPU hotplug"
 )
 
+// hotplugOff is why a CPU hotplug step turns the steady read off for good.
+const hotplugOff = "a CPU was taken offline or brought online: the kernel turned its load/unload events off"
+
 // loadSteady loads the table (and its hotplug counter) first, then opens
 // the watcher, which checks every possible CPU is online: a CPU hotplug
 // step from then on moves the counter.
@@ -157,7 +160,7 @@ func (r *reader) steadyRead(st *ScanStats) ([]progstats.Stat, bool) {
 	case len(evs) > 0:
 		return walk(walkChanged)
 	case sd.tab.Hotplugs() != sd.hotplugs:
-		sd.disable("a CPU was taken offline or brought online: the kernel turned its load/unload events off")
+		sd.disable(hotplugOff)
 		return walk(walkCPUs)
 	case !sd.valid || r.order == nil:
 		return walk(walkFirst)
@@ -171,7 +174,7 @@ func (r *reader) steadyRead(st *ScanStats) ([]progstats.Stat, bool) {
 		}
 		if tab.Hotplugs() != 0 || sd.tab.Hotplugs() != sd.hotplugs {
 			tab.Close()
-			sd.disable("a CPU was taken offline or brought online: the kernel turned its load/unload events off")
+			sd.disable(hotplugOff)
 			return walk(walkCPUs)
 		}
 		sd.tab.Close()
@@ -194,7 +197,7 @@ func (r *reader) steadyRead(st *ScanStats) ([]progstats.Stat, bool) {
 		return walk(walkRaced)
 	}
 	if sd.tab.Hotplugs() != sd.hotplugs {
-		sd.disable("a CPU was taken offline or brought online: the kernel turned its load/unload events off")
+		sd.disable(hotplugOff)
 		return walk(walkCPUs)
 	}
 	stats := sd.stats[:0]
