@@ -183,3 +183,22 @@ func TestHarnessStopsSilentGuest(t *testing.T) {
 		t.Errorf("took %s: the silence limit did not stop the guests early", time.Since(start))
 	}
 }
+
+func TestQEMUMajor(t *testing.T) {
+	for _, tc := range []struct {
+		in    string
+		major int
+		ok    bool
+	}{
+		{"QEMU emulator version 10.0.2 (Debian 1:10.0.2+ds-2+deb13u1~bpo12+1)\nCopyright", 10, true},
+		{"QEMU emulator version 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)\n", 7, true},
+		{"QEMU emulator version 8.2.0\n", 8, true},
+		{"qemu-system-x86_64: unknown option\n", 0, false},
+		{"QEMU emulator version \n", 0, false},
+	} {
+		major, ok := qemuMajor(tc.in)
+		if major != tc.major || ok != tc.ok {
+			t.Errorf("qemuMajor(%q) = %d, %v; want %d, %v", tc.in, major, ok, tc.major, tc.ok)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -75,6 +76,7 @@ func main() {
 	} else if len(o.Commands) == 0 {
 		o.Commands = defaultCommands
 	}
+	warnOldQEMU(entries, logf)
 	results := RunMatrix(context.Background(), entries, o)
 	printTable(os.Stdout, results)
 	fmt.Println()
@@ -90,6 +92,47 @@ func main() {
 			os.Exit(1)
 		}
 	}
+}
+
+// warnOldQEMU says, once per emulator, when the QEMU that boots the entries
+// is older than 8: 7.2's multi-threaded TCG runs stale translations after a
+// guest patches its own text, and x86 guests die of "Oops: int3" (README.md,
+// "QEMU 10 from bookworm-backports"). A warning, not a refusal: the retries
+// still give an old QEMU a chance.
+func warnOldQEMU(entries []Entry, logf func(string, ...any)) {
+	seen := map[string]bool{}
+	for _, e := range entries {
+		bin := qemuArgs(e, "", "", 0)[0]
+		if seen[bin] {
+			continue
+		}
+		seen[bin] = true
+		out, err := exec.Command(bin, "--version").Output()
+		if err != nil {
+			logf("%s: %v; run scripts/install-deps.sh", bin, err)
+			continue
+		}
+		if major, ok := qemuMajor(string(out)); ok && major < 8 {
+			logf("%s is QEMU %d: its TCG runs stale code after a guest patches its own text (x86 guests die of \"Oops: int3\"); scripts/install-deps.sh installs QEMU 10 on bookworm", bin, major)
+		}
+	}
+}
+
+// qemuMajor reads the major version from `qemu-system-* --version`'s first
+// line, "QEMU emulator version 10.0.2 (Debian ...)".
+func qemuMajor(version string) (int, bool) {
+	const prefix = "QEMU emulator version "
+	i := strings.Index(version, prefix)
+	if i < 0 {
+		return 0, false
+	}
+	v := version[i+len(prefix):]
+	n := 0
+	j := 0
+	for ; j < len(v) && v[j] >= '0' && v[j] <= '9'; j++ {
+		n = n*10 + int(v[j]-'0')
+	}
+	return n, j > 0
 }
 
 // RunMatrix runs every entry, building once per architecture.
@@ -117,12 +160,12 @@ func RunMatrix(ctx context.Context, entries []Entry, o *Options) []*Result {
 		var retried []string
 		for attempt := 1; attempt <= maxRetries && r.Err != nil && !r.failedTest() && ctx.Err() == nil; attempt++ {
 			// The guest died or hung with no test failing. TCG guests do
-			// that now and then: QEMU 7.2's multi-threaded TCG can run a
-			// stale translation after the kernel patches its own text
-			// (seen: "Oops: int3" at a patched site during a 7.2 boot, a
-			// 6.1 guest looping on an int3 its memory no longer holds; see
-			// README.md). Boot again, keep each failed console log, and say
-			// so in the results, so a retry is never silent.
+			// that now and then (QEMU 7.2's multi-threaded TCG ran stale
+			// translations after the kernel patched its own text: "Oops:
+			// int3" at a patched site, a 6.1 guest looping on an int3 its
+			// memory no longer held; see README.md). Boot again, keep each
+			// failed console log, and say so in the results, so a retry is
+			// never silent.
 			kept := fmt.Sprintf("%s.%d", r.Log, attempt)
 			os.Rename(r.Log, kept)
 			o.Logf("%s: %v; booting again (failed console log: %s)", e.Name, r.Err, kept)
