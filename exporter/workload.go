@@ -99,6 +99,11 @@ type programLast struct {
 	key                                 workloadKey
 	w                                   *workloadSeries
 	gen                                 uint64 // the Update that saw it last
+	// entry is the snapshot entry read last. Entries are immutable and an
+	// unchanged program keeps its entry from scan to scan, so the same
+	// entry again means nothing to add: no key to build, no growth.
+	entry *agent.ProgramStat
+	info  attribute.Set // its bpf.program.info set, with --program-info
 }
 
 // growth is cur-prev of a cumulative counter; a counter that went down
@@ -130,10 +135,21 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 		w.loaded = 0
 	}
 	e.gen++
-	for i := range s.Programs {
+	for i, entry := range s.Programs {
+		prev := e.progLast[entry.ID]
+		if prev != nil && prev.entry == entry {
+			// Idle since the last scan (most programs, most scans): its
+			// key, counters and info set are the last scan's.
+			prev.w.loaded++
+			prev.w.lastSeen = now
+			prev.gen = e.gen
+			if e.cfg.ProgramInfo {
+				v.info = append(v.info, prev.info)
+			}
+			continue
+		}
 		p := &s.Programs[i].Program
 		k := workloadKeyOf(p)
-		prev := e.progLast[p.ID]
 		var w *workloadSeries
 		if prev != nil && prev.key == k {
 			w = prev.w
@@ -153,7 +169,7 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 		}
 		lm, ok := linkMissed(p)
 		w.hasLinks = w.hasLinks || ok
-		cur := programLast{runs: p.RunCount, runTimeNs: p.RunTimeNs, misses: misses, linkMissed: lm, key: k, w: w, gen: e.gen}
+		cur := programLast{runs: p.RunCount, runTimeNs: p.RunTimeNs, misses: misses, linkMissed: lm, key: k, w: w, gen: e.gen, entry: entry}
 		var last programLast
 		if prev == nil {
 			from := p.LoadTime
@@ -208,7 +224,8 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 				kv = append(kv, attribute.String("k8s.pod.name", o.PodName))
 			}
 			kv = append(kv, w.kv...)
-			v.info = append(v.info, attribute.NewSet(kv...))
+			prev.info = attribute.NewSet(kv...)
+			v.info = append(v.info, prev.info)
 		}
 	}
 	// Every program of s has its entry now: with no more entries than

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -401,4 +402,76 @@ func TestProgramCachesForgetUnloaded(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSharedEntriesSameSeries feeds one exporter snapshots that hand an
+// unchanged program's entry out again, as the agent does, and another
+// fresh copies of every entry: each scan both must export the same points
+// (the first skips unchanged entries).
+func TestSharedEntriesSameSeries(t *testing.T) {
+	shared, rs, _ := newTestExporter(t, Config{Level: LevelWorkload, ProgramInfo: true})
+	fresh, rf, _ := newTestExporter(t, Config{Level: LevelWorkload, ProgramInfo: true})
+	start := time.Unix(900, 0)
+	var progs []*agent.ProgramStat
+	for i := range 12 {
+		p := podProg(uint32(i+1), fmt.Sprintf("p%d", i%4), fmt.Sprintf("w%d", i%3), fmt.Sprintf("pod-%d", i), 100+i, start, 10, 0)
+		progs = append(progs, &p)
+	}
+	nextID := uint32(100)
+	ctx := context.Background()
+	for seq := uint64(1); seq <= 30; seq++ {
+		for i, p := range progs {
+			c := *p
+			switch (i + int(seq)) % 7 {
+			case 0: // ran
+				c.RunCount += seq
+				c.RunTimeNs += 100 * seq
+			case 3: // missed
+				m := *c.RecursionMisses + 1
+				c.RecursionMisses = &m
+			case 5: // reloaded: a new id under the same key, loaded now
+				if seq%2 == 0 {
+					nextID++
+					c.ID, c.RunCount, c.RunTimeNs, c.LoadTime = nextID, 1, 100, time.Unix(1000+int64(seq)*10, 0)
+				}
+			case 6: // its pod renamed (a new key)
+				if seq%5 == 0 {
+					c.Owners = []agent.Owner{c.Owners[0]}
+					c.Owners[0].WorkloadName = fmt.Sprintf("w%d", seq)
+				}
+			default: // idle: the same entry
+				continue
+			}
+			progs[i] = &c
+		}
+		s := snapshot(seq)
+		s.Programs = append([]*agent.ProgramStat(nil), progs...)
+		shared.Update(ctx, s)
+		f := snapshot(seq)
+		for _, p := range progs {
+			c := *p
+			f.Programs = append(f.Programs, &c)
+		}
+		fresh.Update(ctx, f)
+		gs, _ := collect(t, rs)
+		gf, _ := collect(t, rf)
+		if a, b := pointsText(gs), pointsText(gf); a != b {
+			t.Fatalf("scan %d: shared entries exported\n%s\nfresh copies\n%s", seq, a, b)
+		}
+	}
+}
+
+// pointsText is every point of the bpf.program.* metrics, one line each, sorted.
+func pointsText(got map[string][]point) string {
+	var lines []string
+	for name, pts := range got {
+		if !strings.HasPrefix(name, "bpf.program.") {
+			continue
+		}
+		for _, p := range pts {
+			lines = append(lines, fmt.Sprintf("%s %s %v", name, p.attrs.Encoded(attribute.DefaultEncoder()), p.value))
+		}
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
 }
