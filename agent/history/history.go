@@ -108,6 +108,10 @@ type ring struct {
 	lmTot uint64
 	gone  time.Time // zero while loaded
 	gen   uint64    // the last Record that saw the program
+	// entry is the snapshot entry recorded last: entries are immutable
+	// (an unchanged program keeps its entry), so the same entry again has
+	// the same name and totals.
+	entry *agent.ProgramStat
 }
 
 func (r *ring) add(p point, capacity int) {
@@ -169,16 +173,19 @@ func (s *Store) Record(snap *agent.Snapshot) {
 			s.rings[p.ID] = r
 		}
 		r.gen = s.gen
-		r.name, r.kind, r.gone = p.Name, p.MissKind, time.Time{}
-		r.hasRM = p.RecursionMisses != nil
-		r.runs, r.rmTot, r.lmTot, r.hasLM = p.RunCount, 0, 0, false
-		if p.RecursionMisses != nil {
-			r.rmTot = *p.RecursionMisses
-		}
-		for _, l := range p.Links {
-			if l.Missed != nil {
-				r.hasLM = true
-				r.lmTot += *l.Missed
+		if r.entry != p {
+			r.entry = p
+			r.name, r.kind, r.gone = p.Name, p.MissKind, time.Time{}
+			r.hasRM = p.RecursionMisses != nil
+			r.runs, r.rmTot, r.lmTot, r.hasLM = p.RunCount, 0, 0, false
+			if p.RecursionMisses != nil {
+				r.rmTot = *p.RecursionMisses
+			}
+			for _, l := range p.Links {
+				if l.Missed != nil {
+					r.hasLM = true
+					r.lmTot += *l.Missed
+				}
 			}
 		}
 		// No point without an interval (the first scan), nor for a program

@@ -216,3 +216,38 @@ func BenchmarkRecord1000(b *testing.B) {
 	_, used := fill(1000, 300)
 	b.ReportMetric(float64(used), "heap-B/1000progs@300pts")
 }
+
+// TestSharedEntries records snapshots that hand an idle program's entry out
+// again, as the agent does, into one store and fresh copies into another:
+// every series must be the same.
+func TestSharedEntries(t *testing.T) {
+	shared, fresh := New(8), New(8)
+	idle := prog(1, 0, 0, 0)
+	busy := prog(2, 3, 300, 1)
+	idleEntry := &idle
+	for n := 1; n <= 12; n++ {
+		s := snap(n)
+		b := busy
+		if n%3 == 0 { // busy ran this interval, idle did not; the others idle
+			b = prog(2, uint64(n), 100*uint64(n), 0)
+		} else {
+			b.Delta = agent.Rates{}
+		}
+		s.Programs = []*agent.ProgramStat{idleEntry, &b}
+		shared.Record(s)
+		f := snap(n)
+		i2, b2 := *idleEntry, b
+		f.Programs = []*agent.ProgramStat{&i2, &b2}
+		fresh.Record(f)
+	}
+	for _, id := range []uint32{1, 2} {
+		a, _ := shared.Series(id)
+		b, _ := fresh.Series(id)
+		if fmt.Sprint(a) != fmt.Sprint(b) {
+			t.Errorf("program %d: shared entries recorded\n%+v\nfresh copies\n%+v", id, a, b)
+		}
+		if len(a.Points) != 8 {
+			t.Errorf("program %d: %d points, want a full ring of 8", id, len(a.Points))
+		}
+	}
+}
