@@ -362,7 +362,7 @@ func (e *Exporter) ForceFlush(ctx context.Context) error {
 		errs = append(errs, e.tp.ForceFlush(ctx))
 	}
 	if e.push != nil {
-		errs = append(errs, e.push.export(ctx))
+		errs = append(errs, e.push.export(ctx, true))
 	}
 	errs = append(errs, e.mp.ForceFlush(ctx))
 	return errors.Join(errs...)

@@ -344,6 +344,17 @@ func (c *countingMetricExporter) Export(ctx context.Context, rm *metricdata.Reso
 	return err
 }
 
+// ForceFlush counts too: the wire exporter reports a request's failed
+// answer when it reads it, at the next export or here.
+func (c *countingMetricExporter) ForceFlush(ctx context.Context) error {
+	err := c.Exporter.ForceFlush(ctx)
+	if err != nil {
+		c.e.metricErrs.Add(1)
+		c.e.errs.add("exporting metrics", err)
+	}
+	return err
+}
+
 type countingSpanExporter struct {
 	sdktrace.SpanExporter
 	e *Exporter

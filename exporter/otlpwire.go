@@ -53,6 +53,8 @@ type wireExporter struct {
 	timeout time.Duration
 	gzip    bool
 	client  *http.Client
+	// post sends the requests when no proxy is in the way (httppost.go).
+	post *poster
 
 	mu sync.Mutex
 	// attrs caches the encoding of attribute sets as NumberDataPoint
@@ -164,11 +166,15 @@ func newWireExporter(c wireConfig) *wireExporter {
 	if c.gzip {
 		c.headers.Set("Content-Encoding", "gzip")
 	}
-	return &wireExporter{
+	w := &wireExporter{
 		url: c.url, headers: c.headers, timeout: c.timeout, gzip: c.gzip,
 		client: &http.Client{Transport: tr},
 		attrs:  map[attribute.Distinct]*wireAttrs{},
 	}
+	if u, err := url.Parse(c.url); err == nil && usePoster(u) {
+		w.post = newPoster(u, c.tls, c.headers, c.timeout)
+	}
+	return w
 }
 
 // Temporality implements sdkmetric.Exporter: cumulative (the kernel's
@@ -182,13 +188,28 @@ func (w *wireExporter) Aggregation(k sdkmetric.InstrumentKind) sdkmetric.Aggrega
 	return sdkmetric.DefaultAggregationSelector(k)
 }
 
-// ForceFlush implements sdkmetric.Exporter: nothing is buffered.
-func (w *wireExporter) ForceFlush(context.Context) error { return nil }
+// ForceFlush implements sdkmetric.Exporter: it waits for the answer to the
+// last request.
+func (w *wireExporter) ForceFlush(context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.post == nil {
+		return nil
+	}
+	return w.post.settle(w.answered)
+}
 
 // Shutdown implements sdkmetric.Exporter.
 func (w *wireExporter) Shutdown(context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var err error
+	if w.post != nil {
+		err = w.post.settle(w.answered)
+		w.post.close()
+	}
 	w.client.CloseIdleConnections()
-	return nil
+	return err
 }
 
 // Export implements sdkmetric.Exporter.
@@ -211,6 +232,9 @@ func (w *wireExporter) Export(ctx context.Context, rm *metricdata.ResourceMetric
 		}
 		body = w.zbuf.Bytes()
 	}
+	if w.post != nil {
+		return w.post.send(ctx, body, w.answered)
+	}
 	if w.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, w.timeout)
@@ -231,13 +255,17 @@ func (w *wireExporter) Export(ctx context.Context, rm *metricdata.ResourceMetric
 	if resp.StatusCode/100 != 2 {
 		return fmt.Errorf("exporting metrics to %s: %s: %s", w.url, resp.Status, strings.TrimSpace(string(bytes.ToValidUTF8(msg[:min(len(msg), 512)], nil))))
 	}
+	w.answered(resp, msg)
+	return nil
+}
+
+// answered takes a 2xx answer. A partial success is a success (as the
+// SDK's exporter has it): said through the SDK's error handler, the
+// agent's once-per-interval log line, not counted as a failed export.
+func (w *wireExporter) answered(resp *http.Response, msg []byte) {
 	if rejected, why := partialSuccess(msg, resp.Header.Get("Content-Type")); rejected > 0 || why != "" {
-		// A partial success is a success (as the SDK's exporter has it):
-		// said through the SDK's error handler, the agent's once-per-
-		// interval log line, not counted as a failed export.
 		otel.Handle(fmt.Errorf("exporting metrics: the backend rejected %d data points: %s", rejected, why))
 	}
-	return nil
 }
 
 // partialSuccess reads ExportMetricsServiceResponse.partial_success from a

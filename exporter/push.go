@@ -98,7 +98,7 @@ func (p *pusher) run() {
 			return
 		case <-p.kick:
 			ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
-			if err := p.export(ctx); err != nil {
+			if err := p.export(ctx, false); err != nil {
 				otel.Handle(err)
 			}
 			cancel()
@@ -123,8 +123,10 @@ func (p *pusher) updated(now time.Time) {
 	}
 }
 
-// export collects and exports every destination now.
-func (p *pusher) export(ctx context.Context) error {
+// export collects and exports every destination now; with settle it also
+// waits for the destinations' answers (ForceFlush: the wire exporter reads
+// an answer only at its next request otherwise).
+func (p *pusher) export(ctx context.Context, settle bool) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var errs []error
@@ -136,6 +138,9 @@ func (p *pusher) export(ctx context.Context) error {
 			continue
 		}
 		errs = append(errs, d.exp.Export(ctx, &d.rm))
+		if settle {
+			errs = append(errs, d.exp.ForceFlush(ctx))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -154,7 +159,7 @@ func (p *pusher) stop(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	errs := []error{p.export(ctx)}
+	errs := []error{p.export(ctx, true)}
 	for _, d := range p.dests {
 		errs = append(errs, d.exp.Shutdown(ctx))
 	}
