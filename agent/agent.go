@@ -228,7 +228,11 @@ func New(cfg Config) (*Agent, error) {
 func (a *Agent) Kernel() KernelInfo { return a.kernel }
 
 // OwnerFiller completes owners with what the kernel does not know: pod
-// and container names from the Kubernetes API (agent/kube).
+// and container names from the Kubernetes API (agent/kube). A filler whose
+// answers change over time (a pod cache) should also have a method
+// Generation() uint64 that changes whenever they may have: while it stays
+// the same, an owner refresh fills only owners it has not filled before.
+// Without it every owner is filled again at every refresh.
 type OwnerFiller interface {
 	Fill(*Owner)
 }
@@ -239,7 +243,7 @@ func (a *Agent) SetOwnerFiller(f OwnerFiller) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.attr != nil {
-		a.attr.filler = f
+		a.attr.setFiller(f)
 	}
 }
 

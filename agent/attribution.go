@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/bpfleet/bpfleet/agent/owners"
 	"github.com/bpfleet/bpfleet/probes/taskfile"
@@ -25,17 +26,38 @@ type attribution struct {
 	bpffs    []string
 	cgroup   string
 	cgErr    error
-	progs    map[uint32][]Owner
+	progs    map[uint32]ownedProg
 	pins     map[uint32][]string
 	attached map[uint32][]owners.Attachment
 	filler   OwnerFiller
+	// filledGen is the filler's Generation when progs were filled;
+	// filledOK says progs' owners are what filler would fill now (false:
+	// no refresh yet, a new filler, or one without Generation).
+	filledGen uint64
+	filledOK  bool
 	// watch holds the owners' pidfds (only with procfs at /proc: the
 	// pids are then the agent's own namespace's).
 	watch *ownerWatch
+	pids  map[int]bool // the owners' pids, rebuilt at every refresh
+}
+
+// ownedProg is one program's owners: the Scanner's slice, and the agent's
+// made from it (converted and filled). A refresh that gets the same slice
+// from the Scanner (its owners did not change) keeps the agent's.
+type ownedProg struct {
+	raw    []owners.Owner
+	owners []Owner
+}
+
+// generationFiller is an OwnerFiller that says when its answers may have
+// changed (kube.Pods: the pod cache): while Generation stays the same, an
+// owner filled once needs no Fill again.
+type generationFiller interface {
+	Generation() uint64
 }
 
 func newAttribution(cfg Config) *attribution {
-	at := &attribution{bpffs: cfg.BPFFS}
+	at := &attribution{bpffs: cfg.BPFFS, progs: map[uint32]ownedProg{}, attached: map[uint32][]owners.Attachment{}, pids: map[int]bool{}}
 	var src owners.Source
 	if cfg.OneShot && cfg.ProcRoot == "/proc" {
 		// nil without a running agent's pin: walk /proc
@@ -100,41 +122,29 @@ func (at *attribution) refresh(progs progView, h holders) []error {
 	if h.err != nil {
 		errs = append(errs, fmt.Errorf("reading owners: %w", h.err))
 	}
-	at.progs = map[uint32][]Owner{}
-	if res != nil {
-		for id, os := range res.Programs {
-			out := make([]Owner, len(os))
-			for i, o := range os {
-				out[i] = Owner(o)
-				if at.filler != nil {
-					at.filler.Fill(&out[i])
-				}
-			}
-			at.progs[id] = out
-		}
-	}
+	at.updateOwners(res)
 	at.pins = owners.PinsByProg(h.pins)
 	if at.watch != nil {
-		pids := map[int]bool{}
-		for _, os := range at.progs {
-			for _, o := range os {
+		clear(at.pids)
+		for _, p := range at.progs {
+			for _, o := range p.owners {
 				if o.PID > 0 {
-					pids[o.PID] = true
+					at.pids[o.PID] = true
 				}
 			}
 		}
-		at.watch.reset(pids)
+		at.watch.reset(at.pids)
 	}
 
 	// Attachments are asked only for the kinds of program that have
 	// neither a link nor a holder: a cgroup walk per attach type is many
 	// bpf() calls on a busy node.
-	at.attached = map[uint32][]owners.Attachment{}
+	clear(at.attached)
 	var cgTypes []ebpf.ProgramType
 	netdev := false
 	for i := range progs.len() {
 		p := progs.at(i)
-		if len(p.Links) > 0 || len(at.progs[p.ID]) > 0 {
+		if len(p.Links) > 0 || len(at.progs[p.ID].owners) > 0 {
 			continue
 		}
 		switch t := at.progType(p); {
@@ -165,6 +175,58 @@ func (at *attribution) refresh(progs progView, h holders) []error {
 		at.attached[a.ProgID] = append(at.attached[a.ProgID], a)
 	}
 	return errs
+}
+
+// updateOwners makes progs res.Programs' owners, converted and filled. A
+// program whose Scanner slice is the one of the last refresh keeps its
+// owners (the same slice, unless the filler's answers may have changed),
+// so a refresh after a few programs changed converts and fills only
+// theirs.
+func (at *attribution) updateOwners(res *owners.Result) {
+	if res == nil {
+		clear(at.progs)
+		return
+	}
+	gen, genOK := uint64(0), at.filler == nil
+	if g, ok := at.filler.(generationFiller); ok {
+		gen, genOK = g.Generation(), true
+	}
+	refill := !at.filledOK || gen != at.filledGen
+	// gen is read before any Fill: a change the filler sees during the
+	// fills moves it past gen, so the next refresh fills again.
+	at.filledGen, at.filledOK = gen, genOK
+	for id, raw := range res.Programs {
+		if p, ok := at.progs[id]; ok && !refill && sameOwners(p.raw, raw) {
+			continue
+		}
+		out := make([]Owner, len(raw))
+		for i, o := range raw {
+			out[i] = Owner(o)
+			if at.filler != nil {
+				at.filler.Fill(&out[i])
+			}
+		}
+		at.progs[id] = ownedProg{raw: raw, owners: out}
+	}
+	if len(at.progs) > len(res.Programs) {
+		for id := range at.progs {
+			if _, ok := res.Programs[id]; !ok {
+				delete(at.progs, id)
+			}
+		}
+	}
+}
+
+// setFiller plugs in f; the next refresh fills every owner with it.
+func (at *attribution) setFiller(f OwnerFiller) {
+	at.filler, at.filledOK = f, false
+}
+
+// sameOwners says a and b are the same slice: the Scanner hands out the
+// same one for a program whose owners did not change, and never writes
+// one it handed out.
+func sameOwners(a, b []owners.Owner) bool {
+	return len(a) == len(b) && unsafe.SliceData(a) == unsafe.SliceData(b)
 }
 
 func (at *attribution) progType(p *Program) ebpf.ProgramType {
@@ -214,7 +276,7 @@ func (at *attribution) close() {
 
 // apply joins the last refresh's answers to a program.
 func (at *attribution) apply(p *Program) {
-	if o := at.progs[p.ID]; len(o) > 0 {
+	if o := at.progs[p.ID].owners; len(o) > 0 {
 		p.Owners = o
 	}
 	p.Pins = at.pins[p.ID]

@@ -14,6 +14,9 @@ import (
 // without an owner appears, an owner exits, or the slow period passes.
 type ownerWatch struct {
 	fds []unix.PollFd
+	// pids[i] is the process fds[i] watches.
+	pids []int
+	kept map[int]bool // scratch for reset
 	// broken says the kernel refused pidfds (before Linux 5.3) or there
 	// are too many owners to watch: the caller keeps the short period.
 	broken bool
@@ -23,15 +26,53 @@ type ownerWatch struct {
 // hold BPF fds (a socket filter per process) keeps the short period.
 const maxWatched = 1024
 
-// reset closes the previous pidfds and opens one per distinct pid.
+// reset watches pids: one pidfd per distinct pid. A pidfd of the last reset
+// whose process still runs and is still an owner is kept (the pid cannot
+// name another process while it runs), so a refresh opens pidfds only for
+// new owners and closes only those of owners gone.
 func (w *ownerWatch) reset(pids map[int]bool) {
-	w.close()
+	if w.broken || len(pids) > maxWatched {
+		w.close() // a broken watch retries every pid
+	}
 	w.broken = false
 	if len(pids) > maxWatched {
 		w.broken = true
 		return
 	}
+	// Which watched processes have exited: one poll over all of them.
+	polled := len(w.fds) == 0
+	for !polled {
+		_, err := unix.Poll(w.fds, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			w.close() // cannot tell: open every pidfd afresh
+		}
+		polled = true
+	}
+	if w.kept == nil {
+		w.kept = map[int]bool{}
+	}
+	clear(w.kept)
+	n := 0
+	for i, p := range w.fds {
+		pid := w.pids[i]
+		if p.Fd >= 0 && p.Revents == 0 && pids[pid] {
+			w.fds[n], w.pids[n] = p, pid
+			w.kept[pid] = true
+			n++
+			continue
+		}
+		if p.Fd >= 0 {
+			unix.Close(int(p.Fd))
+		}
+	}
+	w.fds, w.pids = w.fds[:n], w.pids[:n]
 	for pid := range pids {
+		if w.kept[pid] {
+			continue
+		}
 		fd, err := unix.PidfdOpen(pid, 0)
 		switch {
 		case err == unix.ESRCH:
@@ -45,6 +86,7 @@ func (w *ownerWatch) reset(pids map[int]bool) {
 		default:
 			w.fds = append(w.fds, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
 		}
+		w.pids = append(w.pids, pid)
 	}
 }
 
@@ -77,5 +119,5 @@ func (w *ownerWatch) close() {
 			unix.Close(int(p.Fd))
 		}
 	}
-	w.fds = w.fds[:0]
+	w.fds, w.pids = w.fds[:0], w.pids[:0]
 }

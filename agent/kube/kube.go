@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -43,6 +44,8 @@ type Pods struct {
 	node     string
 	informer cache.SharedIndexInformer
 	lastErr  atomic.Pointer[error]
+	// gen counts the cache's changes that Fill can see (Generation).
+	gen atomic.Uint64
 }
 
 // KubeconfigEnv names a kubeconfig file to use instead of the pod's
@@ -107,6 +110,22 @@ func New(client PodClient, node string, resync time.Duration) (*Pods, error) {
 	if err := p.informer.SetTransform(slim); err != nil {
 		return nil, fmt.Errorf("pod informer: %w", err)
 	}
+	// The informer calls these after its cache took the change: a Fill
+	// that began before a change counts a generation it may have missed.
+	// Status updates (readiness, restarts) change nothing Fill reads and
+	// are the bulk of a node's pod events.
+	bump := func(any) { p.gen.Add(1) }
+	if _, err := p.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    bump,
+		DeleteFunc: bump,
+		UpdateFunc: func(old, cur any) {
+			if !sameForFill(old, cur) {
+				p.gen.Add(1)
+			}
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("pod informer: %w", err)
+	}
 	if err := p.informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
 		p.lastErr.Store(&err)
 	}); err != nil {
@@ -156,6 +175,30 @@ func (p *Pods) Err() error {
 		return *e
 	}
 	return nil
+}
+
+// Generation changes whenever the cache changes in a way Fill can see: a
+// pod added or deleted, or its name, containers or controller changed. The
+// agent fills an owner again only then (agent.OwnerFiller). A nil *Pods
+// fills from cgroup paths alone, which never change: always 0.
+func (p *Pods) Generation() uint64 {
+	if p == nil {
+		return 0
+	}
+	return p.gen.Load()
+}
+
+// sameForFill says two versions of a slimmed pod (slim) differ in nothing
+// but their resource version.
+func sameForFill(old, cur any) bool {
+	a, ok1 := old.(*corev1.Pod)
+	b, ok2 := cur.(*corev1.Pod)
+	if !ok1 || !ok2 {
+		return false
+	}
+	x, y := *a, *b
+	x.ResourceVersion, y.ResourceVersion = "", ""
+	return reflect.DeepEqual(x, y)
 }
 
 // Synced reports whether the first list has arrived.

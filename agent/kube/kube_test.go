@@ -276,3 +276,50 @@ func TestWorkloadOf(t *testing.T) {
 		}
 	}
 }
+
+// TestGeneration: the generation moves when the cache changes in a way Fill
+// sees (a pod added, its containers changed, a pod deleted) and not for an
+// update Fill cannot see (status only), so the agent fills owners again
+// exactly then.
+func TestGeneration(t *testing.T) {
+	if g := (*Pods)(nil).Generation(); g != 0 {
+		t.Errorf("a nil *Pods: generation %d, want 0", g)
+	}
+	cilium := pod("cilium-x1", "kube-system", uidA, node1, map[string]string{"cilium-agent": "containerd://" + idA}, nil)
+	client := fake.NewClientset(cilium)
+	p := start(t, client)
+	if err := p.WaitSynced(context.Background(), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the first list to move the generation", func() bool { return p.Generation() > 0 })
+	ctx := context.Background()
+	pods := client.CoreV1().Pods("kube-system")
+	// A status-only update, then one Fill sees: once the second moved the
+	// generation, the first (delivered before it, in order) did not.
+	g0 := p.Generation()
+	upd := cilium.DeepCopy()
+	upd.Status.Phase = corev1.PodRunning
+	upd.ResourceVersion = "2"
+	if _, err := pods.Update(ctx, upd, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	upd = upd.DeepCopy()
+	upd.Status.ContainerStatuses[0].ContainerID = "containerd://" + idB
+	upd.ResourceVersion = "3"
+	if _, err := pods.Update(ctx, upd, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a new container id to move the generation", func() bool {
+		o := agent.Owner{ContainerID: idB}
+		p.Fill(&o)
+		return o.PodName == "cilium-x1" && p.Generation() > g0
+	})
+	if g := p.Generation(); g != g0+1 {
+		t.Errorf("a status update and a container change moved the generation by %d, want 1", g-g0)
+	}
+	g1 := p.Generation()
+	if err := pods.Delete(ctx, "cilium-x1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a deleted pod to move the generation", func() bool { return p.Generation() > g1 })
+}

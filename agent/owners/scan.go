@@ -39,7 +39,9 @@ const (
 	ViaLink = "link"
 )
 
-// Result is one owner scan.
+// Result is one owner scan. It, its maps and Links' slices belong to the
+// Scanner and are valid until its next Scan; Programs' slices stay valid
+// for good (see Scan).
 type Result struct {
 	// Programs maps a program id to the processes holding it, by pid.
 	Programs map[uint32][]Owner
@@ -53,8 +55,9 @@ type Result struct {
 
 // Scanner finds the owners of BPF programs. It keeps a cache of per-process
 // facts (comm, exe, cgroup, container) keyed by pid and process start time,
-// so a reused pid is read afresh and a long-lived holder is read once. Not
-// safe for concurrent use.
+// so a reused pid is read afresh and a long-lived holder is read once, and
+// each program's owners from the last scan, so a scan allocates only for
+// programs whose owners changed. Not safe for concurrent use.
 type Scanner struct {
 	src      Source
 	procRoot string
@@ -62,6 +65,10 @@ type Scanner struct {
 	gen      uint64
 	holdings []Holding
 	buf      []byte
+	// progs is every program's owners as the last scan found them;
+	// res.Programs holds the same slices.
+	progs map[uint32]*progOwners
+	res   Result
 }
 
 type procFacts struct {
@@ -71,6 +78,44 @@ type procFacts struct {
 	exe    string
 	cgroup string
 	c      Container
+}
+
+// progOwners is one program's owners across scans. owners, once handed out
+// in Result.Programs, is never written again (a snapshot may hold it): a
+// scan that finds the same owners hands out the same slice, one that finds
+// a change builds a new one.
+type progOwners struct {
+	owners []Owner
+	// gen is the last scan that found an owner, n how many it has found
+	// so far: owners[:n] while they equal the last scan's, else fresh.
+	gen   uint64
+	n     int
+	fresh []Owner
+}
+
+// add appends o, the next owner by pid, to this scan's owners.
+func (e *progOwners) add(o Owner) {
+	if e.fresh == nil {
+		if e.n < len(e.owners) && e.owners[e.n] == o {
+			e.n++
+			return
+		}
+		e.fresh = make([]Owner, e.n, max(e.n+1, len(e.owners)))
+		copy(e.fresh, e.owners)
+	}
+	e.fresh = append(e.fresh, o)
+	e.n++
+}
+
+// lastPID is the pid of this scan's last owner (-1 before the first).
+func (e *progOwners) lastPID() int {
+	switch {
+	case e.n == 0:
+		return -1
+	case e.fresh != nil:
+		return e.fresh[e.n-1].PID
+	}
+	return e.owners[e.n-1].PID
 }
 
 // NewScanner returns a Scanner reading process facts from the procfs at
@@ -83,47 +128,58 @@ func NewScanner(procRoot string, src Source) *Scanner {
 	if src == nil {
 		src = NewProcSource(procRoot)
 	}
-	return &Scanner{src: src, procRoot: procRoot, cache: map[int32]*procFacts{}, buf: make([]byte, 4<<10)}
+	return &Scanner{
+		src: src, procRoot: procRoot, cache: map[int32]*procFacts{}, buf: make([]byte, 4<<10),
+		progs: map[uint32]*progOwners{},
+		res:   Result{Programs: map[uint32][]Owner{}, Links: map[uint32][]int{}, LinkProgs: map[uint32]uint32{}},
+	}
+}
+
+// holdingOrder sorts holdings so that one pid's are adjacent and its "fd"
+// holding of a program comes before its link holdings.
+func holdingOrder(a, b Holding) int {
+	if a.PID != b.PID {
+		return cmp.Compare(a.PID, b.PID)
+	}
+	if (a.LinkID == 0) != (b.LinkID == 0) {
+		if a.LinkID == 0 {
+			return -1
+		}
+		return 1
+	}
+	return cmp.Compare(a.LinkID, b.LinkID)
 }
 
 // Scan lists every holder of a BPF program or link fd. want, when not nil,
 // limits the result to the programs it returns true for (the others cost
 // only their fdinfo read). An error means the source failed as a whole;
 // vanished processes and denied reads are counted in Result.Stats.
+//
+// A program whose owners equal the last scan's gets the very same slice in
+// Programs (same array, same length); one whose owners changed gets a new
+// array. No slice handed out is written again, so a caller may keep them
+// and tell an unchanged program by its slice alone.
 func (s *Scanner) Scan(want func(progID uint32) bool) (*Result, error) {
 	t0 := time.Now()
-	r := &Result{
-		Programs:  map[uint32][]Owner{},
-		Links:     map[uint32][]int{},
-		LinkProgs: map[uint32]uint32{},
-	}
+	r := &s.res
+	r.Stats, r.Duration = Stats{}, 0
+	clear(r.Links)
+	clear(r.LinkProgs)
 	var err error
 	s.holdings, err = s.src.Holdings(s.holdings[:0], &r.Stats)
 	if err != nil {
 		return nil, err
 	}
 	s.gen++
-	// Sort so that one pid's holdings are adjacent and its "fd" holding of
-	// a program comes before its link holdings.
-	slices.SortFunc(s.holdings, func(a, b Holding) int {
-		if a.PID != b.PID {
-			return cmp.Compare(a.PID, b.PID)
-		}
-		if (a.LinkID == 0) != (b.LinkID == 0) {
-			if a.LinkID == 0 {
-				return -1
-			}
-			return 1
-		}
-		return cmp.Compare(a.LinkID, b.LinkID)
-	})
-	type key struct {
-		prog uint32
-		pid  int32
+	// Both sources list processes by pid already; a sort is needed only
+	// where a pid holds links and programs in another order (or a thread
+	// with a file table of its own is listed under its process).
+	if !slices.IsSortedFunc(s.holdings, holdingOrder) {
+		slices.SortFunc(s.holdings, holdingOrder)
 	}
-	seen := map[key]bool{}
 	// Holdings are sorted by pid: a process's facts are checked once per
-	// scan, however many fds it holds.
+	// scan, however many fds it holds, and a program's owners come in pid
+	// order, so a pid's second holding of a program is its last owner's.
 	lastPID, lastFacts := int32(-1), (*procFacts)(nil)
 	for _, h := range s.holdings {
 		if h.LinkID != 0 {
@@ -135,10 +191,6 @@ func (s *Scanner) Scan(want func(progID uint32) bool) (*Result, error) {
 		if h.ProgID == 0 || (want != nil && !want(h.ProgID)) {
 			continue
 		}
-		k := key{h.ProgID, h.PID}
-		if seen[k] {
-			continue
-		}
 		if h.PID != lastPID {
 			lastPID, lastFacts = h.PID, s.facts(h.PID, &r.Stats)
 		}
@@ -146,7 +198,17 @@ func (s *Scanner) Scan(want func(progID uint32) bool) (*Result, error) {
 		if pf == nil {
 			continue // exited since its fds were read
 		}
-		seen[k] = true
+		e := s.progs[h.ProgID]
+		if e == nil {
+			e = &progOwners{}
+			s.progs[h.ProgID] = e
+		}
+		if e.gen != s.gen {
+			e.gen, e.n, e.fresh = s.gen, 0, nil
+		}
+		if e.lastPID() == int(h.PID) {
+			continue // the pid's first holding (its fd, if any) decided Via
+		}
 		o := Owner{
 			PID: int(h.PID), Comm: pf.comm, Exe: pf.exe, Cgroup: pf.cgroup,
 			ContainerID: pf.c.ID, Runtime: pf.c.Runtime, PodUID: pf.c.PodUID,
@@ -155,7 +217,22 @@ func (s *Scanner) Scan(want func(progID uint32) bool) (*Result, error) {
 		if h.LinkID != 0 {
 			o.Via = ViaLink
 		}
-		r.Programs[h.ProgID] = append(r.Programs[h.ProgID], o)
+		e.add(o)
+	}
+	for id, e := range s.progs {
+		switch {
+		case e.gen != s.gen: // no owner any more
+			delete(s.progs, id)
+			delete(r.Programs, id)
+			continue
+		case e.fresh != nil:
+			e.owners, e.fresh = e.fresh, nil
+		case e.n < len(e.owners): // the first n are the same
+			e.owners = slices.Clone(e.owners[:e.n])
+		default:
+			continue
+		}
+		r.Programs[id] = e.owners
 	}
 	for pid, pf := range s.cache {
 		if pf.gen != s.gen {

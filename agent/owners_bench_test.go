@@ -1,0 +1,114 @@
+package agent
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/bpfleet/bpfleet/agent/owners"
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+)
+
+// socketFilterSpec is loadPrograms' program.
+func socketFilterSpec() *ebpf.ProgramSpec {
+	return &ebpf.ProgramSpec{
+		Type:    ebpf.SocketFilter,
+		License: "MIT",
+		Instructions: asm.Instructions{
+			asm.LoadImm(asm.R0, 0, asm.DWord),
+			asm.Return(),
+		},
+	}
+}
+
+// cgroupFiller fills what kube.Pods without API access (a nil *Pods, the
+// agent's filler on a node outside a cluster) fills: the container and pod
+// ids an owner's cgroup path names. agent cannot import kube (kube imports
+// agent), so the benchmark carries the same few lines.
+type cgroupFiller struct{}
+
+// Generation is kube.Pods': a nil *Pods' answers never change.
+func (cgroupFiller) Generation() uint64 { return 0 }
+
+func (cgroupFiller) Fill(o *Owner) {
+	if o.Cgroup != "" && (o.ContainerID == "" || o.PodUID == "") {
+		inf := owners.ParseCgroupPath(o.Cgroup)
+		if o.ContainerID == "" && !inf.Conmon {
+			o.ContainerID = inf.ID
+		}
+		if o.Runtime == "" && !inf.Conmon {
+			o.Runtime = inf.Runtime
+		}
+		if o.PodUID == "" {
+			o.PodUID = inf.PodUID
+		}
+	}
+}
+
+// BenchmarkOwnerRefresh is the agent's owner refresh as make bench
+// BENCH=agentcpu sees it: 1,000 programs held by this process, 50 of them
+// reloaded (new ids) before every refresh, then the holders read through
+// the task_file iterator, the refresh and apply on every program. The
+// reload and the program read are outside the timer. holders-ns/op is the
+// holders read alone (the kernel's walk and Scanner.Scan), rest-ns/op the
+// refresh and apply.
+func BenchmarkOwnerRefresh(b *testing.B) {
+	progs := loadPrograms(b, 1000)
+	a, err := New(Config{Owners: true, OwnerIterator: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close()
+	if a.attr.iterErr != nil {
+		b.Logf("%v", a.attr.iterErr)
+	}
+	a.attr.filler = cgroupFiller{}
+	ctx := context.Background()
+	for range 2 {
+		if _, err := a.Scan(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	next := 0
+	reload := func(k int) {
+		for range k {
+			i := next % len(progs)
+			progs[i].Close()
+			p, err := ebpf.NewProgram(socketFilterSpec())
+			if err != nil {
+				b.Fatal(err)
+			}
+			progs[i] = p
+			next++
+		}
+	}
+	r := newReader()
+	defer r.fdinfo.close()
+	var tHolders, tRest time.Duration
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		reload(50)
+		v, _, err := r.readView(time.Now())
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		t0 := time.Now()
+		h := a.attr.readHolders()
+		t1 := time.Now()
+		for _, err := range a.attr.refresh(v, h) {
+			b.Logf("refresh: %v", err)
+		}
+		for j := range v.len() {
+			a.attr.apply(v.at(j))
+		}
+		t2 := time.Now()
+		tHolders += t1.Sub(t0)
+		tRest += t2.Sub(t1)
+	}
+	b.ReportMetric(float64(tHolders.Nanoseconds())/float64(b.N), "holders-ns/op")
+	b.ReportMetric(float64(tRest.Nanoseconds())/float64(b.N), "rest-ns/op")
+}
