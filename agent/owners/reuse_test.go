@@ -1,6 +1,8 @@
 package owners
 
 import (
+	"cmp"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"testing"
@@ -91,6 +93,49 @@ func TestScanReusesUnchangedOwners(t *testing.T) {
 	for _, id := range append(ids[:3:3], newID) {
 		if !slices.Equal(r.Programs[id], fresh.Programs[id]) {
 			t.Errorf("program %d: owners %+v, a fresh scanner's %+v", id, r.Programs[id], fresh.Programs[id])
+		}
+	}
+}
+
+// sortHoldings leaves holdings in holdingOrder, the same holdings, whatever
+// order the source gave: pid order with a process's links before its
+// programs (an agent's own iterators), out of pid order (a thread with a
+// file table of its own), random.
+func TestSortHoldings(t *testing.T) {
+	agentPID := []Holding{
+		{PID: 1, FD: 3, ProgID: 10},
+		{PID: 7, FD: 3, ProgID: 20, LinkID: 5}, {PID: 7, FD: 4, ProgID: 21}, {PID: 7, FD: 5, ProgID: 20}, {PID: 7, FD: 6, ProgID: 22, LinkID: 2},
+		{PID: 9, FD: 3, ProgID: 30}, {PID: 9, FD: 4, ProgID: 31},
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	random := make([]Holding, 200)
+	for i := range random {
+		random[i] = Holding{PID: rng.Int32N(20), FD: int32(i), ProgID: rng.Uint32N(50)}
+		if rng.IntN(3) == 0 {
+			random[i].LinkID = rng.Uint32N(10) + 1
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		in   []Holding
+	}{
+		{"empty", nil},
+		{"one", []Holding{{PID: 4, ProgID: 1}}},
+		{"pid order, links first", agentPID},
+		{"out of pid order", append(slices.Clone(agentPID[5:]), agentPID[:5]...)},
+		{"random", random},
+	} {
+		got := slices.Clone(tc.in)
+		sortHoldings(got)
+		if !slices.IsSortedFunc(got, holdingOrder) {
+			t.Errorf("%s: not in holding order: %+v", tc.name, got)
+		}
+		byAll := func(a, b Holding) int {
+			return cmp.Or(cmp.Compare(a.PID, b.PID), cmp.Compare(a.FD, b.FD), cmp.Compare(a.ProgID, b.ProgID), cmp.Compare(a.LinkID, b.LinkID))
+		}
+		want := slices.SortedFunc(slices.Values(tc.in), byAll)
+		if !slices.Equal(slices.SortedFunc(slices.Values(got), byAll), want) {
+			t.Errorf("%s: holdings changed: %+v, from %+v", tc.name, got, tc.in)
 		}
 	}
 }

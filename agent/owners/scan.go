@@ -150,6 +150,30 @@ func holdingOrder(a, b Holding) int {
 	return cmp.Compare(a.LinkID, b.LinkID)
 }
 
+// sortHoldings sorts hs by holdingOrder. Both sources list processes by
+// pid and a process's fds by number already: only the fds of a process
+// that holds links as well as programs (the agent itself: its iterators)
+// may need sorting, so a pid-ordered list is sorted pid by pid, each pid's
+// only when it is out of order (the sort of 1,000 holdings was most of the
+// scan's own work).
+func sortHoldings(hs []Holding) {
+	if !slices.IsSortedFunc(hs, func(a, b Holding) int { return cmp.Compare(a.PID, b.PID) }) {
+		// A thread with a file table of its own, listed under its process.
+		slices.SortFunc(hs, holdingOrder)
+		return
+	}
+	for i := 0; i < len(hs); {
+		j := i + 1
+		for j < len(hs) && hs[j].PID == hs[i].PID {
+			j++
+		}
+		if g := hs[i:j]; !slices.IsSortedFunc(g, holdingOrder) {
+			slices.SortFunc(g, holdingOrder)
+		}
+		i = j
+	}
+}
+
 // Scan lists every holder of a BPF program or link fd. want, when not nil,
 // limits the result to the programs it returns true for (the others cost
 // only their fdinfo read). An error means the source failed as a whole;
@@ -171,12 +195,7 @@ func (s *Scanner) Scan(want func(progID uint32) bool) (*Result, error) {
 		return nil, err
 	}
 	s.gen++
-	// Both sources list processes by pid already; a sort is needed only
-	// where a pid holds links and programs in another order (or a thread
-	// with a file table of its own is listed under its process).
-	if !slices.IsSortedFunc(s.holdings, holdingOrder) {
-		slices.SortFunc(s.holdings, holdingOrder)
-	}
+	sortHoldings(s.holdings)
 	// Holdings are sorted by pid: a process's facts are checked once per
 	// scan, however many fds it holds, and a program's owners come in pid
 	// order, so a pid's second holding of a program is its last owner's.
