@@ -4,6 +4,8 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // startSleeper starts a child process that sleeps, holding extra (inherited
@@ -93,5 +95,57 @@ func TestOwnerExitRefreshesOwners(t *testing.T) {
 	}
 	if owners(s)[child.Process.Pid] {
 		t.Errorf("the exited child %d is still an owner: %v", child.Process.Pid, owners(s))
+	}
+}
+
+// A reset keeps the pidfd of an owner that still runs (the very fd: a
+// mark set on it survives), closes that of an owner gone from the set,
+// and opens one for a new owner.
+func TestOwnerWatchKeepsRunningOwners(t *testing.T) {
+	a, b := startSleeper(t), startSleeper(t)
+	var w ownerWatch
+	defer w.close()
+	fdOf := func(pid int) int32 {
+		t.Helper()
+		for i, p := range w.pids {
+			if p == pid {
+				return w.fds[i].Fd
+			}
+		}
+		return -2
+	}
+	w.reset(map[int]bool{os.Getpid(): true, a.Process.Pid: true})
+	if w.broken {
+		t.Fatalf("the kernel refused a pidfd for a live child: %+v", w)
+	}
+	me, fa := fdOf(os.Getpid()), fdOf(a.Process.Pid)
+	if me < 0 || fa < 0 {
+		t.Fatalf("pidfds %d (self), %d (child): want both open", me, fa)
+	}
+	// pidfd_open sets close-on-exec; a pidfd opened again would have it.
+	if _, err := unix.FcntlInt(uintptr(me), unix.F_SETFD, 0); err != nil {
+		t.Fatal(err)
+	}
+	w.reset(map[int]bool{os.Getpid(): true, b.Process.Pid: true})
+	if got := fdOf(os.Getpid()); got != me {
+		t.Errorf("own pidfd %d after reset, want %d kept", got, me)
+	} else if fl, err := unix.FcntlInt(uintptr(me), unix.F_GETFD, 0); err != nil || fl&unix.FD_CLOEXEC != 0 {
+		t.Errorf("own pidfd %d was opened again (flags %#x, %v)", me, fl, err)
+	}
+	if fdOf(b.Process.Pid) < 0 {
+		t.Errorf("no pidfd for the new owner %d: %+v", b.Process.Pid, w)
+	}
+	if fdOf(a.Process.Pid) != -2 {
+		t.Errorf("the owner %d left the set, yet is still watched: %+v", a.Process.Pid, w)
+	}
+	if w.exited() {
+		t.Error("exited while every owner runs")
+	}
+	// An owner that exited is watched afresh: its pid no longer names it.
+	_ = b.Process.Kill()
+	_ = b.Wait()
+	w.reset(map[int]bool{os.Getpid(): true, b.Process.Pid: true})
+	if !w.exited() {
+		t.Error("an owner that exited before the reset is not reported")
 	}
 }

@@ -19,5 +19,7 @@
 //	nets, _ := owners.NetdevAttachments()
 //
 // A Scanner is meant to live as long as the agent: it caches per-process
-// facts between scans and reuses its buffers.
+// facts and each program's owners between scans and reuses its buffers
+// and maps, so a Result is valid until the next Scan; a program whose
+// owners did not change keeps the very slice it had (see Scanner.Scan).
 package owners
