@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/net/http/httpproxy"
 )
 
 // poster sends OTLP/HTTP requests itself, one at a time over one kept
@@ -94,7 +96,9 @@ func usePoster(u *url.URL) bool {
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return false
 	}
-	proxy, err := http.ProxyFromEnvironment(&http.Request{URL: u})
+	// httpproxy reads the variables now (net/http's ProxyFromEnvironment
+	// reads them once per process) and decides as net/http would.
+	proxy, err := httpproxy.FromEnvironment().ProxyFunc()(u)
 	return err == nil && proxy == nil
 }
 
