@@ -16,11 +16,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// loadPrograms loads n trivial socket filters (the cheapest programs to
-// load) so that a scan has n more programs to read.
-func loadPrograms(tb testing.TB, n int) []*ebpf.Program {
-	tb.Helper()
-	spec := &ebpf.ProgramSpec{
+// socketFilterSpec is a trivial socket filter, the cheapest program to load.
+func socketFilterSpec() *ebpf.ProgramSpec {
+	return &ebpf.ProgramSpec{
 		Type:    ebpf.SocketFilter,
 		License: "MIT",
 		Instructions: asm.Instructions{
@@ -28,6 +26,13 @@ func loadPrograms(tb testing.TB, n int) []*ebpf.Program {
 			asm.Return(),
 		},
 	}
+}
+
+// loadPrograms loads n trivial socket filters so that a scan has n more
+// programs to read.
+func loadPrograms(tb testing.TB, n int) []*ebpf.Program {
+	tb.Helper()
+	spec := socketFilterSpec()
 	progs := make([]*ebpf.Program, 0, n)
 	for i := 0; i < n; i++ {
 		p, err := ebpf.NewProgram(spec)

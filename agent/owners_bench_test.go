@@ -5,46 +5,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bpfleet/bpfleet/agent/owners"
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
 )
-
-// socketFilterSpec is loadPrograms' program.
-func socketFilterSpec() *ebpf.ProgramSpec {
-	return &ebpf.ProgramSpec{
-		Type:    ebpf.SocketFilter,
-		License: "MIT",
-		Instructions: asm.Instructions{
-			asm.LoadImm(asm.R0, 0, asm.DWord),
-			asm.Return(),
-		},
-	}
-}
 
 // cgroupFiller fills what kube.Pods without API access (a nil *Pods, the
 // agent's filler on a node outside a cluster) fills: the container and pod
-// ids an owner's cgroup path names. agent cannot import kube (kube imports
-// agent), so the benchmark carries the same few lines.
+// ids an owner's cgroup path names.
 type cgroupFiller struct{}
 
 // Generation is kube.Pods': a nil *Pods' answers never change.
 func (cgroupFiller) Generation() uint64 { return 0 }
 
-func (cgroupFiller) Fill(o *Owner) {
-	if o.Cgroup != "" && (o.ContainerID == "" || o.PodUID == "") {
-		inf := owners.ParseCgroupPath(o.Cgroup)
-		if o.ContainerID == "" && !inf.Conmon {
-			o.ContainerID = inf.ID
-		}
-		if o.Runtime == "" && !inf.Conmon {
-			o.Runtime = inf.Runtime
-		}
-		if o.PodUID == "" {
-			o.PodUID = inf.PodUID
-		}
-	}
-}
+func (cgroupFiller) Fill(o *Owner) { o.FillFromCgroup() }
 
 // BenchmarkOwnerRefresh is the agent's owner refresh as make bench
 // BENCH=agentcpu sees it: 1,000 programs held by this process, 50 of them

@@ -27,7 +27,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/bpfleet/bpfleet/agent"
-	"github.com/bpfleet/bpfleet/agent/owners"
 )
 
 // NodeNameEnv is where the DaemonSet puts the node name (downward API).
@@ -270,20 +269,7 @@ func containerIDs(obj any) ([]string, error) {
 // pod name, namespace and container name from the cache. A nil *Pods fills
 // only what the cgroup path says.
 func (p *Pods) Fill(o *agent.Owner) {
-	if o.Cgroup != "" && (o.ContainerID == "" || o.PodUID == "") {
-		inf := owners.ParseCgroupPath(o.Cgroup)
-		// A runtime's monitor (crio-conmon-<id>) names the container it
-		// watches but does not run in it: it belongs to the pod only.
-		if o.ContainerID == "" && !inf.Conmon {
-			o.ContainerID = inf.ID
-		}
-		if o.Runtime == "" && !inf.Conmon {
-			o.Runtime = inf.Runtime
-		}
-		if o.PodUID == "" {
-			o.PodUID = inf.PodUID
-		}
-	}
+	o.FillFromCgroup()
 	if p == nil || (o.ContainerID == "" && o.PodUID == "") {
 		return
 	}
