@@ -2,7 +2,6 @@ package agent
 
 import (
 	"fmt"
-	"unsafe"
 
 	"github.com/bpfleet/bpfleet/agent/owners"
 	"github.com/bpfleet/bpfleet/probes/taskfile"
@@ -226,7 +225,7 @@ func (at *attribution) setFiller(f OwnerFiller) {
 // same one for a program whose owners did not change, and never writes
 // one it handed out.
 func sameOwners(a, b []owners.Owner) bool {
-	return len(a) == len(b) && unsafe.SliceData(a) == unsafe.SliceData(b)
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 func (at *attribution) progType(p *Program) ebpf.ProgramType {
