@@ -111,11 +111,15 @@ type Exporter struct {
 	owners    map[string]*aggSeries
 	attach    map[string]*aggSeries
 	workloads map[workloadKey]*workloadSeries
-	progLast  map[uint32]*programLast
-	gen       uint64 // Updates so far: marks the programs each one saw
-	keySeq    uint64 // workload keys created so far
-	spans     spanState
-	scans     int64
+	// byRank is every workload series, in the order of the last sort
+	// over the cap (then by creation): the next sort finds it nearly
+	// sorted, and no Update walks the map.
+	byRank   []*workloadSeries
+	progLast map[uint32]*programLast
+	gen      uint64 // Updates so far: marks the programs each one saw
+	keySeq   uint64 // workload keys created so far
+	spans    spanState
+	scans    int64
 	// scanErrors counts unreadable objects and failed scans.
 	scanErrors int64
 

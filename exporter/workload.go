@@ -73,6 +73,7 @@ func (k workloadKey) kvs(kv []attribute.KeyValue) []attribute.KeyValue {
 // a known one its growth since the previous scan, an unloaded one nothing
 // more. So the sum never goes down, whatever reloads.
 type workloadSeries struct {
+	key   workloadKey
 	attrs attribute.Set
 	// seq numbers the keys in the order they appeared: the cap's last
 	// sort key, so ties keep their order from scan to scan. (Encoding
@@ -131,7 +132,7 @@ func linkMissed(p *agent.Program) (uint64, bool) {
 // buildWorkloads updates the workload accumulators from s and fills v.
 // Called with e.mu held.
 func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
-	for _, w := range e.workloads {
+	for _, w := range e.byRank {
 		w.loaded = 0
 	}
 	e.gen++
@@ -159,8 +160,9 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 		if w == nil {
 			kv := k.kvs(make([]attribute.KeyValue, 0, 9))
 			e.keySeq++
-			w = &workloadSeries{kv: kv, attrs: attribute.NewSet(kv...), seq: e.keySeq}
+			w = &workloadSeries{key: k, kv: kv, attrs: attribute.NewSet(kv...), seq: e.keySeq}
 			e.workloads[k] = w
+			e.byRank = append(e.byRank, w)
 		}
 		misses := uint64(0)
 		if p.RecursionMisses != nil {
@@ -237,21 +239,25 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 			}
 		}
 	}
-	ws := make([]*workloadSeries, 0, len(e.workloads))
-	for k, w := range e.workloads {
+	live := e.byRank[:0]
+	for _, w := range e.byRank {
 		if w.loaded == 0 && now.Sub(w.lastSeen) > workloadGrace {
-			delete(e.workloads, k)
+			delete(e.workloads, w.key)
 			continue
 		}
-		ws = append(ws, w)
+		live = append(live, w)
 	}
+	clear(e.byRank[len(live):])
+	e.byRank = live
 	// Over the cap, keep the keys that missed, then the most expensive, in
 	// an order that rarely changes (so the exported set does not churn).
 	// Under it every key is exported and the order does not matter: no
 	// sort (it was a third of the per-scan work at 1,000 keys). The series
 	// are sorted, not their keys: a key of nine strings costs a map hash
-	// in every comparison.
-	if max := e.cfg.MaxPrograms; max > 0 && len(ws) > max {
+	// in every comparison. byRank keeps the order, so a scan that changed
+	// few series sorts a nearly sorted list (pdqsort's best case).
+	if max := e.cfg.MaxPrograms; max > 0 && len(e.byRank) > max {
+		ws := e.byRank
 		sort.Slice(ws, func(a, b int) bool {
 			wa, wb := ws[a], ws[b]
 			if ma, mb := wa.acc.misses+wa.acc.linkMissed > 0, wb.acc.misses+wb.acc.linkMissed > 0; ma != mb {
@@ -265,9 +271,10 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 		for _, w := range ws[max:] {
 			v.dropped += w.loaded
 		}
-		ws = ws[:max]
+		live = ws[:max]
 	}
 	// The series themselves, not copies (1,000 keys were 144 KB of
-	// garbage every scan): Produce reads them with e.mu held.
-	v.workloads = ws
+	// garbage every scan): Produce reads them with e.mu held. The slice is
+	// the view's own: the next Update reorders byRank.
+	v.workloads = append(make([]*workloadSeries, 0, len(live)), live...)
 }
