@@ -262,7 +262,7 @@ func TestIteratorScanWhileLoading(t *testing.T) {
 	id := progID(t, stay)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	spec := &ebpf.ProgramSpec{Type: ebpf.SocketFilter, License: "GPL", Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}}
+	spec := socketFilterSpec()
 	wg.Go(func() {
 		for {
 			select {

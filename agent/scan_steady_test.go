@@ -11,7 +11,6 @@ import (
 	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
 	"github.com/bpfleet/bpfleet/probes/statstable"
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
 )
 
@@ -68,17 +67,11 @@ func settle(t *testing.T, a *Agent) (map[uint32]Program, ScanStats) {
 
 func socketFilter(t *testing.T) (*ebpf.Program, uint32) {
 	t.Helper()
-	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SocketFilter, License: "GPL",
-		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}})
+	p, err := ebpf.NewProgram(socketFilterSpec())
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := p.Info()
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, _ := info.ID()
-	return p, uint32(id)
+	return p, progID(t, p)
 }
 
 // TestSteadyReadLoadUnload: a program loaded between two reads appears in
