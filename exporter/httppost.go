@@ -125,14 +125,11 @@ func (p *poster) send(ctx context.Context, body []byte, answered func(*http.Resp
 }
 
 func (p *poster) write(ctx context.Context, body []byte) error {
+	deadline := p.deadline(ctx)
 	if p.conn == nil {
-		if err := p.dial(ctx); err != nil {
+		if err := p.dial(ctx, deadline); err != nil {
 			return err
 		}
-	}
-	deadline := time.Now().Add(p.timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
 	}
 	p.conn.SetWriteDeadline(deadline)
 	p.req = strconv.AppendInt(append(p.req[:0], p.head...), int64(len(body)), 10)
@@ -145,9 +142,27 @@ func (p *poster) write(ctx context.Context, body []byte) error {
 	return nil
 }
 
-func (p *poster) dial(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
-	defer cancel()
+// deadline is when a request sent now has to be answered: the timeout
+// from now or ctx's deadline, whichever comes first; zero (none) when the
+// timeout is 0 (OTEL_EXPORTER_OTLP_TIMEOUT=0, as net/http reads it) and ctx
+// has no deadline.
+func (p *poster) deadline(ctx context.Context) time.Time {
+	var deadline time.Time
+	if p.timeout > 0 {
+		deadline = time.Now().Add(p.timeout)
+	}
+	if d, ok := ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
+		deadline = d
+	}
+	return deadline
+}
+
+func (p *poster) dial(ctx context.Context, deadline time.Time) error {
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", p.addr)
 	if err != nil {
@@ -182,13 +197,17 @@ func (p *poster) dial(ctx context.Context) error {
 
 // settle reads the pending answer, if any, waiting for it until its due
 // time (and at least a few ms: a deadline already past would fail the read
-// before it looks at what arrived). answered sees a 2xx answer and its body.
+// before it looks at what arrived), or for as long as it takes without one. answered sees a 2xx answer and its body.
 func (p *poster) settle(answered func(*http.Response, []byte)) error {
 	if !p.pending {
 		return nil
 	}
 	p.pending = false
-	p.conn.SetReadDeadline(later(p.due, time.Now().Add(5*time.Millisecond)))
+	if p.due.IsZero() {
+		p.conn.SetReadDeadline(time.Time{}) // no timeout
+	} else {
+		p.conn.SetReadDeadline(later(p.due, time.Now().Add(5*time.Millisecond)))
+	}
 	resp, err := http.ReadResponse(p.br, nil)
 	if err != nil {
 		p.close()

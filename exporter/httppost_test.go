@@ -45,6 +45,11 @@ func (rc *recorder) got() []string {
 
 func testPoster(t *testing.T, srv *httptest.Server, tlsConf *tls.Config) *poster {
 	t.Helper()
+	return testPosterTimeout(t, srv, tlsConf, 2*time.Second)
+}
+
+func testPosterTimeout(t *testing.T, srv *httptest.Server, tlsConf *tls.Config, timeout time.Duration) *poster {
+	t.Helper()
 	u, err := url.Parse(srv.URL + "/v1/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +57,7 @@ func testPoster(t *testing.T, srv *httptest.Server, tlsConf *tls.Config) *poster
 	h := http.Header{}
 	h.Set("Content-Type", "application/x-protobuf")
 	h.Set("X-Token", "t")
-	p := newPoster(u, tlsConf, h, 2*time.Second)
+	p := newPoster(u, tlsConf, h, timeout)
 	t.Cleanup(p.close)
 	return p
 }
@@ -170,5 +175,25 @@ func TestUsePoster(t *testing.T) {
 		if got := usePoster(u); got != tc.want {
 			t.Errorf("usePoster(%s) = %v, want %v", tc.url, got, tc.want)
 		}
+	}
+}
+
+// OTEL_EXPORTER_OTLP_TIMEOUT=0 means no timeout (as net/http has it), not
+// a deadline that has passed.
+func TestPosterNoTimeout(t *testing.T) {
+	rc := &recorder{answer: func(int, http.ResponseWriter) { time.Sleep(20 * time.Millisecond) }}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	p := testPosterTimeout(t, srv, nil, 0)
+	for _, b := range []string{"a", "b"} {
+		if err := p.send(context.Background(), []byte(b), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.settle(nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := rc.got(); strings.Join(got, "") != "ab" {
+		t.Errorf("server got %q", got)
 	}
 }
