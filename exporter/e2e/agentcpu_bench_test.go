@@ -25,7 +25,7 @@ import (
 
 	"github.com/bpfleet/bpfleet/agent"
 	"github.com/bpfleet/bpfleet/exporter"
-	"github.com/bpfleet/bpfleet/exporter/internal/backends"
+	"github.com/bpfleet/bpfleet/test/backends"
 )
 
 // TestBenchAgentCPU is `make bench BENCH=agentcpu`: what one `bpfleet

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bpfleet/bpfleet/exporter/internal/backends"
+	"github.com/bpfleet/bpfleet/test/backends"
 	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
 )
 

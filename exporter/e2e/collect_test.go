@@ -15,7 +15,7 @@ import (
 
 	"github.com/bpfleet/bpfleet/exporter"
 	"github.com/bpfleet/bpfleet/exporter/dashboards"
-	"github.com/bpfleet/bpfleet/exporter/internal/backends"
+	"github.com/bpfleet/bpfleet/test/backends"
 	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
 )
 

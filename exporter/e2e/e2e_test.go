@@ -16,7 +16,7 @@ import (
 
 	"github.com/bpfleet/bpfleet/api"
 	"github.com/bpfleet/bpfleet/exporter"
-	"github.com/bpfleet/bpfleet/exporter/internal/backends"
+	"github.com/bpfleet/bpfleet/test/backends"
 	"github.com/bpfleet/bpfleet/internal/syncbuf"
 	"github.com/bpfleet/bpfleet/probes/canary"
 	"github.com/bpfleet/bpfleet/probes/canary/canarytest"

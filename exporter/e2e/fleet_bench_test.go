@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/bpfleet/bpfleet/exporter"
-	"github.com/bpfleet/bpfleet/exporter/internal/backends"
+	"github.com/bpfleet/bpfleet/test/backends"
 )
 
 // TestBenchFleet is `make bench BENCH=fleet`: 50 nodes with 1,000 programs

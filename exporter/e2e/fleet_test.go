@@ -27,7 +27,7 @@ import (
 
 	"github.com/bpfleet/bpfleet/agent"
 	"github.com/bpfleet/bpfleet/exporter"
-	"github.com/bpfleet/bpfleet/exporter/internal/backends"
+	"github.com/bpfleet/bpfleet/test/backends"
 )
 
 // The fleet test: N in-process exporters, each with its own node name (so

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bpfleet/bpfleet/exporter/internal/backends"
+	"github.com/bpfleet/bpfleet/test/backends"
 )
 
 const rulesFile = "../../charts/bpfleet/files/bpfleet.rules.yaml"

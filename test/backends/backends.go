@@ -1,4 +1,4 @@
-// Package backends starts the real OTLP backends the exporter's tests talk
+// Package backends starts the real OTLP backends bpfleet's tests talk
 // to — Prometheus (with its OTLP receiver, optionally scraping), promtool,
 // Jaeger v2 and an OpenTelemetry Collector in front of them — from the
 // binaries scripts/build-backends.sh puts in ${BPFLEET_CACHE}/bin, each on
