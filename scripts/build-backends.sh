@@ -30,6 +30,7 @@ PROMETHEUS_VERSION=v0.316.0
 JAEGER_VERSION=v1.75.0
 KUBERNETES_VERSION=v1.37.2
 ETCD_VERSION=v3.7.3
+CONTAINERD_VERSION=v2.4.2
 # All go.opentelemetry.io/collector modules at one release; ocb of the same
 # release picks the matching 1.x versions of the stable modules (confmap
 # providers) itself.
@@ -132,6 +133,70 @@ import (
 func main() { os.Exit(cli.Run(app.NewAPIServerCommand())) }' "${replaces[@]}"
 }
 
+# kube-node: kubelet, kube-controller-manager and kube-scheduler of the same
+# k8s.io/kubernetes release as one multi-call binary (the first argument names
+# the component: kube-node kubelet --config=...), so the three share one
+# compile and one link; in the same module set-up as kube-apiserver, whose
+# compiled packages the Go build cache then reuses. For test/node.
+build_kube_node() {
+	local gomod staging replaces=()
+	gomod=$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
+	staging=v0${KUBERNETES_VERSION#v1}
+	local m
+	for m in $(awk '$2 == "=>" && $3 ~ /^\.\/staging\// {print $1}' "$gomod"); do
+		replaces+=("-replace=$m=$m@$staging")
+	done
+	build_main kube-node "$KUBERNETES_VERSION" k8s.io/kubernetes "$KUBERNETES_VERSION" \
+		"-X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION" \
+		'package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	_ "time/tzdata"
+
+	"github.com/spf13/cobra"
+	"k8s.io/component-base/cli"
+	_ "k8s.io/component-base/logs/json/register"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo"
+	_ "k8s.io/component-base/metrics/prometheus/version"
+	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
+)
+
+func main() {
+	commands := map[string]func() *cobra.Command{
+		"kubelet":                 func() *cobra.Command { return kubelet.NewKubeletCommand(context.Background()) },
+		"kube-controller-manager": controllermanager.NewControllerManagerCommand,
+		"kube-scheduler":          func() *cobra.Command { return scheduler.NewSchedulerCommand() },
+	}
+	if len(os.Args) < 2 || commands[os.Args[1]] == nil {
+		fmt.Fprintln(os.Stderr, "usage: kube-node kubelet|kube-controller-manager|kube-scheduler [flags]")
+		os.Exit(2)
+	}
+	cmd := commands[os.Args[1]]()
+	cmd.SetArgs(os.Args[2:])
+	os.Exit(cli.Run(cmd))
+}' "${replaces[@]}"
+}
+
+# containerd: containerd and its runc shim (containerd-shim-runc-v2) of one
+# release, in the directory $bin/containerd-VERSION; 2.x has the CRI
+# RuntimeConfig call kubelet 1.37 asks for. runc itself is Debian's.
+build_containerd() {
+	cached containerd "$CONTAINERD_VERSION" "github.com/containerd/containerd/v2@$CONTAINERD_VERSION" containerd_build
+}
+
+containerd_build() {
+	go mod init bpfleet-backend-build >/dev/null 2>&1
+	go get "github.com/containerd/containerd/v2@$CONTAINERD_VERSION"
+	mkdir out
+	go build -trimpath -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
+		-o out/ github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
+}
+
 # etcd: a single-member etcd for the tests, embedded through the server's
 # embed package (the etcd command itself lives in another module whose
 # dependency tree is larger). Flags: -data-dir, -client-url, -peer-url.
@@ -222,7 +287,7 @@ ocb_build() {
 	mv dist/otelcol out
 }
 
-targets=(prometheus promtool jaeger otelcol kube-apiserver etcd)
+targets=(prometheus promtool jaeger otelcol kube-apiserver etcd kube-node containerd)
 for arg in "$@"; do
 	if [[ " ${targets[*]} " != *" $arg "* ]]; then
 		echo "build-backends: unknown backend $arg (known: ${targets[*]})" >&2
@@ -238,5 +303,7 @@ for target in "${targets[@]}"; do
 	otelcol) build_otelcol ;;
 	kube-apiserver) build_kube_apiserver ;;
 	etcd) build_etcd ;;
+	kube-node) build_kube_node ;;
+	containerd) build_containerd ;;
 	esac
 done
