@@ -129,9 +129,11 @@ type Agent struct {
 	maxProgID     uint32 // the highest program id of the last scan
 
 	calibration []Calibration
-	statsCosts  []StatsCost
-	prevCPU     time.Duration
-	closed      bool
+	// caps names the capabilities the agent uses and lacks (degraded.go).
+	caps       string
+	statsCosts []StatsCost
+	prevCPU    time.Duration
+	closed     bool
 }
 
 var _ Scanner = (*Agent)(nil)
@@ -163,6 +165,7 @@ func New(cfg Config) (*Agent, error) {
 		eps:        newEpisodeTracker(cfg.QuietIntervals),
 		ownerKnown: map[uint32]bool{},
 		sysctl:     newSysctlReader(cfg.ProcRoot),
+		caps:       missingCaps(),
 	}
 	a.r.parallel = cfg.Parallel
 	a.r.oneShot = cfg.OneShot
@@ -758,21 +761,6 @@ func (a *Agent) attachOwners(progs progView, now time.Time, st *ScanStats, early
 		}
 	}
 	return refresh
-}
-
-// degraded lists, one line each, what the agent cannot do on this node.
-func (a *Agent) degraded() []string {
-	var out []string
-	if err := a.stats.err(); err != nil {
-		out = append(out, err.Error())
-	}
-	if a.r.factsErr != nil {
-		out = append(out, a.r.factsErr.Error())
-	}
-	if a.attr != nil && a.attr.iterErr != nil {
-		out = append(out, a.attr.iterErr.Error())
-	}
-	return out
 }
 
 // Close releases the stats fd and the iterator, and ends open episodes.

@@ -38,6 +38,16 @@ type attribution struct {
 	// pids are then the agent's own namespace's).
 	watch *ownerWatch
 	pids  map[int]bool // the owners' pids, rebuilt at every refresh
+	// cgDenied and netDenied are the kernel's refusal of the last
+	// attachment query of that kind (missing privilege), "" when it
+	// answered: reported in Degraded, not counted as scan errors.
+	cgDenied, netDenied string
+	// ownersDenied is set once an owner read could not read a process's
+	// fds or facts (EACCES, EPERM: facts are read once per process, so
+	// the refusal is not seen again); pinsDenied is the last pin walk's
+	// refusal, "" when it had none.
+	ownersDenied bool
+	pinsDenied   string
 }
 
 // ownedProg is one program's owners: the Scanner's slice, and the agent's
@@ -103,14 +113,15 @@ type holders struct {
 	res  *owners.Result
 	err  error
 	pins []owners.Pin
+	pst  owners.PinStats
 }
 
 // readHolders walks /proc (or runs the task_file iterator) and bpffs. It is
 // the only user of at.scanner, so one may run beside a program read.
 func (at *attribution) readHolders() holders {
 	res, err := at.scanner.Scan(nil)
-	pins, _ := owners.ScanPins(at.bpffs, owners.PinOptions{})
-	return holders{res, err, pins}
+	pins, pst := owners.ScanPins(at.bpffs, owners.PinOptions{})
+	return holders{res, err, pins, pst}
 }
 
 // refresh takes new holders and re-reads attachments; the returned errors
@@ -121,8 +132,15 @@ func (at *attribution) refresh(progs progView, h holders) []error {
 	if h.err != nil {
 		errs = append(errs, fmt.Errorf("reading owners: %w", h.err))
 	}
+	if res != nil && res.Stats.Denied > 0 {
+		at.ownersDenied = true
+	}
 	at.updateOwners(res)
 	at.pins = owners.PinsByProg(h.pins)
+	at.pinsDenied = ""
+	if h.pst.Denied > 0 {
+		at.pinsDenied = h.pst.LastError
+	}
 	if at.watch != nil {
 		clear(at.pids)
 		for _, p := range at.progs {
@@ -159,6 +177,7 @@ func (at *attribution) refresh(progs progView, h holders) []error {
 	if len(cgTypes) > 0 && at.cgErr == nil {
 		a, st := owners.CgroupAttachments(at.cgroup, owners.CgroupOptions{ProgTypes: cgTypes})
 		atts = append(atts, a...)
+		at.cgDenied = st.Denied
 		if st.LastError != "" {
 			errs = append(errs, fmt.Errorf("querying cgroup attachments: %s", st.LastError))
 		}
@@ -166,6 +185,7 @@ func (at *attribution) refresh(progs progView, h holders) []error {
 	if netdev {
 		a, st := owners.NetdevAttachments()
 		atts = append(atts, a...)
+		at.netDenied = st.Denied
 		if st.LastError != "" {
 			errs = append(errs, fmt.Errorf("querying interface attachments: %s", st.LastError))
 		}

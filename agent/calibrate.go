@@ -20,7 +20,7 @@ func (a *Agent) Calibrate(ctx context.Context, budget time.Duration) ([]Calibrat
 	out := make([]Calibration, 0, len(rs))
 	var ok []catalog.AttachType
 	for _, r := range rs {
-		out = append(out, Calibration{AttachType: r.AttachType, Mode: r.Mode, Supported: r.Supported, Reason: r.Reason, OverheadNs: r.OverheadNs})
+		out = append(out, Calibration{AttachType: r.AttachType, Mode: r.Mode, Supported: r.Supported, Reason: r.Reason, Inconclusive: r.Inconclusive, OverheadNs: r.OverheadNs})
 		if r.Supported {
 			ok = append(ok, catalog.AttachType(r.AttachType))
 		}

@@ -255,10 +255,14 @@ type Calibration struct {
 	AttachType string `json:"attach_type"`
 	// Mode is how the probe was triggered: "syscall" (getpgid from user
 	// space) or "kernel" (an in-kernel driver, as selftests' bench does).
-	Mode       string  `json:"mode"`
-	Supported  bool    `json:"supported"`
-	Reason     string  `json:"reason,omitempty"`
-	OverheadNs float64 `json:"overhead_ns"`
+	Mode      string `json:"mode"`
+	Supported bool   `json:"supported"`
+	Reason    string `json:"reason,omitempty"`
+	// Inconclusive is set when the probe could not tell whether the kernel
+	// supports the attach type (a host mount or a privilege missing, not a
+	// kernel refusal): the node lost a calibration it could have.
+	Inconclusive bool    `json:"inconclusive,omitempty"`
+	OverheadNs   float64 `json:"overhead_ns"`
 }
 
 // ScanStats is the agent's account of its own work in one scan.
@@ -315,7 +319,8 @@ type Snapshot struct {
 	Stats    StatsState    `json:"stats"`
 	Scan     ScanStats     `json:"scan"`
 	// Degraded says, one line each, what the agent cannot do on this node
-	// and why (stats refused, no bpf_prog iterator, ...).
+	// and why, as "<feature>: <why>" (the Feature* names): a privilege or
+	// host mount the agent lacks, a facility the kernel lacks or refused.
 	Degraded []string `json:"degraded,omitempty"`
 
 	// Programs are shared with other snapshots: an idle program's entry

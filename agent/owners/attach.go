@@ -2,6 +2,7 @@ package owners
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -52,12 +54,35 @@ type AttachStats struct {
 	Errors      int      `json:"errors"`
 	LastError   string   `json:"last_error,omitempty"`
 	Truncated   bool     `json:"truncated"`
+	// Denied is the kernel's refusal of BPF_PROG_QUERY itself (EPERM):
+	// before Linux 6.9 it wants CAP_NET_ADMIN (later CAP_NET_ADMIN or
+	// CAP_SYS_ADMIN). Nothing is then queried; not counted in Errors.
+	Denied string `json:"denied,omitempty"`
 }
 
 func (st *AttachStats) fail(err error) {
 	st.Errors++
 	st.LastError = err.Error()
 }
+
+// queryRefused asks the kernel whether it lets this process use
+// BPF_PROG_QUERY at all: a query of an invalid fd answers EBADF when it
+// does and EPERM when the caller lacks the capability. cilium/ebpf's
+// QueryPrograms reports that EPERM as ErrNotSupported (its feature test
+// fails the same way), which would pass a missing privilege off as a kernel
+// without the attach type.
+func queryRefused() string {
+	var attr [40]byte // union bpf_attr, query: target_fd, attach_type, ...
+	binary.NativeEndian.PutUint32(attr[0:], ^uint32(0))
+	binary.NativeEndian.PutUint32(attr[4:], uint32(ebpf.AttachCGroupInetIngress))
+	_, _, e := unix.Syscall(unix.SYS_BPF, bpfProgQuery, uintptr(unsafe.Pointer(&attr[0])), uintptr(len(attr)))
+	if e == unix.EPERM {
+		return "BPF_PROG_QUERY: operation not permitted: the kernel wants CAP_NET_ADMIN for it (before Linux 6.9)"
+	}
+	return ""
+}
+
+const bpfProgQuery = 16 // BPF_PROG_QUERY
 
 type cgroupAttach struct {
 	at   ebpf.AttachType
@@ -127,7 +152,9 @@ func CgroupAttachments(root string, opt CgroupOptions) ([]Attachment, AttachStat
 		}
 	}
 	if len(w.types) > 0 {
-		w.dir(root, 0)
+		if w.st.Denied = queryRefused(); w.st.Denied == "" {
+			w.dir(root, 0)
+		}
 	}
 	return w.out, w.st
 }
@@ -164,6 +191,10 @@ func (w *cgroupWalker) dir(dir string, depth int) {
 		return
 	}
 	w.query(fd, dir)
+	if len(w.types) == 0 { // every type unknown to the kernel, or refused
+		unix.Close(fd)
+		return
+	}
 	var subs []string
 	if depth >= w.opt.MaxDepth {
 		w.st.Truncated = true
@@ -329,6 +360,9 @@ func NetdevAttachments() ([]Attachment, AttachStats) {
 		at   ebpf.AttachType
 		name string
 	}{{ebpf.AttachTCXIngress, "tcx_ingress"}, {ebpf.AttachTCXEgress, "tcx_egress"}}
+	if st.Denied = queryRefused(); st.Denied != "" {
+		tcx = nil // XDP and tc come over netlink, which asks no capability
+	}
 	for _, m := range msgs {
 		if m.Header.Type != syscall.RTM_NEWLINK || len(m.Data) < syscall.SizeofIfInfomsg {
 			continue

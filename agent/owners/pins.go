@@ -38,6 +38,9 @@ type PinStats struct {
 	Skipped   int    `json:"skipped"`
 	Errors    int    `json:"errors"`
 	LastError string `json:"last_error,omitempty"`
+	// Denied counts the errors that were permission refusals (a
+	// directory another user owns, without CAP_DAC_READ_SEARCH).
+	Denied int `json:"denied"`
 	// Truncated is true when MaxDepth or MaxFiles stopped the walk.
 	Truncated bool `json:"truncated"`
 }
@@ -74,6 +77,9 @@ type pinWalker struct {
 func (w *pinWalker) fail(err error) {
 	w.st.Errors++
 	w.st.LastError = err.Error()
+	if errors.Is(err, os.ErrPermission) {
+		w.st.Denied++
+	}
 }
 
 func (w *pinWalker) dir(dir string, depth int) {

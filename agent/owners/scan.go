@@ -2,7 +2,9 @@ package owners
 
 import (
 	"cmp"
+	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"slices"
 	"strings"
@@ -291,6 +293,8 @@ func (s *Scanner) facts(pid int32, st *Stats) *procFacts {
 	// process may exit between the reads.
 	if exe, err := os.Readlink(dir + "/exe"); err == nil {
 		pf.exe = exe
+	} else if errors.Is(err, fs.ErrPermission) { // a ptrace-mode check
+		st.count(err, "reading exe of pid "+itoa(pid))
 	}
 	if b, err := s.read(dir + "/cgroup"); err == nil {
 		pf.c, pf.cgroup = ContainerOf(ParseProcCgroup(b))

@@ -162,7 +162,7 @@ func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 
 	// Everything is set up: only now say what the agent does, with the
 	// settings it really uses.
-	log.Info("agent started", c.Settings()...)
+	log.Info("agent started", append(c.Settings(), "degraded", a.Degraded())...)
 	if exp.MetricsTarget == "" && exp.TracesTarget == "" {
 		log.Info("no OTLP endpoint set (OTEL_EXPORTER_OTLP_ENDPOINT or --otlp-endpoint): not exporting; scanning and the local API go on")
 	}
@@ -181,7 +181,13 @@ func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 					n++
 				}
 			}
-			log.Info("calibrated attach types", "supported", n, "of", len(cal))
+			var lost []string
+			for _, c := range cal {
+				if c.Inconclusive {
+					lost = append(lost, c.AttachType+": "+c.Reason)
+				}
+			}
+			log.Info("calibrated attach types", "supported", n, "of", len(cal), "lost", lost)
 		}()
 	} else {
 		go statsTaxOnly(ctx, a, log) // the stats tax needs no attached probe
@@ -217,6 +223,10 @@ func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 
 	tick := time.NewTicker(c.Interval)
 	defer tick.Stop()
+	said := map[string]bool{} // Degraded lines logged already
+	for _, d := range a.Degraded() {
+		said[d] = true
+	}
 	for {
 		snap, err := a.Scan(ctx)
 		switch {
@@ -227,6 +237,12 @@ func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 		default:
 			exp.Update(context.Background(), snap)
 			publish(snap)
+			for _, d := range snap.Degraded {
+				if !said[d] {
+					said[d] = true
+					log.Warn("degraded", "what", d)
+				}
+			}
 			if snap.Seq == 1 {
 				steady, detail := a.SteadyRead()
 				log.Info("scan source", "source", snap.Scan.Source, "fallback_reason", snap.Scan.FallbackReason, "steady_read", steady, "steady_detail", detail)

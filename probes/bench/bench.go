@@ -69,7 +69,10 @@ type Result struct {
 	Mode       string `json:"mode"`
 	Supported  bool   `json:"supported"`
 	Reason     string `json:"reason,omitempty"`
-	Target     string `json:"target,omitempty"`
+	// Inconclusive is set when the failure says nothing about the kernel
+	// (a missing tracefs mount or privilege; features.Inconclusive).
+	Inconclusive bool   `json:"inconclusive,omitempty"`
+	Target       string `json:"target,omitempty"`
 	// StatsEnabled is whether the kernel accounted run time to the probe
 	// during the measurement (observed, not requested).
 	StatsEnabled bool `json:"stats_enabled"`
@@ -272,6 +275,7 @@ func measure(ctx context.Context, t catalog.AttachType, opts Options, progress f
 	res := Result{AttachType: string(t), Mode: string(opts.Mode), Rounds: opts.Rounds}
 	fail := func(err error) Result {
 		res.Reason = catalog.Reason(err)
+		res.Inconclusive = ctx.Err() == nil && features.Inconclusive(err)
 		for i := 0; i <= opts.Rounds; i++ {
 			progress(string(t) + ": " + res.Reason)
 		}

@@ -140,6 +140,14 @@ func classify(err error) error {
 	return err
 }
 
+// Inconclusive says whether err, a failure to load, attach or run a probe,
+// says nothing about the kernel (a missing mount or privilege), as
+// opposed to the kernel's refusal.
+func Inconclusive(err error) bool {
+	var u *Unsupported
+	return err != nil && !errors.As(classify(err), &u)
+}
+
 // privileged reports whether the process has CAP_SYS_ADMIN or CAP_BPF.
 func privileged() bool {
 	f, err := os.Open("/proc/self/status")

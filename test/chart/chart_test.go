@@ -6,7 +6,6 @@ package chart
 import (
 	"bytes"
 	"fmt"
-
 	"os"
 	"path/filepath"
 	"runtime"
@@ -23,6 +22,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/bpfleet/bpfleet/test/kernels/privilege"
 )
 
 func chartDir(t testing.TB) string {
@@ -217,7 +218,8 @@ func TestDefaultsLeastPrivilege(t *testing.T) {
 		add = append(add, string(c))
 	}
 	slices.Sort(add)
-	if want := []string{"BPF", "DAC_READ_SEARCH", "PERFMON", "SYS_ADMIN", "SYS_PTRACE"}; !slices.Equal(add, want) {
+	// The kernel matrix asks each kernel about exactly this set.
+	if want := slices.Sorted(slices.Values(privilege.ChartCapabilities)); !slices.Equal(add, want) {
 		t.Errorf("capabilities.add = %v, want exactly %v", add, want)
 	}
 	if ps.SecurityContext != nil && ps.SecurityContext.SeccompProfile != nil && ps.SecurityContext.SeccompProfile.Type == corev1.SeccompProfileTypeUnconfined {
@@ -234,11 +236,12 @@ func TestDefaultsLeastPrivilege(t *testing.T) {
 			vols[v.Name] = v.HostPath
 		}
 	}
+	// The kernel matrix mounts exactly these in its pod-like children.
 	want := map[string][2]string{ // host path -> mount path
-		"/proc":           {"/proc", "/host/proc"},
-		"/sys/fs/bpf":     {"/sys/fs/bpf", "/sys/fs/bpf"},
-		"/sys/kernel/btf": {"/sys/kernel/btf", "/sys/kernel/btf"},
-		"/sys/fs/cgroup":  {"/sys/fs/cgroup", "/sys/fs/cgroup"},
+		"/proc": {"/proc", "/host/proc"},
+	}
+	for _, p := range privilege.ChartHostMounts {
+		want[p] = [2]string{p, p}
 	}
 	seen := map[string]bool{}
 	for _, m := range c.VolumeMounts {

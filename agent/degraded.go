@@ -1,0 +1,136 @@
+package agent
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/bpfleet/bpfleet/internal/sysfile"
+)
+
+// Features the agent may lose on a node, as Degraded lines name them
+// ("<feature>: <why>"): a missing privilege (the chart's pod without a
+// capability or a host mount), a kernel without the facility, or a
+// refusal. Tests match lost features by these names.
+const (
+	FeatureCapabilities  = "capabilities"
+	FeatureStats         = "stats"
+	FeatureProgIterator  = "program iterator"
+	FeatureLinkIterator  = "link iterator"
+	FeatureSteadyRead    = "steady read"
+	FeatureFacts         = "facts iterator"
+	FeatureOwnerIterator = "owner iterator"
+	FeatureOwners        = "owners"
+	FeaturePins          = "pins"
+	FeatureCgroupAttach  = "cgroup attachments"
+	FeatureNetdevAttach  = "interface attachments"
+	FeatureCalibration   = "calibration"
+)
+
+// usedCaps are the capabilities the agent uses beyond the ones without
+// which it cannot start at all (CAP_SYS_ADMIN: BPF_PROG_GET_NEXT_ID and
+// GET_FD_BY_ID; it implies CAP_BPF and CAP_PERFMON), with what a node
+// loses without each. Bit numbers from linux/capability.h.
+var usedCaps = []struct {
+	bit  uint
+	name string
+	loss string
+}{
+	{19, "CAP_SYS_PTRACE", "owners held by other users' or more privileged processes are unreadable (/proc/PID/fdinfo is a ptrace-mode check)"},
+	{2, "CAP_DAC_READ_SEARCH", "/proc/PID/fd of other users' processes, bpffs and cgroupfs directories they own cannot be walked"},
+}
+
+// missingCaps reads the agent's own effective capabilities and names the
+// used ones it lacks, "" when it has them all or cannot tell.
+func missingCaps() string {
+	b, err := sysfile.Read("/proc/self/status")
+	if err != nil {
+		return ""
+	}
+	eff, ok := capEff(string(b))
+	if !ok {
+		return ""
+	}
+	var miss []string
+	for _, c := range usedCaps {
+		if eff&(1<<c.bit) == 0 {
+			miss = append(miss, "no "+c.name+": "+c.loss)
+		}
+	}
+	return strings.Join(miss, "; ")
+}
+
+// capEff parses the CapEff line of /proc/PID/status.
+func capEff(status string) (uint64, bool) {
+	for line := range strings.Lines(status) {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			var eff uint64
+			if _, err := fmt.Sscanf(strings.TrimSpace(v), "%x", &eff); err != nil {
+				return 0, false
+			}
+			return eff, true
+		}
+	}
+	return 0, false
+}
+
+// Degraded is what the agent cannot do on this node, as the next snapshot
+// would say it (for the agent's start line: known so far).
+func (a *Agent) Degraded() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.degraded()
+}
+
+// degraded lists, one line each, what the agent cannot do on this node and
+// why, as "<feature>: <why>". What the configuration turned off (the
+// syscall source chosen, a one-shot scan) is not a loss. Called with a.mu
+// held, after the scan's read.
+func (a *Agent) degraded() []string {
+	var out []string
+	add := func(feature, why string) { out = append(out, feature+": "+why) }
+	if a.caps != "" {
+		add(FeatureCapabilities, a.caps)
+	}
+	if err := a.stats.err(); err != nil {
+		add(FeatureStats, err.Error())
+	}
+	configured := a.cfg.NoIterator || a.cfg.ScanSource == ScanSourceSyscall || a.cfg.OneShot
+	switch {
+	case configured:
+	case a.r.iter == nil:
+		add(FeatureProgIterator, a.r.fallback)
+	default:
+		if a.r.lsrc.tried && a.r.lsrc.iter == nil {
+			add(FeatureLinkIterator, a.r.lsrc.fallback)
+		}
+		if sd := &a.r.steady; sd.tried && sd.off != "" {
+			add(FeatureSteadyRead, sd.off)
+		}
+	}
+	if a.r.factsErr != nil {
+		add(FeatureFacts, a.r.factsErr.Error())
+	}
+	if at := a.attr; at != nil {
+		if at.iterErr != nil {
+			add(FeatureOwnerIterator, at.iterErr.Error())
+		}
+		if at.ownersDenied {
+			add(FeatureOwners, "other processes' fds could not be read (permission denied): programs they hold have no owner; the agent needs CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH and the host's PID namespace")
+		}
+		if at.pinsDenied != "" {
+			add(FeaturePins, at.pinsDenied+": programs pinned there have no pin; the agent needs CAP_DAC_READ_SEARCH")
+		}
+		if at.cgDenied != "" {
+			add(FeatureCgroupAttach, at.cgDenied)
+		}
+		if at.netDenied != "" {
+			add(FeatureNetdevAttach, at.netDenied)
+		}
+	}
+	for _, c := range a.calibration {
+		if c.Inconclusive {
+			add(FeatureCalibration+" "+c.AttachType, c.Reason)
+		}
+	}
+	return out
+}
