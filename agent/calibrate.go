@@ -12,11 +12,14 @@ import (
 // agent's own probes (probes/bench: a trigger without and with a counting
 // probe, bounded by budget) and carries the result in every later snapshot
 // as the per-attach-type overhead. It then measures the stats tax (see
-// CalibrateStats) for the attach types that worked. The probes are
-// ordinary BPF programs: while they run, the agent's scans report them
-// like anyone else's.
+// CalibrateStats) for the attach types that worked. Both together stay
+// within budget: the attach types get three quarters of it, the tax what
+// is left. The probes are ordinary BPF programs: while they run, the
+// agent's scans report them like anyone else's.
 func (a *Agent) Calibrate(ctx context.Context, budget time.Duration) ([]Calibration, error) {
-	rs, err := bench.Calibrate(ctx, budget)
+	ctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	rs, err := bench.Calibrate(ctx, budget*3/4)
 	out := make([]Calibration, 0, len(rs))
 	var ok []catalog.AttachType
 	for _, r := range rs {
