@@ -34,7 +34,7 @@ var binaries = []string{"bpfleet", "bpfleet-agent"}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bpfleet-image:", err)
@@ -53,10 +53,11 @@ type platformDir struct {
 	dir      string
 }
 
-func run(ctx context.Context, args []string, stdout io.Writer) error {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fl := flag.NewFlagSet("bpfleet-image", flag.ContinueOnError)
+	fl.SetOutput(stderr)
 	out := fl.String("o", "bin/bpfleet-image.tar", "the OCI image layout tar to write")
-	name := fl.String("name", "", "image name recorded in the tar for importers such as `ctr images import` (registry/repository:tag)")
+	name := fl.String("name", "", "image name recorded in the tar for importers such as ctr images import (registry/repository:tag)")
 	push := fl.String("push", "", "also push the index to this reference (registry/repository:tag)")
 	source := fl.String("source", "https://github.com/bpfleet/bpfleet", "org.opencontainers.image.source annotation")
 	revision := fl.String("revision", "", "git commit of the binaries (org.opencontainers.image.revision)")
