@@ -79,7 +79,7 @@ func Build(s Spec) (v1.ImageIndex, error) {
 			return nil, fmt.Errorf("image for %s: %w", im.Platform.String(), err)
 		}
 		p := im.Platform
-		adds = append(adds, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &p}})
+		adds = append(adds, mutate.IndexAddendum{Add: plainImage{img}, Descriptor: v1.Descriptor{Platform: &p}})
 	}
 	idx = mutate.AppendManifests(idx, adds...)
 	if len(s.Annotations) > 0 {
@@ -92,6 +92,14 @@ func Build(s Spec) (v1.ImageIndex, error) {
 	}
 	return idx, nil
 }
+
+// plainImage is an image whose index descriptor has no artifactType:
+// go-containerregistry would set the config's media type there, which
+// tools that predate OCI 1.1 (skopeo 1.9) drop when they copy the index,
+// changing its digest, and which runnable images of other builders lack.
+type plainImage struct{ v1.Image }
+
+func (plainImage) ArtifactType() (string, error) { return "", nil }
 
 func buildImage(im Image, created time.Time, annotations map[string]string) (v1.Image, error) {
 	if im.Platform.OS == "" || im.Platform.Architecture == "" {
