@@ -15,16 +15,16 @@ import (
 )
 
 // Annotations of the layout's index.json that name the image for importers:
-// containerd (`ctr images import`, kind load image-archive, docker load)
-// reads AnnotationImageName, skopeo's oci-archive:FILE:NAME the ref name.
+// containerd (`ctr images import`) reads AnnotationImageName, skopeo's
+// oci-archive:FILE:NAME the ref name.
 const (
 	AnnotationImageName = "io.containerd.image.name"
 	AnnotationRefName   = "org.opencontainers.image.ref.name"
 )
 
 // WriteLayout writes idx to w as an OCI image layout (image-spec
-// image-layout.md) packed in a tar, the form that `ctr images import`,
-// `docker load`, `skopeo copy oci-archive:FILE` and podman read:
+// image-layout.md) packed in a tar, the form that containerd's
+// `ctr images import` and `skopeo copy oci-archive:FILE` read:
 //
 //	blobs/sha256/<hex>  every manifest, config and layer, named by digest
 //	index.json          one descriptor: idx itself
