@@ -1,6 +1,8 @@
 # bpfleet: `make run` builds and starts the agent, `make test` runs every test.
 BIN := bin/bpfleet
-VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
+# A fixed --abbrev: git's default grows with the clone's object count, and
+# the version is in the binaries' bytes.
+VERSION := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo dev)
 # -trimpath and an empty build id: the same commit and Go toolchain give the
 # same bytes on any machine (make image's digest depends on it).
 GO_LDFLAGS := -s -w -buildid= -X main.version=$(VERSION)
