@@ -90,8 +90,34 @@ func runImage(t *testing.T, args []string) string {
 	return out.String()
 }
 
+type tarFile struct {
+	hdr  *tar.Header
+	data []byte
+}
+
+// tarFiles reads every entry of a tar stream, in order.
+func tarFiles(t *testing.T, r io.Reader) []tarFile {
+	t.Helper()
+	var files []tarFile
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return files
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, tarFile{h, b})
+	}
+}
+
 // layoutIndex reads the image index out of a layout tar, by way of its
-// index.json, with every blob's contents.
+// index.json, with every file's contents by name.
 func layoutIndex(t *testing.T, path string) (v1.Hash, v1.IndexManifest, map[string][]byte) {
 	t.Helper()
 	f, err := os.Open(path)
@@ -100,18 +126,8 @@ func layoutIndex(t *testing.T, path string) (v1.Hash, v1.IndexManifest, map[stri
 	}
 	defer f.Close()
 	files := map[string][]byte{}
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if files[h.Name], err = io.ReadAll(tr); err != nil {
-			t.Fatal(err)
-		}
+	for _, tf := range tarFiles(t, f) {
+		files[tf.hdr.Name] = tf.data
 	}
 	var top, idx v1.IndexManifest
 	if err := json.Unmarshal(files["index.json"], &top); err != nil || len(top.Manifests) != 1 {
@@ -298,26 +314,15 @@ func checkFiles(t *testing.T, p v1.Platform, l v1.Layer, dir string) {
 	}
 	defer rc.Close()
 	var got []string
-	tr := tar.NewReader(rc)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, tf := range tarFiles(t, rc) {
+		h := tf.hdr
 		got = append(got, fmt.Sprintf("%s %o %d:%d", h.Name, h.Mode, h.Uid, h.Gid))
 		if h.Typeflag != tar.TypeReg {
 			continue
 		}
-		b, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
 		want, err := os.ReadFile(filepath.Join(dir, h.Name))
-		if err != nil || !bytes.Equal(b, want) {
-			t.Errorf("%s /%s: %d bytes pulled, not the %d of %s (%v)", p, h.Name, len(b), len(want), filepath.Join(dir, h.Name), err)
+		if err != nil || !bytes.Equal(tf.data, want) {
+			t.Errorf("%s /%s: %d bytes pulled, not the %d of %s (%v)", p, h.Name, len(tf.data), len(want), filepath.Join(dir, h.Name), err)
 		}
 	}
 	if want := "bpfleet 755 0:0, bpfleet-agent 755 0:0, tmp/ 1777 0:0"; strings.Join(got, ", ") != want {
