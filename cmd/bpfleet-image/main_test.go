@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/validate"
 
 	"github.com/bpfleet/bpfleet/internal/ociimage"
 	"github.com/bpfleet/bpfleet/test/registry"
@@ -238,6 +239,9 @@ func TestImagePush(t *testing.T) {
 	h, err := idx.Digest()
 	if err != nil || h != tarH {
 		t.Fatalf("pulled index %s (%v), the tar's %s", h, err, tarH)
+	}
+	if err := validate.Index(idx); err != nil {
+		t.Errorf("the pulled index does not validate: %v", err)
 	}
 	m, err := idx.IndexManifest()
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/google/go-containerregistry/pkg/v1/validate"
 )
 
 var testCreated = time.Date(2026, 12, 4, 3, 4, 5, 0, time.UTC)
@@ -345,6 +346,11 @@ func TestWriteLayout(t *testing.T) {
 	inner, err := back.ImageIndex(digest(t, idx))
 	if err != nil {
 		t.Fatalf("reading the index back: %v", err)
+	}
+	// go-containerregistry's own checks: every digest, size, diff id and
+	// platform in the layout agrees with the blobs.
+	if err := validate.Index(inner); err != nil {
+		t.Errorf("the layout's index does not validate: %v", err)
 	}
 	wrote, read := manifestDigests(t, idx), manifestDigests(t, inner)
 	if len(read) != 2 || read[0] != wrote[0] || read[1] != wrote[1] {
