@@ -67,6 +67,9 @@ type Spec struct {
 // Build returns the OCI image index of s: one image manifest per Image, in
 // the order given, each with one layer.
 func Build(s Spec) (v1.ImageIndex, error) {
+	if len(s.Images) == 0 {
+		return nil, fmt.Errorf("no images to build")
+	}
 	created := s.Created.Truncate(time.Second).UTC()
 	if s.Created.IsZero() {
 		created = time.Unix(0, 0).UTC()
@@ -85,8 +88,8 @@ func Build(s Spec) (v1.ImageIndex, error) {
 	if len(s.Annotations) > 0 {
 		idx = mutate.Annotations(idx, s.Annotations).(v1.ImageIndex)
 	}
-	// Compute the manifest now, so that a file that cannot be read is
-	// Build's error and not a later Digest's.
+	// Compute the index manifest now: an error in it is Build's, not a
+	// later Digest's.
 	if _, err := idx.Digest(); err != nil {
 		return nil, err
 	}

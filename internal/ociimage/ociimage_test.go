@@ -266,6 +266,7 @@ func TestBuildRefuses(t *testing.T) {
 		"directory contents": file(File{Path: "/d", Mode: fs.ModeDir | 0o755, Data: []byte("x")}),
 		"missing source":     file(File{Path: "/p", Mode: 0o755, Source: filepath.Join(t.TempDir(), "none")}),
 		"no platform":        {Images: []Image{{Files: []File{{Path: "/p", Mode: 0o644}}}}},
+		"no images":          {},
 		"file as parent": {Images: []Image{{Platform: v1.Platform{OS: "linux", Architecture: "amd64"}, Files: []File{
 			{Path: "/p", Mode: 0o644}, {Path: "/p/q", Mode: 0o644}}}}},
 		"path twice": {Images: []Image{{Platform: v1.Platform{OS: "linux", Architecture: "amd64"}, Files: []File{
