@@ -1,6 +1,17 @@
 # bpfleet: `make run` builds and starts the agent, `make test` runs every test.
 BIN := bin/bpfleet
-GO_LDFLAGS := -s -w -X main.version=$(shell git describe --always --dirty 2>/dev/null || echo dev)
+# A fixed --abbrev: git's default grows with the clone's object count, and
+# the version is in the binaries' bytes.
+VERSION := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo dev)
+# -trimpath and an empty build id: the same commit and Go toolchain give the
+# same bytes on any machine (make image's digest depends on it).
+GO_LDFLAGS := -s -w -buildid= -X main.version=$(VERSION)
+
+# make image PUSH=registry.example/bpfleet:0.1.0 also pushes the image there.
+# IMAGE is the name the tar gives it for `ctr images import` and kind: by
+# default the chart's image at its appVersion.
+PUSH ?=
+IMAGE ?= $(or $(PUSH),ghcr.io/bpfleet/bpfleet:$(shell sed -n 's/^appVersion: *"\(.*\)"/\1/p' charts/bpfleet/Chart.yaml))
 
 # KERNELS selects kernel-matrix entries (comma separated; default all):
 #   make test-kernels KERNELS=sid-arm64
@@ -9,16 +20,31 @@ KERNELS ?=
 BENCH ?= all
 KERNEL_FLAGS ?=
 
-.PHONY: build run test bench generate test-kernels fuzz
+.PHONY: build image run test bench generate test-kernels fuzz
 
 # Two binaries from ./cmd/bpfleet: bin/bpfleet, the command-line tools
 # (-tags lean: no OTLP exporters, gRPC, Prometheus client or client-go, whose
 # init alone would cost every `bpfleet list` ~3 ms), and bin/bpfleet-agent,
 # every command with the agent in-process. `bpfleet agent` execs
 # bpfleet-agent from its own directory.
+# $(call binaries,GO-ENV,DIR) builds both into DIR with more go env.
+define binaries
+CGO_ENABLED=0 $(1) go build -trimpath -tags lean -ldflags '$(GO_LDFLAGS)' -o $(2)/bpfleet ./cmd/bpfleet
+CGO_ENABLED=0 $(1) go build -trimpath -ldflags '$(GO_LDFLAGS)' -o $(2)/bpfleet-agent ./cmd/bpfleet
+endef
 build:
-	CGO_ENABLED=0 go build -trimpath -tags lean -ldflags '$(GO_LDFLAGS)' -o $(BIN) ./cmd/bpfleet
-	CGO_ENABLED=0 go build -trimpath -ldflags '$(GO_LDFLAGS)' -o $(BIN)-agent ./cmd/bpfleet
+	$(call binaries,,bin)
+
+# bin/bpfleet-image.tar: an OCI image layout tar of a linux/amd64 and
+# linux/arm64 index, each image the two binaries of `make build` at
+# /bpfleet and /bpfleet-agent (cmd/bpfleet-image). Same commit, same digest:
+# revision, version and every time in it come from git, not the clock.
+image:
+	$(call binaries,GOOS=linux GOARCH=amd64 GOAMD64=v1,bin/linux-amd64)
+	$(call binaries,GOOS=linux GOARCH=arm64 GOARM64=v8.0,bin/linux-arm64)
+	go run ./cmd/bpfleet-image -o bin/bpfleet-image.tar -name '$(IMAGE)' $(if $(PUSH),-push '$(PUSH)') \
+	  -revision $$(git rev-parse HEAD) -version '$(VERSION)' -created $$(git log -1 --format=%cI) \
+	  -platform linux/amd64=bin/linux-amd64 -platform linux/arm64/v8=bin/linux-arm64
 
 run: build
 	scripts/install-deps.sh
