@@ -305,14 +305,11 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 		Stats:    a.stats.state(a.sysctl.read()),
 		Degraded: a.degraded(),
 	}
-	// Sampled mode scales run counts from the windows, unless another
-	// holder keeps stats on: then the counts are exact as they are.
-	smp := a.smp
-	if smp != nil && snap.Stats.HeldElsewhere {
-		smp = nil
-	}
-	if smp != nil {
-		smp.begin(a.stats.onTime(now))
+	// Sampled mode scales run counts from the windows; where another
+	// holder kept stats on throughout, the kernel's counts are exact and
+	// added as they are.
+	if a.smp != nil {
+		snap.Stats.Counts = a.smp.begin(a.stats.coverage(a.smp.buf), a.prevTime)
 	}
 	cpu := processCPU()
 	if dt > 0 {
@@ -321,7 +318,7 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 	a.prevCPU = cpu
 	// Joins kept by the reader and no owner refresh: a program whose
 	// counters did not move is the same as in the last scan.
-	a.assemble(snap, progs, dt, smp, a.r.joinsKept && !st.OwnersRefreshed)
+	a.assemble(snap, progs, dt, a.smp, a.r.joinsKept && !st.OwnersRefreshed)
 
 	st.Duration = a.cfg.Now().Sub(start)
 	snap.Scan = st

@@ -232,7 +232,19 @@ type StatsState struct {
 	// no fd (another tool's BPF_ENABLE_STATS fd, or the sysctl): then a
 	// sampled estimate is not scaled and the tax is not this agent's.
 	HeldElsewhere bool `json:"held_elsewhere,omitempty"`
+	// Counts says what the interval's run counts and run times are:
+	// CountsExact (the kernel counted every run: stats on throughout, by
+	// the agent's fd or another holder's) or CountsSampled (scaled from
+	// the stats windows, in whole or in part). Empty when the agent does
+	// not count runs (off mode, stats refused, one-shot list).
+	Counts string `json:"counts,omitempty"`
 }
+
+// What an interval's run counts are (StatsState.Counts).
+const (
+	CountsExact   = "exact"
+	CountsSampled = "sampled"
+)
 
 // KernelInfo describes the node's kernel and CPU.
 type KernelInfo struct {
