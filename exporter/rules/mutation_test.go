@@ -119,8 +119,8 @@ func TestRulesCasesCanFail(t *testing.T) {
 	// runs the entries the mutated rule concerns.
 	dir := t.TempDir()
 	type mutant struct {
-		name, rule, kind string // kind: never, semantic, always
-		file                string
+		name, rule, kind string // kind: never, or semantic (a changed condition, or always firing)
+		file             string
 	}
 	var mutants []mutant
 	write := func(name string, v any) string {
