@@ -18,9 +18,9 @@ type Config struct {
 	EnableStats bool
 	// StatsMode is always, sampled or off (see StatsAlways...). Empty:
 	// always when EnableStats, else the agent leaves stats alone.
-	StatsMode string
+	StatsMode StatsMode
 	// StatsWindow of every StatsPeriod is when sampled mode holds stats on
-	// (defaults DefaultStatsWindow, DefaultStatsPeriod).
+	// (defaults config.DefaultStatsWindow, config.DefaultStatsPeriod).
 	StatsWindow, StatsPeriod time.Duration
 	// Profile selects programs to profile with fentry/fexit
 	// (probes/profiler): id:N, name:S, tag:S, attach:S, owner:S or a bare
@@ -176,8 +176,8 @@ func New(cfg Config) (*Agent, error) {
 		cfg.StatsMode = StatsAlways
 	}
 	if cfg.StatsMode != "" {
-		if _, err := ParseStatsMode(cfg.StatsMode); err != nil {
-			return nil, err
+		if !cfg.StatsMode.Valid() {
+			return nil, fmt.Errorf("stats mode %q: want always, sampled or off", cfg.StatsMode)
 		}
 		a.stats = newStatsCtl(cfg.StatsMode, cfg.StatsWindow, cfg.StatsPeriod, cfg.Now)
 		if cfg.StatsMode == StatsSampled {
@@ -187,10 +187,6 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.prevCPU = processCPU()
 	if len(cfg.Profile) > 0 {
-		if err := ValidateProfileSelectors(cfg.Profile); err != nil {
-			a.stats.close()
-			return nil, err
-		}
 		a.prof = newProfiles(cfg.Profile, cfg.ProfileWindow, cfg.ProfilePeriod)
 	}
 	// The scan source is chosen once per kernel, here (after every

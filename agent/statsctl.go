@@ -9,36 +9,23 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
 
+	"github.com/bpfleet/bpfleet/internal/config"
 	"github.com/bpfleet/bpfleet/internal/sysfile"
 )
 
-// Stats modes (--stats): how long the agent keeps BPF run-time stats on.
+// StatsMode is the agent's --stats (internal/config validates it).
+type StatsMode = config.StatsMode
+
+// Stats modes: how long the agent keeps BPF run-time stats on.
 const (
-	// StatsAlways holds a BPF_ENABLE_STATS fd for the agent's life: exact
-	// run counts and run time, and the stats tax on every run of every
-	// program on the node.
-	StatsAlways = "always"
+	// StatsAlways holds a BPF_ENABLE_STATS fd for the agent's life.
+	StatsAlways = config.StatsAlways
 	// StatsSampled holds the fd for a window of each period; run counts
 	// and run time are scaled from the windows.
-	StatsSampled = "sampled"
+	StatsSampled = config.StatsSampled
 	// StatsOff never enables stats: misses, attach types and owners only.
-	StatsOff = "off"
+	StatsOff = config.StatsOff
 )
-
-// Sampling defaults: stats on 1 s of every 10 s.
-const (
-	DefaultStatsWindow = time.Second
-	DefaultStatsPeriod = 10 * time.Second
-)
-
-// ParseStatsMode checks a --stats value.
-func ParseStatsMode(s string) (string, error) {
-	switch s {
-	case StatsAlways, StatsSampled, StatsOff:
-		return s, nil
-	}
-	return "", fmt.Errorf("stats mode %q: want always, sampled or off", s)
-}
 
 // statsCtl switches the agent's BPF_ENABLE_STATS holder on and off as the
 // mode says. In sampled mode it also keeps the record a sampled estimate
@@ -49,7 +36,7 @@ func ParseStatsMode(s string) (string, error) {
 // the runs counted over a stretch divided by the time the kernel counted
 // is the run rate.
 type statsCtl struct {
-	mode           string
+	mode           StatsMode
 	window, period time.Duration
 	now            func() time.Time
 
@@ -73,12 +60,12 @@ type statsCtl struct {
 // counted those runs.
 const lookEvery = time.Second
 
-func newStatsCtl(mode string, window, period time.Duration, now func() time.Time) *statsCtl {
+func newStatsCtl(mode StatsMode, window, period time.Duration, now func() time.Time) *statsCtl {
 	if window <= 0 {
-		window = DefaultStatsWindow
+		window = config.DefaultStatsWindow
 	}
 	if period <= 0 {
-		period = DefaultStatsPeriod
+		period = config.DefaultStatsPeriod
 	}
 	if window > period {
 		window = period

@@ -223,7 +223,7 @@ type StatsState struct {
 	Error string `json:"error,omitempty"`
 	// Mode is the agent's --stats mode: always, sampled or off; empty when
 	// the agent leaves stats alone (one-shot list).
-	Mode string `json:"mode"`
+	Mode StatsMode `json:"mode"`
 	// Window and Period are the sampled mode's: stats on for Window of
 	// each Period; run counts and run time are scaled from the windows.
 	Window time.Duration `json:"window_ns,omitempty"`

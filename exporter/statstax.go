@@ -16,7 +16,7 @@ var (
 
 // statsView is what the stats-mode and stats-tax metrics read.
 type statsView struct {
-	mode     string
+	mode     agent.StatsMode
 	counts   string // agent.StatsState.Counts
 	agentCPU float64
 	tax      agent.StatsTax
@@ -57,7 +57,7 @@ func init() {
 	observers["bpf.agent.cpu"] = func(v *view, s sink) { s.Float(v.stats.agentCPU, empty) }
 	observers["bpf.agent.stats.mode"] = func(v *view, s sink) {
 		if v.stats.mode != "" {
-			s.Int(1, attribute.NewSet(attribute.String("bpf.stats.mode", v.stats.mode)))
+			s.Int(1, attribute.NewSet(attribute.String("bpf.stats.mode", string(v.stats.mode))))
 		}
 	}
 	observers["bpf.agent.stats.exact"] = func(v *view, s sink) {

@@ -14,11 +14,14 @@ import (
 // scaled (bpf.agent.stats.exact says which), absent with off, while misses
 // stay as they are in every mode; the tax rows carry the snapshot's figures.
 func TestStatsModeShapesRunMetrics(t *testing.T) {
-	for _, c := range []struct{ mode, counts string }{
+	for _, c := range []struct {
+		mode   agent.StatsMode
+		counts string
+	}{
 		{agent.StatsAlways, agent.CountsExact}, {agent.StatsSampled, agent.CountsSampled}, {agent.StatsSampled, agent.CountsExact}, {agent.StatsOff, ""},
 	} {
 		mode := c.mode
-		t.Run(mode+" "+c.counts, func(t *testing.T) {
+		t.Run(string(mode)+" "+c.counts, func(t *testing.T) {
 			e, r, _ := newTestExporter(t, Config{Level: LevelProgram})
 			s := snapshot(1, prog(42, 2_500_000_000, u64(17)))
 			s.Stats.Mode, s.Stats.Counts = mode, c.counts
@@ -60,7 +63,7 @@ func TestStatsModeShapesRunMetrics(t *testing.T) {
 			if v := value(t, got["bpf.program.recursion_misses"], "bpf.program.id", id); v != 17 {
 				t.Errorf("recursion_misses = %v in mode %s, want 17", v, mode)
 			}
-			if v := value(t, got["bpf.agent.stats.mode"], "bpf.stats.mode", attribute.StringValue(mode)); v != 1 {
+			if v := value(t, got["bpf.agent.stats.mode"], "bpf.stats.mode", attribute.StringValue(string(mode))); v != 1 {
 				t.Errorf("stats.mode = %v", v)
 			}
 			if pts := got["bpf.agent.stats.tax"]; len(pts) != 1 || pts[0].value != 0.008 {
