@@ -30,7 +30,7 @@ func TestBenchStatsModes(t *testing.T) {
 	defer xdp.Close()
 	pkt := make([]byte, 64)
 	const span = 20 * time.Second
-	meanNs := func(mode string) float64 {
+	meanNs := func(mode StatsMode) float64 {
 		var a *Agent
 		if mode != StatsOff {
 			a = newTestAgentWith(t, Config{StatsMode: mode, NoIterator: true})
