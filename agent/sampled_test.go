@@ -1,13 +1,9 @@
 package agent
 
 import (
-	"io"
 	"math"
 	"testing"
 	"time"
-
-	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 
 	"github.com/bpfleet/bpfleet/test/steady"
 )
@@ -90,31 +86,7 @@ func TestSampledHolderComesAndGoes(t *testing.T) {
 	scanSteady(t, a, sp, false) // the baseline
 	time.Sleep(1100 * time.Millisecond)
 	scans := []sampledScan{scanSteady(t, a, sp, false)} // a first rate
-	var holder io.Closer
-	defer func() {
-		if holder != nil {
-			holder.Close()
-		}
-	}()
-	start := time.Now()
-	for i := 0; time.Since(start) < 9*time.Second; i++ {
-		// Scans every 300 ms fall at every phase of the 1 s period; the
-		// holder comes and goes between two of them.
-		time.Sleep(150 * time.Millisecond)
-		switch el := time.Since(start); {
-		case holder == nil && el > 3*time.Second && el < 6*time.Second:
-			fd, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-			if err != nil {
-				t.Fatalf("BPF_ENABLE_STATS: %v", err)
-			}
-			holder = fd
-		case holder != nil && el > 6*time.Second:
-			holder.Close()
-			holder = nil
-		}
-		time.Sleep(150 * time.Millisecond)
-		scans = append(scans, scanSteady(t, a, sp, holder != nil))
-	}
+	steady.HolderComesAndGoes(t, func(held bool) { scans = append(scans, scanSteady(t, a, sp, held)) })
 	est, truth := checkSampledScans(t, scans, rate)
 	within(t, "sampled, a holder coming and going", est, truth, 5)
 }

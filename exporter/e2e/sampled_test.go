@@ -2,16 +2,13 @@ package e2e
 
 import (
 	"context"
-	"io"
 	"math"
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-	"golang.org/x/sys/unix"
 
 	"github.com/bpfleet/bpfleet/agent"
 	"github.com/bpfleet/bpfleet/exporter"
@@ -117,29 +114,7 @@ func TestSampledExportFollowsKernel(t *testing.T) {
 	exportOnce(false)
 	time.Sleep(1100 * time.Millisecond)
 	exportOnce(false)
-	var holder io.Closer
-	defer func() {
-		if holder != nil {
-			holder.Close()
-		}
-	}()
-	start := time.Now()
-	for time.Since(start) < 9*time.Second {
-		time.Sleep(150 * time.Millisecond)
-		switch el := time.Since(start); {
-		case holder == nil && el > 3*time.Second && el < 6*time.Second:
-			fd, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-			if err != nil {
-				t.Fatalf("BPF_ENABLE_STATS: %v", err)
-			}
-			holder = fd
-		case holder != nil && el > 6*time.Second:
-			holder.Close()
-			holder = nil
-		}
-		time.Sleep(150 * time.Millisecond)
-		exportOnce(holder != nil)
-	}
+	steady.HolderComesAndGoes(t, exportOnce)
 	exact := 0
 	for i := 2; i < len(exports); i++ {
 		prev, cur := exports[i-1], exports[i]

@@ -8,12 +8,14 @@
 package steady
 
 import (
+	"io"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"golang.org/x/sys/unix"
 )
 
 // Program is the steady program and its count of runs made.
@@ -122,4 +124,37 @@ func (s *Program) count() uint64 {
 		panic("reading the steady program's count: " + err.Error())
 	}
 	return n
+}
+
+// HolderComesAndGoes calls scan every 300 ms for 9 s while another holder
+// of BPF stats (the test itself, holding a BPF_ENABLE_STATS fd as a local
+// bpfleet top or bpftool prog profile would) appears between two calls
+// after 3 s and leaves between two calls after 6 s; held says whether it
+// held stats at that call. Calls every 300 ms fall at every phase of a 1 s
+// sampling period.
+func HolderComesAndGoes(t testing.TB, scan func(held bool)) {
+	t.Helper()
+	var holder io.Closer
+	defer func() {
+		if holder != nil {
+			holder.Close()
+		}
+	}()
+	start := time.Now()
+	for time.Since(start) < 9*time.Second {
+		time.Sleep(150 * time.Millisecond)
+		switch el := time.Since(start); {
+		case holder == nil && el > 3*time.Second && el < 6*time.Second:
+			fd, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+			if err != nil {
+				t.Fatalf("BPF_ENABLE_STATS: %v", err)
+			}
+			holder = fd
+		case holder != nil && el > 6*time.Second:
+			holder.Close()
+			holder = nil
+		}
+		time.Sleep(150 * time.Millisecond)
+		scan(holder != nil)
+	}
 }
