@@ -407,7 +407,7 @@ func isWord(c byte) bool {
 func maskedCode(expr string) string {
 	b := []byte(expr)
 	var quote byte
-	brace, bracket := 0, 0
+	depth := 0 // inside {...} or [...]
 	for i := 0; i < len(b); i++ {
 		c := b[i]
 		switch {
@@ -424,19 +424,13 @@ func maskedCode(expr string) string {
 		case c == '"' || c == '\'' || c == '`':
 			quote = c
 			b[i] = ' '
-		case c == '{':
-			brace++
+		case c == '{' || c == '[':
+			depth++
 			b[i] = ' '
-		case c == '}':
-			brace--
+		case c == '}' || c == ']':
+			depth--
 			b[i] = ' '
-		case c == '[':
-			bracket++
-			b[i] = ' '
-		case c == ']':
-			bracket--
-			b[i] = ' '
-		case brace > 0 || bracket > 0:
+		case depth > 0:
 			b[i] = ' '
 		}
 	}
