@@ -228,9 +228,10 @@ type StatsState struct {
 	// each Period; run counts and run time are scaled from the windows.
 	Window time.Duration `json:"window_ns,omitempty"`
 	Period time.Duration `json:"period_ns,omitempty"`
-	// HeldElsewhere is true when stats were seen on while this agent held
-	// no fd (another tool's BPF_ENABLE_STATS fd, or the sysctl): then a
-	// sampled estimate is not scaled and the tax is not this agent's.
+	// HeldElsewhere is true when the last look found stats on while this
+	// agent held no fd (another tool's BPF_ENABLE_STATS fd, or the
+	// sysctl): the tax is not this agent's, and in sampled mode the
+	// intervals such a holder spans count exactly (Counts).
 	HeldElsewhere bool `json:"held_elsewhere,omitempty"`
 	// Counts says what the interval's run counts and run times are:
 	// CountsExact (the kernel counted every run: stats on throughout, by
