@@ -67,8 +67,10 @@ func exported(t *testing.T, r *sdkmetric.ManualReader, name, key string, want at
 // test holds a BPF_ENABLE_STATS fd for 3 s, as a local bpfleet top would):
 // at the program level and at the workload level the counter never goes
 // down, an export whose interval the holder spans adds exactly the runs
-// made and bpf.agent.stats.exact says 1 (0 without the holder), and the
-// whole is within 5% of the runs made.
+// made and bpf.agent.stats.exact says 1 (and is right whenever it says
+// so: another tool may hold stats on a shared machine), no other adds more
+// than twice the program's rate over its interval, and the whole is within
+// 5% of the runs made.
 func TestSampledExportFollowsKernel(t *testing.T) {
 	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_SERVICE_NAME"} {
 		t.Setenv(k, "")
@@ -84,6 +86,7 @@ func TestSampledExportFollowsKernel(t *testing.T) {
 	work, wr := manualExporter(t, exporter.LevelWorkload, a.Kernel())
 
 	type export struct {
+		at             time.Time
 		fired          uint64
 		program, total float64 // the program level's counter, the workload key's
 		exact          float64
@@ -109,7 +112,7 @@ func TestSampledExportFollowsKernel(t *testing.T) {
 		if !ok || !wok || !xok {
 			t.Fatalf("export %d: program series %v, workload series %v, stats.exact %v", len(exports), ok, wok, xok)
 		}
-		exports = append(exports, export{fired, p, w, x, held})
+		exports = append(exports, export{s.Time, fired, p, w, x, held})
 	}
 	exportOnce(false)
 	time.Sleep(1100 * time.Millisecond)
@@ -126,8 +129,8 @@ func TestSampledExportFollowsKernel(t *testing.T) {
 			switch grew := c.cur - c.prev; {
 			case grew < 0:
 				t.Errorf("export %d, %s level: run count went down, %.0f → %.0f", i, c.level, c.prev, c.cur)
-			case grew > 2*made+rate/10:
-				t.Errorf("export %d, %s level: %.0f runs added for %.0f made", i, c.level, grew, made)
+			case !(prev.held && cur.held) && grew > 2*rate*cur.at.Sub(prev.at).Seconds():
+				t.Errorf("export %d, %s level: %.0f runs added in %v, over twice the rate of %.0f/s (%.0f made)", i, c.level, grew, cur.at.Sub(prev.at), rate, made)
 			case prev.held && cur.held && grew != made:
 				t.Errorf("export %d, %s level: stats held throughout, yet %.0f runs added for %.0f made", i, c.level, grew, made)
 			}
@@ -135,8 +138,12 @@ func TestSampledExportFollowsKernel(t *testing.T) {
 		switch {
 		case prev.held && cur.held && cur.exact != 1:
 			t.Errorf("export %d: stats held throughout, yet bpf.agent.stats.exact = %v", i, cur.exact)
-		case !prev.held && !cur.held && cur.exact != 0:
-			t.Errorf("export %d: no other holder, yet bpf.agent.stats.exact = %v", i, cur.exact)
+		case cur.exact == 1 && cur.program-prev.program != made:
+			// Another tool on the machine may hold stats too (a
+			// sampled agent's windows): exact must then be true.
+			t.Errorf("export %d: bpf.agent.stats.exact = 1, yet %.0f runs added for %.0f made", i, cur.program-prev.program, made)
+		case cur.exact != 0 && cur.exact != 1:
+			t.Errorf("export %d: bpf.agent.stats.exact = %v", i, cur.exact)
 		}
 		if prev.held && cur.held {
 			exact++
