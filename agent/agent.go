@@ -18,9 +18,9 @@ type Config struct {
 	EnableStats bool
 	// StatsMode is always, sampled or off (see StatsAlways...). Empty:
 	// always when EnableStats, else the agent leaves stats alone.
-	StatsMode string
+	StatsMode StatsMode
 	// StatsWindow of every StatsPeriod is when sampled mode holds stats on
-	// (defaults DefaultStatsWindow, DefaultStatsPeriod).
+	// (defaults config.DefaultStatsWindow, config.DefaultStatsPeriod).
 	StatsWindow, StatsPeriod time.Duration
 	// Profile selects programs to profile with fentry/fexit
 	// (probes/profiler): id:N, name:S, tag:S, attach:S, owner:S or a bare
@@ -179,8 +179,8 @@ func New(cfg Config) (*Agent, error) {
 		cfg.StatsMode = StatsAlways
 	}
 	if cfg.StatsMode != "" {
-		if _, err := ParseStatsMode(cfg.StatsMode); err != nil {
-			return nil, err
+		if !cfg.StatsMode.Valid() {
+			return nil, fmt.Errorf("stats mode %q: want always, sampled or off", cfg.StatsMode)
 		}
 		a.stats = newStatsCtl(cfg.StatsMode, cfg.StatsWindow, cfg.StatsPeriod, cfg.Now)
 		if cfg.StatsMode == StatsSampled {
@@ -190,10 +190,6 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.prevCPU = processCPU()
 	if len(cfg.Profile) > 0 {
-		if err := ValidateProfileSelectors(cfg.Profile); err != nil {
-			a.stats.close()
-			return nil, err
-		}
 		a.prof = newProfiles(cfg.Profile, cfg.ProfileWindow, cfg.ProfilePeriod)
 	}
 	// The scan source is chosen once per kernel, here (after every
@@ -308,14 +304,11 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 		Stats:    a.stats.state(a.sysctl.read()),
 		Degraded: a.degraded(),
 	}
-	// Sampled mode scales run counts from the windows, unless another
-	// holder keeps stats on: then the counts are exact as they are.
-	smp := a.smp
-	if smp != nil && snap.Stats.HeldElsewhere {
-		smp = nil
-	}
-	if smp != nil {
-		smp.begin(a.stats.onTime(now))
+	// Sampled mode scales run counts from the windows; where another
+	// holder kept stats on throughout, the kernel's counts are exact and
+	// added as they are.
+	if a.smp != nil {
+		snap.Stats.Counts = a.smp.begin(a.stats.coverage(a.smp.buf), a.prevTime)
 	}
 	cpu := processCPU()
 	if dt > 0 {
@@ -324,7 +317,7 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 	a.prevCPU = cpu
 	// Joins kept by the reader and no owner refresh: a program whose
 	// counters did not move is the same as in the last scan.
-	a.assemble(snap, progs, dt, smp, a.r.joinsKept && !st.OwnersRefreshed)
+	a.assemble(snap, progs, dt, a.smp, a.r.joinsKept && !st.OwnersRefreshed)
 
 	st.Duration = a.cfg.Now().Sub(start)
 	snap.Scan = st

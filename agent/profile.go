@@ -43,46 +43,6 @@ type ProfileStat struct {
 	MeanNs       float64 `json:"mean_ns"`
 }
 
-// ValidateProfileSelectors checks --profile values: id:N, name:S, tag:S,
-// attach:S (attach type), owner:S (process name, container id or pod
-// name), or a bare word matching any of them.
-func ValidateProfileSelectors(sels []string) error {
-	for _, s := range sels {
-		k, v, ok := strings.Cut(s, ":")
-		if !ok {
-			if s == "" {
-				return fmt.Errorf("profile selector is empty")
-			}
-			continue
-		}
-		switch k {
-		case "id":
-			if _, err := strconv.ParseUint(v, 10, 32); err != nil {
-				return fmt.Errorf("profile selector %q: id must be a number", s)
-			}
-		case "name", "tag", "attach", "owner":
-			if v == "" {
-				return fmt.Errorf("profile selector %q: empty value", s)
-			}
-		default:
-			return fmt.Errorf("profile selector %q: want id:, name:, tag:, attach:, owner: or a bare word", s)
-		}
-	}
-	return nil
-}
-
-// ValidateProfileWindow checks --window/--period: no window (every run
-// timed), or a window shorter than its period.
-func ValidateProfileWindow(window, period time.Duration) error {
-	switch {
-	case window < 0:
-		return fmt.Errorf("profile window %v: want positive, or 0 to time every run", window)
-	case window > 0 && period <= window:
-		return fmt.Errorf("profile window %v of period %v: the window must be shorter than the period", window, period)
-	}
-	return nil
-}
-
 func matchOwner(p *Program, v string) bool {
 	for _, o := range p.Owners {
 		if o.Comm == v || o.ContainerID == v || (len(v) >= 12 && strings.HasPrefix(o.ContainerID, v)) || o.PodName == v {

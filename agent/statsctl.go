@@ -9,68 +9,63 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
 
+	"github.com/bpfleet/bpfleet/internal/config"
 	"github.com/bpfleet/bpfleet/internal/sysfile"
 )
 
-// Stats modes (--stats): how long the agent keeps BPF run-time stats on.
+// StatsMode is the agent's --stats (internal/config validates it).
+type StatsMode = config.StatsMode
+
+// Stats modes: how long the agent keeps BPF run-time stats on.
 const (
-	// StatsAlways holds a BPF_ENABLE_STATS fd for the agent's life: exact
-	// run counts and run time, and the stats tax on every run of every
-	// program on the node.
-	StatsAlways = "always"
+	// StatsAlways holds a BPF_ENABLE_STATS fd for the agent's life.
+	StatsAlways = config.StatsAlways
 	// StatsSampled holds the fd for a window of each period; run counts
 	// and run time are scaled from the windows.
-	StatsSampled = "sampled"
+	StatsSampled = config.StatsSampled
 	// StatsOff never enables stats: misses, attach types and owners only.
-	StatsOff = "off"
+	StatsOff = config.StatsOff
 )
-
-// Sampling defaults: stats on 1 s of every 10 s.
-const (
-	DefaultStatsWindow = time.Second
-	DefaultStatsPeriod = 10 * time.Second
-)
-
-// ParseStatsMode checks a --stats value.
-func ParseStatsMode(s string) (string, error) {
-	switch s {
-	case StatsAlways, StatsSampled, StatsOff:
-		return s, nil
-	}
-	return "", fmt.Errorf("stats mode %q: want always, sampled or off", s)
-}
 
 // statsCtl switches the agent's BPF_ENABLE_STATS holder on and off as the
-// mode says and keeps the account a sampled estimate needs: for how long,
-// in total, the agent's fd has been held. The kernel counts runs only
-// while some holder exists, so runs counted over an interval divided by
-// the on-time in it is the run rate, as long as no one else holds stats
-// (elsewhere), which it checks before each window.
+// mode says. In sampled mode it also keeps the record a sampled estimate
+// needs (statsLine): when the agent held its fd, and what a look at the
+// kernel without it found (another holder keeping stats on, or not), made
+// right before and after each window, every lookEvery between windows and
+// at every scan. The kernel counts runs only while some holder exists, so
+// the runs counted over a stretch divided by the time the kernel counted
+// is the run rate.
 type statsCtl struct {
-	mode           string
+	mode           StatsMode
 	window, period time.Duration
 	now            func() time.Time
 
-	mu       sync.Mutex
-	holder   *statsHolder // open fd, nil while off
-	openedAt time.Time
-	onTotal  time.Duration // closed windows
-	lastErr  error
-	paused   bool
-	// elsewhere is set when stats were seen on while the agent held no fd.
+	mu      sync.Mutex
+	holder  *statsHolder // open fd, nil while off
+	lastErr error
+	paused  bool
+	// elsewhere is what the last look found: stats on while the agent
+	// held no fd.
 	elsewhere bool
 	canary    *ebpf.Program // a no-op program test-run to see whether stats are on
+	line      *statsLine    // sampled mode only
 
 	stop chan struct{}
 	done chan struct{}
 }
 
-func newStatsCtl(mode string, window, period time.Duration, now func() time.Time) *statsCtl {
+// lookEvery is how often sampled mode looks for another holder between
+// its windows (a look is three bpf() calls): a holder that comes and goes
+// unseen within it counts in the next window's rate as if the agent had
+// counted those runs.
+const lookEvery = time.Second
+
+func newStatsCtl(mode StatsMode, window, period time.Duration, now func() time.Time) *statsCtl {
 	if window <= 0 {
-		window = DefaultStatsWindow
+		window = config.DefaultStatsWindow
 	}
 	if period <= 0 {
-		period = DefaultStatsPeriod
+		period = config.DefaultStatsPeriod
 	}
 	if window > period {
 		window = period
@@ -80,6 +75,7 @@ func newStatsCtl(mode string, window, period time.Duration, now func() time.Time
 	case StatsAlways:
 		c.open()
 	case StatsSampled:
+		c.line = newStatsLine(now())
 		c.stop, c.done = make(chan struct{}), make(chan struct{})
 		go c.sample()
 	}
@@ -103,7 +99,8 @@ func (c *statsCtl) openLocked() {
 		return
 	}
 	c.lastErr = nil
-	c.holder, c.openedAt = h, c.now()
+	c.holder = h
+	c.record(statsEvent{t: c.now(), held: true})
 }
 
 func (c *statsCtl) closeFd() {
@@ -118,42 +115,75 @@ func (c *statsCtl) closeLocked() {
 	}
 	c.holder.close()
 	c.holder = nil
-	c.onTotal += c.now().Sub(c.openedAt)
+	c.record(statsEvent{t: c.now()})
 }
 
-// sample opens a window at the start of each period.
-func (c *statsCtl) sample() {
-	defer close(c.done)
-	for {
-		c.checkElsewhere()
-		c.open()
-		select {
-		case <-c.stop:
-			c.closeFd()
-			return
-		case <-time.After(c.window):
-		}
-		c.closeFd()
-		select {
-		case <-c.stop:
-			return
-		case <-time.After(c.period - c.window):
-		}
+// record adds e to the sampled mode's line.
+func (c *statsCtl) record(e statsEvent) {
+	if c.line != nil {
+		c.line.add(e)
 	}
 }
 
-// checkElsewhere test-runs a no-op program while the agent holds no fd:
-// if its run_cnt grows, another holder (or the sysctl) keeps stats on, and
-// a sampled estimate would count runs from outside the windows.
-func (c *statsCtl) checkElsewhere() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.holder != nil {
+// lookLocked looks whether stats are on without the agent, unless it
+// holds its fd (then stats are on whoever else holds them) or is paused
+// (the calibration switches stats itself).
+func (c *statsCtl) lookLocked() {
+	if c.holder != nil || c.paused {
 		return
 	}
 	on, err := c.statsOnLocked()
+	l := lookUnknown
 	if err == nil {
 		c.elsewhere = on
+		l = lookOff
+		if on {
+			l = lookOn
+		}
+	}
+	c.record(statsEvent{t: c.now(), look: l})
+}
+
+// sample opens a window at the start of each period, looking for another
+// holder before and after it and every lookEvery between windows.
+func (c *statsCtl) sample() {
+	defer close(c.done)
+	for {
+		c.mu.Lock()
+		c.lookLocked()
+		c.openLocked()
+		c.mu.Unlock()
+		if !c.wait(c.window) {
+			c.closeFd()
+			return
+		}
+		c.mu.Lock()
+		c.closeLocked()
+		c.lookLocked()
+		c.mu.Unlock()
+		for off := c.period - c.window; off > 0; {
+			step := min(off, lookEvery)
+			if !c.wait(step) {
+				return
+			}
+			if off -= step; off > 0 {
+				c.mu.Lock()
+				c.lookLocked()
+				c.mu.Unlock()
+			}
+		}
+	}
+}
+
+// wait sleeps d, false when the controller is closed meanwhile.
+func (c *statsCtl) wait(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-c.stop:
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
@@ -191,7 +221,10 @@ func (c *statsCtl) pause() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closeLocked()
+	c.lookLocked() // what stats were until now
 	c.paused = true
+	// Until resume the calibration switches stats on and off itself.
+	c.record(statsEvent{t: c.now(), look: lookUnknown})
 }
 
 func (c *statsCtl) resume() {
@@ -201,8 +234,11 @@ func (c *statsCtl) resume() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.paused = false
-	if c.mode == StatsAlways {
+	switch c.mode {
+	case StatsAlways:
 		c.openLocked()
+	case StatsSampled:
+		c.lookLocked()
 	}
 }
 
@@ -216,18 +252,15 @@ func (c *statsCtl) setElsewhere(v bool) {
 	c.mu.Unlock()
 }
 
-// onTime is the total time the agent has held stats on, up to t.
-func (c *statsCtl) onTime(t time.Time) time.Duration {
-	if c == nil {
-		return 0
+// coverage hands a scan the record of its interval (sampled mode; zero
+// otherwise), its events copied into buf.
+func (c *statsCtl) coverage(buf []statsEvent) coverage {
+	if c == nil || c.line == nil {
+		return coverage{}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	on := c.onTotal
-	if c.holder != nil {
-		on += t.Sub(c.openedAt)
-	}
-	return on
+	return c.line.take(c.now(), buf)
 }
 
 // state is the stats state, sysctl the value of kernel.bpf_stats_enabled.
@@ -247,14 +280,16 @@ func (c *statsCtl) state(sysctl int) StatsState {
 	if c.lastErr != nil {
 		st.Error = c.lastErr.Error()
 	}
-	if c.mode == StatsOff && c.holder == nil {
-		// Off mode asks the kernel at each scan: three cheap syscalls.
-		if on, err := c.statsOnLocked(); err == nil {
-			c.elsewhere = on
-		}
+	if c.mode != StatsAlways {
+		// Off and sampled modes look at each scan (three cheap bpf()
+		// calls): the scan's interval ends with what stats are now.
+		c.lookLocked()
 	}
 	st.HeldElsewhere = c.elsewhere || st.Sysctl > 0
 	st.Enabled = st.HeldByAgent || st.HeldElsewhere || (c.mode == StatsSampled && c.lastErr == nil)
+	if c.mode == StatsAlways && (st.HeldByAgent || st.HeldElsewhere) {
+		st.Counts = CountsExact // sampled mode: the scan's coverage says
+	}
 	return st
 }
 

@@ -3,61 +3,14 @@ package agent
 import (
 	"context"
 	"math"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
+
+	"github.com/bpfleet/bpfleet/test/steady"
 )
-
-// steadyProgram loads a no-op socket filter and test-runs it at rate runs
-// per second, catching up every millisecond so the rate holds on a busy
-// machine; fired counts the runs made.
-type steadyProgram struct {
-	prog  *ebpf.Program
-	fired atomic.Uint64
-	stop  chan struct{}
-	wg    sync.WaitGroup
-}
-
-func startSteady(t *testing.T, rate float64) *steadyProgram {
-	t.Helper()
-	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name: "steady", Type: ebpf.SocketFilter, License: "GPL",
-		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &steadyProgram{prog: p, stop: make(chan struct{})}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		start := time.Now()
-		tick := time.NewTicker(time.Millisecond)
-		defer tick.Stop()
-		data := make([]byte, 14)
-		for {
-			select {
-			case <-s.stop:
-				return
-			case <-tick.C:
-			}
-			want := uint64(time.Since(start).Seconds() * rate)
-			if n := want - s.fired.Load(); want > s.fired.Load() {
-				if _, err := p.Run(&ebpf.RunOptions{Data: data, Repeat: uint32(n)}); err != nil {
-					return
-				}
-				s.fired.Add(n)
-			}
-		}
-	}()
-	t.Cleanup(func() { close(s.stop); s.wg.Wait(); p.Close() })
-	return s
-}
 
 // skipIfStatsOn skips when stats are on without the test: the known
 // answer needs stats off outside the agent's windows.
@@ -81,8 +34,8 @@ func skipIfStatsOn(t *testing.T) {
 func TestSampledRunCountKnownRate(t *testing.T) {
 	skipIfStatsOn(t)
 	const rate = 20_000.0
-	steady := startSteady(t, rate)
-	id := progID(t, steady.prog)
+	sp := steady.Start(t, "steady", rate)
+	id := sp.ID
 	a := newTestAgentWith(t, Config{StatsMode: StatsSampled, StatsWindow: 200 * time.Millisecond, StatsPeriod: time.Second, NoIterator: true})
 
 	s0 := scan(t, a)
@@ -92,7 +45,7 @@ func TestSampledRunCountKnownRate(t *testing.T) {
 	// One period to measure a first rate, then 5 s counted.
 	time.Sleep(1100 * time.Millisecond)
 	scan(t, a)
-	f1 := steady.fired.Load()
+	f1 := sp.Fired()
 	var est uint64
 	for i := 0; i < 5; i++ {
 		time.Sleep(time.Second)
@@ -103,19 +56,19 @@ func TestSampledRunCountKnownRate(t *testing.T) {
 		}
 		est += p.Delta.Runs
 	}
-	truth := steady.fired.Load() - f1
+	truth := sp.Fired() - f1
 	errPct := 100 * math.Abs(float64(est)-float64(truth)) / float64(truth)
 	t.Logf("runs made %d, sampled estimate %d: error %.2f%%", truth, est, errPct)
 	if errPct > 5 {
 		t.Errorf("sampled run count %d vs %d runs made: error %.1f%%, want within 5%%", est, truth, errPct)
 	}
 	// The kernel's own count grew only in windows: far below the truth.
-	info, err := steady.prog.Stats()
+	info, err := sp.Prog.Stats()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if float64(info.RunCount) > 0.5*float64(steady.fired.Load()) {
-		t.Errorf("kernel counted %d of %d runs: stats were not off outside the windows", info.RunCount, steady.fired.Load())
+	if float64(info.RunCount) > 0.5*float64(sp.Fired()) {
+		t.Errorf("kernel counted %d of %d runs: stats were not off outside the windows", info.RunCount, sp.Fired())
 	}
 }
 
@@ -123,8 +76,8 @@ func TestSampledRunCountKnownRate(t *testing.T) {
 // (the exporter leaves the run metrics out, see exporter tests).
 func TestStatsOffHoldsNothing(t *testing.T) {
 	skipIfStatsOn(t)
-	steady := startSteady(t, 5000)
-	id := progID(t, steady.prog)
+	sp := steady.Start(t, "steady", 5000)
+	id := sp.ID
 	a := newTestAgentWith(t, Config{StatsMode: StatsOff, NoIterator: true})
 	scan(t, a)
 	time.Sleep(300 * time.Millisecond)
@@ -164,8 +117,8 @@ func TestStatsOffSeesHolderElsewhere(t *testing.T) {
 // program running at a known rate; with stats held elsewhere it says so.
 func TestStatsTaxFromCalibration(t *testing.T) {
 	skipIfStatsOn(t)
-	steady := startSteady(t, 20_000)
-	id := progID(t, steady.prog)
+	sp := steady.Start(t, "steady", 20_000)
+	id := sp.ID
 	a := newTestAgentWith(t, Config{StatsMode: StatsAlways, NoIterator: true})
 	costs, err := a.CalibrateStats(context.Background(), nil)
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+
+	"github.com/bpfleet/bpfleet/test/steady"
 )
 
 // TestBenchStatsModes (make bench, section statstax) measures the tax each
@@ -28,7 +30,7 @@ func TestBenchStatsModes(t *testing.T) {
 	defer xdp.Close()
 	pkt := make([]byte, 64)
 	const span = 20 * time.Second
-	meanNs := func(mode string) float64 {
+	meanNs := func(mode StatsMode) float64 {
 		var a *Agent
 		if mode != StatsOff {
 			a = newTestAgentWith(t, Config{StatsMode: mode, NoIterator: true})
@@ -56,19 +58,19 @@ func TestBenchStatsModes(t *testing.T) {
 		span, off1, off2, always, taxAlways, sampled, taxSampled, taxAlways/math.Max(taxSampled, 0.01))
 
 	const rate = 100_000.0
-	steady := startSteady(t, rate)
-	id := progID(t, steady.prog)
+	sp := steady.Start(t, "steady", rate)
+	id := sp.ID
 	a := newTestAgentWith(t, Config{StatsMode: StatsSampled, NoIterator: true})
 	scan(t, a)
 	time.Sleep(10 * time.Second) // one period: the first rate
 	scan(t, a)
-	f1 := steady.fired.Load()
+	f1 := sp.Fired()
 	var est uint64
 	for i := 0; i < 3; i++ {
 		time.Sleep(10 * time.Second)
 		est += findProg(scan(t, a), id).Delta.Runs
 	}
-	truth := steady.fired.Load() - f1
+	truth := sp.Fired() - f1
 	fmt.Printf("BENCH sampled 1s/10s run count, steady %.0f runs/s over 30 s: estimate %d, runs made %d, error %.2f%% (target 5%%)\n",
 		rate, est, truth, 100*math.Abs(float64(est)-float64(truth))/float64(truth))
 }

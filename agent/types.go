@@ -223,16 +223,29 @@ type StatsState struct {
 	Error string `json:"error,omitempty"`
 	// Mode is the agent's --stats mode: always, sampled or off; empty when
 	// the agent leaves stats alone (one-shot list).
-	Mode string `json:"mode"`
+	Mode StatsMode `json:"mode"`
 	// Window and Period are the sampled mode's: stats on for Window of
 	// each Period; run counts and run time are scaled from the windows.
 	Window time.Duration `json:"window_ns,omitempty"`
 	Period time.Duration `json:"period_ns,omitempty"`
-	// HeldElsewhere is true when stats were seen on while this agent held
-	// no fd (another tool's BPF_ENABLE_STATS fd, or the sysctl): then a
-	// sampled estimate is not scaled and the tax is not this agent's.
+	// HeldElsewhere is true when the last look found stats on while this
+	// agent held no fd (another tool's BPF_ENABLE_STATS fd, or the
+	// sysctl): the tax is not this agent's, and in sampled mode the
+	// intervals such a holder spans count exactly (Counts).
 	HeldElsewhere bool `json:"held_elsewhere,omitempty"`
+	// Counts says what the interval's run counts and run times are:
+	// CountsExact (the kernel counted every run: stats on throughout, by
+	// the agent's fd or another holder's) or CountsSampled (scaled from
+	// the stats windows, in whole or in part). Empty when the agent does
+	// not count runs (off mode, stats refused, one-shot list).
+	Counts string `json:"counts,omitempty"`
 }
+
+// What an interval's run counts are (StatsState.Counts).
+const (
+	CountsExact   = "exact"
+	CountsSampled = "sampled"
+)
 
 // KernelInfo describes the node's kernel and CPU.
 type KernelInfo struct {

@@ -88,16 +88,12 @@ func (p *seriesProducer) Produce(context.Context) ([]metricdata.ScopeMetrics, er
 	misses := metricdata.Sum[int64]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: true, DataPoints: slices.Grow(b.misses[:0], n)}
 	linkMissed := metricdata.Sum[int64]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: true, DataPoints: b.linkMissed[:0]}
 	// The stats mode shapes the run metrics as runObserver does for the
-	// instruments: absent with stats off (the kernel did not count),
-	// marked bpf.stats.mode=sampled when scaled from windows. Misses are
-	// exact in every mode.
-	mode := v.stats.mode
+	// instruments: absent with stats off (the kernel did not count).
+	// Misses are exact in every mode.
+	off := v.stats.mode == agent.StatsOff
 	addRuns := func(attrs attribute.Set, st time.Time, n, ns uint64) {
-		switch mode {
-		case agent.StatsOff:
+		if off {
 			return
-		case agent.StatsSampled:
-			attrs = mark(attrs)
 		}
 		runs.DataPoints = append(runs.DataPoints, metricdata.DataPoint[int64]{Attributes: attrs, StartTime: st, Time: now, Value: int64(n)})
 		runTime.DataPoints = append(runTime.DataPoints, metricdata.DataPoint[float64]{Attributes: attrs, StartTime: st, Time: now, Value: float64(ns) / 1e9})

@@ -6,8 +6,7 @@ import (
 	"github.com/bpfleet/bpfleet/agent"
 )
 
-// Attribute sets of the stats rows. statsModeAttrs is also carried, as
-// "sampled", by every run count and run time series scaled from windows.
+// Attribute sets of the stats rows.
 var (
 	statsModeAttrs   = []string{"bpf.stats.mode"}
 	programTypeAttrs = []string{"bpf.program.type"}
@@ -17,14 +16,15 @@ var (
 
 // statsView is what the stats-mode and stats-tax metrics read.
 type statsView struct {
-	mode     string
+	mode     agent.StatsMode
+	counts   string // agent.StatsState.Counts
 	agentCPU float64
 	tax      agent.StatsTax
 	costs    []agent.StatsCost
 }
 
 func newStatsView(s *agent.Snapshot) statsView {
-	return statsView{mode: s.Stats.Mode, agentCPU: s.AgentCPUShare, tax: s.StatsTax, costs: s.StatsCosts}
+	return statsView{mode: s.Stats.Mode, counts: s.Stats.Counts, agentCPU: s.AgentCPUShare, tax: s.StatsTax, costs: s.StatsCosts}
 }
 
 // runMetrics are the series that exist only while stats count runs.
@@ -34,31 +34,17 @@ var runMetrics = []string{
 	"bpf.attach_type.run.count", "bpf.attach_type.run.time",
 }
 
-var sampledKV = attribute.String("bpf.stats.mode", agent.StatsSampled)
-
-// sampledSink adds bpf.stats.mode=sampled to every observation: the value
-// is scaled from stats windows, not counted.
-type sampledSink struct{ s sink }
-
-func mark(attrs attribute.Set) attribute.Set {
-	return attribute.NewSet(append(attrs.ToSlice(), sampledKV)...)
-}
-
-func (m sampledSink) Int(v int64, attrs attribute.Set)     { m.s.Int(v, mark(attrs)) }
-func (m sampledSink) Float(v float64, attrs attribute.Set) { m.s.Float(v, mark(attrs)) }
-
-// runObserver leaves run metrics out with --stats=off (absent, not zero:
-// the kernel did not count) and marks them sampled with --stats=sampled.
+// runObserver leaves run metrics out with --stats=off: absent, not zero,
+// the kernel did not count. Whether an interval's counts are exact or
+// scaled from windows is bpf.agent.stats.exact, not an attribute of the
+// run series: a series whose attributes flipped with other holders of
+// stats coming and going would split in two (at the workload level both
+// halves carrying the key's whole count).
 func runObserver(obs func(*view, sink)) func(*view, sink) {
 	return func(v *view, s sink) {
-		switch v.stats.mode {
-		case agent.StatsOff:
-			return
-		case agent.StatsSampled:
-			obs(v, sampledSink{s})
-			return
+		if v.stats.mode != agent.StatsOff {
+			obs(v, s)
 		}
-		obs(v, s)
 	}
 }
 
@@ -71,7 +57,12 @@ func init() {
 	observers["bpf.agent.cpu"] = func(v *view, s sink) { s.Float(v.stats.agentCPU, empty) }
 	observers["bpf.agent.stats.mode"] = func(v *view, s sink) {
 		if v.stats.mode != "" {
-			s.Int(1, attribute.NewSet(attribute.String("bpf.stats.mode", v.stats.mode)))
+			s.Int(1, attribute.NewSet(attribute.String("bpf.stats.mode", string(v.stats.mode))))
+		}
+	}
+	observers["bpf.agent.stats.exact"] = func(v *view, s sink) {
+		if v.stats.mode != "" && v.stats.mode != agent.StatsOff {
+			s.Int(b2i(v.stats.counts == agent.CountsExact), empty)
 		}
 	}
 	observers["bpf.agent.stats.tax"] = func(v *view, s sink) {
@@ -125,13 +116,25 @@ VM's clock read is dearer than bare metal's.
 ` + "`--stats`" + `: ` + "`always`" + ` holds the fd for the agent's life (exact counts, full tax).
 ` + "`sampled`" + ` holds it for ` + "`--stats-window`" + ` of every ` + "`--stats-period`" + ` (default 1 s of
 10 s): each program's rate is the runs (and run time) counted over at least half a window of
-the agent's stats on-time divided by that on-time, and each interval gets rate × its length.
-Run counts and run times are then estimates and carry ` + "`bpf.stats.mode=sampled`" + `; misses are
-exact in every mode (the kernel counts them with stats off). For a program running at a steady
-rate the estimate is within 5% (the host test ` + "`TestSampledRunCountKnownRate`" + ` holds it
-to that); a bursty program's error is larger: a burst wholly between windows is missed, one
-inside a window is multiplied by period/window. When another holder keeps stats on, the
-counts are exact and not scaled. ` + "`off`" + ` never enables stats: run counts and run times
-are absent (not zero); misses, attach types, owners and the profiler remain.
+counted time divided by that time, and each interval gets rate × its length, never less than
+the kernel counted in it. Counted time is the agent's windows plus any time another holder kept
+stats on (a local ` + "`bpfleet top`" + `, ` + "`bpftool prog profile`" + `, ` + "`kernel.bpf_stats_enabled=1`" + `):
+right before and after each window, every second between windows and at every scan the agent
+test-runs a no-op program without its fd to see. An interval another holder spans gets the
+kernel's exact count on top of the estimate so far (` + "`bpf.agent.stats.exact`" + ` is 1 then, 0 for
+estimated intervals); an interval in which one came or went is no measurement and gets the last
+rate. So the counters never go down, nor jump by period/window, as holders come and go, and the
+run series keep their attributes (a label that said exact or sampled would split each series in
+two at every change). A program loaded since the previous scan is counted from its load; until
+its first rate is measured it gets the kernel's count, and the first rate adds the estimate of
+the time before. Misses are exact in every mode (the kernel counts them with stats off). For a
+program running at a steady rate the estimate is within 5% (the host tests
+` + "`TestSampledRunCountKnownRate`" + `, ` + "`TestSampledHolderComesAndGoes`" + ` and ` + "`TestSampledLoadMidWindow`" + `
+hold it to that, 10% for a program's first scan); a bursty program's error is larger: a burst
+wholly between windows is missed, one inside a window is multiplied by period/window. A holder
+that comes and goes within a second between two looks is not seen: its runs count in the next
+rate as if the agent had counted them. ` + "`off`" + ` never enables stats: run counts and run times
+are absent (not zero); misses, attach types, owners and the profiler remain, and the alert
+` + "`BPFStatsDisabled`" + ` stays quiet (it fires only where stats are off against the mode).
 
 `

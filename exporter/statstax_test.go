@@ -9,15 +9,22 @@ import (
 	"github.com/bpfleet/bpfleet/agent"
 )
 
-// The stats mode shapes the run metrics: exact and unmarked with always,
-// marked bpf.stats.mode=sampled with sampled, absent with off, while misses
+// The stats mode shapes the run metrics: present with always and sampled,
+// with the same attributes whether the interval's counts are exact or
+// scaled (bpf.agent.stats.exact says which), absent with off, while misses
 // stay as they are in every mode; the tax rows carry the snapshot's figures.
 func TestStatsModeShapesRunMetrics(t *testing.T) {
-	for _, mode := range []string{agent.StatsAlways, agent.StatsSampled, agent.StatsOff} {
-		t.Run(mode, func(t *testing.T) {
+	for _, c := range []struct {
+		mode   agent.StatsMode
+		counts string
+	}{
+		{agent.StatsAlways, agent.CountsExact}, {agent.StatsSampled, agent.CountsSampled}, {agent.StatsSampled, agent.CountsExact}, {agent.StatsOff, ""},
+	} {
+		mode := c.mode
+		t.Run(string(mode)+" "+c.counts, func(t *testing.T) {
 			e, r, _ := newTestExporter(t, Config{Level: LevelProgram})
 			s := snapshot(1, prog(42, 2_500_000_000, u64(17)))
-			s.Stats.Mode = mode
+			s.Stats.Mode, s.Stats.Counts = mode, c.counts
 			s.AgentCPUShare = 0.0012
 			s.StatsTax = agent.StatsTax{Known: true, Duty: 0.1, CPUShare: 0.008, AlwaysCPUShare: 0.08,
 				ByProgramType: []agent.ProgramTypeTax{{ProgramType: "xdp", CPUShare: 0.008}}}
@@ -40,16 +47,23 @@ func TestStatsModeShapesRunMetrics(t *testing.T) {
 					if len(pts) == 0 {
 						t.Fatalf("%s: no series", n)
 					}
-					v, ok := pts[0].attrs.Value("bpf.stats.mode")
-					if sampled := mode == agent.StatsSampled; ok != sampled || (sampled && v.AsString() != "sampled") {
-						t.Errorf("%s: bpf.stats.mode = %q (present %v) in mode %s", n, v.AsString(), ok, mode)
+					for _, p := range pts {
+						if v, ok := p.attrs.Value("bpf.stats.mode"); ok {
+							t.Errorf("%s: bpf.stats.mode=%s on a run series in mode %s: its attributes would change with the counts", n, v.AsString(), mode)
+						}
 					}
 				}
+			}
+			switch pts := got["bpf.agent.stats.exact"]; {
+			case mode == agent.StatsOff && len(pts) != 0:
+				t.Errorf("stats.exact = %v with stats off, want absent", pts)
+			case mode != agent.StatsOff && (len(pts) != 1 || (pts[0].value == 1) != (c.counts == agent.CountsExact)):
+				t.Errorf("stats.exact = %v for counts %q", pts, c.counts)
 			}
 			if v := value(t, got["bpf.program.recursion_misses"], "bpf.program.id", id); v != 17 {
 				t.Errorf("recursion_misses = %v in mode %s, want 17", v, mode)
 			}
-			if v := value(t, got["bpf.agent.stats.mode"], "bpf.stats.mode", attribute.StringValue(mode)); v != 1 {
+			if v := value(t, got["bpf.agent.stats.mode"], "bpf.stats.mode", attribute.StringValue(string(mode))); v != 1 {
 				t.Errorf("stats.mode = %v", v)
 			}
 			if pts := got["bpf.agent.stats.tax"]; len(pts) != 1 || pts[0].value != 0.008 {

@@ -26,10 +26,6 @@ import (
 	"github.com/bpfleet/bpfleet/internal/config"
 )
 
-// stats are the agent's --stats, --stats-window, --stats-period and
-// --profile (statsflags.go), kept beside the config package.
-var stats statsFlags
-
 func init() {
 	c := config.DefaultAgent()
 	cmd := &cobra.Command{
@@ -59,12 +55,6 @@ or with the kubeconfig $KUBECONFIG names on a host outside any pod.`,
 			if err := c.Resolve(config.Env); err != nil {
 				return err
 			}
-			if err := stats.apply(&agent.Config{}); err != nil {
-				return config.Usage(err)
-			}
-			if err := checkPprofAddr(pprofAddr); err != nil {
-				return config.Usage(err)
-			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
@@ -88,8 +78,8 @@ or with the kubeconfig $KUBECONFIG names on a host outside any pod.`,
 	f.StringVar(&c.APITokenFile, "api-token-file", "", fmt.Sprintf("file holding the bearer token the local API requires (at least %d bytes; default $%s)", config.MinTokenLen, api.TokenEnv))
 	f.BoolVar(&c.Calibrate, "calibrate", c.Calibrate, "measure each attach type's overhead with the agent's own probes at start (bounded: about half a second of CPU)")
 	f.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long the final flush may take")
-	f.StringVar(&pprofAddr, "pprof", "", "serve Go runtime profiles (net/http/pprof) on this loopback address, e.g. 127.0.0.1:6060 (empty: off)")
-	stats.register(cmd)
+	f.StringVar(&c.Pprof, "pprof", "", "serve Go runtime profiles (net/http/pprof) on this loopback address, e.g. 127.0.0.1:6060 (empty: off)")
+	registerStatsFlags(cmd, &c)
 	rootCmd.AddCommand(cmd)
 }
 
@@ -111,14 +101,14 @@ func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 		}
 	}
 
-	if pprofAddr != "" {
-		if err := servePprof(pprofAddr, log); err != nil {
+	if c.Pprof != "" {
+		if err := servePprof(c.Pprof, log); err != nil {
 			return err
 		}
 	}
 
 	cfg := agentConfig(c.Scan)
-	stats.apply(&cfg) // checked in RunE
+	applyStats(c, &cfg)
 	cfg.OwnerIterator = !c.Scan.NoIterator
 	a, err := newAgent(cfg)
 	if err != nil {

@@ -101,6 +101,18 @@ func TestBadInputRefusedAtStart(t *testing.T) {
 		{[]string{"agent", "--api-addr", "nohostport"}, nil, "--api-addr"},
 		{[]string{"agent", "--api-addr", "evil.example:9808"}, nil, "--api-addr"},
 		agent("BPFLEET_API_TOKEN", []string{"BPFLEET_API_TOKEN=short"}),
+		// The stats, profile and pprof settings, checked with the rest.
+		agent("--stats", nil, "--stats=sometimes"),
+		agent("--stats-window", nil, "--stats=sampled", "--stats-window=0s"),
+		agent("--stats-window", nil, "--stats=sampled", "--stats-window=20s", "--stats-period=10s"),
+		agent("--stats-period", nil, "--stats=sampled", "--stats-period=-1s"),
+		agent("--profile", nil, "--profile", "id:x"),
+		agent("--profile", nil, "--profile", "colour:red"),
+		agent("--profile-window", nil, "--profile-window=-1s"),
+		agent("--profile-window", nil, "--profile-window=20s", "--profile-period=10s"),
+		agent("--pprof", nil, "--pprof", "0.0.0.0:6060"),
+		agent("--pprof", nil, "--pprof", "nohostport"),
+		agent("--pprof", nil, "--pprof", "127.0.0.1:99999"),
 		agent("--no-such-flag", nil, "--no-such-flag"),
 		agent("stray", nil, "stray"),
 		// More OTEL_* variables the SDK would only warn about.
@@ -139,6 +151,13 @@ func TestBadInputRefusedAtStart(t *testing.T) {
 		{[]string{"top", "--remote", "http://127.0.0.1:9", "--token-file", shortToken}, nil, "--token-file"},
 		{[]string{"top", "-n", "-1"}, nil, "--count"},
 		{[]string{"top", "--bpffs", "/nonexistent"}, nil, "--bpffs"},
+		{[]string{"top", "--profile", "id:x"}, nil, "--profile"},
+		// profile
+		{[]string{"profile", "id:x"}, nil, "PROG"},
+		{[]string{"profile", "--window=-1s", "xdp"}, nil, "--window"},
+		{[]string{"profile", "--window=20s", "--period=10s", "xdp"}, nil, "--window"},
+		{[]string{"profile", "--interval=0s", "xdp"}, nil, "--interval"},
+		{[]string{"profile", "--count=-1", "xdp"}, nil, "--count"},
 		// probe
 		{[]string{"probe", "-o", "yaml"}, nil, "--output"},
 		{[]string{"probe", "stray"}, nil, "stray"},
@@ -215,7 +234,8 @@ func TestBadInputRefusedAtStart(t *testing.T) {
 func TestAllProblemsAtOnce(t *testing.T) {
 	bin := bpfleetBin(t)
 	cmd := exec.Command(bin, "agent", "--interval=1ns", "--metrics-level=pods", "--max-programs=-1", "--proc-root=/nonexistent",
-		"--api-addr=0.0.0.0:9808", "--otlp-endpoint=not a url")
+		"--api-addr=0.0.0.0:9808", "--otlp-endpoint=not a url", "--stats=sampled", "--stats-window=0s", "--profile=id:x",
+		"--profile-window=-1s", "--pprof=0.0.0.0:6060")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "OTEL_METRICS_EXPORTER=nope", "OTEL_METRIC_EXPORT_INTERVAL=abc"}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -224,7 +244,8 @@ func TestAllProblemsAtOnce(t *testing.T) {
 	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
 		t.Fatalf("exit %v, want status 2; stderr:\n%s", err, stderr.String())
 	}
-	want := []string{"--interval", "--metrics-level", "--max-programs", "--proc-root", "--api-addr", "--otlp-endpoint", "OTEL_METRICS_EXPORTER", "OTEL_METRIC_EXPORT_INTERVAL"}
+	want := []string{"--interval", "--metrics-level", "--max-programs", "--proc-root", "--api-addr", "--otlp-endpoint", "OTEL_METRICS_EXPORTER", "OTEL_METRIC_EXPORT_INTERVAL",
+		"--stats-window", "--profile", "--profile-window", "--pprof"}
 	lines := strings.Split(strings.TrimRight(stderr.String(), "\n"), "\n")
 	if len(lines) != len(want) {
 		t.Errorf("%d lines, want %d:\n%s", len(lines), len(want), stderr.String())

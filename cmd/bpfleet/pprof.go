@@ -11,32 +11,13 @@ import (
 	"runtime"
 	"strconv"
 	"time"
-
-	"github.com/bpfleet/bpfleet/api"
 )
 
-// pprofAddr is the agent's --pprof: where to serve Go's runtime profiles
-// (net/http/pprof), loopback only, off by default. `make bench
-// BENCH=agentcpu` takes a CPU profile of the running agent through it to
-// say where its CPU goes.
-var pprofAddr string
-
-// checkPprofAddr refuses a non-loopback --pprof: profiles show the
-// process's memory and code paths, and nothing on them is authenticated.
-func checkPprofAddr(addr string) error {
-	if addr == "" {
-		return nil
-	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil || !api.IsLoopback(host) {
-		return fmt.Errorf("--pprof %q: want a loopback host:port such as 127.0.0.1:6060 (profiles are not authenticated)", addr)
-	}
-	return nil
-}
-
-// servePprof serves the runtime profiles on addr on its own mux (never
-// http.DefaultServeMux, so nothing else can expose them by accident). It
-// runs until the process exits.
+// servePprof serves Go's runtime profiles (net/http/pprof) on addr, the
+// agent's --pprof (loopback only: internal/config checks it; `make bench
+// BENCH=agentcpu` takes a CPU profile of the running agent through it), on
+// its own mux (never http.DefaultServeMux, so nothing else can expose them
+// by accident). It runs until the process exits.
 func servePprof(addr string, log *slog.Logger) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

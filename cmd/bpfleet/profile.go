@@ -17,12 +17,7 @@ import (
 )
 
 func init() {
-	var (
-		every          time.Duration
-		count          int
-		window, period time.Duration
-		scan           config.Scan
-	)
+	var c config.Profiler
 	cmd := &cobra.Command{
 		Use:   "profile PROG...",
 		Short: "Time every run of chosen BPF programs with fentry/fexit, without global stats",
@@ -41,22 +36,14 @@ without BTF, or a kernel that refuses tracing BPF programs, gets one line
 saying so.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if every <= 0 {
-				return config.Usage(fmt.Errorf("--interval must be positive, got %v", every))
-			}
-			scanFlagsSet(cmd, &scan)
-			if err := scan.Validate(); err != nil {
+			scanFlagsSet(cmd, &c.Scan)
+			c.Profile.Selectors = args
+			if err := c.Validate(); err != nil {
 				return err
 			}
-			if err := agent.ValidateProfileSelectors(args); err != nil {
-				return config.Usage(err)
-			}
-			if err := agent.ValidateProfileWindow(window, period); err != nil {
-				return config.Usage(err)
-			}
-			cfg := agentConfig(scan)
+			cfg := agentConfig(c.Scan)
 			cfg.Profile = args
-			cfg.ProfileWindow, cfg.ProfilePeriod = window, period
+			cfg.ProfileWindow, cfg.ProfilePeriod = c.Profile.Window, c.Profile.Period
 			a, err := newAgent(cfg)
 			if err != nil {
 				return err
@@ -64,14 +51,14 @@ saying so.`,
 			defer a.Close()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return runProfile(ctx, a.Scan, cmd.OutOrStdout(), cmd.ErrOrStderr(), every, count)
+			return runProfile(ctx, a.Scan, cmd.OutOrStdout(), cmd.ErrOrStderr(), c.Interval, c.Count)
 		},
 	}
-	cmd.Flags().DurationVarP(&every, "interval", "i", time.Second, "print every interval")
-	cmd.Flags().IntVarP(&count, "count", "n", 0, "stop after this many intervals (0: until interrupted)")
-	cmd.Flags().DurationVar(&window, "window", 0, "time runs only for this window of every --period (runs are still all counted); 0: time every run")
-	cmd.Flags().DurationVar(&period, "period", 10*time.Second, "the period of --window")
-	registerScanFlags(cmd, &scan)
+	cmd.Flags().DurationVarP(&c.Interval, "interval", "i", time.Second, fmt.Sprintf("print every interval (at least %v)", config.MinToolInterval))
+	cmd.Flags().IntVarP(&c.Count, "count", "n", 0, "stop after this many intervals (0: until interrupted)")
+	cmd.Flags().DurationVar(&c.Profile.Window, "window", 0, "time runs only for this window of every --period (runs are still all counted); 0: time every run")
+	cmd.Flags().DurationVar(&c.Profile.Period, "period", 10*time.Second, "the period of --window")
+	registerScanFlags(cmd, &c.Scan)
 	rootCmd.AddCommand(cmd)
 }
 

@@ -53,8 +53,8 @@ func taxLine(s *agent.Snapshot) string {
 		}
 		return "stats tax: " + t.Reason
 	}
-	mode := s.Stats.Mode
-	if mode == agent.StatsSampled && s.Stats.Period > 0 {
+	mode := string(s.Stats.Mode)
+	if s.Stats.Mode == agent.StatsSampled && s.Stats.Period > 0 {
 		mode = fmt.Sprintf("sampled %s/%s", s.Stats.Window, s.Stats.Period)
 	}
 	switch s.Stats.Mode {

@@ -27,10 +27,9 @@ type historySource func(ctx context.Context, id uint32) (*history.Series, error)
 
 func init() {
 	var (
-		c       config.Top
-		ascii   bool
-		tax     bool
-		profile []string
+		c     config.Top
+		ascii bool
+		tax   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "top",
@@ -78,7 +77,7 @@ When stdout is not a terminal, top prints plain lines, one block per interval.`,
 				cfg := agentConfig(c.Scan)
 				cfg.EnableStats = true
 				cfg.OwnerIterator = !c.Scan.NoIterator
-				cfg.Profile = profile
+				cfg.Profile = c.Profile
 				a, err := newAgent(cfg)
 				if err != nil {
 					return err
@@ -120,7 +119,7 @@ When stdout is not a terminal, top prints plain lines, one block per interval.`,
 	cmd.Flags().StringVar(&c.Filter, "filter", "", "initial filter (substring of name, type, attach type or target)")
 	cmd.Flags().IntVarP(&c.Count, "count", "n", 0, "plain output: stop after this many intervals (0: until interrupted)")
 	cmd.Flags().BoolVar(&ascii, "ascii", false, "draw with ASCII only (the default when the locale is not UTF-8)")
-	cmd.Flags().StringSliceVar(&profile, "profile", nil, "programs to time with fentry/fexit and show with percentiles (as bpfleet profile PROG...)")
+	cmd.Flags().StringSliceVar(&c.Profile, "profile", nil, "programs to time with fentry/fexit and show with percentiles (as bpfleet profile PROG...)")
 	cmd.Flags().BoolVar(&tax, "stats-tax", true, "first measure what BPF run-time stats cost per run here (under a second) and show the stats tax in the header")
 	rootCmd.AddCommand(cmd)
 }

@@ -43,6 +43,10 @@ type Agent struct {
 	Calibrate       bool
 	ShutdownTimeout time.Duration
 
+	Stats   Stats   // --stats, --stats-window, --stats-period
+	Profile Profile // --profile, --profile-window, --profile-period
+	Pprof   string  // --pprof: where to serve Go's runtime profiles; "": nowhere
+
 	APIAddr      string
 	APITokenFile string
 	// APIToken is read by Resolve from APITokenFile or $BPFLEET_API_TOKEN.
@@ -66,6 +70,8 @@ func DefaultAgent() Agent {
 		ClusterName:     os.Getenv("K8S_CLUSTER_NAME"),
 		Calibrate:       true,
 		ShutdownTimeout: 10 * time.Second,
+		Stats:           DefaultStats(),
+		Profile:         DefaultProfile(),
 		APIAddr:         apiconst.DefaultAddr,
 	}
 }
@@ -151,6 +157,9 @@ func (c *Agent) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		add(problem("--shutdown-timeout", c.ShutdownTimeout.String(), "want a positive duration for the final flush, e.g. 10s"))
 	}
+	errs = append(errs, c.Stats.validate()...)
+	errs = append(errs, c.Profile.validate("--profile", "--profile-window", "--profile-period")...)
+	add(checkPprof(c.Pprof))
 	add(c.validateAPI())
 	add(c.OTel.Validate())
 	return errors.Join(errs...)
@@ -195,9 +204,15 @@ func (c *Agent) Settings() []any {
 		"metrics_level", string(c.Level),
 		"max_programs", c.MaxPrograms,
 		"span_budget", c.SpanBudget,
+		"stats", string(c.Stats.Mode),
+	}
+	if c.Stats.Mode == StatsSampled {
+		s = append(s, "stats_window", c.Stats.Window, "stats_period", c.Stats.Period)
+	}
+	s = append(s,
 		"api", orNone(c.APIAddr),
 		"api_auth", c.APIToken != "",
-	}
+	)
 	return append(s, c.OTel.settings()...)
 }
 

@@ -62,6 +62,8 @@ type Top struct {
 	Sort      string
 	Filter    string
 	Count     int
+	// Profile is --profile: programs timed (every run) beside the list.
+	Profile []string
 	// Token is read by Resolve from TokenFile or $BPFLEET_API_TOKEN.
 	Token string
 }
@@ -103,6 +105,29 @@ func (c *Top) Validate() error {
 	if c.Count < 0 {
 		errs = append(errs, problem("--count", strconv.Itoa(c.Count), "want 0 (until interrupted) or a positive number of intervals"))
 	}
+	errs = append(errs, Profile{Selectors: c.Profile}.validate("--profile", "", "")...)
+	return errors.Join(errs...)
+}
+
+// Profiler is `bpfleet profile`'s configuration: the programs to time are
+// its PROG arguments, the window --window of every --period.
+type Profiler struct {
+	Scan     Scan
+	Interval time.Duration
+	Count    int
+	Profile  Profile
+}
+
+// Validate checks every flag and argument.
+func (c *Profiler) Validate() error {
+	errs := []error{c.Scan.Validate()}
+	if c.Interval < MinToolInterval {
+		errs = append(errs, problem("--interval", c.Interval.String(), "want at least %v", MinToolInterval))
+	}
+	if c.Count < 0 {
+		errs = append(errs, problem("--count", strconv.Itoa(c.Count), "want 0 (until interrupted) or a positive number of intervals"))
+	}
+	errs = append(errs, c.Profile.validate("PROG", "--window", "--period")...)
 	return errors.Join(errs...)
 }
 

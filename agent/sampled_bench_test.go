@@ -1,0 +1,51 @@
+package agent
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// BenchmarkScanSampled is BenchmarkScan with --stats=sampled (1 s of every
+// 10 s): every program goes through the sampler each scan, and each scan
+// looks whether another holder keeps stats on while the agent holds none.
+// BenchmarkScanAlways is the same agent with stats always on, the same
+// run's baseline.
+func BenchmarkScanSampled(b *testing.B) { benchScanMode(b, StatsSampled) }
+
+func BenchmarkScanAlways(b *testing.B) { benchScanMode(b, StatsAlways) }
+
+func benchScanMode(b *testing.B, mode StatsMode) {
+	loadPrograms(b, 1000)
+	a, err := New(Config{StatsMode: mode})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close()
+	ctx := context.Background()
+	for range 2 { // warm the static cache; drain the agent's own loads
+		if _, err := a.Scan(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	benchAgainstFloor(b, false, func() int {
+		s, err := a.Scan(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return len(s.Programs)
+	})
+}
+
+// BenchmarkStatsLook is one look for another holder of stats (the no-op
+// canary test-run between two reads of its run count): what sampled mode
+// adds to every scan and does every second between windows.
+func BenchmarkStatsLook(b *testing.B) {
+	c := &statsCtl{now: time.Now}
+	defer c.close()
+	for b.Loop() {
+		if _, err := c.statsOnLocked(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
