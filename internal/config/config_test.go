@@ -63,10 +63,14 @@ func TestAgentResolve(t *testing.T) {
 		{name: "stats mode unknown", mod: func(c *Agent) { c.Stats.Mode = "sometimes" }, want: []string{"--stats"}},
 		{name: "stats mode empty", mod: func(c *Agent) { c.Stats.Mode = "" }, want: []string{"--stats"}},
 		{name: "stats window zero", mod: func(c *Agent) { c.Stats = Stats{Mode: StatsSampled, Period: time.Second} }, want: []string{"--stats-window"}},
-		{name: "stats window over period", mod: func(c *Agent) { c.Stats = Stats{Mode: StatsSampled, Window: 20 * time.Second, Period: 10 * time.Second} }, want: []string{"--stats-window"}},
+		{name: "stats window over period", mod: func(c *Agent) {
+			c.Stats = Stats{Mode: StatsSampled, Window: 20 * time.Second, Period: 10 * time.Second}
+		}, want: []string{"--stats-window"}},
 		{name: "stats period negative", mod: func(c *Agent) { c.Stats = Stats{Mode: StatsSampled, Window: time.Second, Period: -time.Second} }, want: []string{"--stats-period"}},
 		{name: "stats window ignored unless sampled", mod: func(c *Agent) { c.Stats = Stats{Mode: StatsAlways} }},
-		{name: "profile", mod: func(c *Agent) { c.Profile.Selectors = []string{"42", "id:42", "name:xdp_fw", "tag:abcd", "attach:xdp", "owner:cilium-x", "cilium-agent"} }},
+		{name: "profile", mod: func(c *Agent) {
+			c.Profile.Selectors = []string{"42", "id:42", "name:xdp_fw", "tag:abcd", "attach:xdp", "owner:cilium-x", "cilium-agent"}
+		}},
 		{name: "profile selectors", mod: func(c *Agent) { c.Profile.Selectors = []string{"", "id:x", "name:", "colour:red", "id:99999999999"} },
 			want: []string{"--profile", "--profile", "--profile", "--profile", "--profile"}},
 		{name: "profile every run", mod: func(c *Agent) { c.Profile.Window, c.Profile.Period = 0, 0 }},
