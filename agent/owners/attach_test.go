@@ -232,18 +232,18 @@ func TestNetdevAttachments(t *testing.T) {
 
 func TestParseXDP(t *testing.T) {
 	multi := append(append(append(nettest.Attr(iflaXDPAttached, []byte{xdpAttachedMulti}), nettest.Attr(iflaXDPDrvProgID, nettest.U32(5))...), nettest.Attr(iflaXDPSkbProgID, nettest.U32(6))...), nettest.Attr(iflaXDPProgID, nettest.U32(5))...)
-	got := parseXDP(multi, "eth0", 2)
+	got := parseXDP(multi, Netdev{Index: 2, Name: "eth0"})
 	if len(got) != 2 || got[0].ProgID != 5 || got[0].Mode != "driver" || got[1].ProgID != 6 || got[1].Mode != "generic" {
 		t.Errorf("multi: %+v", got)
 	}
-	if got := parseXDP(nettest.Attr(iflaXDPAttached, []byte{0}), "eth0", 2); len(got) != 0 {
+	if got := parseXDP(nettest.Attr(iflaXDPAttached, []byte{0}), Netdev{Index: 2, Name: "eth0"}); len(got) != 0 {
 		t.Errorf("none attached: %+v", got)
 	}
 	// Truncated and garbage input never panics.
 	for i := range multi {
-		parseXDP(multi[:i], "x", 1)
+		parseXDP(multi[:i], Netdev{Index: 1, Name: "x"})
 	}
-	parseXDP([]byte{0xff, 0xff, 0, 0, 1}, "x", 1)
+	parseXDP([]byte{0xff, 0xff, 0, 0, 1}, Netdev{Index: 1, Name: "x"})
 }
 
 // The host's own interfaces (no test programs there): the walk must see
