@@ -8,6 +8,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/bpfleet/bpfleet/agent/owners"
 )
 
 // Config is the agent's configuration. The zero value is usable: defaults
@@ -166,6 +168,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.r.parallel = cfg.Parallel
 	a.r.oneShot = cfg.OneShot
+	a.r.targets.netns = owners.HostNetns(cfg.ProcRoot)
 	if !cfg.NoIterator {
 		a.r.loadFacts = loadProgIter
 	}

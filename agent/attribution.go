@@ -30,6 +30,9 @@ type attribution struct {
 	attached map[uint32]attachedProg
 	filler   OwnerFiller
 	procRoot string
+	// hostNetns is where the interfaces are (owners.HostNetns), "" the
+	// agent's own namespace.
+	hostNetns string
 	// netns is the pods behind the interfaces whose other end is in
 	// another namespace, by ifindex: found with one /proc walk when an
 	// interface appears (at most once a scan), never per scan.
@@ -87,7 +90,7 @@ type generationFiller interface {
 
 func newAttribution(cfg Config) *attribution {
 	at := &attribution{bpffs: cfg.BPFFS, progs: map[uint32]ownedProg{}, attached: map[uint32]attachedProg{}, pids: map[int]bool{},
-		procRoot: cfg.ProcRoot, netns: map[int]netnsPod{}, workloads: map[string]workloadName{}}
+		procRoot: cfg.ProcRoot, hostNetns: owners.HostNetns(cfg.ProcRoot), netns: map[int]netnsPod{}, workloads: map[string]workloadName{}}
 	var src owners.Source
 	if cfg.OneShot && cfg.ProcRoot == "/proc" {
 		// nil without a running agent's pin: walk /proc
@@ -198,7 +201,11 @@ func (at *attribution) refresh(progs progView, h holders) []error {
 		}
 	}
 	if netdev {
-		a, st := owners.NetdevAttachments()
+		var a []owners.Attachment
+		var st owners.AttachStats
+		if err := inNetns(at.hostNetns, func() { a, st = owners.NetdevAttachments() }); err != nil {
+			errs = append(errs, fmt.Errorf("querying interface attachments: %w", err))
+		}
 		atts = append(atts, a...)
 		if st.LastError != "" {
 			errs = append(errs, fmt.Errorf("querying interface attachments: %s", st.LastError))

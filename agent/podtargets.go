@@ -67,7 +67,7 @@ func (at *attribution) netnsPod(ifindex int, nsid int32) owners.Container {
 	}
 	if !at.nsWalked {
 		// An error leaves this scan's new interfaces without a pod.
-		at.nsByID, _ = owners.NetnsContainers(at.procRoot)
+		_ = inNetns(at.hostNetns, func() { at.nsByID, _ = owners.NetnsContainers(at.procRoot) })
 		at.nsWalked = true
 	}
 	c := at.nsByID[nsid]

@@ -22,6 +22,9 @@ import (
 // targetState is what the reader keeps to name link targets: read once per
 // new link (a link's target never changes), never per scan.
 type targetState struct {
+	// netns is the network namespace interfaces are read in (the host's,
+	// owners.HostNetns), "" for the agent's own.
+	netns string
 	// netdevs are the interfaces of the agent's network namespace by
 	// ifindex, from one link dump, dumped again (at most once a scan) when
 	// a new link names an ifindex it lacks.
@@ -46,7 +49,9 @@ func (r *reader) netdev(ifindex uint32) (owners.Netdev, bool) {
 	if t.netdevsSeq == r.seq && t.netdevs != nil {
 		return owners.Netdev{}, false // dumped in this scan already
 	}
-	ds, _ := owners.Netdevs() // an error leaves the interfaces unnamed
+	var ds []owners.Netdev
+	// An error leaves the interfaces unnamed.
+	_ = inNetns(t.netns, func() { ds, _ = owners.Netdevs() })
 	t.netdevs = make(map[int]owners.Netdev, len(ds))
 	for _, d := range ds {
 		t.netdevs[d.Index] = d
@@ -102,6 +107,15 @@ func (r *reader) cgroupTarget(l *Link, id uint64) {
 	rel := strings.TrimPrefix(p, t.cgroupMount)
 	l.Target, l.TargetClass = p, owners.CgroupClass(rel)
 	l.pod.uid = owners.ParseCgroupPath(rel).PodUID
+}
+
+// inNetns runs f in the network namespace at path, "" the agent's own.
+func inNetns(path string, f func()) error {
+	if path == "" {
+		f()
+		return nil
+	}
+	return owners.InNetns(path, f)
 }
 
 // pathClass is a binary's path's class, empty when the path is its own.

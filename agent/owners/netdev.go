@@ -123,6 +123,23 @@ func InNetns(nsPath string, f func()) error {
 	return <-errc
 }
 
+// HostNetns is the network namespace of procRoot's pid 1 (the host's, for
+// an agent in a pod with the host's pid namespace and its own network
+// namespace: the chart's default), when it is not the caller's own: where
+// the interfaces are that pods' programs attach to. "" when it is the
+// caller's, or unreadable.
+func HostNetns(procRoot string) string {
+	if procRoot == "" {
+		procRoot = "/proc"
+	}
+	p := procRoot + "/1/ns/net"
+	var self, host unix.Stat_t
+	if unix.Stat("/proc/thread-self/ns/net", &self) != nil || unix.Stat(p, &host) != nil || self.Dev == host.Dev && self.Ino == host.Ino {
+		return ""
+	}
+	return p
+}
+
 // NetnsContainers finds, for the network namespaces that have an id in the
 // calling thread's namespace (the namespaces of its interfaces' peers:
 // Netdev.PeerNetnsID), the container or pod whose processes are in each:

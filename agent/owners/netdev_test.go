@@ -3,6 +3,7 @@ package owners_test
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -85,4 +86,45 @@ func TestCgroupPath(t *testing.T) {
 	if p, err := owners.CgroupPath(mount, st.Ino); err == nil || !errors.Is(err, unix.ESTALE) && !errors.Is(err, unix.ENOENT) {
 		t.Errorf("CgroupPath of a removed cgroup = %q, %v; want ESTALE", p, err)
 	}
+}
+
+// An agent in a pod of its own network namespace (the chart's default)
+// reads the interfaces in the host's: its proc root's pid 1's. (Here a proc
+// root whose "1" is a child in the host's namespace: this machine's own
+// pid 1 may be out of reach, and this process's main thread may be the one
+// that enters the pod's namespace.)
+func TestHostNetns(t *testing.T) {
+	host := exec.Command("sleep", "60")
+	if err := host.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { host.Process.Kill(); host.Wait() }()
+	root := t.TempDir()
+	if err := os.Symlink("/proc/"+strconv.Itoa(host.Process.Pid), filepath.Join(root, "1")); err != nil {
+		t.Fatal(err)
+	}
+	if h := owners.HostNetns(root); h != "" {
+		t.Fatalf("in the host's namespace: HostNetns = %q, want none", h)
+	}
+	set := pods.New(t, 1, pods.TC)
+	var inPod string
+	var ds []owners.Netdev
+	err := owners.InNetns("/proc/"+strconv.Itoa(set.Pods[0].PID)+"/ns/net", func() {
+		inPod = owners.HostNetns(root)
+		if inPod != "" {
+			owners.InNetns(inPod, func() { ds, _ = owners.Netdevs() })
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := root + "/1/ns/net"; inPod != want {
+		t.Fatalf("in the pod's namespace: HostNetns = %q, want %s", inPod, want)
+	}
+	for _, d := range ds {
+		if d.Name == set.Pods[0].HostIf {
+			return
+		}
+	}
+	t.Errorf("the host's interfaces read from the pod's namespace %v lack the pod's host end %s", ds, set.Pods[0].HostIf)
 }

@@ -76,6 +76,8 @@ type Pod struct {
 	Slice, Scope string
 	// HostIf is the host end of the pod's veth pair; the pod's end is eth0.
 	HostIf string
+	// PID is the container's process, in the pod's network namespace.
+	PID int
 	// Progs are the pod's programs by kind.
 	Progs map[Kind]uint32
 	proc  *exec.Cmd
@@ -200,7 +202,8 @@ func (s *Set) start(p *Pod) error {
 	if err := p.proc.Start(); err != nil {
 		return fmt.Errorf("starting the container's process: %w", err)
 	}
-	if err := nettest.AddVeth(p.HostIf, "eth0", p.proc.Process.Pid); err != nil {
+	p.PID = p.proc.Process.Pid
+	if err := nettest.AddVeth(p.HostIf, "eth0", p.PID); err != nil {
 		return err
 	}
 	ifc, err := net.InterfaceByName(p.HostIf)
