@@ -8,22 +8,6 @@ import (
 	"github.com/bpfleet/bpfleet/test/pods"
 )
 
-// uidFiller names the pods in known as the Kubernetes API would (namespace
-// shop, Deployment web), by pod UID; gen moves when known changes.
-type uidFiller struct {
-	known map[string]bool
-	gen   uint64
-}
-
-func (f *uidFiller) Fill(o *Owner) {
-	o.FillFromCgroup()
-	if f.known[o.PodUID] {
-		o.PodName, o.PodNamespace, o.WorkloadKind, o.WorkloadName = "web-6d4cf56db6-"+o.PodUID[:5], "shop", "Deployment", "web"
-	}
-}
-
-func (f *uidFiller) Generation() uint64 { return f.gen }
-
 // wantClass is the target class a pod's program of kind k has: its
 // workload when known, else its cgroup's QoS class or its interface's
 // driver and name prefix.
