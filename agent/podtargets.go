@@ -171,6 +171,9 @@ func (at *attribution) applyLinkPods(p *Program) {
 // target is no pod's or the filler does not name it.
 func (at *attribution) linkPodClass(l *Link) string {
 	tp := l.pod
+	if tp == nil {
+		return ""
+	}
 	uid := tp.uid
 	if tp.peerNetns != 0 {
 		uid = at.netnsPod(tp.ifindex, int32(tp.peerNetns-1)).PodUID

@@ -80,7 +80,7 @@ func (r *reader) netdevTarget(l *Link, ifindex uint32) {
 		l.TargetClass = c
 	}
 	if d.PeerNetns {
-		l.pod = targetPod{kind: d.Kind, ifindex: d.Index, peerNetns: int64(d.PeerNetnsID) + 1}
+		l.pod = &targetPod{kind: d.Kind, ifindex: d.Index, peerNetns: int64(d.PeerNetnsID) + 1}
 	}
 }
 
@@ -106,7 +106,9 @@ func (r *reader) cgroupTarget(l *Link, id uint64) {
 	}
 	rel := strings.TrimPrefix(p, t.cgroupMount)
 	l.Target, l.TargetClass = p, owners.CgroupClass(rel)
-	l.pod.uid = owners.ParseCgroupPath(rel).PodUID
+	if uid := owners.ParseCgroupPath(rel).PodUID; uid != "" {
+		l.pod = &targetPod{uid: uid}
+	}
 }
 
 // inNetns runs f in the network namespace at path, "" the agent's own.

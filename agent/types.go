@@ -74,8 +74,9 @@ type Link struct {
 	// kprobe_multi links, Linux 6.7+); nil when the kernel has none.
 	Missed *uint64 `json:"missed"`
 	// pod is what the target says about the pod it belongs to, for the
-	// attribution to name the pod's workload.
-	pod targetPod
+	// attribution to name the pod's workload; nil for most links (a
+	// pointer: every scan copies every link).
+	pod *targetPod
 }
 
 // targetPod is what a cgroup or interface target says about its pod: the
