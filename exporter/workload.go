@@ -59,25 +59,24 @@ func exeName(comm, exe string) string {
 // it <name>_<id>). The kernel keeps 15 characters of a name, so a shorter
 // number is more likely a name's own (flt_0001).
 func stableName(name string) string {
-	i := strings.LastIndexAny(name, "_-.")
-	suffix := name[i+1:]
-	if i < 0 || len(suffix) < 5 {
-		return name
-	}
-	digit := false
-	for j := 0; j < len(suffix); j++ {
-		switch c := suffix[j]; {
-		case c >= '0' && c <= '9':
+	// From the end, without strings.LastIndexAny: its rune decoding was a
+	// twentieth of a busy Update.
+	i, digit := len(name), false
+	for ; i > 0; i-- {
+		c := name[i-1]
+		if c >= '0' && c <= '9' {
 			digit = true
-		case c >= 'a' && c <= 'f', c >= 'A' && c <= 'F':
-		default:
-			return name
+		} else if (c < 'a' || c > 'f') && (c < 'A' || c > 'F') {
+			break
 		}
 	}
-	if !digit {
+	if len(name)-i < 5 || !digit || i == 0 {
 		return name
 	}
-	return name[:i+1] + "*"
+	if c := name[i-1]; c != '_' && c != '-' && c != '.' {
+		return name
+	}
+	return name[:i] + "*"
 }
 
 func (k workloadKey) kvs(kv []attribute.KeyValue) []attribute.KeyValue {
