@@ -218,6 +218,20 @@ func ours(s *agent.Snapshot, ids map[uint32]bool) *agent.Snapshot {
 	return &c
 }
 
+// scanOurs is one scan of a, with the programs of ids only, all of them.
+func scanOurs(t testing.TB, a *agent.Agent, ids map[uint32]bool, round int) *agent.Snapshot {
+	t.Helper()
+	snap, err := a.Scan(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap = ours(snap, ids)
+	if len(snap.Programs) != len(ids) {
+		t.Fatalf("round %d: the scan saw %d of the %d programs loaded", round, len(snap.Programs), len(ids))
+	}
+	return snap
+}
+
 // procStat returns a process's resident memory and CPU time from /proc.
 func procStat(t testing.TB, pid int) (rssKB int, cpu time.Duration) {
 	t.Helper()
@@ -323,14 +337,7 @@ func runFleet(t testing.TB, cfg fleetConfig) fleetResult {
 				ids[id] = true
 			}
 		}
-		snap, err := a.Scan(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		snap = ours(snap, ids)
-		if len(snap.Programs) != len(ids) {
-			t.Fatalf("round %d: the scan saw %d of the %d programs loaded", round, len(snap.Programs), len(ids))
-		}
+		snap := scanOurs(t, a, ids, round)
 		before := promMetrics(t, prom.Addr)
 		b0, r0, q0 := proxy.bytes.Load(), proxy.rawBytes.Load(), proxy.requests.Load()
 		start, cpu0 := time.Now(), cpuTime()

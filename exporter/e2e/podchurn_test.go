@@ -229,15 +229,7 @@ func podChurn(t testing.TB, prom *backends.Prometheus, set *pods.Set, api *podAP
 			set.Restart(t)
 		}
 		api.publish(t, set)
-		ids := set.IDs()
-		snap, err := a.Scan(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		snap = ours(snap, ids)
-		if len(snap.Programs) != len(ids) {
-			t.Fatalf("round %d: the scan saw %d of the pods' %d programs", round, len(snap.Programs), len(ids))
-		}
+		snap := scanOurs(t, a, set.IDs(), round)
 		e.Update(ctx, snap)
 		if err := e.ForceFlush(ctx); err != nil {
 			t.Fatalf("round %d: export: %v", round, err)
