@@ -11,6 +11,7 @@ import (
 
 	"github.com/bpfleet/bpfleet/exporter"
 	"github.com/bpfleet/bpfleet/test/backends"
+	"github.com/bpfleet/bpfleet/test/pods"
 )
 
 // TestBenchFleet is `make bench BENCH=fleet`: 50 nodes with 1,000 programs
@@ -88,4 +89,22 @@ func TestBenchAgentProcess(t *testing.T) {
 		t.Logf("BENCH agent process level=%s, 1,000 programs reloaded 5 times, 500 ms scans and exports: RSS max %.1f MB, CPU %.1f%% of one core; %.0f series of the node live in Prometheus",
 			level, float64(maxRSS)/1000, 100*(cpu1-cpu0).Seconds()/time.Since(start).Seconds(), series)
 	}
+}
+
+// TestBenchFleetPodChurn is TestPodChurnSeries at a node's scale: 300 pods
+// (each with the 6 per-pod kinds of program, 1,800 programs), restarted 3
+// times; the target: the series Prometheus ever saw within 5% of one
+// generation's, per kind.
+func TestBenchFleetPodChurn(t *testing.T) {
+	const npods, rounds = 300, 3
+	prom := backends.StartPrometheus(t)
+	set := pods.New(t, npods, pods.Kinds...)
+	api := startPodAPI(t, "podchurn-300")
+	start := time.Now()
+	gen0, ever := podChurn(t, prom, set, api, rounds, "podchurn-300")
+	for _, k := range pods.Kinds {
+		ratio := ever[k] / gen0[k]
+		t.Logf("BENCH pod churn %-13s %d pods restarted %d times: %4.0f series in one generation, %4.0f ever (%.2fx) -> %v", k, npods, rounds, gen0[k], ever[k], ratio, ratio <= 1.05)
+	}
+	t.Logf("BENCH pod churn: %d rounds of %d pods in %.0f s (pods made and removed, scans, exports)", rounds+1, npods, time.Since(start).Seconds())
 }
