@@ -83,14 +83,34 @@ func startPodAPI(t testing.TB, node string) *podAPI {
 }
 
 // publish replaces the API's pods with the known pods of set and waits
-// until the cache names each.
+// until the cache names each. The fake API's watch holds 100 events and
+// panics on the next: the changes are made 50 at a time, each batch
+// waited for (every add and delete moves the cache's generation).
 func (a *podAPI) publish(t testing.TB, set *pods.Set) {
 	t.Helper()
 	ctx := context.Background()
+	pending, gen := 0, a.cache.Generation()
+	settle := func(force bool) {
+		if pending < 50 && !force {
+			return
+		}
+		want := gen + uint64(pending)
+		if err := backends.Eventually(30*time.Second, func() error {
+			if g := a.cache.Generation(); g < want {
+				return fmt.Errorf("pod cache at generation %d, want %d", g, want)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		pending, gen = 0, a.cache.Generation()
+	}
 	for _, p := range a.listed {
 		if err := a.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		pending++
+		settle(false)
 	}
 	a.listed = nil
 	for _, p := range set.Pods {
@@ -102,7 +122,10 @@ func (a *podAPI) publish(t testing.TB, set *pods.Set) {
 			t.Fatal(err)
 		}
 		a.listed = append(a.listed, obj)
+		pending++
+		settle(false)
 	}
+	settle(true)
 	err := backends.Eventually(30*time.Second, func() error {
 		for _, p := range set.Pods {
 			o := agent.Owner{PodUID: p.UID}
