@@ -40,9 +40,9 @@ type attribution struct {
 	nsWalked  bool // NetnsContainers walked since the last beginApply
 	nsByID    map[int32]owners.Container
 	netnsSeen uint64 // refresh generation, to drop interfaces gone
-	// workloads caches the class of each pod the filler names, by pod
-	// UID, while its Generation stays (cleared at every refresh without
-	// one).
+	// workloads caches the workload of each pod the filler was asked
+	// about (unnamed ones too), by pod UID, while its Generation stays
+	// (cleared at every refresh without one).
 	workloads   map[string]workloadName
 	workloadGen uint64
 	// filledGen is the filler's Generation when progs were filled;
