@@ -8,6 +8,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/bpfleet/bpfleet/agent/owners"
 )
 
 // Config is the agent's configuration. The zero value is usable: defaults
@@ -169,6 +171,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.r.parallel = cfg.Parallel
 	a.r.oneShot = cfg.OneShot
+	a.r.targets.netns = owners.HostNetns(cfg.ProcRoot)
 	if !cfg.NoIterator {
 		a.r.loadFacts = loadProgIter
 	}
@@ -630,7 +633,7 @@ func (a *Agent) linkMisses(obs []missObservation, old, e *ProgramStat) []missObs
 // the other.
 func sameDynamic(p, o *Program) bool {
 	return p.RunCount == o.RunCount && p.RunTimeNs == o.RunTimeNs && sameValue(p.RecursionMisses, o.RecursionMisses) &&
-		p.AttachType == o.AttachType && p.AttachTarget == o.AttachTarget && p.MissKind == o.MissKind &&
+		p.AttachType == o.AttachType && p.AttachTarget == o.AttachTarget && p.TargetClass == o.TargetClass && p.MissKind == o.MissKind &&
 		sameValue(p.Sleepable, o.Sleepable) && sameLinks(p.Links, o.Links) &&
 		(p.Owners == nil) == (o.Owners == nil) && slices.Equal(p.Owners, o.Owners) &&
 		(p.Pins == nil) == (o.Pins == nil) && slices.Equal(p.Pins, o.Pins)
@@ -651,7 +654,7 @@ func sameLinks(a, b []Link) bool {
 	for i := range a {
 		x, y := &a[i], &b[i]
 		if x.ID != y.ID || x.ProgID != y.ProgID || x.Type != y.Type || x.AttachType != y.AttachType ||
-			x.Target != y.Target || !sameValue(x.Missed, y.Missed) {
+			x.Target != y.Target || x.TargetClass != y.TargetClass || !sameValue(x.Missed, y.Missed) {
 			return false
 		}
 	}
@@ -709,6 +712,7 @@ func (a *Agent) attachOwners(progs progView, now time.Time, st *ScanStats, early
 	}
 	refresh := early != nil
 	n := progs.len()
+	a.attr.beginApply()
 	// The same programs as the last scan, all attributed then: none to
 	// look up.
 	if !a.r.joinsKept || !a.ownerAllKnown {
@@ -752,6 +756,9 @@ func (a *Agent) attachOwners(progs progView, now time.Time, st *ScanStats, early
 		for i := range n {
 			a.attr.apply(progs.at(i))
 		}
+	}
+	if refresh {
+		a.attr.dropGoneNetdevs()
 	}
 	return refresh
 }

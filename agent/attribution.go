@@ -27,8 +27,24 @@ type attribution struct {
 	cgErr    error
 	progs    map[uint32]ownedProg
 	pins     map[uint32][]string
-	attached map[uint32][]owners.Attachment
+	attached map[uint32]attachedProg
 	filler   OwnerFiller
+	procRoot string
+	// hostNetns is where the interfaces are (owners.HostNetns), "" the
+	// agent's own namespace.
+	hostNetns string
+	// netns is the pods behind the interfaces whose other end is in
+	// another namespace, by ifindex: found with one /proc walk when an
+	// interface appears (at most once a scan), never per scan.
+	netns     map[int]netnsPod
+	nsWalked  bool // NetnsContainers walked since the last beginApply
+	nsByID    map[int32]owners.Container
+	netnsSeen uint64 // refresh generation, to drop interfaces gone
+	// workloads caches the workload of each pod the filler was asked
+	// about (unnamed ones too), by pod UID, while its Generation stays
+	// (cleared at every refresh without one).
+	workloads   map[string]workloadName
+	workloadGen uint64
 	// filledGen is the filler's Generation when progs were filled;
 	// filledOK says progs' owners are what filler would fill now (false:
 	// no refresh yet, a new filler, or one without Generation).
@@ -50,6 +66,23 @@ type attribution struct {
 	pinsDenied   string
 }
 
+// attachedProg is what a refresh joined to a program that no link names,
+// from its attachments: the agent's attach type, target and class, and
+// the owners the attachments say (a container's cgroup, a pod's
+// interface), converted and filled.
+type attachedProg struct {
+	attachType, target, class string
+	owners                    []Owner
+}
+
+// netnsPod is the pod (zero: none) of the namespace with id peerNetns
+// (plus one) behind one interface.
+type netnsPod struct {
+	peerNetns int64
+	c         owners.Container
+	seen      uint64
+}
+
 // ownedProg is one program's owners: the Scanner's slice, and the agent's
 // made from it (converted and filled). A refresh that gets the same slice
 // from the Scanner (its owners did not change) keeps the agent's.
@@ -66,7 +99,8 @@ type generationFiller interface {
 }
 
 func newAttribution(cfg Config) *attribution {
-	at := &attribution{bpffs: cfg.BPFFS, progs: map[uint32]ownedProg{}, attached: map[uint32][]owners.Attachment{}, pids: map[int]bool{}}
+	at := &attribution{bpffs: cfg.BPFFS, progs: map[uint32]ownedProg{}, attached: map[uint32]attachedProg{}, pids: map[int]bool{},
+		procRoot: cfg.ProcRoot, hostNetns: owners.HostNetns(cfg.ProcRoot), netns: map[int]netnsPod{}, workloads: map[string]workloadName{}}
 	var src owners.Source
 	if cfg.OneShot && cfg.ProcRoot == "/proc" {
 		// nil without a running agent's pin: walk /proc
@@ -128,6 +162,10 @@ func (at *attribution) readHolders() holders {
 // are counted in the scan's stats, never fatal.
 func (at *attribution) refresh(progs progView, h holders) []error {
 	var errs []error
+	at.netnsSeen++
+	if _, ok := at.filler.(generationFiller); !ok {
+		clear(at.workloads) // no way to tell they still hold
+	}
 	res := h.res
 	if h.err != nil {
 		errs = append(errs, fmt.Errorf("reading owners: %w", h.err))
@@ -156,7 +194,6 @@ func (at *attribution) refresh(progs progView, h holders) []error {
 	// Attachments are asked only for the kinds of program that have
 	// neither a link nor a holder: a cgroup walk per attach type is many
 	// bpf() calls on a busy node.
-	clear(at.attached)
 	var cgTypes []ebpf.ProgramType
 	netdev := false
 	for i := range progs.len() {
@@ -183,16 +220,18 @@ func (at *attribution) refresh(progs progView, h holders) []error {
 		}
 	}
 	if netdev {
-		a, st := owners.NetdevAttachments()
+		var a []owners.Attachment
+		var st owners.AttachStats
+		if err := inNetns(at.hostNetns, func() { a, st = owners.NetdevAttachments() }); err != nil {
+			errs = append(errs, fmt.Errorf("querying interface attachments: %w", err))
+		}
 		atts = append(atts, a...)
 		at.netDenied = st.Denied
 		if st.LastError != "" {
 			errs = append(errs, fmt.Errorf("querying interface attachments: %s", st.LastError))
 		}
 	}
-	for _, a := range atts {
-		at.attached[a.ProgID] = append(at.attached[a.ProgID], a)
-	}
+	at.joinAttachments(atts)
 	return errs
 }
 
@@ -239,6 +278,7 @@ func (at *attribution) updateOwners(res *owners.Result) {
 // setFiller plugs in f; the next refresh fills every owner with it.
 func (at *attribution) setFiller(f OwnerFiller) {
 	at.filler, at.filledOK = f, false
+	clear(at.workloads)
 }
 
 // sameOwners says a and b are the same slice: the Scanner hands out the
@@ -320,27 +360,16 @@ func (at *attribution) apply(p *Program) {
 		p.Owners = o
 	}
 	p.Pins = at.pins[p.ID]
-	atts := at.attached[p.ID]
-	if len(atts) == 0 || len(p.Links) > 0 {
+	if len(p.Links) > 0 {
+		at.applyLinkPods(p)
 		return
 	}
-	p.AttachType = atts[0].AttachType
-	targets := make([]string, 0, len(atts))
-	for _, a := range atts {
-		if a.Mode != "" { // "eth0 (generic)", "eth0 (htb 1:10)"
-			targets = append(targets, a.Target+" ("+a.Mode+")")
-		} else {
-			targets = append(targets, a.Target)
-		}
-		if len(p.Owners) == 0 {
-			if c := a.Container(); c.ID != "" || c.PodUID != "" {
-				o := Owner{ContainerID: c.ID, Runtime: c.Runtime, PodUID: c.PodUID, Cgroup: a.Target, Via: ViaAttachment}
-				if at.filler != nil {
-					at.filler.Fill(&o)
-				}
-				p.Owners = append(p.Owners, o)
-			}
-		}
+	j, ok := at.attached[p.ID]
+	if !ok {
+		return
 	}
-	p.AttachTarget = joinStrings(targets)
+	p.AttachType, p.AttachTarget, p.TargetClass = j.attachType, j.target, j.class
+	if len(p.Owners) == 0 && len(j.owners) > 0 {
+		p.Owners = j.owners
+	}
 }

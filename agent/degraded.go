@@ -22,6 +22,7 @@ const (
 	FeatureOwners        = "owners"
 	FeaturePins          = "pins"
 	FeatureCgroupAttach  = "cgroup attachments"
+	FeatureCgroupLinks   = "cgroup link targets"
 	FeatureNetdevAttach  = "interface attachments"
 	FeatureCalibration   = "calibration"
 )
@@ -126,6 +127,9 @@ func (a *Agent) degraded() []string {
 		if at.netDenied != "" {
 			add(FeatureNetdevAttach, at.netDenied)
 		}
+	}
+	if err := a.r.targets.cgroupErr; err != nil {
+		add(FeatureCgroupLinks, err.Error())
 	}
 	for _, c := range a.calibration {
 		if c.Inconclusive {

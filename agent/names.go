@@ -94,6 +94,8 @@ var perfEventAttachNames = [...]string{
 }
 
 const (
+	perfEventUprobe    = 1
+	perfEventUretprobe = 2
 	perfEventKprobe    = 3
 	perfEventKretprobe = 4
 )

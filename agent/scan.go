@@ -4,7 +4,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"sort"
 	"strconv"
 	"strings"
@@ -111,6 +110,8 @@ type reader struct {
 	inPlace bool
 	// lastLinks are the last scan's links as read, before join.
 	lastLinks []Link
+	// targets names link targets and their classes (targets.go).
+	targets targetState
 	// joinsKept says this scan found the same programs in the same slots
 	// and the same links (kprobe missed counters included) as the last
 	// one, so join was skipped: every program's joins, owners and miss
@@ -586,7 +587,7 @@ func (r *reader) newLinkStatic(info *linkInfo, n uint32, name func(ptrOff, lenOf
 		l.Target = r.btf.name(obj, typ)
 	case linkTypeCgroup:
 		l.AttachType = AttachTypeName(info.u32(luCgroupAttachType))
-		l.Target = "cgroup:" + strconv.FormatUint(info.u64(luCgroupID), 10)
+		r.cgroupTarget(l, info.u64(luCgroupID))
 	case linkTypeIter:
 		l.AttachType = "iter"
 		l.Target = name(luIterName, luIterNameLen)
@@ -594,10 +595,10 @@ func (r *reader) newLinkStatic(info *linkInfo, n uint32, name func(ptrOff, lenOf
 		l.AttachType = AttachTypeName(info.u32(luNetnsAttachType))
 	case linkTypeXDP:
 		l.AttachType = "xdp"
-		l.Target = ifName(info.u32(luIfindex))
+		r.netdevTarget(l, info.u32(luIfindex))
 	case linkTypeTCX, linkTypeNetkit:
 		l.AttachType = AttachTypeName(info.u32(luIfAttachType))
-		l.Target = ifName(info.u32(luIfindex))
+		r.netdevTarget(l, info.u32(luIfindex))
 	case linkTypeKprobeMulti:
 		l.AttachType = "kprobe.multi"
 		if info.u32(luKMultiFlags)&1 != 0 { // BPF_F_KPROBE_MULTI_RETURN
@@ -612,6 +613,7 @@ func (r *reader) newLinkStatic(info *linkInfo, n uint32, name func(ptrOff, lenOf
 			l.AttachType = "uretprobe.multi"
 		}
 		l.Target = name(luUMultiPath, luUMultiPathSize)
+		l.TargetClass = pathClass(l.Target)
 	case linkTypePerfEvent:
 		pt := info.u32(luPerfType)
 		l.AttachType = "perf_event"
@@ -620,6 +622,9 @@ func (r *reader) newLinkStatic(info *linkInfo, n uint32, name func(ptrOff, lenOf
 		}
 		if pt >= 1 && pt <= 5 { // uprobe, uretprobe, kprobe, kretprobe, tracepoint
 			l.Target = name(luPerfName, luPerfNameLen)
+		}
+		if pt == perfEventUprobe || pt == perfEventUretprobe { // a binary's path
+			l.TargetClass = pathClass(l.Target)
 		}
 		if pt == perfEventKprobe || pt == perfEventKretprobe {
 			if off := info.u32(luPerfOffset); off != 0 && l.Target != "" {
@@ -651,16 +656,6 @@ func (r *reader) linkName(fd int, ptrOff, lenOff int) string {
 		return ""
 	}
 	return unix.ByteSliceToString(r.nameBuf)
-}
-
-func ifName(index uint32) string {
-	if index == 0 {
-		return ""
-	}
-	if iface, err := net.InterfaceByIndex(int(index)); err == nil {
-		return iface.Name
-	}
-	return "ifindex " + strconv.FormatUint(uint64(index), 10)
 }
 
 // join attaches links and iterator facts to programs and derives each
@@ -760,6 +755,7 @@ func (r *reader) join(progs progView, links []Link, statics []*progStatic, metas
 		}
 		p.AttachType = p.Links[0].AttachType
 		p.AttachTarget = joinTargets(p.Links)
+		p.TargetClass = joinClasses(p.Links)
 	}
 }
 

@@ -405,7 +405,7 @@ func resetDynamic(p, s *Program) {
 
 // resetJoins sets what join, the owners and the miss kind set in p to s's.
 func resetJoins(p, s *Program) {
-	p.AttachType, p.AttachTarget, p.Sleepable, p.MissKind = s.AttachType, s.AttachTarget, s.Sleepable, s.MissKind
+	p.AttachType, p.AttachTarget, p.TargetClass, p.Sleepable, p.MissKind = s.AttachType, s.AttachTarget, s.TargetClass, s.Sleepable, s.MissKind
 	p.Links, p.Owners, p.Pins = s.Links, s.Owners, s.Pins
 }
 

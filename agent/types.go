@@ -23,6 +23,15 @@ type Program struct {
 	// AttachTarget is the function, tracepoint, interface or cgroup the
 	// program is attached to, empty when unknown.
 	AttachTarget string `json:"attach_target"`
+	// TargetClass is AttachTarget with what names one instance replaced by
+	// its class, what the workload metrics level keys series by: a cgroup
+	// by its pod's workload (namespace/kind/name) or QoS class
+	// (kubepods/burstable), its runtime or its systemd slice; an interface
+	// made per pod by its pod's workload or its driver and name prefix
+	// (veth:lxc*); a binary's path without pid or container id (see
+	// owners.CgroupClass, NetdevClass, PathClass and exporter/METRICS.md).
+	// Empty when AttachTarget has no such part.
+	TargetClass string `json:"target_class,omitempty"`
 	// Sleepable is nil when the kernel gave no answer.
 	Sleepable *bool `json:"sleepable"`
 	// MissKind says what a recursion miss of this program means on this
@@ -55,10 +64,30 @@ type Link struct {
 	// kprobe_multi, uprobe_multi, xdp, tcx, cgroup, netns, iter, ...
 	Type       string `json:"type"`
 	AttachType string `json:"attach_type"`
-	Target     string `json:"target"`
+	// Target is the function, tracepoint, binary, interface or cgroup
+	// (its path; cgroup:<id> when the agent cannot open it by id).
+	Target string `json:"target"`
+	// TargetClass is Target's class (as Program.TargetClass); empty when
+	// Target has nothing per instance.
+	TargetClass string `json:"target_class,omitempty"`
 	// Missed is the kprobe's own missed counter (perf_event kprobe and
 	// kprobe_multi links, Linux 6.7+); nil when the kernel has none.
 	Missed *uint64 `json:"missed"`
+	// pod is what the target says about the pod it belongs to, for the
+	// attribution to name the pod's workload; nil for most links (a
+	// pointer: every scan copies every link).
+	pod *targetPod
+}
+
+// targetPod is what a cgroup or interface target says about its pod: the
+// pod UID in a cgroup's path, or for an interface whose other end is in
+// another network namespace (a CNI's host end) the interface and that
+// namespace's id (plus one: 0 is none).
+type targetPod struct {
+	uid       string
+	kind      string // the interface's driver
+	ifindex   int
+	peerNetns int64
 }
 
 // Owner is a process that holds an fd of the program or of one of its links.

@@ -16,9 +16,9 @@ const (
 	// LevelOwner adds per-owner (process / container / pod) aggregates.
 	LevelOwner
 	// LevelWorkload exports program metrics keyed by what survives a
-	// reload (name, type, attach type and target, miss kind, owning
-	// workload or executable): the series count does not grow with
-	// reloads. The default.
+	// reload or a pod restart (name, type, attach type and target class,
+	// miss kind, owning workload or executable: stableDoc): the series
+	// count does not grow with reloads. The default.
 	LevelWorkload
 	// LevelProgram exports every program (up to MaxPrograms) and link with
 	// its identity (id, tag, pid, pod, container): for one node and
@@ -103,8 +103,9 @@ OTLP receiver turns ` + "`.`" + ` into ` + "`_`" + `, appends the unit (` + "`_s
 
 Levels (` + "`--metrics-level`" + `): ` + "`attach-type`" + ` exports the attach-type and agent
 metrics only; ` + "`owner`" + ` adds the owner metrics; ` + "`workload`" + ` (the default) adds the
-program and link metrics keyed by what survives a reload (program name, type, attach type and
-target, miss kind, the owning workload — namespace and controller — and executable), their
+program and link metrics keyed by what survives a reload or a pod restart (program name, type,
+attach type and the target's class, miss kind, the owning workload — namespace and controller —
+and executable: "Series that stay put" below), their
 counters summed across the programs' reloads since the agent started (a program loaded before
 the agent counts its growth since, one loaded later all of its counts, so an agent restart is a
 plain counter reset, never a spike of history); ` + "`program`" + ` keys them by program id
@@ -237,6 +238,48 @@ var metricDefs = []metricDef{
 		"Measured stats cost of one run (stats on minus off, alternated in the same calibration run) by kind: an attach type fired by its trigger, or xdp / tc through BPF_PROG_TEST_RUN."},
 }
 
+// stableDoc is the rule that keeps the workload level's keys free of
+// per-instance values (workloadKeyOf, agent Program.TargetClass),
+// checked under pod churn by exporter/e2e's TestPodChurnSeries.
+const stableDoc = `## Series that stay put
+
+At the ` + "`workload`" + ` level no key attribute names one instance of a program, process, container,
+pod or interface: a reload, a pod restart or a rollout makes new programs, pids, cgroups and
+interfaces, and no new series. Per attribute of the key:
+
+| attribute | at the ` + "`workload`" + ` level | per-instance detail, kept in |
+| --- | --- | --- |
+| ` + "`bpf.program.name`" + ` | the kernel's name, with a suffix made per instance (after the last ` + "`_`, `-` or `.`" + `: 5 or more hex digits, a digit among them) as ` + "`*`" + ` | ` + "`program`" + ` level, spans, ` + "`list`" + ` |
+| ` + "`bpf.program.type`, `bpf.attach.type`, `bpf.miss.kind`" + ` | as the kernel says | — |
+| ` + "`bpf.attach.target`" + ` | the target's class (below; ` + "`list`" + `'s ` + "`target_class`" + `), or the target itself where it names nothing per instance (a function, a tracepoint) | ` + "`bpf.attach.target`" + ` at the ` + "`program`" + ` level and on spans, ` + "`attach_target`" + ` and each link's ` + "`target`" + ` in ` + "`list`" + ` and the API |
+| ` + "`k8s.namespace.name`, `k8s.workload.kind`, `k8s.workload.name`" + ` | the owning pod's namespace and controller (a Deployment for its ReplicaSets, a CronJob for its Jobs; a pod without one: kind ` + "`Pod`" + ` and its name) | ` + "`k8s.pod.name`, `container.id`" + `: ` + "`program`" + ` level, spans, ` + "`bpf.program.info`" + ` |
+| ` + "`process.executable.name`" + ` | the owner's executable's base name (else its command name), without ` + "` (deleted)`" + ` | ` + "`process.pid`" + `: ` + "`program`" + ` level, spans, ` + "`bpf.program.info`" + ` |
+
+The class of a target:
+
+| target | class |
+| --- | --- |
+| a cgroup of a pod the Kubernetes API names (its containers' too) | ` + "`<namespace>/<controller kind>/<controller name>`" + `: ` + "`shop/Deployment/web`" + ` |
+| another pod's cgroup (either cgroup driver, any ` + "`--cgroup-root`" + `) | its QoS class: ` + "`kubepods/guaranteed`, `kubepods/burstable`, `kubepods/besteffort`" + `; the kubelet's own cgroups above the pods ` + "`kubepods`" + ` |
+| a container of another runtime | the runtime: ` + "`docker`, `podman`, `containerd`, `cri-o`" + ` |
+| a systemd unit (systemd's per-unit IPAddressDeny / DeviceAllow programs) | its innermost slice without an id in its name: ` + "`system.slice`, `user-1000.slice`, `machine.slice`" + ` |
+| any other cgroup | its path below the cgroup2 mount, each component with an id in it (8 or more hex digits, a digit among them) as ` + "`*`" + `; the root ` + "`/`" + `. A cgroup link's cgroup is found from its id (` + "`open_by_handle_at`" + `, CAP_DAC_READ_SEARCH); without that: ` + "`cgroup`" + ` |
+| an interface whose other end is in the network namespace of a pod the API names (a CNI's host end: ` + "`IFLA_LINK_NETNSID`" + `, a process in that namespace, its cgroup's pod UID) | ` + "`<driver>:<namespace>/<kind>/<name>`" + `: ` + "`veth:shop/Deployment/web`" + ` |
+| an interface made per instance: a CNI's prefix (` + "`lxc`, `cali`, `veth`, `eni`, `gke`, `azv`, `vnet`, `tap`" + `) then 5 or more hex digits, or any name ending in 6 or more hex digits with a digit among them | ` + "`<driver>:<prefix>*`" + `, the driver as the kernel names it (` + "`IFLA_INFO_KIND`" + `; none for a physical device): ` + "`veth:lxc*`, `netkit:lxc*`, `veth:cali*`, `bridge:br-*`" + ` |
+| any other interface | its name: ` + "`eth0`, `lo`, `cilium_host`, `flannel.1`" + ` |
+| an interface the agent's view of the host lacks (gone, or in another namespace) | ` + "`ifindex`" + ` |
+| a uprobe's binary | its path with the pid of ` + "`/proc/<pid>/root`" + `, container ids and overlay directories (64 hex), pod UIDs and containerd snapshot numbers as ` + "`*`" + ` |
+
+An XDP program's mode and a tc filter's classful parent stay appended (` + "`veth:lxc* (generic)`" + `),
+as several targets stay joined by commas. Interfaces are those of the host's network namespace
+(the proc root's pid 1's, entered when the agent has a namespace of its own), each read once per
+new link or owner refresh and cached by ifindex. A pod the API does not name yet (the pod cache
+not synced, or no API access) counts under its QoS or interface class until it does: one key per
+class, not one per pod. A program no process holds on a pod's cgroup or interface is owned by
+that pod (` + "`k8s.*`" + ` from the API).
+
+`
+
 // seriesDoc states the series per node of each level, checked against a
 // real Prometheus by exporter/e2e's fleet test (TestFleetSmall asserts the
 // workload level's stay put across reloads; make bench BENCH=fleet prints
@@ -246,8 +289,8 @@ const seriesDoc = `## Series per node
 Prometheus series one node adds (the OTLP points of one export, plus ` + "`target_info`" + `), with
 A attach types that have programs, C calibrated attach types, O owners, P programs exported,
 P_m of them with a recursion_misses counter (Linux 5.12+: all), L kprobe links with a missed
-count, K workload keys (distinct name, type, attach type and target, miss kind, namespace,
-workload, executable), K_m and K_l the keys with a misses counter and with kprobe links:
+count, K workload keys (distinct name, type, attach type and target class, miss kind, namespace,
+workload, executable: see "Series that stay put"), K_m and K_l the keys with a misses counter and with kprobe links:
 
 | level | series per node | grows with reloads |
 | --- | --- | --- |
@@ -256,27 +299,35 @@ workload, executable), K_m and K_l the keys with a misses counter and with kprob
 | ` + "`workload`" + ` (default) | B + 5A + C + 2K + K_m + K_l (+ P with ` + "`--program-info`" + `) | no (the info metric: by P per reload) |
 | ` + "`program`" + ` | B + 5A + C + 2P + P_m + L | by 2P + P_m + L per reload of all programs |
 
-B is the agent's own, 28 in the runs below: its gauges and counters, ` + "`bpf.agent.export.errors`" + ` for 2
+B is the agent's own, 28–29 in the runs below: its gauges and counters, ` + "`bpf.agent.export.errors`" + ` for 2
 signals, the scan duration histogram (12 buckets, +Inf, sum, count), ` + "`target_info`" + `, and with
 calibration the stats-cost and stats-tax gauges (one per measured kind and program type). K ≤ P: K = P when every
 program has its own name (the worst case), K ≪ P where one workload loads the same program many
 times (per-endpoint or per-container programs).
 
-Measured (` + "`make bench BENCH=fleet`" + `: 50 nodes exporting into Prometheus v0.316.0, 1,000
-socket filters per node with distinct names (K = P = 1,000, A = 1, C = 0), reloaded 10 times):
+Measured (` + "`make bench BENCH=fleet`" + `: 50 nodes exporting into Prometheus v0.316.0, per node
+1,000 socket filters with distinct names and 100 pods (test/pods) with the 6 per-pod kinds of
+program (runc's device program, cgroup_skb and cgroup_sock links, tc, tcx, XDP: 600 programs
+under 21 keys), P = 1,600, K = 1,021, A = 7, C = 0; every program reloaded and every pod
+restarted (new UIDs, container ids, interfaces) 10 times):
 
 | level | series per node | head series, first export → after reloads | bytes per export per node (gzip / uncompressed) |
 | --- | --- | --- | --- |
-| ` + "`workload`" + ` | 3,033 | 151,650 → 151,650 after 10 reloads (50 nodes) | 27.3 KB / 606.8 KB |
-| ` + "`program`" + ` | 3,033 | 15,165 → 60,165 after 3 reloads (5 nodes) | 38.4 KB / 858.8 KB |
-| ` + "`workload`" + `, 100 names (K = 100) | 333 | 16,650 → 16,650 after 3 reloads (50 nodes) | 4.4 KB / 64.1 KB |
+| ` + "`workload`" + ` | 3,127 | 156,350 → 156,350 after 10 reloads (50 nodes) | 28.1 KB / 608.6 KB |
+| ` + "`program`" + ` | 4,864 | 24,320 → 96,320 after 3 reloads (5 nodes) | 102.2 KB / 1,593.6 KB |
+| ` + "`workload`" + `, 100 names (K = 121) | 427 | 21,350 → 21,350 after 3 reloads (50 nodes) | 5.8 KB / 79.4 KB |
 
-Exporter CPU per export per node: 34–39 ms at K = 1,000, 4–5 ms at K = 100; Go heap per exporter
-2.1 MB at K = 1,000 (same run, shared 2-core machine: ratios, not absolutes). That was with the
-SDK's OTLP/HTTP exporter; bpfleet's own encoder (attribute encodings kept between exports) and the
-program counters produced without per-value SDK aggregation took one export of 1,000 real programs
-from 21 to 4.2 ms at the workload level and from 26 to 5.6 ms at the program level (` + "`make bench BENCH=agentcpu`" + `,
+Exporter CPU per export per node: 5.3 ms at K = 1,021, 2.3 ms at K = 121; Go heap per exporter
+4.2 MB at K = 1,021 (same run, shared 2-core machine: ratios, not absolutes), with bpfleet's own
+encoder (attribute encodings kept between exports) and the program counters produced without
+per-value SDK aggregation (through the SDK's OTLP/HTTP exporter one export of 1,000 real programs
+took 21 ms at the workload level against 4.2, 26 against 5.6 at the program level: ` + "`make bench BENCH=agentcpu`" + `,
 BenchmarkExport, in one process with the scan; gzip is about 1 ms of it).
+
+Pod restarts alone (` + "`TestBenchFleetPodChurn`" + `: 300 pods with the 6 per-pod kinds, 1,800 programs,
+restarted 3 times): per kind 12 series (9 for tc, tcx, XDP) in one generation and 12 (9) ever,
+1.00×; keyed by cgroup path and interface name they would be 900 per kind in one generation and
+3,600 ever (4.00×). ` + "`TestPodChurnSeries`" + ` (` + "`make test`" + `) checks the same with 12 pods.
 
 `
 
@@ -363,6 +414,7 @@ func MetricsDoc() string {
 	}
 	b.WriteString("\n")
 	b.WriteString(statsTaxDoc)
+	b.WriteString(stableDoc)
 	b.WriteString(seriesDoc)
 	b.WriteString(spanDoc)
 	return b.String()

@@ -3,6 +3,7 @@ package exporter
 import (
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -16,9 +17,12 @@ import (
 // from where it was instead of restarting.
 const workloadGrace = 15 * time.Minute
 
-// workloadKey is what stays the same when a program is reloaded: the
-// program's name, type and attachment, and who owns it by workload (a pod's
-// namespace and controller), not by instance (pod, pid, container).
+// workloadKey is what stays the same when a program is reloaded or its
+// pod restarted: the program's name (less a suffix made per instance),
+// type and attachment (the target's class: its pod's workload, QoS class,
+// driver and name prefix, not the cgroup or interface itself), and who
+// owns it by workload (a pod's namespace and controller), not by instance
+// (pod, pid, container). METRICS.md states the rule (stableDoc).
 type workloadKey struct {
 	name, typ, attachType, target, missKind string
 	namespace, kind, workload, exe          string
@@ -27,23 +31,52 @@ type workloadKey struct {
 func workloadKeyOf(p *agent.Program) workloadKey {
 	o := primaryOwner(p)
 	k := workloadKey{
-		name: p.Name, typ: p.Type, attachType: p.AttachType, target: p.AttachTarget, missKind: p.MissKind,
-		namespace: o.PodNamespace, kind: o.WorkloadKind, workload: o.WorkloadName,
-		exe: exeName(o.Comm, o.Exe),
+		name: stableName(p.Name), typ: p.Type, attachType: p.AttachType, target: p.AttachTarget, missKind: p.MissKind,
+		namespace: o.PodNamespace, exe: exeName(o.Comm, o.Exe),
+	}
+	if p.TargetClass != "" {
+		k.target = p.TargetClass
 	}
 	// A pod without a controller (a bare pod, a static pod) is its own
 	// workload: its name is as stable as it gets.
-	if k.kind == "" && o.PodName != "" {
-		k.kind, k.workload = "Pod", o.PodName
-	}
+	k.kind, k.workload = o.Workload()
 	return k
 }
 
+// exeName is the executable's base name, else the command name. A binary
+// replaced while it runs (an upgrade) reads "<path> (deleted)": the same
+// executable.
 func exeName(comm, exe string) string {
 	if exe != "" {
-		return filepath.Base(exe)
+		return strings.TrimSuffix(filepath.Base(exe), " (deleted)")
 	}
 	return comm
+}
+
+// stableName is a program's name with a suffix made per instance as "*": 5
+// or more hex digits, a digit among them, after the last '_', '-' or '.'
+// (a loader that loads one copy per pod, container or interface and names
+// it <name>_<id>). The kernel keeps 15 characters of a name, so a shorter
+// number is more likely a name's own (flt_0001).
+func stableName(name string) string {
+	// From the end, without strings.LastIndexAny: its rune decoding was a
+	// twentieth of a busy Update.
+	i, digit := len(name), false
+	for ; i > 0; i-- {
+		c := name[i-1]
+		if c >= '0' && c <= '9' {
+			digit = true
+		} else if (c < 'a' || c > 'f') && (c < 'A' || c > 'F') {
+			break
+		}
+	}
+	if len(name)-i < 5 || !digit || i == 0 {
+		return name
+	}
+	if c := name[i-1]; c != '_' && c != '-' && c != '.' {
+		return name
+	}
+	return name[:i] + "*"
 }
 
 func (k workloadKey) kvs(kv []attribute.KeyValue) []attribute.KeyValue {

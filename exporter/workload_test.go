@@ -475,3 +475,44 @@ func pointsText(got map[string][]point) string {
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")
 }
+
+// The workload key holds no per-instance value: for each pair, two
+// instances of the same thing (restarted pod, reloaded program, upgraded
+// binary) have the same key, and two different things different keys.
+func TestWorkloadKeyStable(t *testing.T) {
+	prog := func(name, target, class, exe string) *agent.Program {
+		return &agent.Program{Name: name, Type: "cgroup_device", AttachType: "cgroup_device", AttachTarget: target, TargetClass: class, MissKind: agent.MissKindNone,
+			Owners: []agent.Owner{{PID: 7, Comm: "x", Exe: exe, Via: "fd"}}}
+	}
+	bare := &agent.Program{Name: "p", Owners: []agent.Owner{{PodName: "static-node1", PodNamespace: "kube-system", Via: agent.ViaAttachment}}}
+	for _, tc := range []struct {
+		what string
+		a, b *agent.Program
+		same bool
+	}{
+		{"the target's class, not the target", prog("", "/kubepods.slice/a/cri-containerd-1.scope", "kubepods/burstable", ""), prog("", "/kubepods.slice/b/cri-containerd-2.scope", "kubepods/burstable", ""), true},
+		{"another class", prog("", "/x", "kubepods/burstable", ""), prog("", "/x", "kubepods/besteffort", ""), false},
+		{"a target without a class is its own", prog("", "sched_switch", "", ""), prog("", "sched_wakeup", "", ""), false},
+		{"an id suffix", prog("cil_from_1a2b3", "", "", ""), prog("cil_from_9f8e7", "", "", ""), true},
+		{"a number of the name's own", prog("flt_0001", "", "", ""), prog("flt_0002", "", "", ""), false},
+		{"an upgraded binary", prog("p", "", "", "/usr/bin/agentd"), prog("p", "", "", "/usr/bin/agentd (deleted)"), true},
+		{"another binary", prog("p", "", "", "/usr/bin/agentd"), prog("p", "", "", "/usr/bin/other"), false},
+		{"a bare pod is its own workload", bare, bare, true},
+	} {
+		if got := workloadKeyOf(tc.a) == workloadKeyOf(tc.b); got != tc.same {
+			t.Errorf("%s: keys %+v and %+v: same %v, want %v", tc.what, workloadKeyOf(tc.a), workloadKeyOf(tc.b), got, tc.same)
+		}
+	}
+	if k := workloadKeyOf(bare); k.kind != "Pod" || k.workload != "static-node1" {
+		t.Errorf("bare pod: key %+v, want kind Pod named static-node1", k)
+	}
+	for _, tc := range []struct{ in, want string }{
+		{"cil_from_1a2b3", "cil_from_*"}, {"x-12345678", "x-*"}, {"a.b.00ff1", "a.b.*"}, {"prog_DEAD1", "prog_*"},
+		{"flt_0001", "flt_0001"}, {"on_exec", "on_exec"}, {"handle_cafe0", "handle_*"}, {"handle_cafeb", "handle_cafeb"},
+		{"sd_fw_ingress", "sd_fw_ingress"}, {"12345", "12345"}, {"", ""}, {"x_", "x_"},
+	} {
+		if got := stableName(tc.in); got != tc.want {
+			t.Errorf("stableName(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}

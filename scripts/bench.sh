@@ -81,7 +81,7 @@ if selected profiler; then
 fi
 
 if selected fleet; then
-	section "fleet: 50 nodes x 1,000 programs reloaded into a real Prometheus, directly and through a Collector (series, bytes, CPU)"
+	section "fleet: 50 nodes x 1,000 programs and 100 pods reloaded into a real Prometheus, directly and through a Collector (series, bytes, CPU); 300 pods restarted 3 times (series ever per kind)"
 	go test -tags bench -count=1 -timeout 20m -run 'TestBenchFleet|TestBenchAgentProcess' -v ./exporter/e2e | grep -E 'BENCH|FAIL|ok'
 fi
 

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,6 +32,28 @@ type Attachment struct {
 	// Mode is XDP's (driver, generic, offload) or, for a tc filter in a
 	// classful tree, the qdisc kind and the parent it hangs on: "htb 1:10".
 	Mode string `json:"mode,omitempty"`
+	// Kind is the interface's driver (Netdev.Kind: veth, netkit, ...);
+	// empty for a physical interface and a cgroup.
+	Kind string `json:"kind,omitempty"`
+	// peerNetns is the interface's Netdev.PeerNetnsID plus one; 0: its
+	// other end, if any, is not in another namespace.
+	peerNetns int64
+}
+
+// PeerNetnsID is the id (in the namespace the interface is in) of the
+// network namespace that holds the other end of the attachment's
+// interface: a pod's, for the host end of a CNI's veth pair.
+func (a Attachment) PeerNetnsID() (int32, bool) {
+	return int32(a.peerNetns - 1), a.peerNetns != 0
+}
+
+// netdevAttachment is an attachment of a program to the interface d.
+func netdevAttachment(d Netdev, progID, linkID uint32, attachType, mode string) Attachment {
+	a := Attachment{ProgID: progID, LinkID: linkID, AttachType: attachType, Target: d.Name, Ifindex: d.Index, Mode: mode, Kind: d.Kind}
+	if d.PeerNetns {
+		a.peerNetns = int64(d.PeerNetnsID) + 1
+	}
+	return a
 }
 
 // String describes the attachment: "cgroup:/sys/fs/cgroup/x:cgroup_device",
@@ -341,14 +362,9 @@ const (
 // interfaces) need the caller to enter them first.
 func NetdevAttachments() ([]Attachment, AttachStats) {
 	var st AttachStats
-	b, err := syscall.NetlinkRIB(syscall.RTM_GETLINK, syscall.AF_UNSPEC)
+	msgs, err := netlinkDump(unix.RTM_GETLINK, make([]byte, syscall.SizeofIfInfomsg), unix.RTM_NEWLINK)
 	if err != nil {
 		st.fail(fmt.Errorf("listing interfaces over netlink: %w", err))
-		return nil, st
-	}
-	msgs, err := syscall.ParseNetlinkMessage(b)
-	if err != nil {
-		st.fail(fmt.Errorf("parsing netlink interface dump: %w", err))
 		return nil, st
 	}
 	var out []Attachment
@@ -363,28 +379,15 @@ func NetdevAttachments() ([]Attachment, AttachStats) {
 	if st.Denied = queryRefused(); st.Denied != "" {
 		tcx = nil // XDP and tc come over netlink, which asks no capability
 	}
-	for _, m := range msgs {
-		if m.Header.Type != syscall.RTM_NEWLINK || len(m.Data) < syscall.SizeofIfInfomsg {
-			continue
-		}
-		ifindex := int(int32(nativeUint32(m.Data[4:8])))
-		attrs, err := syscall.ParseNetlinkRouteAttr(&m)
+	for i := range msgs {
+		d, xdp, err := parseNetdev(&msgs[i])
 		if err != nil {
-			st.fail(fmt.Errorf("parsing attributes of interface %d: %w", ifindex, err))
+			st.fail(fmt.Errorf("parsing attributes of interface %d: %w", d.Index, err))
 			continue
 		}
 		st.Targets++
-		name := strconv.Itoa(ifindex)
-		var xdp []byte
-		for _, a := range attrs {
-			switch a.Attr.Type &^ unix.NLA_F_NESTED {
-			case iflaIfname:
-				name = string(cstr(a.Value))
-			case iflaXDP:
-				xdp = a.Value
-			}
-		}
-		out = append(out, parseXDP(xdp, name, ifindex)...)
+		name, ifindex := d.Name, d.Index
+		out = append(out, parseXDP(xdp, d)...)
 		for _, tc := range []struct {
 			parent uint32
 			name   string
@@ -398,7 +401,7 @@ func NetdevAttachments() ([]Attachment, AttachStats) {
 				continue
 			}
 			for _, id := range ids {
-				out = append(out, Attachment{ProgID: id, AttachType: tc.name, Target: name, Ifindex: ifindex})
+				out = append(out, netdevAttachment(d, id, 0, tc.name, ""))
 			}
 		}
 		for _, p := range parents[ifindex] {
@@ -411,7 +414,7 @@ func NetdevAttachments() ([]Attachment, AttachStats) {
 				continue
 			}
 			for _, id := range ids {
-				out = append(out, Attachment{ProgID: id, AttachType: "tc_egress", Target: name, Ifindex: ifindex, Mode: p.kind + " " + tcHandle(p.handle)})
+				out = append(out, netdevAttachment(d, id, 0, "tc_egress", p.kind+" "+tcHandle(p.handle)))
 			}
 		}
 		for i := 0; i < len(tcx); i++ {
@@ -431,7 +434,7 @@ func NetdevAttachments() ([]Attachment, AttachStats) {
 			}
 			for _, p := range res.Programs {
 				lid, _ := p.LinkID()
-				out = append(out, Attachment{ProgID: uint32(p.ID), LinkID: uint32(lid), AttachType: tcx[i].name, Target: name, Ifindex: ifindex})
+				out = append(out, netdevAttachment(d, uint32(p.ID), uint32(lid), tcx[i].name, ""))
 			}
 		}
 	}
@@ -441,7 +444,7 @@ func NetdevAttachments() ([]Attachment, AttachStats) {
 // parseXDP reads a nested IFLA_XDP attribute. With one program attached the
 // kernel gives IFLA_XDP_PROG_ID and the mode in IFLA_XDP_ATTACHED; with
 // several (XDP_ATTACHED_MULTI) one id attribute per mode.
-func parseXDP(b []byte, name string, ifindex int) []Attachment {
+func parseXDP(b []byte, d Netdev) []Attachment {
 	var attached byte
 	ids := map[uint16]uint32{}
 	nlAttrs(b, func(typ uint16, v []byte) {
@@ -456,7 +459,7 @@ func parseXDP(b []byte, name string, ifindex int) []Attachment {
 	var out []Attachment
 	add := func(id uint32, m string) {
 		if id != 0 {
-			out = append(out, Attachment{ProgID: id, AttachType: "xdp", Target: name, Ifindex: ifindex, Mode: m})
+			out = append(out, netdevAttachment(d, id, 0, "xdp", m))
 		}
 	}
 	switch attached {
@@ -483,49 +486,15 @@ func (a Attachment) Container() Container {
 }
 
 // NetdevAttachmentsIn is NetdevAttachments in the network namespace at
-// nsPath (/proc/PID/ns/net, /run/netns/NAME). It enters the namespace on a
-// locked thread and returns the thread to its own namespace afterwards; if
-// that fails the thread stays locked and the runtime discards it, so no
-// other goroutine ever runs in the foreign namespace. (Restoring matters: a
-// locked goroutine that exits on the main thread wedges it instead of ending
-// it, which would pin the namespace for the agent's lifetime.) Needs
-// CAP_SYS_ADMIN.
+// nsPath (/proc/PID/ns/net, /run/netns/NAME), entered as InNetns does.
+// Needs CAP_SYS_ADMIN.
 func NetdevAttachmentsIn(nsPath string) ([]Attachment, AttachStats) {
-	type result struct {
-		as []Attachment
-		st AttachStats
+	var as []Attachment
+	var st AttachStats
+	if err := InNetns(nsPath, func() { as, st = NetdevAttachments() }); err != nil {
+		st.fail(err)
 	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		var r result
-		defer func() { ch <- r }()
-		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			r.st.fail(fmt.Errorf("opening own network namespace: %w", err))
-			return
-		}
-		defer unix.Close(orig)
-		fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			r.st.fail(fmt.Errorf("opening network namespace: %w", err))
-			return
-		}
-		defer unix.Close(fd)
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			r.st.fail(fmt.Errorf("entering network namespace %s: %w", nsPath, err))
-			return
-		}
-		r.as, r.st = NetdevAttachments()
-		if unix.Setns(orig, unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
-		}
-	}()
-	r := <-ch
-	return r.as, r.st
+	return as, st
 }
 
 // NetNamespaces returns one /proc/PID/ns/net path per network namespace that

@@ -11,13 +11,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
+
+	"github.com/bpfleet/bpfleet/test/nettest"
 	"golang.org/x/sys/unix"
 )
 
@@ -166,85 +167,6 @@ func withNewNetns(f func()) error {
 	return <-done
 }
 
-func nlAttr(typ uint16, v []byte) []byte {
-	b := make([]byte, 4, 4+len(v)+3)
-	binary.NativeEndian.PutUint16(b[0:], uint16(4+len(v)))
-	binary.NativeEndian.PutUint16(b[2:], typ)
-	b = append(b, v...)
-	for len(b)%4 != 0 {
-		b = append(b, 0)
-	}
-	return b
-}
-
-func u32(v uint32) []byte { return binary.NativeEndian.AppendUint32(nil, v) }
-
-// nlRequest sends one NETLINK_ROUTE request and waits for its ack.
-func nlRequest(typ, flags uint16, body []byte) error {
-	s, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(s)
-	msg := make([]byte, unix.SizeofNlMsghdr, unix.SizeofNlMsghdr+len(body))
-	binary.NativeEndian.PutUint32(msg[0:], uint32(unix.SizeofNlMsghdr+len(body)))
-	binary.NativeEndian.PutUint16(msg[4:], typ)
-	binary.NativeEndian.PutUint16(msg[6:], unix.NLM_F_REQUEST|unix.NLM_F_ACK|flags)
-	binary.NativeEndian.PutUint32(msg[8:], 1)
-	msg = append(msg, body...)
-	if err := unix.Sendto(s, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return err
-	}
-	buf := make([]byte, 4096)
-	n, _, err := unix.Recvfrom(s, buf, 0)
-	if err != nil {
-		return err
-	}
-	if n >= unix.SizeofNlMsghdr+4 && binary.NativeEndian.Uint16(buf[4:]) == unix.NLMSG_ERROR {
-		if e := int32(binary.NativeEndian.Uint32(buf[unix.SizeofNlMsghdr:])); e != 0 {
-			return syscall.Errno(-e)
-		}
-	}
-	return nil
-}
-
-// setXDP attaches prog to ifindex in generic (skb) mode with the legacy
-// netlink API, which leaves no bpf_link and no fd behind.
-func setXDP(ifindex int, fd int) error {
-	xdp := append(nlAttr(1 /* IFLA_XDP_FD */, u32(uint32(fd))), nlAttr(3 /* IFLA_XDP_FLAGS */, u32(2 /* XDP_FLAGS_SKB_MODE */))...)
-	body := make([]byte, unix.SizeofIfInfomsg)
-	binary.NativeEndian.PutUint32(body[4:], uint32(ifindex))
-	body = append(body, nlAttr(iflaXDP|unix.NLA_F_NESTED, xdp)...)
-	return nlRequest(unix.RTM_SETLINK, 0, body)
-}
-
-func tcmsg(ifindex int, handle, parent, info uint32) []byte {
-	b := make([]byte, sizeofTcmsg)
-	binary.NativeEndian.PutUint32(b[4:], uint32(ifindex))
-	binary.NativeEndian.PutUint32(b[8:], handle)
-	binary.NativeEndian.PutUint32(b[12:], parent)
-	binary.NativeEndian.PutUint32(b[16:], info)
-	return b
-}
-
-// addClsBPF adds a clsact qdisc to ifindex and prog as a direct-action
-// cls_bpf filter on its ingress, as `tc filter add ... bpf da` does.
-func addClsBPF(ifindex int, fd int) error {
-	q := append(tcmsg(ifindex, 0xFFFF0000, 0xFFFFFFF1 /* TC_H_CLSACT */, 0), nlAttr(tcaKind, []byte("clsact\x00"))...)
-	if err := nlRequest(unix.RTM_NEWQDISC, unix.NLM_F_CREATE|unix.NLM_F_EXCL, q); err != nil {
-		return fmt.Errorf("adding clsact: %w", err)
-	}
-	opts := append(append(nlAttr(6 /* TCA_BPF_FD */, u32(uint32(fd))), nlAttr(7 /* TCA_BPF_NAME */, []byte("owners_test\x00"))...),
-		nlAttr(8 /* TCA_BPF_FLAGS */, u32(1 /* TCA_BPF_FLAG_ACT_DIRECT */))...)
-	const ethPAll = 0x0300 // htons(ETH_P_ALL)
-	f := append(tcmsg(ifindex, 1, tcHClsactIngress, 1<<16|ethPAll), nlAttr(tcaKind, []byte("bpf\x00"))...)
-	f = append(f, nlAttr(tcaOptions|unix.NLA_F_NESTED, opts)...)
-	if err := nlRequest(unix.RTM_NEWTFILTER, unix.NLM_F_CREATE|unix.NLM_F_EXCL, f); err != nil {
-		return fmt.Errorf("adding cls_bpf filter: %w", err)
-	}
-	return nil
-}
-
 func TestNetdevAttachments(t *testing.T) {
 	xdp, xdpID := loadReturning(t, ebpf.XDP, ebpf.AttachXDP, 2 /* XDP_PASS */)
 	defer xdp.Close()
@@ -261,13 +183,13 @@ func TestNetdevAttachments(t *testing.T) {
 	var setupErr error
 	inNewNetns(t, func() {
 		const lo = 1 // the loopback device is ifindex 1 in every namespace
-		if setupErr = setXDP(lo, xdp.FD()); setupErr != nil {
+		if setupErr = nettest.SetXDP(lo, xdp.FD()); setupErr != nil {
 			return
 		}
 		if setupErr = link.RawAttachProgram(link.RawAttachProgramOptions{Target: lo, Program: tcxLegacy, Attach: ebpf.AttachTCXIngress}); setupErr != nil {
 			return
 		}
-		if setupErr = addClsBPF(lo, cls.FD()); setupErr != nil {
+		if setupErr = nettest.AddClsBPF(lo, cls.FD()); setupErr != nil {
 			return
 		}
 		l, err := link.AttachTCX(link.TCXOptions{Interface: lo, Program: tcxLink, Attach: ebpf.AttachTCXEgress})
@@ -309,29 +231,19 @@ func TestNetdevAttachments(t *testing.T) {
 }
 
 func TestParseXDP(t *testing.T) {
-	nla := func(typ uint16, v ...byte) []byte {
-		b := binary.NativeEndian.AppendUint16(nil, uint16(4+len(v)))
-		b = binary.NativeEndian.AppendUint16(b, typ)
-		b = append(b, v...)
-		for len(b)%4 != 0 {
-			b = append(b, 0)
-		}
-		return b
-	}
-	u32 := func(v uint32) []byte { return binary.NativeEndian.AppendUint32(nil, v) }
-	multi := append(append(append(nla(iflaXDPAttached, xdpAttachedMulti), nla(iflaXDPDrvProgID, u32(5)...)...), nla(iflaXDPSkbProgID, u32(6)...)...), nla(iflaXDPProgID, u32(5)...)...)
-	got := parseXDP(multi, "eth0", 2)
+	multi := append(append(append(nettest.Attr(iflaXDPAttached, []byte{xdpAttachedMulti}), nettest.Attr(iflaXDPDrvProgID, nettest.U32(5))...), nettest.Attr(iflaXDPSkbProgID, nettest.U32(6))...), nettest.Attr(iflaXDPProgID, nettest.U32(5))...)
+	got := parseXDP(multi, Netdev{Index: 2, Name: "eth0"})
 	if len(got) != 2 || got[0].ProgID != 5 || got[0].Mode != "driver" || got[1].ProgID != 6 || got[1].Mode != "generic" {
 		t.Errorf("multi: %+v", got)
 	}
-	if got := parseXDP(nla(iflaXDPAttached, 0), "eth0", 2); len(got) != 0 {
+	if got := parseXDP(nettest.Attr(iflaXDPAttached, []byte{0}), Netdev{Index: 2, Name: "eth0"}); len(got) != 0 {
 		t.Errorf("none attached: %+v", got)
 	}
 	// Truncated and garbage input never panics.
 	for i := range multi {
-		parseXDP(multi[:i], "x", 1)
+		parseXDP(multi[:i], Netdev{Index: 1, Name: "x"})
 	}
-	parseXDP([]byte{0xff, 0xff, 0, 0, 1}, "x", 1)
+	parseXDP([]byte{0xff, 0xff, 0, 0, 1}, Netdev{Index: 1, Name: "x"})
 }
 
 // The host's own interfaces (no test programs there): the walk must see
@@ -352,7 +264,7 @@ func TestNetdevAttachmentsIn(t *testing.T) {
 	defer close(release)
 	go func() {
 		err := withNewNetns(func() {
-			if err := setXDP(1, xdp.FD()); err != nil {
+			if err := nettest.SetXDP(1, xdp.FD()); err != nil {
 				ready <- "error: " + err.Error()
 				return
 			}
@@ -433,12 +345,12 @@ func TestNetNamespaces(t *testing.T) {
 // hangs prog on class 1:10 as a cls_bpf filter, as `tc filter add dev lo
 // parent 1:10 bpf da` does.
 func addClassfulBPF(ifindex int, fd int) error {
-	q := append(tcmsg(ifindex, 1<<16, 0xFFFFFFFF /* TC_H_ROOT */, 0), nlAttr(tcaKind, []byte("htb\x00"))...)
+	q := append(nettest.Tcmsg(ifindex, 1<<16, 0xFFFFFFFF /* TC_H_ROOT */, 0), nettest.Attr(tcaKind, []byte("htb\x00"))...)
 	glob := make([]byte, 20) // struct tc_htb_glob: version 3, rate2quantum 10
 	binary.NativeEndian.PutUint32(glob[0:], 3)
 	binary.NativeEndian.PutUint32(glob[4:], 10)
-	q = append(q, nlAttr(tcaOptions|unix.NLA_F_NESTED, nlAttr(2 /* TCA_HTB_INIT */, glob))...)
-	if err := nlRequest(unix.RTM_NEWQDISC, unix.NLM_F_CREATE|unix.NLM_F_EXCL, q); err != nil {
+	q = append(q, nettest.Attr(tcaOptions|unix.NLA_F_NESTED, nettest.Attr(2 /* TCA_HTB_INIT */, glob))...)
+	if err := nettest.Request(unix.RTM_NEWQDISC, unix.NLM_F_CREATE|unix.NLM_F_EXCL, q); err != nil {
 		return fmt.Errorf("adding htb: %w", err)
 	}
 	// struct tc_htb_opt: two tc_ratespec of 12 bytes (rate at +8), then
@@ -448,16 +360,16 @@ func addClassfulBPF(ifindex int, fd int) error {
 	binary.NativeEndian.PutUint32(opt[20:], 125000) // ceil.rate
 	binary.NativeEndian.PutUint32(opt[24:], 10000)  // buffer
 	binary.NativeEndian.PutUint32(opt[28:], 10000)  // cbuffer
-	c := append(tcmsg(ifindex, 1<<16|0x10, 1<<16, 0), nlAttr(tcaKind, []byte("htb\x00"))...)
-	c = append(c, nlAttr(tcaOptions|unix.NLA_F_NESTED, nlAttr(1 /* TCA_HTB_PARMS */, opt))...)
-	if err := nlRequest(unix.RTM_NEWTCLASS, unix.NLM_F_CREATE|unix.NLM_F_EXCL, c); err != nil {
+	c := append(nettest.Tcmsg(ifindex, 1<<16|0x10, 1<<16, 0), nettest.Attr(tcaKind, []byte("htb\x00"))...)
+	c = append(c, nettest.Attr(tcaOptions|unix.NLA_F_NESTED, nettest.Attr(1 /* TCA_HTB_PARMS */, opt))...)
+	if err := nettest.Request(unix.RTM_NEWTCLASS, unix.NLM_F_CREATE|unix.NLM_F_EXCL, c); err != nil {
 		return fmt.Errorf("adding htb class 1:10: %w", err)
 	}
-	opts := append(nlAttr(6 /* TCA_BPF_FD */, u32(uint32(fd))), nlAttr(7 /* TCA_BPF_NAME */, []byte("owners_test\x00"))...)
+	opts := append(nettest.Attr(6 /* TCA_BPF_FD */, nettest.U32(uint32(fd))), nettest.Attr(7 /* TCA_BPF_NAME */, []byte("owners_test\x00"))...)
 	const ethPAll = 0x0300
-	f := append(tcmsg(ifindex, 1, 1<<16|0x10, 1<<16|ethPAll), nlAttr(tcaKind, []byte("bpf\x00"))...)
-	f = append(f, nlAttr(tcaOptions|unix.NLA_F_NESTED, opts)...)
-	if err := nlRequest(unix.RTM_NEWTFILTER, unix.NLM_F_CREATE|unix.NLM_F_EXCL, f); err != nil {
+	f := append(nettest.Tcmsg(ifindex, 1, 1<<16|0x10, 1<<16|ethPAll), nettest.Attr(tcaKind, []byte("bpf\x00"))...)
+	f = append(f, nettest.Attr(tcaOptions|unix.NLA_F_NESTED, opts)...)
+	if err := nettest.Request(unix.RTM_NEWTFILTER, unix.NLM_F_CREATE|unix.NLM_F_EXCL, f); err != nil {
 		return fmt.Errorf("adding cls_bpf filter on 1:10: %w", err)
 	}
 	return nil

@@ -103,6 +103,9 @@ var scopePrefixes = []struct {
 //	systemd: /kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_with_underscores>.slice/cri-containerd-<id>.scope
 //	cgroupfs: /kubepods/burstable/pod<uid>/<id>, /docker/<id>, /libpod_parent/libpod-<id>
 //
+// A kubelet with --cgroup-root under the systemd driver prefixes the slices
+// (kind's nodes: /kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-burstable.slice/...).
+//
 // When several components name a container (nested cgroups, containers in
 // containers) the innermost wins.
 func ParseCgroupPath(p string) Container {
@@ -120,19 +123,19 @@ func ParseCgroupPath(p string) Container {
 			continue
 		}
 		switch {
-		case comp == "kubepods" || comp == "kubepods.slice":
+		case comp == "kubepods" || comp == "kubepods.slice" || strings.HasSuffix(comp, "-kubepods.slice"):
 			kube = true
-		case kube && (comp == "burstable" || comp == "kubepods-burstable.slice"):
+		case kube && (comp == "burstable" || strings.HasSuffix(comp, "kubepods-burstable.slice")):
 			c.QoS = QoSBurstable
-		case kube && (comp == "besteffort" || comp == "kubepods-besteffort.slice"):
+		case kube && (comp == "besteffort" || strings.HasSuffix(comp, "kubepods-besteffort.slice")):
 			c.QoS = QoSBestEffort
 		case kube && c.PodUID == "" && strings.HasPrefix(comp, "pod"):
 			// cgroupfs: pod<uid>
 			if uid, ok := podUID(comp[len("pod"):], false); ok {
 				c.PodUID = uid
 			}
-		case kube && c.PodUID == "" && strings.HasPrefix(comp, "kubepods-") && strings.HasSuffix(comp, ".slice"):
-			// systemd: kubepods[-qos]-pod<uid with '_'>.slice
+		case kube && c.PodUID == "" && strings.Contains(comp, "kubepods-") && strings.HasSuffix(comp, ".slice"):
+			// systemd: [<root>-]kubepods[-qos]-pod<uid with '_'>.slice
 			s := strings.TrimSuffix(comp, ".slice")
 			if i := strings.LastIndex(s, "-pod"); i >= 0 {
 				if uid, ok := podUID(s[i+len("-pod"):], true); ok {

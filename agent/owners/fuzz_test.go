@@ -100,7 +100,7 @@ func FuzzParseXDP(f *testing.F) {
 	f.Add([]byte{5, 0, 2, 0, 4, 0, 0, 0, 8, 0, 5, 0, 7, 0, 0, 0, 8, 0, 6, 0, 9, 0, 0, 0})
 	f.Add([]byte{0xff, 0xff, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		for _, a := range parseXDP(b, "x", 1) {
+		for _, a := range parseXDP(b, Netdev{Index: 1, Name: "x"}) {
 			if a.ProgID == 0 || a.AttachType != "xdp" {
 				t.Errorf("bad attachment %+v", a)
 			}

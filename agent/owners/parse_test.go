@@ -114,6 +114,10 @@ func TestParseCgroupPath(t *testing.T) {
 			Container{PodUID: pod2, QoS: QoSBestEffort}},
 		{"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + strings.ReplaceAll(pod1, "-", "_") + ".slice/docker-" + id1 + ".scope",
 			Container{ID: id1, Runtime: RuntimeDocker, PodUID: pod1, QoS: QoSBurstable}},
+		// a --cgroup-root under the systemd driver (kind's nodes)
+		{"/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod" + strings.ReplaceAll(pod1, "-", "_") + ".slice/cri-containerd-" + id1 + ".scope",
+			Container{ID: id1, Runtime: RuntimeContainerd, PodUID: pod1, QoS: QoSBestEffort}},
+		{"/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-pod" + strings.ReplaceAll(pod1, "-", "_") + ".slice", Container{PodUID: pod1, QoS: QoSGuaranteed}},
 		// nested: innermost container wins
 		{"/docker/" + id1 + "/docker/" + id2, Container{ID: id2, Runtime: RuntimeDocker}},
 		// a sub-cgroup inside a container keeps the container

@@ -83,6 +83,9 @@ func appendProgram(b []byte, p *agent.Program, lt *loadTimes) ([]byte, error) {
 	b = appendStr(b, `,"type":`, p.Type)
 	b = appendStr(b, `,"attach_type":`, p.AttachType)
 	b = appendStr(b, `,"attach_target":`, p.AttachTarget)
+	if p.TargetClass != "" { // omitempty
+		b = appendStr(b, `,"target_class":`, p.TargetClass)
+	}
 	b = append(b, `,"sleepable":`...)
 	if p.Sleepable == nil {
 		b = append(b, "null"...)

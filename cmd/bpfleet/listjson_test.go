@@ -18,11 +18,11 @@ func TestListJSONMatchesEncodingJSON(t *testing.T) {
 	yes, no := true, false
 	progs := []agent.Program{
 		{},
-		{ID: 7, Name: "canary", Tag: "5caab914178b6c41", Type: "tracing", AttachType: "tp_btf", AttachTarget: "bpf_trace_printk",
+		{ID: 7, Name: "canary", Tag: "5caab914178b6c41", Type: "tracing", AttachType: "tp_btf", AttachTarget: "bpf_trace_printk", TargetClass: "kubepods/<burstable>",
 			Sleepable: &no, MissKind: "recursion", LoadTime: time.Date(2026, 12, 2, 13, 59, 26, 1, time.FixedZone("x", 3600)), UID: u32(0),
 			MapIDs: []uint32{3, 4}, BTFID: 9, JitedSize: 80, XlatedSize: 96, Memlock: u64(4096), VerifiedInsns: u32(12),
 			RunCount: 1<<64 - 1, RunTimeNs: 5, RecursionMisses: u64(7),
-			Links:  []agent.Link{{ID: 1, ProgID: 7, Type: "raw_tracepoint", AttachType: "tp_btf", Target: "x", Missed: u64(2)}},
+			Links:  []agent.Link{{ID: 1, ProgID: 7, Type: "raw_tracepoint", AttachType: "tp_btf", Target: "x", TargetClass: "y", Missed: u64(2)}},
 			Owners: []agent.Owner{{PID: 3, Comm: "a\"<b>&\x01é", Via: "fd"}}, Pins: []string{"/sys/fs/bpf/x"}},
 		{Name: "ünï\u2028code<&>", Sleepable: &yes, MapIDs: []uint32{}, Links: []agent.Link{}, Owners: []agent.Owner{}, Pins: []string{}},
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/bpfleet/bpfleet/agent"
 	"github.com/bpfleet/bpfleet/exporter"
 	"github.com/bpfleet/bpfleet/test/backends"
+	"github.com/bpfleet/bpfleet/test/pods"
 )
 
 // The fleet test: N in-process exporters, each with its own node name (so
@@ -56,6 +57,11 @@ type fleetConfig struct {
 	// deploy it; bytes are then counted between the agents and the
 	// Collector.
 	collector bool
+	// pods adds that many pods (test/pods) with every per-pod kind of
+	// program real nodes run (runc's device program, cgroup_skb/sock
+	// links, tc, tcx and XDP on the pod's veth), restarted with every
+	// reload, half of them named by a pod API (Deployment shop/web).
+	pods int
 }
 
 type fleetRound struct {
@@ -212,6 +218,20 @@ func ours(s *agent.Snapshot, ids map[uint32]bool) *agent.Snapshot {
 	return &c
 }
 
+// scanOurs is one scan of a, with the programs of ids only, all of them.
+func scanOurs(t testing.TB, a *agent.Agent, ids map[uint32]bool, round int) *agent.Snapshot {
+	t.Helper()
+	snap, err := a.Scan(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap = ours(snap, ids)
+	if len(snap.Programs) != len(ids) {
+		t.Fatalf("round %d: the scan saw %d of the %d programs loaded", round, len(snap.Programs), len(ids))
+	}
+	return snap
+}
+
 // procStat returns a process's resident memory and CPU time from /proc.
 func procStat(t testing.TB, pid int) (rssKB int, cpu time.Duration) {
 	t.Helper()
@@ -263,6 +283,13 @@ func runFleet(t testing.TB, cfg fleetConfig) fleetResult {
 	}
 	t.Cleanup(func() { a.Close() })
 	ctx := context.Background()
+	var set *pods.Set
+	var api *podAPI
+	if cfg.pods > 0 {
+		set = pods.New(t, cfg.pods, pods.Kinds...)
+		api = startPodAPI(t, "fleet")
+		a.SetOwnerFiller(api.cache)
+	}
 
 	runtime.GC()
 	var m0 runtime.MemStats
@@ -301,14 +328,16 @@ func runFleet(t testing.TB, cfg fleetConfig) fleetResult {
 			names = cfg.programs
 		}
 		progs, ids = loadFleetPrograms(t, cfg.programs, names)
-		snap, err := a.Scan(ctx)
-		if err != nil {
-			t.Fatal(err)
+		if set != nil {
+			if round > 0 {
+				set.Restart(t)
+			}
+			api.publish(t, set)
+			for id := range set.IDs() {
+				ids[id] = true
+			}
 		}
-		snap = ours(snap, ids)
-		if len(snap.Programs) != cfg.programs {
-			t.Fatalf("round %d: the scan saw %d of the %d programs loaded", round, len(snap.Programs), cfg.programs)
-		}
+		snap := scanOurs(t, a, ids, round)
 		before := promMetrics(t, prom.Addr)
 		b0, r0, q0 := proxy.bytes.Load(), proxy.rawBytes.Load(), proxy.requests.Load()
 		start, cpu0 := time.Now(), cpuTime()
@@ -400,7 +429,11 @@ func (r fleetResult) report(t testing.TB) {
 	if c.collector {
 		via = "through the OpenTelemetry Collector"
 	}
-	t.Logf("BENCH fleet level=%v agents=%d programs=%d names=%d reloads=%d, %s", c.level, c.agents, c.programs, names, c.reloads, via)
+	perPod := ""
+	if c.pods > 0 {
+		perPod = fmt.Sprintf(" + %d pods x %d per-pod programs (restarted with each reload)", c.pods, len(pods.Kinds))
+	}
+	t.Logf("BENCH fleet level=%v agents=%d programs=%d names=%d%s reloads=%d, %s", c.level, c.agents, c.programs, names, perPod, c.reloads, via)
 	t.Logf("BENCH   head series: %.0f after the first export, %.0f after %d reloads (%+.1f%%); %.0f per node",
 		first.headSeries, last.headSeries, c.reloads, 100*(last.headSeries-first.headSeries)/first.headSeries, first.headSeries/n)
 	t.Logf("BENCH   bytes per export per node: %.1f KB gzip on the wire, %.1f KB uncompressed (%.1fx)",
@@ -415,18 +448,19 @@ func (r fleetResult) report(t testing.TB) {
 	}
 }
 
-// TestFleetSmall is the CI-sized fleet: 3 nodes, 200 programs, 2 reloads.
+// TestFleetSmall is the CI-sized fleet: 3 nodes, 200 programs and 6 pods
+// (each with the 6 per-pod kinds of program), 2 reloads and pod restarts.
 // At the workload level Prometheus' head series stay within 5% of the
 // first export's; at the program level the same reloads add series (the
 // check can fail, and does for the program level).
 func TestFleetSmall(t *testing.T) {
-	w := runFleet(t, fleetConfig{agents: 3, programs: 200, reloads: 2, level: exporter.LevelWorkload})
+	w := runFleet(t, fleetConfig{agents: 3, programs: 200, pods: 6, reloads: 2, level: exporter.LevelWorkload})
 	w.report(t)
 	first, last := w.rounds[0].headSeries, w.rounds[len(w.rounds)-1].headSeries
 	if math.Abs(last-first)/first > 0.05 {
 		t.Errorf("workload level: head series %.0f after 2 reloads, %.0f before: more than 5%% apart", last, first)
 	}
-	p := runFleet(t, fleetConfig{agents: 3, programs: 200, reloads: 2, level: exporter.LevelProgram})
+	p := runFleet(t, fleetConfig{agents: 3, programs: 200, pods: 6, reloads: 2, level: exporter.LevelProgram})
 	p.report(t)
 	pf, pl := p.rounds[0].headSeries, p.rounds[len(p.rounds)-1].headSeries
 	if pl < 2*pf {
@@ -440,7 +474,7 @@ func TestFleetSmall(t *testing.T) {
 	}
 	// The same through a real Collector: its batching must not turn the
 	// reloads into new series either, and every node's series arrive.
-	c := runFleet(t, fleetConfig{agents: 3, programs: 200, reloads: 2, level: exporter.LevelWorkload, collector: true})
+	c := runFleet(t, fleetConfig{agents: 3, programs: 200, pods: 6, reloads: 2, level: exporter.LevelWorkload, collector: true})
 	c.report(t)
 	cf, cl := c.rounds[0].headSeries, c.rounds[len(c.rounds)-1].headSeries
 	if math.Abs(cl-cf)/cf > 0.05 || math.Abs(cf-first)/first > 0.05 {
