@@ -13,18 +13,27 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-// Only the process that loaded the canary provokes misses, so another
-// process's bpf_trace_printk calls (another canary, a debugging tool) never
-// add misses here; they only add runs.
-volatile const __u32 target_tgid;
+// Only the canary's own trigger provokes misses: the trigger raises this
+// CPU's flag around its bpf_trace_printk (BPF_PROG_TEST_RUN keeps it on one
+// CPU), so another process's bpf_trace_printk calls (another canary, a
+// debugging tool) never add misses here; they only add runs. No pid is
+// involved, so the canary works the same in any pid namespace (a pod).
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} armed SEC(".maps");
 
-// Runs in the target process: one per trigger.
+// Runs while armed: one per trigger.
 __u64 target_runs;
 
 SEC("tp_btf/bpf_trace_printk")
 int BPF_PROG(canary)
 {
-	if ((bpf_get_current_pid_tgid() >> 32) != target_tgid)
+	__u32 zero = 0, *on = bpf_map_lookup_elem(&armed, &zero);
+
+	if (!on || !*on)
 		return 0;
 	__sync_fetch_and_add(&target_runs, 1);
 	bpf_printk("bpfleet canary: nested");
@@ -36,6 +45,12 @@ int BPF_PROG(canary)
 SEC("socket")
 int trigger(struct __sk_buff *skb)
 {
+	__u32 zero = 0, *on = bpf_map_lookup_elem(&armed, &zero);
+
+	if (!on)
+		return 0;
+	*on = 1;
 	bpf_printk("bpfleet canary: trigger");
+	*on = 0;
 	return 0;
 }

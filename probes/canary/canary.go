@@ -6,7 +6,6 @@ package canary
 import (
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -18,16 +17,14 @@ type Canary struct {
 	link link.Link
 }
 
-// Load loads the canary, armed for the calling process, and attaches it.
+// Load loads the canary and attaches it. Only its own trigger (Trigger)
+// provokes misses, whatever pid namespace the caller is in.
 // It fails with an error wrapping ebpf.ErrNotSupported or the kernel's errno
 // when the kernel refuses tp_btf or the bpf_trace_printk tracepoint.
 func Load() (*Canary, error) {
 	spec, err := loadCanary()
 	if err != nil {
 		return nil, fmt.Errorf("reading canary spec: %w", err)
-	}
-	if err := spec.Variables["target_tgid"].Set(uint32(os.Getpid())); err != nil {
-		return nil, fmt.Errorf("arming canary: %w", err)
 	}
 	c := &Canary{}
 	if err := spec.LoadAndAssign(&c.objs, nil); err != nil {
@@ -86,7 +83,7 @@ func (c *Canary) KernelMisses() (uint64, error) {
 	return st.RecursionMisses, nil
 }
 
-// TargetRuns is how many times the canary ran in this process, counted by
+// TargetRuns is how many times the canary ran for its trigger, counted by
 // the program itself.
 func (c *Canary) TargetRuns() (uint64, error) {
 	var n uint64

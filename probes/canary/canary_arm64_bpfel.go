@@ -16,10 +16,10 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	canaryMapArmed      = "armed"
 	canaryProgCanary    = "canary"
 	canaryProgTrigger   = "trigger"
 	canaryVarTargetRuns = "target_runs"
-	canaryVarTargetTgid = "target_tgid"
 )
 
 // loadCanary returns the embedded CollectionSpec for canary.
@@ -72,6 +72,7 @@ type canaryProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type canaryMapSpecs struct {
+	Armed *ebpf.MapSpec `ebpf:"armed"`
 }
 
 // canaryVariableSpecs contains global variables before they are loaded into the kernel.
@@ -79,7 +80,6 @@ type canaryMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type canaryVariableSpecs struct {
 	TargetRuns *ebpf.VariableSpec `ebpf:"target_runs"`
-	TargetTgid *ebpf.VariableSpec `ebpf:"target_tgid"`
 }
 
 // canaryObjects contains all objects after they have been loaded into the kernel.
@@ -102,10 +102,13 @@ func (o *canaryObjects) Close() error {
 //
 // It can be passed to loadCanaryObjects or ebpf.CollectionSpec.LoadAndAssign.
 type canaryMaps struct {
+	Armed *ebpf.Map `ebpf:"armed"`
 }
 
 func (m *canaryMaps) Close() error {
-	return _CanaryClose()
+	return _CanaryClose(
+		m.Armed,
+	)
 }
 
 // canaryVariables contains all global variables after they have been loaded into the kernel.
@@ -113,7 +116,6 @@ func (m *canaryMaps) Close() error {
 // It can be passed to loadCanaryObjects or ebpf.CollectionSpec.LoadAndAssign.
 type canaryVariables struct {
 	TargetRuns *ebpf.Variable `ebpf:"target_runs"`
-	TargetTgid *ebpf.Variable `ebpf:"target_tgid"`
 }
 
 // canaryPrograms contains all programs after they have been loaded into the kernel.
