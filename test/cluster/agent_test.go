@@ -161,7 +161,7 @@ func startContainer(t *testing.T, parent, podUID string) *container {
 var buildAgent = sync.OnceValues(func() (string, error) {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
-	bin := filepath.Join(srv.dir, "bpfleet")
+	bin := filepath.Join(srv.Dir, "bpfleet")
 	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./cmd/bpfleet")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

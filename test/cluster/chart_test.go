@@ -112,7 +112,7 @@ func installChart() (*installed, error) {
 	}
 
 	w := &warnings{}
-	host, token, ca, nsName := srv.apiURL(), srv.adminToken, srv.caFile(), releaseNS
+	host, token, ca, nsName := srv.APIURL(), srv.AdminToken, srv.caFile(), releaseNS
 	flags := genericclioptions.NewConfigFlags(false)
 	flags.APIServer, flags.BearerToken, flags.CAFile, flags.Namespace = &host, &token, &ca, &nsName
 	flags.WrapConfigFn = func(c *rest.Config) *rest.Config {
