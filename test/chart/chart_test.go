@@ -270,7 +270,7 @@ func TestDefaultsLeastPrivilege(t *testing.T) {
 	if len(vols) != len(want) {
 		t.Errorf("%d host path volumes, want %d", len(vols), len(want))
 	}
-	for _, a := range []string{"agent", "--proc-root=/host/proc", "--bpffs=/sys/fs/bpf", "--interval=10s", "--metrics-level=workload", "--calibrate=false", "--api-addr=127.0.0.1:9808", "--max-programs=1000", "--program-info=false", "--span-budget=600"} {
+	for _, a := range []string{"agent", "--proc-root=/host/proc", "--bpffs=/sys/fs/bpf", "--interval=10s", "--metrics-level=workload", "--calibrate=true", "--api-addr=127.0.0.1:9808", "--max-programs=1000", "--program-info=false", "--span-budget=600"} {
 		if !hasArg(c, a) {
 			t.Errorf("args %v lack %s", c.Args, a)
 		}
@@ -362,10 +362,10 @@ func TestExposedAPIWithToken(t *testing.T) {
 	r := mustRender(t, `
 api: {address: 0.0.0.0, port: 9900, token: {existingSecret: bpfleet-api, key: tok}}
 otel: {endpoint: "http://otel-collector.observability:4318", headers: {Authorization: "Bearer abc", X-Tenant: fleet}}
-agent: {clusterName: prod-eu, metricsLevel: owner, interval: 30s, maxPrograms: 500, calibrate: true, exportInterval: 1m, programInfo: true, spanBudget: 0}
+agent: {clusterName: prod-eu, metricsLevel: owner, interval: 30s, maxPrograms: 500, calibrate: false, exportInterval: 1m, programInfo: true, spanBudget: 0}
 `)
 	c := agentContainer(t, r)
-	for _, a := range []string{"--api-addr=0.0.0.0:9900", "--api-token-file=/etc/bpfleet/api/token", "--metrics-level=owner", "--interval=30s", "--max-programs=500", "--calibrate=true", "--export-interval=1m", "--program-info=true", "--span-budget=0"} {
+	for _, a := range []string{"--api-addr=0.0.0.0:9900", "--api-token-file=/etc/bpfleet/api/token", "--metrics-level=owner", "--interval=30s", "--max-programs=500", "--calibrate=false", "--export-interval=1m", "--program-info=true", "--span-budget=0"} {
 		if !hasArg(c, a) {
 			t.Errorf("args %v lack %s", c.Args, a)
 		}
