@@ -143,8 +143,16 @@ func MeasureTax(ctx context.Context, opts TaxOptions) ([]TaxResult, error) {
 	}
 	defer restore()
 
-	for _, k := range kinds {
+	for i, k := range kinds {
 		if err := ctx.Err(); err != nil {
+			// What was measured stands; the rest says why it is missing.
+			reason := "not measured: " + err.Error()
+			if errors.Is(err, context.DeadlineExceeded) {
+				reason = "not measured: time budget spent"
+			}
+			for _, k := range kinds[i:] {
+				out = append(out, TaxResult{Kind: k, Reason: reason})
+			}
 			return out, err
 		}
 		var r TaxResult

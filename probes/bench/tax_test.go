@@ -2,8 +2,10 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bpfleet/bpfleet/probes/catalog"
 	"github.com/cilium/ebpf"
@@ -83,6 +85,27 @@ func TestTaxSaysHeldElsewhere(t *testing.T) {
 	for _, r := range rs {
 		if r.Measured || !strings.HasPrefix(r.Reason, HeldElsewhere) {
 			t.Errorf("%s: measured %v, reason %q; want %q", r.Kind, r.Measured, r.Reason, HeldElsewhere)
+		}
+	}
+}
+
+// A budget spent before or during the measurement: every kind is in the
+// result, those not measured saying so, and the error says why it stopped.
+func TestTaxBudgetSpent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
+	defer cancel()
+	<-ctx.Done()
+	rs, err := MeasureTax(ctx, TaxOptions{AttachTypes: []catalog.AttachType{catalog.RawTp}, Rounds: 1})
+	skipIfHeldElsewhere(t, rs)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("err = %v, want the deadline", err)
+	}
+	if len(rs) != 3 {
+		t.Fatalf("want xdp, tc and raw_tp, got %+v", rs)
+	}
+	for _, r := range rs {
+		if r.Measured || r.Reason != "not measured: time budget spent" {
+			t.Errorf("%s: measured %v, reason %q", r.Kind, r.Measured, r.Reason)
 		}
 	}
 }
