@@ -340,9 +340,17 @@ func checkNames(t *testing.T, prom *backends.Prometheus) {
 		`bpf_agent_stats_enabled == 1`,
 		`bpf_agent_scans_total > 0`,
 	} {
-		ss, err := prom.Query(ctx, q)
-		if err != nil || len(ss) == 0 {
-			t.Errorf("%s: %v, %v", q, ss, err)
+		// Within a few seconds: the start-up calibration releases the
+		// agent's stats fd while it measures the stats tax (under a
+		// second), and a scan then says stats are off.
+		if err := backends.Eventually(10*time.Second, func() error {
+			ss, err := prom.Query(ctx, q)
+			if err == nil && len(ss) == 0 {
+				err = fmt.Errorf("no sample")
+			}
+			return err
+		}); err != nil {
+			t.Errorf("%s: %v", q, err)
 		}
 	}
 }
