@@ -3,8 +3,11 @@
 # Idempotent: each step checks before it acts, so a second run is fast.
 set -euo pipefail
 
+# runc, the CNI plugins (bridge, host-local, loopback), iproute2 and
+# util-linux (unshare, nsenter) are for test/node's real kubelet node.
 need_pkgs=(clang llvm libbpf-dev bpftool qemu-system-x86 qemu-system-arm cpio tmux \
-           debian-archive-keyring ca-certificates procps)
+           debian-archive-keyring ca-certificates procps iproute2 util-linux \
+           runc containernetworking-plugins)
 missing=()
 for p in "${need_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -155,8 +155,8 @@ type Options struct {
 	// ServiceCIDR is the Service IP range (default 10.96.0.0/24); the
 	// kubernetes Service takes its first address.
 	ServiceCIDR string
-	// APIArgs are more kube-apiserver flags; a later flag of the same name
-	// wins.
+	// APIArgs are more kube-apiserver flags, each replacing a default
+	// flag of the same name.
 	APIArgs []string
 }
 
@@ -268,12 +268,32 @@ func Start(opts Options) (*Cluster, error) {
 		// timeout.
 		"--shutdown-watch-termination-grace-period=5s",
 	}, opts.APIArgs...)
+	c.apiArgs = lastWins(c.apiArgs)
 	if err := c.startAPIServer(); err != nil {
 		return c, err
 	}
 	fmt.Fprintf(os.Stderr, "test/kube: etcd ready in %s, kube-apiserver ready in %s (logs in %s)\n",
 		etcdUp.Round(time.Millisecond), (time.Since(start) - etcdUp).Round(time.Millisecond), dir)
 	return c, nil
+}
+
+// lastWins keeps the last of each --name=value flag, in the place of the
+// first: kube-apiserver refuses some flags given twice.
+func lastWins(args []string) []string {
+	last := map[string]string{}
+	for _, a := range args {
+		name, _, _ := strings.Cut(a, "=")
+		last[name] = a
+	}
+	var out []string
+	for _, a := range args {
+		name, _, _ := strings.Cut(a, "=")
+		if v, ok := last[name]; ok {
+			out = append(out, v)
+			delete(last, name)
+		}
+	}
+	return out
 }
 
 func (c *Cluster) startEtcd(peerPort int) error {

@@ -1,0 +1,590 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"math/bits"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/bpfleet/bpfleet/internal/ociimage"
+	"github.com/bpfleet/bpfleet/test/backends"
+	"github.com/bpfleet/bpfleet/test/kube"
+	"github.com/bpfleet/bpfleet/test/registry"
+	"github.com/bpfleet/bpfleet/test/testimage"
+)
+
+var metav1GetOptions = metav1.GetOptions{}
+
+const (
+	releaseName = "bpfleet"
+	releaseNS   = "bpfleet-system"
+	imageTag    = "node-test"
+	appsNS      = "apps"
+	// interval is the chart's default scan (and export) interval.
+	interval = 10 * time.Second
+	// cacheDir is where the chart's pod keeps the agent's CO-RE cache.
+	cacheDir = "/tmp/bpfleet"
+)
+
+// capBits are the capability numbers (linux/capability.h) of the ones the
+// chart may add.
+var capBits = map[corev1.Capability]uint{
+	"DAC_READ_SEARCH": 2, "NET_ADMIN": 12, "SYS_PTRACE": 19, "SYS_ADMIN": 21, "PERFMON": 38, "BPF": 39,
+}
+
+// TestNode runs the DaemonSet for real: bpfleet's image built by `make
+// image`, pushed to a registry and pulled by containerd, the chart
+// installed with its defaults (image and OTLP endpoint aside) into a
+// cluster whose one node is a kubelet on this host, the agent in its pod
+// with exactly the chart's privileges exporting through a Collector to
+// Prometheus and Jaeger, and a Deployment whose pod loads a BPF program
+// with known misses.
+func TestNode(t *testing.T) {
+	ctx := context.Background()
+	start := time.Now()
+	reg, stopReg := registry.Start()
+	t.Cleanup(stopReg)
+
+	// The images, as users ship them: `make image PUSH=...` for bpfleet.
+	root := repoRoot()
+	mk := exec.Command("make", "-C", root, "image", "PUSH="+reg+"/bpfleet:"+imageTag)
+	if out, err := mk.CombinedOutput(); err != nil {
+		t.Fatalf("make image: %v\n%s", err, out)
+	}
+	if _, err := testimage.PushPause(ctx, reg+"/pause:3.10"); err != nil {
+		t.Fatalf("pause image: %v", err)
+	}
+	idx, err := testimage.Program(ctx, "github.com/bpfleet/bpfleet/test/node/canary", "-per", "5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ociimage.Push(ctx, reg+"/canary:1", idx); err != nil {
+		t.Fatalf("canary image: %v", err)
+	}
+	t.Logf("images built and pushed to %s in %s", reg, time.Since(start).Round(time.Millisecond))
+
+	n := startNode(t, reg)
+	cs := n.Admin(t)
+
+	prom := backends.StartPrometheus(t)
+	jg := backends.StartJaeger(t)
+	col := backends.StartCollector(t, prom, jg)
+	forward(t, otlpIP+":4318", col.OTLPHTTP)
+
+	installStart := time.Now()
+	installChart(t, n, map[string]any{
+		"image": map[string]any{"repository": reg + "/bpfleet", "tag": imageTag},
+		"otel":  map[string]any{"endpoint": "http://" + otlpIP + ":4318"},
+	})
+	agentPod := waitAgentPod(t, cs, "")
+	t.Logf("agent pod %s Running and Ready %s after helm install", agentPod.Name, time.Since(installStart).Round(time.Millisecond))
+
+	ds, err := cs.AppsV1().DaemonSets(releaseNS).Get(ctx, releaseName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentPID := podPID(t, agentPod, "bpfleet-agent")
+
+	t.Run("privileges", func(t *testing.T) { testPrivileges(t, n, ds, agentPod, agentPID) })
+	t.Run("calibration", func(t *testing.T) { testCalibration(t, prom, root) })
+	t.Run("deployment", func(t *testing.T) { testDeployment(t, n, cs, prom, jg, reg) })
+	t.Run("core-cache", func(t *testing.T) { testCoreCache(t, n, cs, agentPod) })
+	t.Run("rollout-restart", func(t *testing.T) { testRolloutRestart(t, cs, prom) })
+	t.Logf("node test took %s", time.Since(start).Round(time.Second))
+}
+
+// installChart runs `helm install bpfleet charts/bpfleet -n bpfleet-system`
+// with vals through the Helm library, as the cluster admin.
+func installChart(t *testing.T, n *node, vals map[string]any) {
+	t.Helper()
+	cs := n.Admin(t)
+	if _, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: releaseNS}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	host, token, ca, ns := n.APIURL(), n.AdminToken, n.CAFile(), releaseNS
+	flags := genericclioptions.NewConfigFlags(false)
+	flags.APIServer, flags.BearerToken, flags.CAFile, flags.Namespace = &host, &token, &ca, &ns
+	cfg := new(action.Configuration)
+	var debug []string
+	if err := cfg.Init(flags, releaseNS, "secret", func(format string, v ...any) { debug = append(debug, fmt.Sprintf(format, v...)) }); err != nil {
+		t.Fatalf("helm init: %v", err)
+	}
+	ch, err := loader.Load(filepath.Join(repoRoot(), "charts", "bpfleet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst := action.NewInstall(cfg)
+	inst.ReleaseName, inst.Namespace, inst.Timeout = releaseName, releaseNS, 2*time.Minute
+	if _, err := inst.Run(ch, vals); err != nil {
+		t.Fatalf("helm install: %v\n%s", err, strings.Join(debug, "\n"))
+	}
+}
+
+// waitAgentPod waits for the DaemonSet's pod on the node, Running and
+// Ready, other than notUID.
+func waitAgentPod(t *testing.T, cs *kubernetes.Clientset, notUID types.UID) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	kube.Eventually(t, 4*time.Minute, "the agent pod Running and Ready", func() error {
+		pods, err := cs.CoreV1().Pods(releaseNS).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		var states []string
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if p.UID == notUID || p.DeletionTimestamp != nil {
+				continue
+			}
+			if p.Status.Phase == corev1.PodRunning && podReady(p) {
+				pod = p
+				return nil
+			}
+			states = append(states, podState(p))
+		}
+		return fmt.Errorf("agent pods: %v", states)
+	})
+	return pod
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// podState says where a pod is, with its containers' waiting or
+// terminated reasons, for failure messages.
+func podState(p *corev1.Pod) string {
+	s := fmt.Sprintf("%s %s", p.Name, p.Status.Phase)
+	for _, c := range p.Status.Conditions {
+		if c.Status != corev1.ConditionTrue && c.Message != "" {
+			s += fmt.Sprintf(" %s=%s (%s)", c.Type, c.Status, c.Message)
+		}
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		switch {
+		case c.State.Waiting != nil:
+			s += fmt.Sprintf(" %s waiting %s: %s", c.Name, c.State.Waiting.Reason, c.State.Waiting.Message)
+		case c.State.Terminated != nil:
+			s += fmt.Sprintf(" %s terminated %s (exit %d): %s", c.Name, c.State.Terminated.Reason, c.State.Terminated.ExitCode, c.State.Terminated.Message)
+		}
+	}
+	return s
+}
+
+// podLog is what the kubelet logged of the pod's container in its run
+// restart (0 for the first), "" until there is some.
+func podLog(n *node, p *corev1.Pod, container string, restart int32) string {
+	b, _ := os.ReadFile(filepath.Join(n.dir, "pod-logs", fmt.Sprintf("%s_%s_%s", p.Namespace, p.Name, p.UID), container, fmt.Sprintf("%d.log", restart)))
+	return string(b)
+}
+
+// podPID is the host pid of the process comm in the pod's first container.
+func podPID(t *testing.T, p *corev1.Pod, comm string) int {
+	t.Helper()
+	if len(p.Status.ContainerStatuses) == 0 {
+		t.Fatalf("pod %s has no container status", p.Name)
+	}
+	_, id, _ := strings.Cut(p.Status.ContainerStatuses[0].ContainerID, "://")
+	var pid int
+	kube.Eventually(t, 30*time.Second, "the process "+comm+" of pod "+p.Name, func() error {
+		var err error
+		pid, err = containerPID(id, comm)
+		return err
+	})
+	return pid
+}
+
+// testPrivileges: the agent process has exactly the chart's capabilities
+// (effective and bounding set), its seccomp filter and no_new_privs, as
+// the host's /proc says.
+func testPrivileges(t *testing.T, n *node, ds *appsv1.DaemonSet, pod *corev1.Pod, pid int) {
+	sc := ds.Spec.Template.Spec.Containers[0].SecurityContext
+	var want uint64
+	for _, c := range sc.Capabilities.Add {
+		b, ok := capBits[c]
+		if !ok {
+			t.Fatalf("the chart adds %s, which this test does not know", c)
+		}
+		want |= 1 << b
+	}
+	if !slices.Contains(sc.Capabilities.Drop, "ALL") {
+		t.Fatalf("the chart does not drop ALL: %v", sc.Capabilities.Drop)
+	}
+	st, err := procStatus(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("agent pid %d: CapEff %s CapBnd %s CapPrm %s CapInh %s CapAmb %s Seccomp %s NoNewPrivs %s",
+		pid, st["CapEff"], st["CapBnd"], st["CapPrm"], st["CapInh"], st["CapAmb"], st["Seccomp"], st["NoNewPrivs"])
+	for _, k := range []string{"CapEff", "CapBnd", "CapPrm"} {
+		got, err := strconv.ParseUint(st[k], 16, 64)
+		if err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+		if got != want {
+			t.Errorf("%s = %#x (%d capabilities), want the chart's %#x (%d): extra %#x, missing %#x",
+				k, got, bits.OnesCount64(got), want, bits.OnesCount64(want), got&^want, want&^got)
+		}
+	}
+	if sc.SeccompProfile != nil && sc.SeccompProfile.Type == corev1.SeccompProfileTypeRuntimeDefault && st["Seccomp"] != "2" {
+		t.Errorf("Seccomp = %s, want 2 (filter): the chart asks for RuntimeDefault", st["Seccomp"])
+	}
+	if sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation && st["NoNewPrivs"] != "1" {
+		t.Errorf("NoNewPrivs = %s, want 1: the chart sets allowPrivilegeEscalation: false", st["NoNewPrivs"])
+	}
+	// With exactly these privileges the agent loses nothing: its start
+	// line names every feature lost to a missing privilege or mount, and
+	// so does the line after calibration.
+	var started, calibrated string
+	kube.Eventually(t, time.Minute, "the agent's start and calibration lines", func() error {
+		for _, l := range strings.Split(podLog(n, pod, "agent", 0), "\n") {
+			switch {
+			case strings.Contains(l, `msg="agent started"`):
+				started = l
+			case strings.Contains(l, `msg="calibrated attach types"`):
+				calibrated = l
+			}
+		}
+		if started == "" || calibrated == "" {
+			return fmt.Errorf("not in the log yet")
+		}
+		return nil
+	})
+	t.Logf("%s\n%s", started, calibrated)
+	if !strings.Contains(started, " degraded=[]") {
+		t.Errorf("the agent lost features in its pod: %s", started)
+	}
+	if !strings.Contains(calibrated, " lost=[]") {
+		t.Errorf("calibration lost attach types in the pod: %s", calibrated)
+	}
+}
+
+// testCalibration: the agent in its pod scans with the iterator (no
+// program fds), and its start-up calibration exported an overhead for
+// every attach type `bpfleet probe` on the host (as root, every
+// privilege) finds supported.
+func testCalibration(t *testing.T, prom *backends.Prometheus, root string) {
+	want := hostProbe(t, filepath.Join(root, "bin", "linux-"+runtime.GOARCH, "bpfleet"))
+	if len(want) == 0 {
+		t.Fatal("bpfleet probe on the host finds no attach type supported")
+	}
+	ctx := context.Background()
+	sel := fmt.Sprintf(`{k8s_node_name=%q}`, nodeName)
+	var got map[string]float64
+	kube.Eventually(t, 2*time.Minute, "bpf_attach_type_overhead_seconds for every attach type the host supports", func() error {
+		s, err := prom.Query(ctx, "bpf_attach_type_overhead_seconds"+sel)
+		if err != nil {
+			return err
+		}
+		got = map[string]float64{}
+		for _, x := range s {
+			got[x.Labels["bpf_attach_type"]] = x.Value
+		}
+		for a := range want {
+			if _, ok := got[a]; !ok {
+				return fmt.Errorf("host supports %s; the pod's agent exported overheads for %v", a, got)
+			}
+		}
+		return nil
+	})
+	t.Logf("overhead per triggered call from the pod: %v (host supports %v)", got, want)
+	src, err := prom.Query(ctx, "bpf_agent_scan_source"+sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(src) != 1 || src[0].Labels["bpf_scan_source"] != "iterator" {
+		t.Errorf("bpf_agent_scan_source: %v, want the iterator", src)
+	}
+}
+
+var progIDRE = regexp.MustCompile(`canary loaded prog_id=(\d+)`)
+
+// canaryPod waits for the Deployment's running pod other than notUID and
+// returns it with its program's id, read from its log.
+func canaryPod(t *testing.T, n *node, cs *kubernetes.Clientset, notUID types.UID) (*corev1.Pod, uint32) {
+	t.Helper()
+	var pod *corev1.Pod
+	var id uint32
+	kube.Eventually(t, 3*time.Minute, "the canary pod running with its program loaded", func() error {
+		pods, err := cs.CoreV1().Pods(appsNS).List(context.Background(), metav1.ListOptions{LabelSelector: "app=canary"})
+		if err != nil {
+			return err
+		}
+		var states []string
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if p.UID == notUID || p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+				states = append(states, podState(p))
+				continue
+			}
+			if m := progIDRE.FindStringSubmatch(podLog(n, p, "canary", 0)); m != nil {
+				v, _ := strconv.ParseUint(m[1], 10, 32)
+				pod, id = p, uint32(v)
+				return nil
+			}
+			states = append(states, p.Name+" running, no program id in its log yet")
+		}
+		return fmt.Errorf("canary pods: %v", states)
+	})
+	return pod, id
+}
+
+// kernelMisses is the program's recursion_misses as the kernel says.
+func kernelMisses(id uint32) (uint64, error) {
+	p, err := ebpf.NewProgramFromID(ebpf.ProgramID(id))
+	if err != nil {
+		return 0, err
+	}
+	defer p.Close()
+	st, err := p.Stats()
+	if err != nil {
+		return 0, err
+	}
+	return st.RecursionMisses, nil
+}
+
+// testDeployment: a Deployment's pod loads the recursion canary; the
+// exported workload series names it by namespace and Deployment, and
+// counts no more misses than the kernel did; its replacement's new
+// program continues the same series; the first pod's miss episode reaches
+// Jaeger named by pod, namespace and Deployment.
+func testDeployment(t *testing.T, n *node, cs *kubernetes.Clientset, prom *backends.Prometheus, jg *backends.Jaeger, reg string) {
+	ctx := context.Background()
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: appsNS}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	one := int32(1)
+	labels := map[string]string{"app": "canary"}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "canary", Namespace: appsNS},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &one,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: new(int64),
+					Containers: []corev1.Container{{
+						Name:  "canary",
+						Image: reg + "/canary:1",
+						// Loading a tracing program and its BTF.
+						SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{
+							Drop: []corev1.Capability{"ALL"},
+							Add:  []corev1.Capability{"BPF", "PERFMON"},
+						}},
+					}},
+				},
+			},
+		},
+	}
+	if _, err := cs.AppsV1().Deployments(appsNS).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	first, firstID := canaryPod(t, n, cs, "")
+	t.Logf("canary pod %s holds program %d", first.Name, firstID)
+
+	sel := fmt.Sprintf(`bpf_program_recursion_misses_total{k8s_node_name=%q,k8s_namespace_name=%q,k8s_workload_kind="Deployment",k8s_workload_name="canary",bpf_program_name="canary"}`, nodeName, appsNS)
+	var before float64
+	kube.Eventually(t, 90*time.Second, "the canary's misses in Prometheus, named by namespace and Deployment", func() error {
+		s, err := prom.Query(ctx, sel)
+		if err != nil {
+			return err
+		}
+		if len(s) != 1 {
+			return fmt.Errorf("%d series %v, want 1", len(s), s)
+		}
+		if s[0].Labels["bpf_attach_type"] != "tp_btf" || s[0].Labels["process_executable_name"] != "canary" {
+			return fmt.Errorf("series %v: want attach type tp_btf, executable canary", s[0].Labels)
+		}
+		k, err := kernelMisses(firstID)
+		if err != nil {
+			return err
+		}
+		if s[0].Value <= 0 || s[0].Value > float64(k) {
+			return fmt.Errorf("exported %v misses, kernel counted %d: want 0 < exported <= kernel", s[0].Value, k)
+		}
+		before = s[0].Value
+		return nil
+	})
+	t.Logf("exported %v misses for %s", before, sel)
+
+	// The pod replaced: a new program id, the same workload series.
+	if err := cs.CoreV1().Pods(appsNS).Delete(ctx, first.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	second, secondID := canaryPod(t, n, cs, first.UID)
+	if secondID == firstID {
+		t.Fatalf("the replacement pod %s holds program %d, the first pod's", second.Name, secondID)
+	}
+	t.Logf("replacement pod %s holds program %d", second.Name, secondID)
+	kube.Eventually(t, 90*time.Second, "the workload series continuing past the replacement's misses", func() error {
+		s, err := prom.Query(ctx, sel)
+		if err != nil {
+			return err
+		}
+		if len(s) != 1 {
+			return fmt.Errorf("%d series, want 1", len(s))
+		}
+		k, err := kernelMisses(secondID)
+		if err != nil {
+			return err
+		}
+		// The series sums both programs: above the first's total by
+		// some of the second's misses, never by more than all of them.
+		if s[0].Value <= before || s[0].Value > before+float64(k)+5*float64(interval/time.Second) {
+			return fmt.Errorf("exported %v after %v before the replacement, whose program has %d misses", s[0].Value, before, k)
+		}
+		return nil
+	})
+	ever, err := prom.Query(ctx, fmt.Sprintf("count(count_over_time(%s[15m]))", sel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ever) != 1 || ever[0].Value != 1 {
+		t.Errorf("series ever for the canary's workload: %v, want 1", ever)
+	}
+
+	// The first pod's episode ended with its program: a span in Jaeger.
+	kube.Eventually(t, 2*time.Minute, "the first canary pod's miss episode in Jaeger", func() error {
+		spans, err := jg.Spans(ctx, "bpfleet-agent", map[string]string{"k8s.pod.name": first.Name})
+		if err != nil {
+			return err
+		}
+		for _, s := range spans {
+			if s.Tags["k8s.namespace.name"] == appsNS && s.Tags["k8s.workload.name"] == "canary" && s.Tags["k8s.workload.kind"] == "Deployment" {
+				t.Logf("span %s: %v", s.OperationName, s.Tags)
+				return nil
+			}
+		}
+		return fmt.Errorf("%d spans for pod %s, none named by its namespace and Deployment", len(spans), first.Name)
+	})
+}
+
+// testCoreCache: the agent's CO-RE cache lives in the pod's /tmp
+// (emptyDir) and survives the agent's restart in the pod: the restarted
+// agent loads its iterators from it without relocating against kernel BTF
+// again (a relocation rewrites the cache file: a new inode).
+func testCoreCache(t *testing.T, n *node, cs *kubernetes.Clientset, pod *corev1.Pod) {
+	ctx := context.Background()
+	pid := podPID(t, pod, "bpfleet-agent")
+	files := func(pid int) map[string]uint64 {
+		m := map[string]uint64{}
+		ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/root%s", pid, cacheDir))
+		for _, e := range ents {
+			if fi, err := e.Info(); err == nil {
+				m[e.Name()] = fi.Sys().(*syscall.Stat_t).Ino
+			}
+		}
+		return m
+	}
+	before := files(pid)
+	if len(before) == 0 {
+		t.Fatalf("no CO-RE cache files in the agent's %s", cacheDir)
+	}
+	restarts := pod.Status.ContainerStatuses[0].RestartCount
+	if err := killPID(pid); err != nil {
+		t.Fatal(err)
+	}
+	var newPID int
+	kube.Eventually(t, 3*time.Minute, "the agent restarted in its pod", func() error {
+		p, err := cs.CoreV1().Pods(releaseNS).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		c := p.Status.ContainerStatuses[0]
+		if c.RestartCount <= restarts || c.State.Running == nil {
+			return fmt.Errorf("%s", podState(p))
+		}
+		_, id, _ := strings.Cut(c.ContainerID, "://")
+		newPID, err = containerPID(id, "bpfleet-agent")
+		return err
+	})
+	// The restarted agent's first scan loads its iterators: wait for the
+	// scan-source line in its log.
+	kube.Eventually(t, time.Minute, "the restarted agent's first scan", func() error {
+		if !strings.Contains(podLog(n, pod, "agent", restarts+1), "scan source") {
+			return fmt.Errorf("no scan source line yet in the agent's log")
+		}
+		return nil
+	})
+	after := files(newPID)
+	t.Logf("CO-RE cache before the restart %v, after %v", before, after)
+	for name, ino := range before {
+		if after[name] != ino {
+			t.Errorf("CO-RE cache %s: inode %d before the restart, %d after: the restarted agent relocated again", name, ino, after[name])
+		}
+	}
+}
+
+// testRolloutRestart: `kubectl rollout restart` of the DaemonSet leaves no
+// gap in the node's export beyond one interval.
+func testRolloutRestart(t *testing.T, cs *kubernetes.Clientset, prom *backends.Prometheus) {
+	ctx := context.Background()
+	old := waitAgentPod(t, cs, "")
+	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":%q}}}}}`, time.Now().Format(time.RFC3339))
+	restartAt := time.Now()
+	if _, err := cs.AppsV1().DaemonSets(releaseNS).Patch(ctx, releaseName, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	nu := waitAgentPod(t, cs, old.UID)
+	t.Logf("new agent pod %s Ready %s after the restart", nu.Name, time.Since(restartAt).Round(time.Millisecond))
+	// Each agent pod is a series of its own (host.name is the pod's
+	// hostname); the node's export is their union.
+	sel := fmt.Sprintf(`bpf_agent_scans_total{k8s_node_name=%q}`, nodeName)
+	var gap time.Duration
+	kube.Eventually(t, 2*time.Minute, "two exports of the new agent", func() error {
+		series, err := prom.RawSamples(ctx, sel, time.Since(restartAt)+3*interval)
+		if err != nil {
+			return err
+		}
+		var ts []time.Time
+		fromNew := 0
+		for labels, pts := range series {
+			for _, p := range pts {
+				ts = append(ts, p.Time)
+			}
+			if strings.Contains(labels, " host_name:"+nu.Name+" ") { // RawSamples keys are fmt.Sprint(labels)
+				fromNew = len(pts)
+			}
+		}
+		if fromNew < 2 {
+			return fmt.Errorf("%d samples from the new pod %s in %v", fromNew, nu.Name, series)
+		}
+		sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+		gap = 0
+		for i := 1; i < len(ts); i++ {
+			gap = max(gap, ts[i].Sub(ts[i-1]))
+		}
+		return nil
+	})
+	t.Logf("longest gap between exports across the rollout restart: %s (interval %s)", gap.Round(time.Millisecond), interval)
+	if gap > 2*interval+2*time.Second {
+		t.Errorf("rollout restart left a %s gap in the node's export, more than one missed interval (%s)", gap, interval)
+	}
+}
