@@ -3,14 +3,13 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/bpfleet/bpfleet/test/kube"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/release"
@@ -20,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
@@ -84,10 +82,7 @@ func theRelease(t *testing.T) *installed {
 	return in
 }
 
-func chartDir() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "charts", "bpfleet")
-}
+func chartDir() string { return kube.ChartDir() }
 
 func podSecurityLabels(level string) map[string]string {
 	return map[string]string{
@@ -112,30 +107,13 @@ func installChart() (*installed, error) {
 	}
 
 	w := &warnings{}
-	host, token, ca, nsName := srv.APIURL(), srv.AdminToken, srv.caFile(), releaseNS
-	flags := genericclioptions.NewConfigFlags(false)
-	flags.APIServer, flags.BearerToken, flags.CAFile, flags.Namespace = &host, &token, &ca, &nsName
-	flags.WrapConfigFn = func(c *rest.Config) *rest.Config {
+	// No Wait: without a kubelet the DaemonSet never has ready pods.
+	rel, cfg, err := srv.HelmInstall(releaseNS, releaseName, map[string]any{}, func(c *rest.Config) *rest.Config {
 		c.WarningHandler = w
 		return c
-	}
-	cfg := new(action.Configuration)
-	var debug []string
-	if err := cfg.Init(flags, releaseNS, "secret", func(format string, v ...any) { debug = append(debug, fmt.Sprintf(format, v...)) }); err != nil {
-		return nil, fmt.Errorf("helm init: %w", err)
-	}
-	ch, err := loader.Load(chartDir())
+	})
 	if err != nil {
 		return nil, err
-	}
-	inst := action.NewInstall(cfg)
-	inst.ReleaseName = releaseName
-	inst.Namespace = releaseNS
-	inst.Timeout = 2 * time.Minute
-	// No Wait: without a kubelet the DaemonSet never has ready pods.
-	rel, err := inst.Run(ch, map[string]any{})
-	if err != nil {
-		return nil, fmt.Errorf("%w\nhelm debug log:\n%s", err, strings.Join(debug, "\n"))
 	}
 	in := &installed{rel: rel, warnings: w.list(), helm: cfg, warn: w}
 	for _, doc := range strings.Split(rel.Manifest, "\n---") {

@@ -18,13 +18,10 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"helm.sh/helm/v3/pkg/action"
-	"helm.sh/helm/v3/pkg/chart/loader"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/bpfleet/bpfleet/internal/ociimage"
@@ -122,22 +119,8 @@ func installChart(t *testing.T, n *node, vals map[string]any) {
 	if _, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: releaseNS}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	host, token, ca, ns := n.APIURL(), n.AdminToken, n.CAFile(), releaseNS
-	flags := genericclioptions.NewConfigFlags(false)
-	flags.APIServer, flags.BearerToken, flags.CAFile, flags.Namespace = &host, &token, &ca, &ns
-	cfg := new(action.Configuration)
-	var debug []string
-	if err := cfg.Init(flags, releaseNS, "secret", func(format string, v ...any) { debug = append(debug, fmt.Sprintf(format, v...)) }); err != nil {
-		t.Fatalf("helm init: %v", err)
-	}
-	ch, err := loader.Load(filepath.Join(repoRoot(), "charts", "bpfleet"))
-	if err != nil {
+	if _, _, err := n.HelmInstall(releaseNS, releaseName, vals, nil); err != nil {
 		t.Fatal(err)
-	}
-	inst := action.NewInstall(cfg)
-	inst.ReleaseName, inst.Namespace, inst.Timeout = releaseName, releaseNS, 2*time.Minute
-	if _, err := inst.Run(ch, vals); err != nil {
-		t.Fatalf("helm install: %v\n%s", err, strings.Join(debug, "\n"))
 	}
 }
 
