@@ -16,7 +16,7 @@ scripts/install-deps.sh
 # The backends (built from their Go modules once, then cached) take most of a
 # cold run: build them in the background while the static checks and the
 # host tests that need no backend run, and wait for them only where needed.
-step "backends: Prometheus, promtool, Jaeger, the Collector, etcd, kube-apiserver (built once, cached; in the background)"
+step "backends: Prometheus, promtool, Jaeger, the Collector, etcd, kube-apiserver, kube-node, containerd (built once, cached; in the background)"
 backends_log=$(mktemp)
 scripts/build-backends.sh >"$backends_log" 2>&1 &
 backends_pid=$!
