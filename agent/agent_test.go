@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
-	testcounters "github.com/bpfleet/bpfleet/probes/counters"
+	"github.com/bpfleet/bpfleet/test/canary/canarytest"
+	testcounters "github.com/bpfleet/bpfleet/test/counters"
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 )

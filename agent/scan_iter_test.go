@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
 	"github.com/bpfleet/bpfleet/probes/progstats"
+	"github.com/bpfleet/bpfleet/test/canary/canarytest"
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 )

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/bpfleet/bpfleet/probes/bpfevents"
-	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
 	"github.com/bpfleet/bpfleet/probes/statstable"
+	"github.com/bpfleet/bpfleet/test/canary/canarytest"
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 )

@@ -11,7 +11,7 @@ import (
 
 	"github.com/bpfleet/bpfleet/agent"
 	"github.com/bpfleet/bpfleet/agent/history"
-	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
+	"github.com/bpfleet/bpfleet/test/canary/canarytest"
 )
 
 // TestHistoryRoute: the route serves what the store holds, and answers an

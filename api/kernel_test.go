@@ -10,7 +10,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/bpfleet/bpfleet/agent"
-	"github.com/bpfleet/bpfleet/probes/canary"
+	"github.com/bpfleet/bpfleet/test/canary"
 )
 
 // TestServeRealScan loads the recursion canary into the running kernel,

@@ -120,7 +120,7 @@ func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 			a.Close()
 		}
 	}()
-	defer publishIterators(c.Scan, log).Close()
+	defer agent.PublishIterators(c.Scan, log).Close()
 
 	level, err := exporter.ParseLevel(string(c.Level)) // valid: checked by config
 	if err != nil {

@@ -17,8 +17,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/bpfleet/bpfleet/agent/history"
-	"github.com/bpfleet/bpfleet/probes/canary"
-	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
+	"github.com/bpfleet/bpfleet/test/canary"
+	"github.com/bpfleet/bpfleet/test/canary/canarytest"
 	"github.com/creack/pty"
 )
 

@@ -18,8 +18,8 @@ import (
 	"github.com/bpfleet/bpfleet/agent"
 	"github.com/bpfleet/bpfleet/agent/history"
 	"github.com/bpfleet/bpfleet/api"
-	"github.com/bpfleet/bpfleet/probes/canary"
-	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
+	"github.com/bpfleet/bpfleet/test/canary"
+	"github.com/bpfleet/bpfleet/test/canary/canarytest"
 	"github.com/creack/pty"
 )
 

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
 	"github.com/bpfleet/bpfleet/test/backends"
+	"github.com/bpfleet/bpfleet/test/canary/canarytest"
 )
 
 // A program loaded while the agent runs that misses N times before the

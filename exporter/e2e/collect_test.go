@@ -15,8 +15,8 @@ import (
 
 	"github.com/bpfleet/bpfleet/exporter"
 	"github.com/bpfleet/bpfleet/exporter/dashboards"
-	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
 	"github.com/bpfleet/bpfleet/test/backends"
+	"github.com/bpfleet/bpfleet/test/canary/canarytest"
 )
 
 // The way fleets push: agent → OpenTelemetry Collector (otlp receiver,

@@ -17,9 +17,9 @@ import (
 	"github.com/bpfleet/bpfleet/api"
 	"github.com/bpfleet/bpfleet/exporter"
 	"github.com/bpfleet/bpfleet/internal/syncbuf"
-	"github.com/bpfleet/bpfleet/probes/canary"
-	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
 	"github.com/bpfleet/bpfleet/test/backends"
+	"github.com/bpfleet/bpfleet/test/canary"
+	"github.com/bpfleet/bpfleet/test/canary/canarytest"
 )
 
 var bpfleetBin string

@@ -27,10 +27,7 @@ func loadIter(tb testing.TB) *Iter {
 	tb.Helper()
 	it, _, err := LoadCached(tb.TempDir())
 	if errors.Is(err, ebpf.ErrNotSupported) {
-		if expect.Expected(expect.FeatLinkIter) {
-			tb.Fatalf("kernel refuses the bpf_link iterator on %s, where it was measured present: %v", expect.Entry(), err)
-		}
-		tb.Skipf("kernel refuses the bpf_link iterator: %v", err)
+		expect.SkipUnlessExpected(tb, expect.FeatLinkIter, err)
 	}
 	if err != nil {
 		tb.Fatal(err)
@@ -448,25 +445,25 @@ func TestKprobeMissed(t *testing.T) {
 		asm.Return(),
 	}})
 	if err != nil {
-		refusedKprobe(t, fmt.Errorf("loading kprobe program: %w", err))
+		expect.SkipUnlessExpected(t, expect.FeatKprobe, fmt.Errorf("loading kprobe program: %w", err))
 	}
 	t.Cleanup(func() { outer.Close() })
 	inner := prog(t, ebpf.Kprobe, 0, "", 0)
 	innerLink, err := link.Kprobe("htab_map_delete_elem", inner, nil)
 	if err != nil {
-		refusedKprobe(t, err)
+		expect.SkipUnlessExpected(t, expect.FeatKprobe, err)
 	}
 	t.Cleanup(func() { innerLink.Close() })
 	sym := map[string]string{"amd64": "__x64_sys_getpgid", "arm64": "__arm64_sys_getpgid"}[runtime.GOARCH]
 	outerLink, err := link.Kprobe(sym, outer, nil)
 	if err != nil {
-		refusedKprobe(t, err)
+		expect.SkipUnlessExpected(t, expect.FeatKprobe, err)
 	}
 	t.Cleanup(func() { outerLink.Close() })
 	ret := prog(t, ebpf.Kprobe, 0, "", 0)
 	retLink, err := link.Kretprobe("htab_map_delete_elem", ret, nil)
 	if err != nil {
-		refusedKprobe(t, err)
+		expect.SkipUnlessExpected(t, expect.FeatKprobe, err)
 	}
 	t.Cleanup(func() { retLink.Close() })
 	var ids = map[string]uint32{}
@@ -540,14 +537,6 @@ func TestKprobeMissed(t *testing.T) {
 	for what, v := range m1 {
 		t.Logf("metric linkstats.%s_missed=%d", what, *v-*m0[what])
 	}
-}
-
-func refusedKprobe(t *testing.T, err error) {
-	t.Helper()
-	if expect.Expected(expect.FeatKprobe) {
-		t.Fatalf("kprobe refused on %s, where it was measured present: %v", expect.Entry(), err)
-	}
-	t.Skipf("kprobe not available on this kernel: %v", err)
 }
 
 // TestLoadCache loads from kernel BTF, then from the CO-RE cache: the

@@ -18,13 +18,7 @@ func attachOrSkip(t *testing.T, target *ebpf.Program) *Profiler {
 	t.Helper()
 	p, err := Attach(target)
 	if err != nil {
-		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EINVAL) || errors.Is(err, ebpf.ErrNotSupported) {
-			if expect.Expected(expect.FeatFentryOnBPF) {
-				t.Fatalf("kernel refuses fentry/fexit on a BPF program on %s, where it was measured present: %v", expect.Entry(), err)
-			}
-			t.Skipf("kernel refuses fentry/fexit on a BPF program: %v", err)
-		}
-		t.Fatal(err)
+		refusedOrFatal(t, err)
 	}
 	t.Cleanup(func() { p.Close() })
 	return p
@@ -64,10 +58,7 @@ func attachShapeOrSkip(t *testing.T, target *ebpf.Program, o Options) *Profiler 
 		if errors.Is(err, unix.EPERM) {
 			refusedOrFatal(t, err)
 		}
-		if expect.Expected(expect.FeatFsessionOnBPF) {
-			t.Fatalf("fsession on a BPF program refused on %s, where it was measured present: %v", expect.Entry(), err)
-		}
-		t.Skipf("fsession on a BPF program: %v", err)
+		expect.SkipUnlessExpected(t, expect.FeatFsessionOnBPF, err)
 	}
 	t.Cleanup(func() { p.Close() })
 	return p
@@ -76,10 +67,7 @@ func attachShapeOrSkip(t *testing.T, target *ebpf.Program, o Options) *Profiler 
 func refusedOrFatal(t *testing.T, err error) {
 	t.Helper()
 	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EINVAL) || errors.Is(err, ebpf.ErrNotSupported) {
-		if expect.Expected(expect.FeatFentryOnBPF) {
-			t.Fatalf("kernel refuses fentry/fexit on a BPF program on %s, where it was measured present: %v", expect.Entry(), err)
-		}
-		t.Skipf("kernel refuses fentry/fexit on a BPF program: %v", err)
+		expect.SkipUnlessExpected(t, expect.FeatFentryOnBPF, err)
 	}
 	t.Fatal(err)
 }

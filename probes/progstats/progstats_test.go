@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
 	"github.com/bpfleet/bpfleet/probes/internal/coreload"
+	"github.com/bpfleet/bpfleet/test/canary/canarytest"
 	"github.com/bpfleet/bpfleet/test/kernels/expect"
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -24,7 +24,7 @@ func loadIter(tb testing.TB) *Iter {
 	}
 	it, err := Load(n)
 	if errors.Is(err, ebpf.ErrNotSupported) {
-		refusedIter(tb, err)
+		expect.SkipUnlessExpected(tb, expect.FeatProgStats, err)
 	}
 	if err != nil {
 		tb.Fatal(err)
@@ -313,7 +313,7 @@ func TestLoadCache(t *testing.T) {
 		it, li, err := LoadCached(n, dir)
 		d := time.Since(t0)
 		if errors.Is(err, ebpf.ErrNotSupported) {
-			refusedIter(t, err)
+			expect.SkipUnlessExpected(t, expect.FeatProgStats, err)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -473,17 +473,6 @@ func emptyWalk(b *testing.B) func() {
 		}
 		rd.Close()
 	}
-}
-
-// refusedIter ends a test whose iterator the kernel refused: a failure
-// where the kernel matrix measured it present, else a skip with the
-// kernel's answer.
-func refusedIter(tb testing.TB, err error) {
-	tb.Helper()
-	if expect.Expected(expect.FeatProgStats) {
-		tb.Fatalf("kernel refuses the bpf_prog stats iterator on %s, where it was measured present: %v", expect.Entry(), err)
-	}
-	tb.Skipf("kernel refuses the bpf_prog stats iterator: %v", err)
 }
 
 // TestReadStatsNewIDs checks the steady-state pass where a program appears:

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/bpfleet/bpfleet/probes/bpfevents"
-	"github.com/bpfleet/bpfleet/probes/canary/canarytest"
 	"github.com/bpfleet/bpfleet/probes/progstats"
+	"github.com/bpfleet/bpfleet/test/canary/canarytest"
 	"github.com/bpfleet/bpfleet/test/kernels/expect"
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -39,8 +39,8 @@ func loadTable(tb testing.TB, capacity int) (*Table, int) {
 	t0 := time.Now()
 	t, err := Load(cpus, capacity)
 	took := time.Since(t0)
-	if errors.Is(err, ebpf.ErrNotSupported) && !expect.Expected(expect.FeatProgStats) {
-		tb.Skipf("kernel refuses the stats table: %v", err)
+	if errors.Is(err, ebpf.ErrNotSupported) {
+		expect.SkipUnlessExpected(tb, expect.FeatProgStats, fmt.Errorf("loading the stats table: %w", err))
 	}
 	if err != nil {
 		tb.Fatal(err)

@@ -1,6 +1,7 @@
-// Package canary loads a BPF program whose every run is one genuine
-// recursion miss: a known answer for testing and self-checking bpfleet's
-// miss accounting on a real kernel.
+// Package canary is a test fixture: it loads a BPF program whose every run
+// is one genuine recursion miss, a known answer for testing bpfleet's miss
+// accounting on a real kernel. Only tests (canarytest is their helper) and
+// test programs such as test/node/canary use it; no product package does.
 package canary
 
 import (

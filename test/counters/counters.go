@@ -1,6 +1,7 @@
-// Package counters loads raw_tp, tp_btf and tracepoint programs on a
-// tracepoint the caller fires itself, for tests that need exact run counts
-// of real attached programs.
+// Package counters is a test fixture: it loads raw_tp, tp_btf and
+// tracepoint programs on a tracepoint the caller fires itself, for tests
+// that need exact run counts of real attached programs. No product package
+// uses it.
 package counters
 
 import (

@@ -7,7 +7,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/bpfleet/bpfleet/probes/canary"
+	"github.com/bpfleet/bpfleet/test/canary"
 	"github.com/cilium/ebpf"
 )
 

@@ -32,17 +32,6 @@ const (
 	nOther = 3
 )
 
-// refused ends a test whose program the kernel would not load or attach: a
-// failure where the kernel matrix measured the feature present, else a skip
-// with the kernel's answer.
-func refused(t *testing.T, feature string, err error) {
-	t.Helper()
-	if expect.Expected(feature) {
-		t.Fatalf("%s refused on %s, where it was measured present: %v", feature, expect.Entry(), err)
-	}
-	t.Skipf("%s not available on this kernel: %v", feature, err)
-}
-
 // armedSpec is the contention spec with its programs counting only this
 // process.
 func armedSpec(t *testing.T) *ebpf.CollectionSpec {
@@ -60,7 +49,7 @@ func armedSpec(t *testing.T) *ebpf.CollectionSpec {
 func load(t *testing.T, feature string, objs any) {
 	t.Helper()
 	if err := armedSpec(t).LoadAndAssign(objs, nil); err != nil {
-		refused(t, feature, fmt.Errorf("loading: %w", err))
+		expect.SkipUnlessExpected(t, feature, fmt.Errorf("loading: %w", err))
 	}
 }
 
@@ -68,7 +57,7 @@ func attach(t *testing.T, feature string, p *ebpf.Program) {
 	t.Helper()
 	l, err := link.AttachTracing(link.TracingOptions{Program: p})
 	if err != nil {
-		refused(t, feature, fmt.Errorf("attaching: %w", err))
+		expect.SkipUnlessExpected(t, feature, fmt.Errorf("attaching: %w", err))
 	}
 	t.Cleanup(func() { l.Close() })
 }

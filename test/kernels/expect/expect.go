@@ -1,10 +1,14 @@
 // Package expect says what each kernel-matrix entry was measured to
 // support, so a test that meets a refusal fails where the feature is known
 // present and skips (with the kernel's words) elsewhere. A leaf: probe
-// packages' tests use it without importing the agent.
+// packages' tests use it without importing the agent. Only tests import it,
+// so it may import testing.
 package expect
 
-import "os"
+import (
+	"os"
+	"testing"
+)
 
 // EntryEnv names the kernel-matrix entry a test binary runs in; the harness's
 // /init sets it. Unset (on the host) nothing is expected and every refusal
@@ -54,6 +58,19 @@ func Expected(feature string) bool {
 		}
 	}
 	return false
+}
+
+// SkipUnlessExpected ends a test whose feature the kernel refused (err
+// carries the kernel's or the agent's answer): a failure where the matrix
+// measured the feature present on this entry, since that is a regression,
+// else a skip that says why. Every refusal in the kernel tests goes through
+// here so the matrix's logs word them alike.
+func SkipUnlessExpected(t testing.TB, feature string, err error) {
+	t.Helper()
+	if Expected(feature) {
+		t.Fatalf("%s refused on %s, where it was measured present: %v", feature, Entry(), err)
+	}
+	t.Skipf("%s not available on this kernel: %v", feature, err)
 }
 
 // FeatFsessionOnBPF: a BPF_TRACE_FSESSION program attached to another BPF

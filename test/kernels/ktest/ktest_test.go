@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bpfleet/bpfleet/agent"
-	"github.com/bpfleet/bpfleet/probes/canary"
+	"github.com/bpfleet/bpfleet/test/canary"
 	"github.com/bpfleet/bpfleet/test/kernels/expect"
 )
 
@@ -22,17 +22,6 @@ import (
 var statsOn bool
 
 func TestMain(m *testing.M) { MainWithStats(m, "ktest", &statsOn) }
-
-// refused ends a test whose feature the kernel would not load or attach:
-// a failure where the matrix measured the feature present, else a skip
-// carrying the kernel's answer.
-func refused(t *testing.T, feature string, err error) {
-	t.Helper()
-	if expect.Expected(feature) {
-		t.Fatalf("%s refused on %s, where it was measured present: %v", feature, expect.Entry(), err)
-	}
-	t.Skipf("%s not available on this kernel: %v", feature, err)
-}
 
 // load reads the spec armed for this process and loads only the objects
 // named in objs, so one refused program does not take the others down.
@@ -46,7 +35,7 @@ func load(t *testing.T, feature string, objs any) {
 		t.Fatalf("arming target_tgid: %v", err)
 	}
 	if err := spec.LoadAndAssign(objs, nil); err != nil {
-		refused(t, feature, fmt.Errorf("loading: %w", err))
+		expect.SkipUnlessExpected(t, feature, fmt.Errorf("loading: %w", err))
 	}
 }
 
@@ -104,7 +93,7 @@ type deleteObjs struct {
 func testDeleteRecursion(t *testing.T, feature string, prog *ebpf.Program, o *deleteObjs) {
 	l, err := link.AttachTracing(link.TracingOptions{Program: prog})
 	if err != nil {
-		refused(t, feature, fmt.Errorf("attaching: %w", err))
+		expect.SkipUnlessExpected(t, feature, fmt.Errorf("attaching: %w", err))
 	}
 	closeAll(t, l)
 	s0 := stats(t, prog)
@@ -159,7 +148,7 @@ func TestFexitRecursion(t *testing.T) {
 func TestTpBtfRecursion(t *testing.T) {
 	c, err := canary.Load()
 	if err != nil {
-		refused(t, expect.FeatTpBtf, err)
+		expect.SkipUnlessExpected(t, expect.FeatTpBtf, err)
 	}
 	closeAll(t, c)
 	m0, err := c.KernelMisses()
@@ -205,7 +194,7 @@ func TestFmodRet(t *testing.T) {
 	closeAll(t, objs.Prog)
 	l, err := link.AttachTracing(link.TracingOptions{Program: objs.Prog})
 	if err != nil {
-		refused(t, expect.FeatFmodRet, fmt.Errorf("attaching: %w", err))
+		expect.SkipUnlessExpected(t, expect.FeatFmodRet, fmt.Errorf("attaching: %w", err))
 	}
 	closeAll(t, l)
 	s0 := stats(t, objs.Prog)
@@ -246,7 +235,7 @@ func TestFentrySleepable(t *testing.T) {
 	closeAll(t, objs.Prog)
 	l, err := link.AttachTracing(link.TracingOptions{Program: objs.Prog})
 	if err != nil {
-		refused(t, expect.FeatFentrySleep, fmt.Errorf("attaching: %w", err))
+		expect.SkipUnlessExpected(t, expect.FeatFentrySleep, fmt.Errorf("attaching: %w", err))
 	}
 	closeAll(t, l)
 	s0 := stats(t, objs.Prog)
@@ -271,7 +260,7 @@ func TestLSM(t *testing.T) {
 	closeAll(t, objs.Prog)
 	l, err := link.AttachLSM(link.LSMOptions{Program: objs.Prog})
 	if err != nil {
-		refused(t, expect.FeatLSM, fmt.Errorf("attaching: %w", err))
+		expect.SkipUnlessExpected(t, expect.FeatLSM, fmt.Errorf("attaching: %w", err))
 	}
 	closeAll(t, l)
 	s0 := stats(t, objs.Prog)
@@ -309,7 +298,7 @@ func TestKprobeMissed(t *testing.T) {
 	closeAll(t, objs.Prog, objs.Map)
 	l, err := link.Kprobe("htab_map_update_elem", objs.Prog, nil)
 	if err != nil {
-		refused(t, expect.FeatKprobe, fmt.Errorf("attaching: %w", err))
+		expect.SkipUnlessExpected(t, expect.FeatKprobe, fmt.Errorf("attaching: %w", err))
 	}
 	closeAll(t, l)
 	s0 := stats(t, objs.Prog)
@@ -418,13 +407,13 @@ func TestKprobeLinkMissed(t *testing.T) {
 	closeAll(t, objs.Outer, objs.Inner, objs.Map)
 	inner, err := link.Kprobe("htab_map_delete_elem", objs.Inner, nil)
 	if err != nil {
-		refused(t, expect.FeatKprobe, fmt.Errorf("attaching: %w", err))
+		expect.SkipUnlessExpected(t, expect.FeatKprobe, fmt.Errorf("attaching: %w", err))
 	}
 	closeAll(t, inner)
 	sym := map[string]string{"amd64": "__x64_sys_getpgid", "arm64": "__arm64_sys_getpgid"}[runtime.GOARCH]
 	outer, err := link.Kprobe(sym, objs.Outer, nil)
 	if err != nil {
-		refused(t, expect.FeatKprobe, fmt.Errorf("attaching to %s: %w", sym, err))
+		expect.SkipUnlessExpected(t, expect.FeatKprobe, fmt.Errorf("attaching to %s: %w", sym, err))
 	}
 	closeAll(t, outer)
 	m0 := kprobeMissed(t, inner)

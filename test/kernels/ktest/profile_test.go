@@ -75,10 +75,7 @@ func TestAgentProfilesTimedTargets(t *testing.T) {
 			t.Fatalf("%s target (program %d): no profile in the snapshot", c.name, c.id)
 		}
 		if ps.Error != "" {
-			if expect.Expected(expect.FeatFentryOnBPF) {
-				t.Fatalf("agent cannot profile on %s, where fentry on a BPF program was measured present: %s", expect.Entry(), ps.Error)
-			}
-			t.Skipf("the agent reports: %s", ps.Error)
+			expect.SkipUnlessExpected(t, expect.FeatFentryOnBPF, errors.New("the agent reports: "+ps.Error))
 		}
 		if ps.Runs != fires || ps.IntervalRuns != fires {
 			t.Errorf("%s: agent reports %d runs (%d in the interval), want %d", c.name, ps.Runs, ps.IntervalRuns, fires)
@@ -148,10 +145,7 @@ func TestAgentProfilesWindowed(t *testing.T) {
 		t.Fatalf("program %d: no profile in the snapshot", id)
 	}
 	if ps.Error != "" {
-		if expect.Expected(expect.FeatFentryOnBPF) {
-			t.Fatalf("agent cannot profile on %s, where fentry on a BPF program was measured present: %s", expect.Entry(), ps.Error)
-		}
-		t.Skipf("the agent reports: %s", ps.Error)
+		expect.SkipUnlessExpected(t, expect.FeatFentryOnBPF, errors.New("the agent reports: "+ps.Error))
 	}
 	var sum uint64
 	for _, n := range ps.Buckets {

@@ -1,5 +1,5 @@
 // Command canary is the node test's BPF workload: run in a Deployment's
-// pod, it loads the recursion canary (probes/canary) and triggers it
+// pod, it loads the recursion canary (test/canary) and triggers it
 // -per times every second, so the program it holds has known misses that
 // bpfleet's agent must name by pod, namespace and Deployment. It prints its
 // program's id and every trigger count, and exits 0 on SIGTERM or SIGINT.
@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/bpfleet/bpfleet/probes/canary"
+	"github.com/bpfleet/bpfleet/test/canary"
 )
 
 func main() {
