@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/bpfleet/bpfleet/probes/internal/iterpin"
+	"github.com/bpfleet/bpfleet/test/kernels/expect"
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 )

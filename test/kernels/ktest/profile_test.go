@@ -2,6 +2,7 @@ package ktest
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"testing"
 	"time"
