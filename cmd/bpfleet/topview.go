@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/bpfleet/bpfleet/agent"
 )
@@ -272,42 +273,127 @@ func scanLabel(st *agent.ScanStats) string {
 	return l
 }
 
-const topColumns = "%7s %-16s %-14s %-12s %-22s %11s %9s %7s %9s %10s  %s"
+// listLayout is one of the program list's two layouts: wide on terminals
+// of fullWidth columns or more and in plain output, narrow below.
+type listLayout int
 
-func programLine(p *agent.ProgramStat) (line string, missing bool) {
-	m := totalMisses(&p.Program)
-	misses := strconv.FormatUint(m, 10)
-	if p.RecursionMisses == nil && len(p.Links) == 0 {
-		misses = "n/a"
-	}
-	line = fmt.Sprintf(topColumns, strconv.FormatUint(uint64(p.ID), 10), trunc(p.Name, 16), trunc(p.Type, 14),
-		trunc(p.AttachType, 12), trunc(p.AttachTarget, 22), fmtRate(p.Delta.RunsPerSec), fmtNs(p.Delta.NsPerRun),
-		fmtPct(p.Delta.CPUShare), fmtRate(p.Delta.MissesPerSec), misses, ownerCell(p.Owners))
-	return line, p.Delta.Misses+p.Delta.LinkMissed > 0
-}
-
-func columnsHeader() string {
-	return fmt.Sprintf(topColumns, "ID", "NAME", "TYPE", "ATTACH", "TARGET", "RUNS/S", "NS/RUN", "CPU%", "MISSES/S", "MISSES", "OWNER")
-}
-
-// Below fullWidth columns the list drops type, target and owner, so the
-// rates still show on an 80-column terminal (the detail view has the rest).
 const (
-	fullWidth      = 128
-	compactColumns = "%7s %-14s %-10s %8s %8s %6s %8s %9s"
+	layoutWide listLayout = iota
+	layoutNarrow
+	numLayouts
 )
 
-func compactHeader() string {
-	return fmt.Sprintf(compactColumns, "ID", "NAME", "ATTACH", "RUNS/S", "NS/RUN", "CPU%", "MISS/S", "MISSES")
+// fullWidth is the narrowest terminal that gets the wide layout.
+const fullWidth = 128
+
+// colAlign says how a cell sits in its column.
+type colAlign int
+
+const (
+	alignRight colAlign = iota // numbers: padded on the left, never cut
+	alignLeft                  // text: cut to the width with "…", padded on the right
+	alignRest                  // the last column: as long as it is, after a wider gap
+)
+
+// colIn is how one layout shows a column: its header and width. A layout
+// with no header leaves the column out.
+type colIn struct {
+	header string
+	width  int
 }
 
-func compactLine(p *agent.ProgramStat) (line string, missing bool) {
-	misses := strconv.FormatUint(totalMisses(&p.Program), 10)
+// listColumn is one column of the program list: how each layout shows it,
+// its alignment, and a program's cell.
+type listColumn struct {
+	in    [numLayouts]colIn
+	align colAlign
+	cell  func(p *agent.ProgramStat) string
+}
+
+// listColumns are the list's columns in order, declared once so the two
+// layouts cannot drift apart. The narrow one drops type, target and owner
+// and narrows the rest, so the rates still show on an 80-column terminal
+// (the detail view has the rest).
+var listColumns = []listColumn{
+	{in: [numLayouts]colIn{{"ID", 7}, {"ID", 7}},
+		cell: func(p *agent.ProgramStat) string { return strconv.FormatUint(uint64(p.ID), 10) }},
+	{in: [numLayouts]colIn{{"NAME", 16}, {"NAME", 14}}, align: alignLeft,
+		cell: func(p *agent.ProgramStat) string { return p.Name }},
+	{in: [numLayouts]colIn{layoutWide: {"TYPE", 14}}, align: alignLeft,
+		cell: func(p *agent.ProgramStat) string { return p.Type }},
+	{in: [numLayouts]colIn{{"ATTACH", 12}, {"ATTACH", 10}}, align: alignLeft,
+		cell: func(p *agent.ProgramStat) string { return p.AttachType }},
+	{in: [numLayouts]colIn{layoutWide: {"TARGET", 22}}, align: alignLeft,
+		cell: func(p *agent.ProgramStat) string { return p.AttachTarget }},
+	{in: [numLayouts]colIn{{"RUNS/S", 11}, {"RUNS/S", 8}},
+		cell: func(p *agent.ProgramStat) string { return fmtRate(p.Delta.RunsPerSec) }},
+	{in: [numLayouts]colIn{{"NS/RUN", 9}, {"NS/RUN", 8}},
+		cell: func(p *agent.ProgramStat) string { return fmtNs(p.Delta.NsPerRun) }},
+	{in: [numLayouts]colIn{{"CPU%", 7}, {"CPU%", 6}},
+		cell: func(p *agent.ProgramStat) string { return fmtPct(p.Delta.CPUShare) }},
+	{in: [numLayouts]colIn{{"MISSES/S", 9}, {"MISS/S", 8}},
+		cell: func(p *agent.ProgramStat) string { return fmtRate(p.Delta.MissesPerSec) }},
+	{in: [numLayouts]colIn{{"MISSES", 10}, {"MISSES", 9}},
+		cell: totalMissesCell},
+	{in: [numLayouts]colIn{layoutWide: {"OWNER", 0}}, align: alignRest,
+		cell: func(p *agent.ProgramStat) string { return ownerCell(p.Owners) }},
+}
+
+// totalMissesCell is a program's misses since load, n/a where the kernel
+// counts none for it (no recursion misses field and no links).
+func totalMissesCell(p *agent.ProgramStat) string {
 	if p.RecursionMisses == nil && len(p.Links) == 0 {
-		misses = "n/a"
+		return "n/a"
 	}
-	line = fmt.Sprintf(compactColumns, strconv.FormatUint(uint64(p.ID), 10), trunc(p.Name, 14), trunc(p.AttachType, 10),
-		fmtRate(p.Delta.RunsPerSec), fmtNs(p.Delta.NsPerRun), fmtPct(p.Delta.CPUShare), fmtRate(p.Delta.MissesPerSec), misses)
+	return strconv.FormatUint(totalMisses(&p.Program), 10)
+}
+
+// columnsLine renders one line of the list in layout l, cell giving each
+// shown column's text: the one function that draws both layouts, their
+// headers and their program lines alike.
+func columnsLine(l listLayout, cell func(c *listColumn, in colIn) string) string {
+	var b strings.Builder
+	first := true
+	for i := range listColumns {
+		c := &listColumns[i]
+		in := c.in[l]
+		if in.header == "" {
+			continue
+		}
+		if !first {
+			b.WriteByte(' ')
+		}
+		first = false
+		text := cell(c, in)
+		// Widths count runes, as fmt's padding does.
+		pad := strings.Repeat(" ", max(in.width-utf8.RuneCountInString(text), 0))
+		switch c.align {
+		case alignRight:
+			b.WriteString(pad + text)
+		case alignLeft:
+			b.WriteString(text + pad)
+		case alignRest:
+			b.WriteString(" " + text)
+		}
+	}
+	return b.String()
+}
+
+// listHeader is the list's header line in layout l.
+func listHeader(l listLayout) string {
+	return columnsLine(l, func(_ *listColumn, in colIn) string { return in.header })
+}
+
+// programLine is p's line in layout l, and whether it missed runs this
+// interval (drawn in red).
+func programLine(l listLayout, p *agent.ProgramStat) (line string, missing bool) {
+	line = columnsLine(l, func(c *listColumn, in colIn) string {
+		text := c.cell(p)
+		if c.align == alignLeft {
+			text = trunc(text, in.width)
+		}
+		return text
+	})
 	return line, p.Delta.Misses+p.Delta.LinkMissed > 0
 }
 
@@ -388,11 +474,11 @@ func (v *topView) renderScreen(s *agent.Snapshot, rows, cols int) string {
 	}
 	panel := append(v.attachPanel(s), profilePanel(s)...)
 	room := max(rows-4-len(panel), 1)
-	header, line := columnsHeader(), programLine
+	layout := layoutWide
 	if cols < fullWidth {
-		header, line = compactHeader(), compactLine
+		layout = layoutNarrow
 	}
-	f.add(ansiRev, header)
+	f.add(ansiRev, listHeader(layout))
 	progs := v.rows(s)
 	v.selectIn(progs)
 	more := len(progs) > room
@@ -408,7 +494,7 @@ func (v *topView) renderScreen(s *agent.Snapshot, rows, cols int) string {
 	v.offset = max(min(v.offset, len(progs)-room), 0)
 	for i := v.offset; i < len(progs) && i < v.offset+room; i++ {
 		p := progs[i]
-		text, missing := line(p)
+		text, missing := programLine(layout, p)
 		style := ""
 		switch {
 		case i == v.selIdx && missing:
@@ -451,9 +537,9 @@ func (v *topView) attachPanel(s *agent.Snapshot) []string {
 // renderPlain writes one interval as plain lines, without escapes.
 func (v *topView) renderPlain(w io.Writer, s *agent.Snapshot) {
 	fmt.Fprintf(w, "%s %s\n", s.Time.UTC().Format(time.RFC3339), v.header(s))
-	fmt.Fprintln(w, columnsHeader())
+	fmt.Fprintln(w, listHeader(layoutWide))
 	for _, p := range v.rows(s) {
-		text, missing := programLine(p)
+		text, missing := programLine(layoutWide, p)
 		if missing {
 			text += "  MISSING"
 		}
