@@ -173,7 +173,7 @@ type OwnerStat struct {
 }
 
 // Miss kinds: what a miss count most likely means on this kernel for this
-// program (see DESIGN.md, "Misses that are not recursion").
+// program (see ARCHITECTURE.md, "Misses that are not recursion").
 const (
 	MissKindRecursion          = "recursion"
 	MissKindContentionPossible = "contention-possible"

@@ -10,7 +10,7 @@ import (
 )
 
 // BenchmarkSnapshot200 serves /v1/snapshot and a filtered /v1/programs for
-// a node with 200 programs (the fleet sizing in DESIGN.md).
+// a node with 200 programs (the fleet sizing in ARCHITECTURE.md, "Sizing").
 func BenchmarkSnapshot200(b *testing.B) {
 	snap := fixture()
 	base := snap.Programs[2]

@@ -119,7 +119,7 @@ func TestSleepableBlocked(t *testing.T) {
 			t.Errorf("program ran %d times, want %d (A, and B's triggers on CPU 1 only)", own, 1+nOther)
 		}
 	case 0:
-		t.Errorf("%s: the kernel counted no misses for %d triggers on the CPU where a sleepable run was blocked: the guard is not held across the sleep here (program ran %d times); update the test and DESIGN.md",
+		t.Errorf("%s: the kernel counted no misses for %d triggers on the CPU where a sleepable run was blocked: the guard is not held across the sleep here (program ran %d times); update the test and ARCHITECTURE.md (\"Misses that are not recursion\")",
 			expect.Entry(), nSame, own)
 	default:
 		t.Errorf("kernel counted %d misses for %d triggers on the blocked CPU, want %d", misses, nSame, nSame)

@@ -36,9 +36,10 @@ const (
 	FeatFentryOnBPF = "fentry on a BPF program"
 )
 
-// present is what DESIGN.md's kernel matrix measured each entry to support
-// (load, attach and runs counted). A feature listed here that the kernel
-// refuses is a regression and fails the test instead of skipping it.
+// present is what the kernel matrix measured each entry to support (load,
+// attach and runs counted; ARCHITECTURE.md, "What the Debian kernels in
+// qemu allow"). A feature listed here that the kernel refuses is a
+// regression and fails the test instead of skipping it.
 var present = map[string][]string{
 	"bookworm-amd64": {FeatFentry, FeatFexit, FeatLSM, FeatTpBtf, FeatKprobe, FeatProgStats, FeatFentryOnBPF, FeatLinkIter},
 	"trixie-amd64":   {FeatFentry, FeatFexit, FeatFmodRet, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatLinkIter},
