@@ -1,3 +1,3 @@
 package linkstats
 
-//go:generate go tool bpf2go -tags linux -cc clang -cflags "-O2 -g -Wall -Werror" -target amd64,arm64 linkstats linkstats.bpf.c -- -I../include
+//go:generate go tool bpf2go -tags linux -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel linkstats linkstats.bpf.c -- -I../include
