@@ -57,6 +57,9 @@ test:
 bench:
 	BENCH=$(BENCH) scripts/bench.sh
 
+# Every generated file: the bpf2go directives in the gen.go files are the
+# only go:generate lines (clang-14, from scripts/install-deps.sh).
+# scripts/test.sh runs the same and fails if the committed files differ.
 generate:
 	go generate ./...
 

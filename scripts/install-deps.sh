@@ -5,7 +5,13 @@ set -euo pipefail
 
 # runc, the CNI plugins (bridge, host-local, loopback), iproute2 and
 # util-linux (unshare, nsenter) are for test/node's real kubelet node.
-need_pkgs=(clang llvm libbpf-dev bpftool qemu-system-x86 qemu-system-arm cpio tmux \
+# clang-14 and llvm-14 (llvm-strip-14) by version: every gen.go calls bpf2go
+# with -cc clang-14 -strip llvm-strip-14, so the committed BPF objects are
+# what bookworm's clang 14 makes and another default clang cannot change
+# them (scripts/test.sh regenerates and diffs them). bpf2go takes the
+# compiler only from its flags or $BPF2GO_CC, and an environment variable
+# would pin nothing for a bare `go generate`, hence the version in each gen.go.
+need_pkgs=(clang-14 llvm-14 libbpf-dev bpftool qemu-system-x86 qemu-system-arm cpio tmux \
            debian-archive-keyring ca-certificates procps iproute2 util-linux \
            runc containernetworking-plugins)
 missing=()

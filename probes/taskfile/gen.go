@@ -1,3 +1,3 @@
 package taskfile
 
-//go:generate go tool bpf2go -tags linux -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel taskfile taskfile.bpf.c -- -I../include
+//go:generate go tool bpf2go -tags linux -cc clang-14 -strip llvm-strip-14 -cflags "-O2 -g -Wall -Werror" -target bpfel taskfile taskfile.bpf.c -- -I../include

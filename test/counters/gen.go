@@ -1,3 +1,3 @@
 package counters
 
-//go:generate go tool bpf2go -tags linux -cc clang -cflags "-O2 -g -Wall -Werror" -target bpfel counters counters.bpf.c -- -I../../probes/include
+//go:generate go tool bpf2go -tags linux -cc clang-14 -strip llvm-strip-14 -cflags "-O2 -g -Wall -Werror" -target bpfel counters counters.bpf.c -- -I../../probes/include

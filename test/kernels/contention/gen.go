@@ -11,4 +11,4 @@
 // with the kernel's answer.
 package contention
 
-//go:generate go tool bpf2go -tags linux -cc clang -cflags "-O2 -g -Wall -Werror" -target amd64,arm64 contention contention.bpf.c -- -I../../../probes/include
+//go:generate go tool bpf2go -tags linux -cc clang-14 -strip llvm-strip-14 -cflags "-O2 -g -Wall -Werror" -target amd64,arm64 contention contention.bpf.c -- -I../../../probes/include
