@@ -69,6 +69,10 @@ __u32 inside;
 __u32 outcome; // 1: released by the test, 2: ran out of time
 __u64 spin_ns;
 __u64 spin_runs;
+// every run, the target's or not: the kernel's run_cnt counts the runs of
+// any task (tp_btf/task_rename also fires when the kernel names a new
+// kernel thread, such as a kworker spawned during the test).
+__u64 all_runs;
 
 struct spin_ctx {
 	__u64 deadline;
@@ -102,6 +106,7 @@ static __always_inline int spin(void)
 {
 	struct spin_ctx c;
 
+	__sync_fetch_and_add(&all_runs, 1);
 	if (!from_target())
 		return 0;
 	__sync_fetch_and_add(&spin_runs, 1);
@@ -122,10 +127,11 @@ int BPF_PROG(spin_getsid)
 	return spin();
 }
 
-// A raw tracepoint program on task_rename (prctl PR_SET_NAME), which only
-// the test's threads fire while it runs in the VM. Whether it can be
-// preempted is what the test measures: on PREEMPT_RT it was, and on
-// Debian's 7.2 PREEMPT_DYNAMIC (lazy) kernel it was too.
+// A raw tracepoint program on task_rename (prctl PR_SET_NAME), which in the
+// VM only the test's threads fire, and the kernel when it names a new
+// kernel thread. Whether it can be preempted is what the test measures: on
+// PREEMPT_RT it was, and on Debian's 7.2 PREEMPT_DYNAMIC (lazy) kernel it
+// was too.
 SEC("tp_btf/task_rename")
 int BPF_PROG(spin_task_rename, struct task_struct *task, const char *comm)
 {

@@ -19,6 +19,7 @@ const (
 	contentionProgBlockGetpgid   = "block_getpgid"
 	contentionProgSpinGetsid     = "spin_getsid"
 	contentionProgSpinTaskRename = "spin_task_rename"
+	contentionVarAllRuns         = "all_runs"
 	contentionVarBlockRuns       = "block_runs"
 	contentionVarBlockTid        = "block_tid"
 	contentionVarCopied          = "copied"
@@ -90,6 +91,7 @@ type contentionMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type contentionVariableSpecs struct {
+	AllRuns    *ebpf.VariableSpec `ebpf:"all_runs"`
 	BlockRuns  *ebpf.VariableSpec `ebpf:"block_runs"`
 	BlockTid   *ebpf.VariableSpec `ebpf:"block_tid"`
 	Copied     *ebpf.VariableSpec `ebpf:"copied"`
@@ -134,6 +136,7 @@ func (m *contentionMaps) Close() error {
 //
 // It can be passed to loadContentionObjects or ebpf.CollectionSpec.LoadAndAssign.
 type contentionVariables struct {
+	AllRuns    *ebpf.Variable `ebpf:"all_runs"`
 	BlockRuns  *ebpf.Variable `ebpf:"block_runs"`
 	BlockTid   *ebpf.Variable `ebpf:"block_tid"`
 	Copied     *ebpf.Variable `ebpf:"copied"`

@@ -88,7 +88,8 @@ type spinObjs struct {
 	Inside  *ebpf.Variable
 	Outcome *ebpf.Variable
 	SpinNs  *ebpf.Variable
-	Runs    *ebpf.Variable
+	Runs    *ebpf.Variable // the target's runs
+	AllRuns *ebpf.Variable // every run, as the kernel's run count
 }
 
 // loadSpin loads the case's program alone with the globals.
@@ -107,7 +108,7 @@ func loadSpin(t *testing.T, c spinCase) *spinObjs {
 	t.Cleanup(func() { coll.Close() })
 	v := coll.Variables
 	return &spinObjs{Prog: coll.Programs[c.prog], SpinTid: v["spin_tid"], Release: v["release"], Inside: v["inside"],
-		Outcome: v["outcome"], SpinNs: v["spin_ns"], Runs: v["spin_runs"]}
+		Outcome: v["outcome"], SpinNs: v["spin_ns"], Runs: v["spin_runs"], AllRuns: v["all_runs"]}
 }
 
 // spinRun is what the threads of one preemption attempt saw.
@@ -245,8 +246,11 @@ func preemptScenario(t *testing.T, c spinCase) (bool, agent.KernelInfo) {
 		t.Fatalf("not deterministic on %s: B saw inside=%d before and %d after its triggers (late %v), %d misses: B overlapped A only partly",
 			expect.Entry(), r.insideBefore, r.insideAfter, r.late, misses)
 	}
-	if statsOn && runs != own {
-		t.Errorf("kernel counted %d runs, the program %d", runs, own)
+	// The kernel's run count against every run the program saw (a kworker
+	// spawned meanwhile fires task_rename too: 10 against the target's 9
+	// was seen on 6.1).
+	if all := get[uint64](t, objs.AllRuns); statsOn && runs != all {
+		t.Errorf("kernel counted %d runs, the program %d (%d of the target's)", runs, all, own)
 	}
 	kern, kind := sc.check(t, objs.Prog, misses, false)
 	// bpfleet's reading of the model must not call a kernel that preempted
