@@ -181,26 +181,8 @@ type agentRun struct {
 
 func writeKubeconfig(t *testing.T, token string) string {
 	t.Helper()
-	kc := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: test
-  cluster:
-    server: %s
-    certificate-authority: %s
-users:
-- name: agent
-  user:
-    token: %s
-contexts:
-- name: test
-  context:
-    cluster: test
-    user: agent
-current-context: test
-`, srv.agentURL(), srv.caFile(), token)
 	p := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(p, []byte(kc), 0o600); err != nil {
+	if err := srv.Kubeconfig(p, srv.agentURL(), token); err != nil {
 		t.Fatal(err)
 	}
 	return p
