@@ -53,6 +53,10 @@ type Config struct {
 	// SpanBudget is the most episode spans (open and closed) emitted per
 	// minute; the rest are counted in bpf.agent.spans.dropped. 0: no cap.
 	SpanBudget int
+	// SpanQueue bounds the spans waiting for the OTLP span exporter;
+	// spans it cannot hold or send are counted in bpf.agent.spans.dropped
+	// too.
+	SpanQueue SpanQueue
 	// Compression is the OTLP compression, gzip or none; empty:
 	// OTEL_EXPORTER_OTLP_[SIGNAL_]COMPRESSION, else gzip.
 	Compression string
@@ -308,6 +312,11 @@ func (e *Exporter) ExportErrors() (metrics, traces int64) {
 	return e.metricErrs.Load(), e.traceErrs.Load()
 }
 
+// SpansDropped returns the episode spans dropped so far: over the span
+// budget, refused by a full export queue, or in a batch the backend did
+// not take (bpf.agent.spans.dropped).
+func (e *Exporter) SpansDropped() int64 { return e.spansDropped.Load() }
+
 // LogErrors logs, in one line, the errors since the previous call: the
 // agent calls it once per interval so a dead backend is said once per
 // interval, not once per failed request.
@@ -320,7 +329,7 @@ func (e *Exporter) LogErrors() {
 	}
 	if n := e.spansDropped.Load(); n > e.spans.reported.Load() {
 		e.spans.reported.Store(n)
-		e.log.Warn("episode spans over the span budget dropped (counted in bpf.agent.spans.dropped)", "dropped_total", n, "budget_per_minute", e.cfg.SpanBudget)
+		e.log.Warn("episode spans dropped: over the span budget, the export queue full or the backend down (counted in bpf.agent.spans.dropped)", "dropped_total", n, "budget_per_minute", e.cfg.SpanBudget, "queue", e.cfg.SpanQueue.withDefaults().Size)
 	}
 }
 

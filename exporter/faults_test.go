@@ -100,8 +100,6 @@ func TestBackendFaults(t *testing.T) {
 			// Short timeouts so a hanging backend costs the test little.
 			t.Setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "200")
 			t.Setenv("OTEL_METRIC_EXPORT_TIMEOUT", "300")
-			t.Setenv("OTEL_BSP_EXPORT_TIMEOUT", "300")
-			t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
 
 			runtime.GC()
 			base := runtime.NumGoroutine()
@@ -114,7 +112,8 @@ func TestBackendFaults(t *testing.T) {
 			e, err := New(context.Background(), Config{
 				Level: LevelProgram, Interval: 50 * time.Millisecond, ScanInterval: tc.scan,
 				Endpoint: "http://" + addr, Protocol: tc.proto,
-				Log: slog.New(slog.NewTextHandler(&logBuf, nil)),
+				SpanQueue: SpanQueue{Delay: 50 * time.Millisecond, Timeout: 300 * time.Millisecond},
+				Log:       slog.New(slog.NewTextHandler(&logBuf, nil)),
 			})
 			if err != nil {
 				t.Fatal(err)

@@ -216,7 +216,7 @@ var metricDefs = []metricDef{
 	{"bpf.agent.shutdown", "", kindGauge, intValue, allLevels, noAttrs,
 		"1 in the agent's final export when it stopped on SIGTERM (a drain, scale-down or uninstall), else 0: the alert rules do not page for an agent that left on purpose."},
 	{"bpf.agent.spans.dropped", "{span}", kindCounter, intValue, allLevels, noAttrs,
-		"Episode spans not emitted because the node's span budget (--span-budget per minute) was spent."},
+		"Episode spans lost: not emitted because the node's span budget (--span-budget per minute) was spent, refused by a full export queue (OTEL_BSP_MAX_QUEUE_SIZE, 2,048 by default), or in a batch the backend did not take after the exporter's retries. Every span is delivered or counted here."},
 	{"bpf.agent.export.errors", "{error}", kindCounter, intValue, allLevels, exportAttrs,
 		"Failed exports to the OTLP backend, by signal (metrics, traces)."},
 
@@ -355,7 +355,10 @@ same program and owner attributes and the misses so far is emitted at once, so a
 visible within one interval; the episode's final span links to it. Both carry the owner:
 ` + "`k8s.namespace.name`, `k8s.workload.kind`, `k8s.workload.name`, `k8s.pod.name`, `container.id`, `process.pid`, `process.executable.name`" + `.
 At most ` + "`--span-budget`" + ` spans a minute (default 600) are emitted; the rest are counted in
-` + "`bpf.agent.spans.dropped`" + ` and logged once per interval.
+` + "`bpf.agent.spans.dropped`" + ` and logged once per interval. Emitted spans wait in a bounded export
+queue (the ` + "`OTEL_BSP_*`" + ` settings: 2,048 spans, batches of 512, every 5 s, 30 s per export by default);
+a span the full queue refuses (a long backend outage) and every span of a batch the backend did not
+take are counted in the same ` + "`bpf.agent.spans.dropped`" + `: each span is either delivered or counted.
 
 Each interval with misses is a span event ` + "`bpf.miss.interval`" + ` with ` + "`bpf.episode.misses`" + `,
 ` + "`bpf.episode.runs`" + ` and ` + "`bpf.episode.rate`" + ` (misses per second).

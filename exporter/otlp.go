@@ -199,10 +199,12 @@ func (e *Exporter) signals(ctx context.Context) (signalSetup, error) {
 		if err != nil {
 			return s, err
 		}
-		// The batch processor's queue is bounded (OTEL_BSP_MAX_QUEUE_SIZE,
-		// 2048): with the backend down, spans beyond it are dropped rather
-		// than held.
-		s.spanProcessors = append(s.spanProcessors, sdktrace.NewBatchSpanProcessor(&countingSpanExporter{SpanExporter: exp, e: e}))
+		// A bounded queue (Config.SpanQueue): with the backend down, spans
+		// beyond it are dropped rather than held, and counted.
+		s.spanProcessors = append(s.spanProcessors, newSpanQueue(exp, e.cfg.SpanQueue, &e.spansDropped, func(err error) {
+			e.traceErrs.Add(1)
+			e.errs.add("exporting spans", err)
+		}))
 		s.tracesTarget = "otlp " + proto + " " + ep
 	}
 	if e.cfg.Console || tracesKinds[KindConsole] {
@@ -351,20 +353,6 @@ func (c *countingMetricExporter) ForceFlush(ctx context.Context) error {
 	if err != nil {
 		c.e.metricErrs.Add(1)
 		c.e.errs.add("exporting metrics", err)
-	}
-	return err
-}
-
-type countingSpanExporter struct {
-	sdktrace.SpanExporter
-	e *Exporter
-}
-
-func (c *countingSpanExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
-	err := c.SpanExporter.ExportSpans(ctx, spans)
-	if err != nil {
-		c.e.traceErrs.Add(1)
-		c.e.errs.add("exporting spans", err)
 	}
 	return err
 }

@@ -256,3 +256,25 @@ func TestResolvedCompression(t *testing.T) {
 		}
 	}
 }
+
+func TestSpanQueue(t *testing.T) {
+	def := SpanQueue{DefaultSpanQueueSize, DefaultSpanQueueBatch, DefaultSpanQueueDelay, DefaultSpanQueueTimeout}
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want SpanQueue
+	}{
+		{"unset: the spec's defaults", nil, def},
+		{"every variable", map[string]string{"OTEL_BSP_MAX_QUEUE_SIZE": "100", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "10", "OTEL_BSP_SCHEDULE_DELAY": "200", "OTEL_BSP_EXPORT_TIMEOUT": "0"},
+			SpanQueue{100, 10, 200 * time.Millisecond, 0}},
+		{"a batch larger than the queue is the queue", map[string]string{"OTEL_BSP_MAX_QUEUE_SIZE": "8"}, SpanQueue{8, 8, DefaultSpanQueueDelay, DefaultSpanQueueTimeout}},
+		{"malformed keeps the default", map[string]string{"OTEL_BSP_MAX_QUEUE_SIZE": "big", "OTEL_BSP_SCHEDULE_DELAY": "-1"}, def},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := resolveSpanQueue(func(k string) string { return tc.env[k] })
+			if got != tc.want {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}

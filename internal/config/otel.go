@@ -80,9 +80,53 @@ type OTel struct {
 	MetricExportTimeout  time.Duration
 	ServiceName          string
 	ResourceAttributes   map[string]string
+	// SpanQueue is the episode spans' export queue, from OTEL_BSP_*.
+	SpanQueue SpanQueue
 
 	// problems are the parse errors resolve found; Validate reports them.
 	problems []error
+}
+
+// SpanQueue bounds the spans waiting for export (the batch span
+// processor's settings, OTEL_BSP_*, with the spec's defaults): Size spans
+// at most, sent Batch at a time at least every Delay, each export given
+// Timeout.
+type SpanQueue struct {
+	Size, Batch    int
+	Delay, Timeout time.Duration
+}
+
+// The spec's defaults of OTEL_BSP_*.
+const (
+	DefaultSpanQueueSize    = 2048
+	DefaultSpanQueueBatch   = 512
+	DefaultSpanQueueDelay   = 5 * time.Second
+	DefaultSpanQueueTimeout = 30 * time.Second
+)
+
+// resolveSpanQueue reads OTEL_BSP_*; a malformed value (reported by
+// envChecks) keeps the default.
+func resolveSpanQueue(get func(string) string) SpanQueue {
+	q := SpanQueue{DefaultSpanQueueSize, DefaultSpanQueueBatch, DefaultSpanQueueDelay, DefaultSpanQueueTimeout}
+	num := func(name string, min int64) (int64, bool) {
+		n, err := strconv.ParseInt(get(name), 10, 64)
+		return n, err == nil && n >= min
+	}
+	if n, ok := num("OTEL_BSP_MAX_QUEUE_SIZE", 1); ok {
+		q.Size = int(n)
+	}
+	if n, ok := num("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 1); ok {
+		q.Batch = int(n)
+	}
+	if n, ok := num("OTEL_BSP_SCHEDULE_DELAY", 0); ok {
+		q.Delay = time.Duration(n) * time.Millisecond
+	}
+	if n, ok := num("OTEL_BSP_EXPORT_TIMEOUT", 0); ok {
+		q.Timeout = time.Duration(n) * time.Millisecond
+	}
+	// As the SDK's batch processor: a batch is never larger than the queue.
+	q.Batch = min(q.Batch, q.Size)
+	return q
 }
 
 // The variables of one signal, with the generic one last.
@@ -126,6 +170,7 @@ func (o *OTel) resolve(env Lookup, flagEndpoint, flagProtocol string) error {
 		}
 		o.ResourceAttributes = kv
 	}
+	o.SpanQueue = resolveSpanQueue(get)
 	o.MetricExportInterval = o.millis(get, "OTEL_METRIC_EXPORT_INTERVAL")
 	o.MetricExportTimeout = o.millis(get, "OTEL_METRIC_EXPORT_TIMEOUT")
 

@@ -1,0 +1,182 @@
+package exporter
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+)
+
+// SpanQueue bounds the episode spans waiting for export: at most Size
+// spans, sent Batch at a time at least every Delay, each export given
+// Timeout (0: none). Zero fields take the OTEL_BSP_* defaults of the spec
+// (2048, 512, 5 s, 30 s); internal/config resolves the variables.
+type SpanQueue struct {
+	Size, Batch    int
+	Delay, Timeout time.Duration
+}
+
+func (q SpanQueue) withDefaults() SpanQueue {
+	if q.Size <= 0 {
+		q.Size = 2048
+	}
+	if q.Batch <= 0 {
+		q.Batch = 512
+	}
+	q.Batch = min(q.Batch, q.Size)
+	if q.Delay <= 0 {
+		q.Delay = 5 * time.Second
+	}
+	return q
+}
+
+// spanQueue is the span processor in front of the OTLP span exporter. It
+// does what the SDK's batch span processor does (a bounded queue, batches
+// sent by one goroutine, never blocking the caller) except that nothing is
+// lost uncounted: a span that finds the queue full, and every span of a
+// batch the exporter could not send (after its own retries), is added to
+// dropped. The SDK's processor drops both silently, so during a long
+// backend outage every episode past its 2,048-span queue vanished.
+type spanQueue struct {
+	exp     sdktrace.SpanExporter
+	cfg     SpanQueue
+	dropped *atomic.Int64
+	failed  func(err error) // one failed export, for the error count and log
+
+	q       chan sdktrace.ReadOnlySpan
+	flushes chan chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+
+	// mu orders OnEnd against Shutdown: once closed is set no span enters
+	// the queue, so the last drain sees every span queued.
+	mu     sync.RWMutex
+	closed bool
+}
+
+func newSpanQueue(exp sdktrace.SpanExporter, cfg SpanQueue, dropped *atomic.Int64, failed func(error)) *spanQueue {
+	cfg = cfg.withDefaults()
+	s := &spanQueue{
+		exp: exp, cfg: cfg, dropped: dropped, failed: failed,
+		q:       make(chan sdktrace.ReadOnlySpan, cfg.Size),
+		flushes: make(chan chan struct{}),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	go s.run()
+	return s
+}
+
+func (s *spanQueue) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+
+// OnEnd queues the span, or counts it dropped when the queue is full or
+// the processor is shut down.
+func (s *spanQueue) OnEnd(sp sdktrace.ReadOnlySpan) {
+	if !sp.SpanContext().IsSampled() {
+		return
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		s.dropped.Add(1)
+		return
+	}
+	select {
+	case s.q <- sp:
+	default:
+		s.dropped.Add(1)
+	}
+}
+
+// run collects batches and exports them: when a batch is full, when Delay
+// has passed since the last export, on a flush and at shutdown (what is
+// queued then is exported once more, then the exporter shut down).
+func (s *spanQueue) run() {
+	defer close(s.done)
+	batch := make([]sdktrace.ReadOnlySpan, 0, s.cfg.Batch)
+	tick := time.NewTicker(s.cfg.Delay)
+	defer tick.Stop()
+	send := func() {
+		if len(batch) == 0 {
+			return
+		}
+		ctx, cancel := context.Background(), func() {}
+		if s.cfg.Timeout > 0 {
+			ctx, cancel = context.WithTimeout(ctx, s.cfg.Timeout)
+		}
+		if err := s.exp.ExportSpans(ctx, batch); err != nil {
+			s.dropped.Add(int64(len(batch)))
+			s.failed(err)
+		}
+		cancel()
+		clear(batch) // the spans are garbage now, not held by the array
+		batch = batch[:0]
+	}
+	// drain takes what is queued now into batches and sends them.
+	drain := func() {
+		for {
+			select {
+			case sp := <-s.q:
+				if batch = append(batch, sp); len(batch) == s.cfg.Batch {
+					send()
+				}
+			default:
+				send()
+				return
+			}
+		}
+	}
+	for {
+		select {
+		case sp := <-s.q:
+			if batch = append(batch, sp); len(batch) == s.cfg.Batch {
+				send()
+			}
+		case <-tick.C:
+			send()
+		case ack := <-s.flushes:
+			drain()
+			close(ack)
+		case <-s.stop:
+			drain()
+			return
+		}
+	}
+}
+
+// ForceFlush exports what is queued now and waits for it, or for ctx.
+func (s *spanQueue) ForceFlush(ctx context.Context) error {
+	ack := make(chan struct{})
+	select {
+	case s.flushes <- ack:
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-ack:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Shutdown exports what is queued, then shuts the exporter down. Spans
+// ended after it are counted dropped.
+func (s *spanQueue) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.stop)
+	}
+	s.mu.Unlock()
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return s.exp.Shutdown(ctx)
+}
