@@ -1,6 +1,10 @@
 package exporter
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
 
 // PrometheusName returns the Prometheus name of the metric the table calls
 // name (e.g. bpf.program.recursion_misses → bpf_program_recursion_misses_total),
@@ -14,4 +18,35 @@ func PrometheusName(name string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("metric %s is not in exporter's metrics table", name)
+}
+
+// prometheusName is the name Prometheus' OTLP receiver gives the metric
+// with its default translation (underscores, unit suffix, _total on
+// counters); exporter/e2e checks these against a real Prometheus.
+func (d metricDef) prometheusName() string {
+	n := strings.ReplaceAll(d.Name, ".", "_")
+	if d.Unit == "s" {
+		n += "_seconds"
+	}
+	if d.Kind == kindCounter {
+		n += "_total"
+	}
+	return n
+}
+
+// PrometheusNames returns the Prometheus names of the metrics exported at
+// level l (a histogram by its _count series).
+func PrometheusNames(l Level) []string {
+	var out []string
+	for _, d := range metricDefs {
+		if !slices.Contains(d.Levels, l) {
+			continue
+		}
+		n := d.prometheusName()
+		if d.Kind == kindHistogram {
+			n += "_count"
+		}
+		out = append(out, n)
+	}
+	return out
 }

@@ -47,22 +47,22 @@ func newResource(ctx context.Context, cfg Config) (*resource.Resource, error) {
 		instance = host
 	}
 	kv := []attribute.KeyValue{
-		attribute.String("service.name", "bpfleet-agent"),
-		attribute.String("os.type", "linux"),
+		attribute.String(attrServiceName, "bpfleet-agent"),
+		attribute.String(attrOSType, "linux"),
 	}
 	add := func(k, v string) {
 		if v != "" {
 			kv = append(kv, attribute.String(k, v))
 		}
 	}
-	add("service.instance.id", instance)
-	add("host.name", host)
-	add("host.arch", hostArch(cfg.Kernel.Arch))
-	add("host.cpu.model.name", cfg.Kernel.CPUModel)
-	add("os.version", cfg.Kernel.Release)
-	add("bpf.kernel.preempt", cfg.Kernel.Preempt)
-	add("k8s.node.name", node)
-	add("k8s.cluster.name", cfg.ClusterName)
+	add(attrServiceInstanceID, instance)
+	add(attrHostName, host)
+	add(attrHostArch, hostArch(cfg.Kernel.Arch))
+	add(attrHostCPUModelName, cfg.Kernel.CPUModel)
+	add(attrOSVersion, cfg.Kernel.Release)
+	add(attrKernelPreempt, cfg.Kernel.Preempt)
+	add(attrK8sNodeName, node)
+	add(attrK8sClusterName, cfg.ClusterName)
 
 	res, err := resource.New(ctx,
 		resource.WithAttributes(kv...),

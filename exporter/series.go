@@ -40,18 +40,16 @@ type seriesBuf struct {
 	sm                       []metricdata.ScopeMetrics
 }
 
-// producedMetric reports whether a metric comes from the seriesProducer at
-// level l rather than from an instrument.
-func producedMetric(name string, l Level) bool {
-	if l != LevelProgram && l != LevelWorkload {
-		return false
-	}
-	switch name {
-	case "bpf.program.run.count", "bpf.program.run.time", "bpf.program.recursion_misses", "bpf.link.missed":
-		return true
-	}
-	return false
-}
+// seriesKind names one of the seriesProducer's counters: the metrics
+// table's rows say which (produced), at the program and workload levels.
+type seriesKind int
+
+const (
+	seriesRunCount seriesKind = iota + 1
+	seriesRunTime
+	seriesMisses
+	seriesLinkMissed
+)
 
 // Produce implements sdkmetric.Producer.
 func (p *seriesProducer) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
@@ -87,7 +85,7 @@ func (p *seriesProducer) Produce(context.Context) ([]metricdata.ScopeMetrics, er
 	runTime := metricdata.Sum[float64]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: true, DataPoints: slices.Grow(b.runTime[:0], n)}
 	misses := metricdata.Sum[int64]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: true, DataPoints: slices.Grow(b.misses[:0], n)}
 	linkMissed := metricdata.Sum[int64]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: true, DataPoints: b.linkMissed[:0]}
-	// The stats mode shapes the run metrics as runObserver does for the
+	// The stats mode shapes the run metrics as runsFromView does for the
 	// instruments: absent with stats off (the kernel did not count).
 	// Misses are exact in every mode.
 	off := v.stats.mode == agent.StatsOff
@@ -122,17 +120,27 @@ func (p *seriesProducer) Produce(context.Context) ([]metricdata.ScopeMetrics, er
 		}
 	}
 	ms := b.ms[:0]
-	add := func(name string, data metricdata.Aggregation, points int) {
-		if points == 0 {
-			return
+	// The table's rows of the level that name a series kind, in table order.
+	for _, d := range metricDefs {
+		if d.Value.series == 0 || !slices.Contains(d.Levels, e.cfg.Level) {
+			continue
 		}
-		d := e.levelDef(name)
-		ms = append(ms, metricdata.Metrics{Name: d.Name, Description: d.Description, Unit: d.Unit, Data: data})
+		var data metricdata.Aggregation
+		var points int
+		switch d.Value.series {
+		case seriesRunCount:
+			data, points = runs, len(runs.DataPoints)
+		case seriesRunTime:
+			data, points = runTime, len(runTime.DataPoints)
+		case seriesMisses:
+			data, points = misses, len(misses.DataPoints)
+		case seriesLinkMissed:
+			data, points = linkMissed, len(linkMissed.DataPoints)
+		}
+		if points > 0 {
+			ms = append(ms, metricdata.Metrics{Name: d.Name, Description: d.Description, Unit: d.Unit, Data: data})
+		}
 	}
-	add("bpf.program.run.count", runs, len(runs.DataPoints))
-	add("bpf.program.run.time", runTime, len(runTime.DataPoints))
-	add("bpf.program.recursion_misses", misses, len(misses.DataPoints))
-	add("bpf.link.missed", linkMissed, len(linkMissed.DataPoints))
 	if p.reuse {
 		p.buf = seriesBuf{runs: runs.DataPoints, runTime: runTime.DataPoints, misses: misses.DataPoints, linkMissed: linkMissed.DataPoints, ms: ms, sm: b.sm}
 	}
@@ -146,14 +154,4 @@ func (p *seriesProducer) Produce(context.Context) ([]metricdata.ScopeMetrics, er
 		p.buf.sm = sm
 	}
 	return sm, nil
-}
-
-// levelDef is the metrics table's row of name at the exporter's level.
-func (e *Exporter) levelDef(name string) metricDef {
-	for _, d := range metricDefs {
-		if d.Name == name && slices.Contains(d.Levels, e.cfg.Level) {
-			return d
-		}
-	}
-	return metricDef{Name: name}
 }

@@ -20,6 +20,9 @@ const SpanName = "bpf.recursion_miss"
 // to it.
 const OpenSpanName = "bpf.recursion_miss.open"
 
+// missIntervalEvent is the span event of each interval with misses.
+const missIntervalEvent = "bpf.miss.interval"
+
 type episodeKey struct {
 	source     string
 	prog, link uint32
@@ -65,19 +68,19 @@ func (s *spanState) owners(snap *agent.Snapshot) {
 		kv := make([]attribute.KeyValue, 0, 8)
 		for _, a := range k.kvs(nil) {
 			switch a.Key {
-			case "k8s.namespace.name", "k8s.workload.kind", "k8s.workload.name", "process.executable.name":
+			case attrK8sNamespaceName, attrK8sWorkloadKind, attrK8sWorkloadName, attrProcessExecutableName:
 				kv = append(kv, a)
 			}
 		}
 		o := primaryOwner(p)
 		if o.PID > 0 {
-			kv = append(kv, attribute.Int("process.pid", o.PID))
+			kv = append(kv, attribute.Int(attrProcessPID, o.PID))
 		}
 		if o.ContainerID != "" {
-			kv = append(kv, attribute.String("container.id", o.ContainerID))
+			kv = append(kv, attribute.String(attrContainerID, o.ContainerID))
 		}
 		if o.PodName != "" {
-			kv = append(kv, attribute.String("k8s.pod.name", o.PodName))
+			kv = append(kv, attribute.String(attrK8sPodName, o.PodName))
 		}
 		m[p.ID] = kv
 	}
@@ -115,13 +118,13 @@ func (s *spanState) take(budget int, now time.Time) bool {
 func (e *Exporter) episodeKVs(ep *agent.Episode) []attribute.KeyValue {
 	kv := identityKVs(make([]attribute.KeyValue, 0, 28), ep.ProgID, ep.ProgName, ep.ProgTag, ep.ProgType, ep.AttachType, ep.AttachTarget, ep.Sleepable)
 	if ep.LinkID != 0 {
-		kv = append(kv, attribute.Int64("bpf.link.id", int64(ep.LinkID)))
+		kv = append(kv, attribute.Int64(attrLinkID, int64(ep.LinkID)))
 	}
 	kind := ep.Kind
 	if kind == "" {
 		kind = agent.MissKindUnknown
 	}
-	kv = append(kv, attribute.String("bpf.episode.source", ep.Source), attribute.String("bpf.miss.kind", kind))
+	kv = append(kv, attribute.String(attrEpisodeSource, ep.Source), attribute.String(attrMissKind, kind))
 	return append(kv, e.spans.ownerKVs(ep.ProgID)...)
 }
 
@@ -144,9 +147,9 @@ func (e *Exporter) episodeOpened(ctx context.Context, ep *agent.Episode) {
 		return
 	}
 	kv := append(e.episodeKVs(ep),
-		attribute.Int64("bpf.episode.misses", int64(ep.Misses)),
-		attribute.Int64("bpf.episode.runs", int64(ep.Runs)),
-		attribute.Float64("bpf.episode.peak_rate", ep.PeakRate),
+		attribute.Int64(attrEpisodeMisses, int64(ep.Misses)),
+		attribute.Int64(attrEpisodeRuns, int64(ep.Runs)),
+		attribute.Float64(attrEpisodePeakRate, ep.PeakRate),
 	)
 	_, span := e.tracer.Start(ctx, OpenSpanName,
 		trace.WithNewRoot(),
@@ -184,15 +187,15 @@ func (e *Exporter) episodeSpan(ctx context.Context, ep *agent.Episode, shutdown 
 		reason = "quiet"
 	}
 	kv := append(e.episodeKVs(ep),
-		attribute.Int64("bpf.episode.misses", int64(ep.Misses)),
-		attribute.Int64("bpf.episode.runs", int64(ep.Runs)),
-		attribute.Float64("bpf.episode.miss_ratio", ep.MissRatio()),
-		attribute.Float64("bpf.episode.peak_rate", ep.PeakRate),
-		attribute.Int("bpf.episode.intervals", len(ep.Intervals)+ep.Truncated),
-		attribute.String("bpf.episode.ended_by", reason),
+		attribute.Int64(attrEpisodeMisses, int64(ep.Misses)),
+		attribute.Int64(attrEpisodeRuns, int64(ep.Runs)),
+		attribute.Float64(attrEpisodeMissRatio, ep.MissRatio()),
+		attribute.Float64(attrEpisodePeakRate, ep.PeakRate),
+		attribute.Int(attrEpisodeIntervals, len(ep.Intervals)+ep.Truncated),
+		attribute.String(attrEpisodeEndedBy, reason),
 	)
 	if ep.Truncated > 0 {
-		kv = append(kv, attribute.Int("bpf.episode.truncated", ep.Truncated))
+		kv = append(kv, attribute.Int(attrEpisodeTruncated, ep.Truncated))
 	}
 	opts := []trace.SpanStartOption{
 		// Each episode is its own trace: it is not caused by a request.
@@ -206,10 +209,10 @@ func (e *Exporter) episodeSpan(ctx context.Context, ep *agent.Episode, shutdown 
 	}
 	_, span := e.tracer.Start(ctx, SpanName, opts...)
 	for _, iv := range ep.Intervals {
-		span.AddEvent("bpf.miss.interval", trace.WithTimestamp(iv.Time), trace.WithAttributes(
-			attribute.Int64("bpf.episode.misses", int64(iv.Misses)),
-			attribute.Int64("bpf.episode.runs", int64(iv.Runs)),
-			attribute.Float64("bpf.episode.rate", iv.Rate),
+		span.AddEvent(missIntervalEvent, trace.WithTimestamp(iv.Time), trace.WithAttributes(
+			attribute.Int64(attrEpisodeMisses, int64(iv.Misses)),
+			attribute.Int64(attrEpisodeRuns, int64(iv.Runs)),
+			attribute.Float64(attrEpisodeRate, iv.Rate),
 		))
 	}
 	end := ep.End

@@ -95,6 +95,13 @@ func TestUnknownTaxIsAbsent(t *testing.T) {
 	}
 }
 
+// runMetrics are the series that exist only while stats count runs.
+var runMetrics = []string{
+	"bpf.program.run.count", "bpf.program.run.time",
+	"bpf.owner.run.count", "bpf.owner.run.time",
+	"bpf.attach_type.run.count", "bpf.attach_type.run.time",
+}
+
 func contains(l Level, name string) bool {
 	for _, d := range metricDefs {
 		if d.Name == name {

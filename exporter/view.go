@@ -36,6 +36,19 @@ type view struct {
 	scanSource               attribute.Set
 }
 
+// statsView is what the stats-mode and stats-tax metrics read.
+type statsView struct {
+	mode     agent.StatsMode
+	counts   string // agent.StatsState.Counts
+	agentCPU float64
+	tax      agent.StatsTax
+	costs    []agent.StatsCost
+}
+
+func newStatsView(s *agent.Snapshot) statsView {
+	return statsView{mode: s.Stats.Mode, counts: s.Stats.Counts, agentCPU: s.AgentCPUShare, tax: s.StatsTax, costs: s.StatsCosts}
+}
+
 type programSeries struct {
 	attrs attribute.Set
 	// start is the program's load time: its counters count from it.
@@ -103,19 +116,19 @@ func primaryOwner(p *agent.Program) agent.Owner {
 
 func ownerKVs(kv []attribute.KeyValue, pid int, comm, exe, container, pod, ns string) []attribute.KeyValue {
 	if pid > 0 {
-		kv = append(kv, attribute.Int("process.pid", pid))
+		kv = append(kv, attribute.Int(attrProcessPID, pid))
 	}
 	if name := exeName(comm, exe); name != "" {
-		kv = append(kv, attribute.String("process.executable.name", name))
+		kv = append(kv, attribute.String(attrProcessExecutableName, name))
 	}
 	if container != "" {
-		kv = append(kv, attribute.String("container.id", container))
+		kv = append(kv, attribute.String(attrContainerID, container))
 	}
 	if pod != "" {
-		kv = append(kv, attribute.String("k8s.pod.name", pod))
+		kv = append(kv, attribute.String(attrK8sPodName, pod))
 	}
 	if ns != "" {
-		kv = append(kv, attribute.String("k8s.namespace.name", ns))
+		kv = append(kv, attribute.String(attrK8sNamespaceName, ns))
 	}
 	return kv
 }
@@ -124,17 +137,17 @@ func ownerKVs(kv []attribute.KeyValue, pid int, comm, exe, container, pod, ns st
 // episode spans.
 func identityKVs(kv []attribute.KeyValue, id uint32, name, tag, typ, at, target string, sleepable *bool) []attribute.KeyValue {
 	kv = append(kv,
-		attribute.Int64("bpf.program.id", int64(id)),
-		attribute.String("bpf.program.name", name),
-		attribute.String("bpf.program.tag", tag),
-		attribute.String("bpf.program.type", typ),
-		attribute.String("bpf.attach.type", at),
+		attribute.Int64(attrProgramID, int64(id)),
+		attribute.String(attrProgramName, name),
+		attribute.String(attrProgramTag, tag),
+		attribute.String(attrProgramType, typ),
+		attribute.String(attrAttachType, at),
 	)
 	if target != "" {
-		kv = append(kv, attribute.String("bpf.attach.target", target))
+		kv = append(kv, attribute.String(attrAttachTarget, target))
 	}
 	if sleepable != nil {
-		kv = append(kv, attribute.Bool("bpf.program.sleepable", *sleepable))
+		kv = append(kv, attribute.Bool(attrProgramSleepable, *sleepable))
 	}
 	return kv
 }
@@ -147,13 +160,13 @@ func (e *Exporter) programAttrs(p *agent.Program) cachedAttrs {
 	}
 	kv := identityKVs(nil, p.ID, p.Name, p.Tag, p.Type, p.AttachType, p.AttachTarget, p.Sleepable)
 	if p.MissKind != "" {
-		kv = append(kv, attribute.String("bpf.miss.kind", p.MissKind))
+		kv = append(kv, attribute.String(attrMissKind, p.MissKind))
 	}
 	o := k.owner
 	kv = ownerKVs(kv, o.PID, o.Comm, o.Exe, o.ContainerID, o.PodName, o.PodNamespace)
 	// The workload too, so rules can sum by the same keys at both levels.
 	if o.WorkloadKind != "" {
-		kv = append(kv, attribute.String("k8s.workload.kind", o.WorkloadKind), attribute.String("k8s.workload.name", o.WorkloadName))
+		kv = append(kv, attribute.String(attrK8sWorkloadKind, o.WorkloadKind), attribute.String(attrK8sWorkloadName, o.WorkloadName))
 	}
 	c := cachedAttrs{key: k, attrs: kv, set: attribute.NewSet(kv...)}
 	e.progCache[p.ID] = c
@@ -210,8 +223,8 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 		scanErrors:   e.scanErrors,
 		stats:        newStatsView(s),
 		profiles:     e.profileSeries(s),
-		scanSource: attribute.NewSet(attribute.String("bpf.scan.source", s.Scan.Source),
-			attribute.String("bpf.scan.fallback_reason", s.Scan.FallbackReason)),
+		scanSource: attribute.NewSet(attribute.String(attrScanSource, s.Scan.Source),
+			attribute.String(attrScanFallbackReason, s.Scan.FallbackReason)),
 	}
 
 	if e.cfg.Level == LevelProgram {
@@ -226,7 +239,7 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 				if l.Missed == nil {
 					continue
 				}
-				kv := append([]attribute.KeyValue{attribute.Int64("bpf.link.id", int64(l.ID)), attribute.String("bpf.link.type", l.Type)}, c.attrs...)
+				kv := append([]attribute.KeyValue{attribute.Int64(attrLinkID, int64(l.ID)), attribute.String(attrLinkType, l.Type)}, c.attrs...)
 				v.links = append(v.links, linkSeries{attrs: attribute.NewSet(kv...), start: p.LoadTime, missed: *l.Missed})
 			}
 		}
@@ -257,7 +270,7 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 			live[o.Key] = true
 			a := e.owners[o.Key]
 			if a == nil {
-				kv := ownerKVs([]attribute.KeyValue{attribute.String("bpf.owner.key", o.Key)}, o.PID, o.Comm, "", o.ContainerID, o.PodName, o.Namespace)
+				kv := ownerKVs([]attribute.KeyValue{attribute.String(attrOwnerKey, o.Key)}, o.PID, o.Comm, "", o.ContainerID, o.PodName, o.Namespace)
 				a = &aggSeries{attrs: attribute.NewSet(kv...)}
 				e.owners[o.Key] = a
 			}
@@ -284,7 +297,7 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 		seenAT[at.AttachType] = true
 		a := e.attach[at.AttachType]
 		if a == nil {
-			a = &aggSeries{attrs: attribute.NewSet(attribute.String("bpf.attach.type", at.AttachType))}
+			a = &aggSeries{attrs: attribute.NewSet(attribute.String(attrAttachType, at.AttachType))}
 			e.attach[at.AttachType] = a
 		}
 		a.acc.add(at.Delta)
@@ -304,7 +317,7 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 		if !seenAT[name] {
 			a := e.attach[name]
 			if a == nil {
-				a = &aggSeries{attrs: attribute.NewSet(attribute.String("bpf.attach.type", name))}
+				a = &aggSeries{attrs: attribute.NewSet(attribute.String(attrAttachType, name))}
 				e.attach[name] = a
 			}
 			seenAT[name] = true

@@ -86,16 +86,16 @@ func (k workloadKey) kvs(kv []attribute.KeyValue) []attribute.KeyValue {
 		}
 	}
 	kv = append(kv,
-		attribute.String("bpf.program.name", k.name),
-		attribute.String("bpf.program.type", k.typ),
-		attribute.String("bpf.attach.type", k.attachType),
+		attribute.String(attrProgramName, k.name),
+		attribute.String(attrProgramType, k.typ),
+		attribute.String(attrAttachType, k.attachType),
 	)
-	add("bpf.attach.target", k.target)
-	add("bpf.miss.kind", k.missKind)
-	add("k8s.namespace.name", k.namespace)
-	add("k8s.workload.kind", k.kind)
-	add("k8s.workload.name", k.workload)
-	add("process.executable.name", k.exe)
+	add(attrAttachTarget, k.target)
+	add(attrMissKind, k.missKind)
+	add(attrK8sNamespaceName, k.namespace)
+	add(attrK8sWorkloadKind, k.kind)
+	add(attrK8sWorkloadName, k.workload)
+	add(attrProcessExecutableName, k.exe)
 	return kv
 }
 
@@ -248,15 +248,15 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 		*prev = cur
 		if e.cfg.ProgramInfo {
 			o := primaryOwner(p)
-			kv := append(make([]attribute.KeyValue, 0, 14), attribute.Int64("bpf.program.id", int64(p.ID)), attribute.String("bpf.program.tag", p.Tag))
+			kv := append(make([]attribute.KeyValue, 0, 14), attribute.Int64(attrProgramID, int64(p.ID)), attribute.String(attrProgramTag, p.Tag))
 			if o.PID > 0 {
-				kv = append(kv, attribute.Int("process.pid", o.PID))
+				kv = append(kv, attribute.Int(attrProcessPID, o.PID))
 			}
 			if o.ContainerID != "" {
-				kv = append(kv, attribute.String("container.id", o.ContainerID))
+				kv = append(kv, attribute.String(attrContainerID, o.ContainerID))
 			}
 			if o.PodName != "" {
-				kv = append(kv, attribute.String("k8s.pod.name", o.PodName))
+				kv = append(kv, attribute.String(attrK8sPodName, o.PodName))
 			}
 			kv = append(kv, w.kv...)
 			prev.info = attribute.NewSet(kv...)

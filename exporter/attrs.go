@@ -1,0 +1,92 @@
+package exporter
+
+// Attribute keys: every key the exporter writes on a data point, a span or
+// the resource, named once here and used everywhere in exporter/ (the
+// metrics table's attribute lists, the view, the workload keys, spans,
+// the resource). Prometheus sees them with "." as "_" (k8s_pod_name).
+const (
+	// The program.
+	attrProgramID        = "bpf.program.id"
+	attrProgramName      = "bpf.program.name"
+	attrProgramTag       = "bpf.program.tag"
+	attrProgramType      = "bpf.program.type"
+	attrProgramSleepable = "bpf.program.sleepable"
+	attrAttachType       = "bpf.attach.type"
+	attrAttachTarget     = "bpf.attach.target"
+	attrMissKind         = "bpf.miss.kind"
+	attrLinkID           = "bpf.link.id"
+	attrLinkType         = "bpf.link.type"
+
+	// Its owner.
+	attrOwnerKey              = "bpf.owner.key"
+	attrProcessPID            = "process.pid"
+	attrProcessExecutableName = "process.executable.name"
+	attrContainerID           = "container.id"
+	attrK8sPodName            = "k8s.pod.name"
+	attrK8sNamespaceName      = "k8s.namespace.name"
+	attrK8sWorkloadKind       = "k8s.workload.kind"
+	attrK8sWorkloadName       = "k8s.workload.name"
+
+	// The agent's own metrics.
+	attrScanSource         = "bpf.scan.source"
+	attrScanFallbackReason = "bpf.scan.fallback_reason"
+	attrStatsMode          = "bpf.stats.mode"
+	attrStatsKind          = "bpf.stats.kind"
+	attrSignal             = "signal"
+
+	// Miss-episode spans and their events.
+	attrEpisodeSource    = "bpf.episode.source"
+	attrEpisodeMisses    = "bpf.episode.misses"
+	attrEpisodeRuns      = "bpf.episode.runs"
+	attrEpisodeMissRatio = "bpf.episode.miss_ratio"
+	attrEpisodePeakRate  = "bpf.episode.peak_rate"
+	attrEpisodeRate      = "bpf.episode.rate"
+	attrEpisodeIntervals = "bpf.episode.intervals"
+	attrEpisodeTruncated = "bpf.episode.truncated"
+	attrEpisodeEndedBy   = "bpf.episode.ended_by"
+
+	// The resource.
+	attrServiceName       = "service.name"
+	attrServiceInstanceID = "service.instance.id"
+	attrHostName          = "host.name"
+	attrHostArch          = "host.arch"
+	attrHostCPUModelName  = "host.cpu.model.name"
+	attrOSType            = "os.type"
+	attrOSVersion         = "os.version"
+	attrKernelPreempt     = "bpf.kernel.preempt"
+	attrK8sNodeName       = "k8s.node.name"
+	attrK8sClusterName    = "k8s.cluster.name"
+)
+
+// Attribute lists of the metrics table's rows, named once so the doc and
+// the code cannot disagree.
+var (
+	// identityAttrs name a program (identityKVs).
+	identityAttrs = []string{
+		attrProgramID, attrProgramName, attrProgramTag, attrProgramType,
+		attrAttachType, attrAttachTarget, attrProgramSleepable,
+	}
+	programAttrs = []string{
+		attrProgramID, attrProgramName, attrProgramTag, attrProgramType,
+		attrAttachType, attrAttachTarget, attrProgramSleepable, attrMissKind,
+		attrProcessPID, attrProcessExecutableName, attrContainerID, attrK8sPodName, attrK8sNamespaceName,
+		attrK8sWorkloadKind, attrK8sWorkloadName,
+	}
+	linkAttrs = append([]string{attrLinkID, attrLinkType}, programAttrs...)
+	// workloadAttrs stay the same when a program is reloaded (new id, new
+	// pod, new pid): the key of the workload level's series.
+	workloadAttrs = []string{
+		attrProgramName, attrProgramType, attrAttachType, attrAttachTarget, attrMissKind,
+		attrK8sNamespaceName, attrK8sWorkloadKind, attrK8sWorkloadName, attrProcessExecutableName,
+	}
+	// infoAttrs join a program's identity to its workload series.
+	infoAttrs        = append([]string{attrProgramID, attrProgramTag, attrProcessPID, attrContainerID, attrK8sPodName}, workloadAttrs...)
+	ownerAttrs       = []string{attrOwnerKey, attrProcessPID, attrProcessExecutableName, attrContainerID, attrK8sPodName, attrK8sNamespaceName}
+	attachAttrs      = []string{attrAttachType}
+	exportAttrs      = []string{attrSignal}
+	scanAttrs        = []string{attrScanSource, attrScanFallbackReason}
+	statsModeAttrs   = []string{attrStatsMode}
+	programTypeAttrs = []string{attrProgramType}
+	statsKindAttrs   = []string{attrStatsKind}
+	noAttrs          = []string(nil)
+)

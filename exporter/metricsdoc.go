@@ -1,0 +1,257 @@
+package exporter
+
+import (
+	"fmt"
+	"strings"
+)
+
+// metricsDocHead opens METRICS.md: names, levels, start times, the
+// resource and the exporters.
+const metricsDocHead = `# bpfleet metrics
+
+Generated from the table in ` + "`exporter/metrics.go`" + ` by
+` + "`go test ./exporter -run TestMetricsDoc -update`" + `; a test fails when this file and
+the table disagree. There is no OpenTelemetry semantic convention for BPF: the
+` + "`bpf.*`" + ` namespace is bpfleet's own. All counters are cumulative. Prometheus'
+OTLP receiver turns ` + "`.`" + ` into ` + "`_`" + `, appends the unit (` + "`_seconds`" + `) and
+` + "`_total`" + ` to counters, e.g. ` + "`bpf.program.run.time`" + ` →
+` + "`bpf_program_run_time_seconds_total`" + `.
+
+Levels (` + "`--metrics-level`" + `): ` + "`attach-type`" + ` exports the attach-type and agent
+metrics only; ` + "`owner`" + ` adds the owner metrics; ` + "`workload`" + ` (the default) adds the
+program and link metrics keyed by what survives a reload or a pod restart (program name, type,
+attach type and the target's class, miss kind, the owning workload — namespace and controller —
+and executable: "Series that stay put" below), their
+counters summed across the programs' reloads since the agent started (a program loaded before
+the agent counts its growth since, one loaded later all of its counts, so an agent restart is a
+plain counter reset, never a spike of history); ` + "`program`" + ` keys them by program id
+and owner instead (every reload makes new series: for one node and debugging). Both are capped
+by ` + "`--max-programs`" + ` (series over the cap are counted in ` + "`bpf.agent.programs.dropped`" + `),
+which also sets the SDK's cardinality limit.
+
+Counters of a program (or workload key) first seen after it was loaded carry its load time as
+their OTLP start time: Prometheus started with ` + "`--enable-feature=created-timestamp-zero-ingestion`" + `
+writes a zero sample there, so ` + "`increase()`" + ` counts the misses of a program's first
+interval. Gauges carry no start time.
+
+Resource attributes: ` + "`service.name`" + ` (bpfleet-agent), ` + "`service.instance.id`" + ` (node
+name, else host name: Prometheus keys series by it), ` + "`host.name`" + `, ` + "`host.arch`" + `,
+` + "`host.cpu.model.name`" + `, ` + "`os.type`" + `, ` + "`os.version`" + ` (kernel release),
+` + "`bpf.kernel.preempt`" + `, ` + "`k8s.node.name`" + ` (` + "`K8S_NODE_NAME`" + `),
+` + "`k8s.cluster.name`" + ` (` + "`--cluster-name`" + `), then ` + "`OTEL_RESOURCE_ATTRIBUTES`" + ` /
+` + "`OTEL_SERVICE_NAME`" + `, which win. The Helm chart adds the agent's own pod as
+` + "`bpfleet.agent.pod.name`" + ` and ` + "`bpfleet.agent.pod.namespace`" + `: never as
+` + "`k8s.pod.name`" + ` / ` + "`k8s.namespace.name`" + `, which on a data point name the program's
+owner, and which a resource attribute of the same name would overwrite once
+promoted to a label.
+
+Exporters (` + "`OTEL_METRICS_EXPORTER`" + `): ` + "`otlp`" + ` (default), ` + "`prometheus`" + ` (served
+at ` + "`http://OTEL_EXPORTER_PROMETHEUS_HOST:OTEL_EXPORTER_PROMETHEUS_PORT/metrics`" + `,
+default ` + "`localhost:9464`" + `, with the same names as below), ` + "`console`" + `, ` + "`none`" + `.
+Scraped, resource attributes are in ` + "`target_info`" + ` as over OTLP.
+
+`
+
+// statsTaxDoc explains in METRICS.md how the stats tax and sampled counts
+// are computed and how far to trust them.
+const statsTaxDoc = `## The stats tax and the stats modes
+
+While any ` + "`BPF_ENABLE_STATS`" + ` fd is held (or ` + "`kernel.bpf_stats_enabled=1`" + `), every run of
+every BPF program on the node reads the clock twice and updates per-CPU counters. bpfleet
+measures what that costs per run at start (` + "`--calibrate`" + `): stats off and on alternated in
+the same run (ABBA rounds, median of 3), for a no-op XDP and tc program through
+` + "`BPF_PROG_TEST_RUN`" + ` (100,000 runs per half round; the kernel times the loop) and for
+each attach type the calibration probes work for (its counting probe fired by its trigger).
+The results are ` + "`bpf.agent.stats.cost`" + `. While measuring, the agent holds no stats fd; if
+a test program's run count still grows, or the sysctl is 1, another holder keeps stats on and
+the cost is "not measurable: stats held elsewhere" (no number, and no tax metric).
+
+` + "`bpf.agent.stats.tax`" + ` = Σ over programs of runs/s × the cost per run of the program's
+kind × the agent's duty (1 ` + "`always`" + `, window/period ` + "`sampled`" + `, 0 ` + "`off`" + `). A program's
+kind is its attach type where that was measured; else xdp for XDP, tc for skb programs
+(sched_cls, sched_act, socket_filter, cgroup_*, sk_*, lwt_*), raw_tp for other tracing types
+(the same ` + "`bpf_prog_run`" + ` / trampoline stats path), xdp for anything else.
+Error: the cost's spread over the rounds (` + "`bpfleet bench --tax`" + ` prints it; a few ns on
+a quiet machine, more on a busy VM), the nearest-kind substitution where a kind was not
+measured, and the runs/s error below. The per-run figure is for this node's clock source: a
+VM's clock read is dearer than bare metal's.
+
+` + "`--stats`" + `: ` + "`always`" + ` holds the fd for the agent's life (exact counts, full tax).
+` + "`sampled`" + ` holds it for ` + "`--stats-window`" + ` of every ` + "`--stats-period`" + ` (default 1 s of
+10 s): each program's rate is the runs (and run time) counted over at least half a window of
+counted time divided by that time, and each interval gets rate × its length, never less than
+the kernel counted in it. Counted time is the agent's windows plus any time another holder kept
+stats on (a local ` + "`bpfleet top`" + `, ` + "`bpftool prog profile`" + `, ` + "`kernel.bpf_stats_enabled=1`" + `):
+right before and after each window, every second between windows and at every scan the agent
+test-runs a no-op program without its fd to see. An interval another holder spans gets the
+kernel's exact count on top of the estimate so far (` + "`bpf.agent.stats.exact`" + ` is 1 then, 0 for
+estimated intervals); an interval in which one came or went is no measurement and gets the last
+rate. So the counters never go down, nor jump by period/window, as holders come and go, and the
+run series keep their attributes (a label that said exact or sampled would split each series in
+two at every change). A program loaded since the previous scan is counted from its load; until
+its first rate is measured it gets the kernel's count, and the first rate adds the estimate of
+the time before. Misses are exact in every mode (the kernel counts them with stats off). For a
+program running at a steady rate the estimate is within 5% (the host tests
+` + "`TestSampledRunCountKnownRate`" + `, ` + "`TestSampledHolderComesAndGoes`" + ` and ` + "`TestSampledLoadMidWindow`" + `
+hold it to that, 10% for a program's first scan); a bursty program's error is larger: a burst
+wholly between windows is missed, one inside a window is multiplied by period/window. A holder
+that comes and goes within a second between two looks is not seen: its runs count in the next
+rate as if the agent had counted them. ` + "`off`" + ` never enables stats: run counts and run times
+are absent (not zero); misses, attach types, owners and the profiler remain, and the alert
+` + "`BPFStatsDisabled`" + ` stays quiet (it fires only where stats are off against the mode).
+
+`
+
+// stableDoc is the rule that keeps the workload level's keys free of
+// per-instance values (workloadKeyOf, agent Program.TargetClass),
+// checked under pod churn by exporter/e2e's TestPodChurnSeries.
+const stableDoc = `## Series that stay put
+
+At the ` + "`workload`" + ` level no key attribute names one instance of a program, process, container,
+pod or interface: a reload, a pod restart or a rollout makes new programs, pids, cgroups and
+interfaces, and no new series. Per attribute of the key:
+
+| attribute | at the ` + "`workload`" + ` level | per-instance detail, kept in |
+| --- | --- | --- |
+| ` + "`bpf.program.name`" + ` | the kernel's name, with a suffix made per instance (after the last ` + "`_`, `-` or `.`" + `: 5 or more hex digits, a digit among them) as ` + "`*`" + ` | ` + "`program`" + ` level, spans, ` + "`list`" + ` |
+| ` + "`bpf.program.type`, `bpf.attach.type`, `bpf.miss.kind`" + ` | as the kernel says | — |
+| ` + "`bpf.attach.target`" + ` | the target's class (below; ` + "`list`" + `'s ` + "`target_class`" + `), or the target itself where it names nothing per instance (a function, a tracepoint) | ` + "`bpf.attach.target`" + ` at the ` + "`program`" + ` level and on spans, ` + "`attach_target`" + ` and each link's ` + "`target`" + ` in ` + "`list`" + ` and the API |
+| ` + "`k8s.namespace.name`, `k8s.workload.kind`, `k8s.workload.name`" + ` | the owning pod's namespace and controller (a Deployment for its ReplicaSets, a CronJob for its Jobs; a pod without one: kind ` + "`Pod`" + ` and its name) | ` + "`k8s.pod.name`, `container.id`" + `: ` + "`program`" + ` level, spans, ` + "`bpf.program.info`" + ` |
+| ` + "`process.executable.name`" + ` | the owner's executable's base name (else its command name), without ` + "` (deleted)`" + ` | ` + "`process.pid`" + `: ` + "`program`" + ` level, spans, ` + "`bpf.program.info`" + ` |
+
+The class of a target:
+
+| target | class |
+| --- | --- |
+| a cgroup of a pod the Kubernetes API names (its containers' too) | ` + "`<namespace>/<controller kind>/<controller name>`" + `: ` + "`shop/Deployment/web`" + ` |
+| another pod's cgroup (either cgroup driver, any ` + "`--cgroup-root`" + `) | its QoS class: ` + "`kubepods/guaranteed`, `kubepods/burstable`, `kubepods/besteffort`" + `; the kubelet's own cgroups above the pods ` + "`kubepods`" + ` |
+| a container of another runtime | the runtime: ` + "`docker`, `podman`, `containerd`, `cri-o`" + ` |
+| a systemd unit (systemd's per-unit IPAddressDeny / DeviceAllow programs) | its innermost slice without an id in its name: ` + "`system.slice`, `user-1000.slice`, `machine.slice`" + ` |
+| any other cgroup | its path below the cgroup2 mount, each component with an id in it (8 or more hex digits, a digit among them) as ` + "`*`" + `; the root ` + "`/`" + `. A cgroup link's cgroup is found from its id (` + "`open_by_handle_at`" + `, CAP_DAC_READ_SEARCH); without that: ` + "`cgroup`" + ` |
+| an interface whose other end is in the network namespace of a pod the API names (a CNI's host end: ` + "`IFLA_LINK_NETNSID`" + `, a process in that namespace, its cgroup's pod UID) | ` + "`<driver>:<namespace>/<kind>/<name>`" + `: ` + "`veth:shop/Deployment/web`" + ` |
+| an interface made per instance: a CNI's prefix (` + "`lxc`, `cali`, `veth`, `eni`, `gke`, `azv`, `vnet`, `tap`" + `) then 5 or more hex digits, or any name ending in 6 or more hex digits with a digit among them | ` + "`<driver>:<prefix>*`" + `, the driver as the kernel names it (` + "`IFLA_INFO_KIND`" + `; none for a physical device): ` + "`veth:lxc*`, `netkit:lxc*`, `veth:cali*`, `bridge:br-*`" + ` |
+| any other interface | its name: ` + "`eth0`, `lo`, `cilium_host`, `flannel.1`" + ` |
+| an interface the agent's view of the host lacks (gone, or in another namespace) | ` + "`ifindex`" + ` |
+| a uprobe's binary | its path with the pid of ` + "`/proc/<pid>/root`" + `, container ids and overlay directories (64 hex), pod UIDs and containerd snapshot numbers as ` + "`*`" + ` |
+
+An XDP program's mode and a tc filter's classful parent stay appended (` + "`veth:lxc* (generic)`" + `),
+as several targets stay joined by commas. Interfaces are those of the host's network namespace
+(the proc root's pid 1's, entered when the agent has a namespace of its own), each read once per
+new link or owner refresh and cached by ifindex. A pod the API does not name yet (the pod cache
+not synced, or no API access) counts under its QoS or interface class until it does: one key per
+class, not one per pod. A program no process holds on a pod's cgroup or interface is owned by
+that pod (` + "`k8s.*`" + ` from the API).
+
+`
+
+// seriesDoc states the series per node of each level, checked against a
+// real Prometheus by exporter/e2e's fleet test (TestFleetSmall asserts the
+// workload level's stay put across reloads; make bench BENCH=fleet prints
+// the figures below).
+const seriesDoc = `## Series per node
+
+Prometheus series one node adds (the OTLP points of one export, plus ` + "`target_info`" + `), with
+A attach types that have programs, C calibrated attach types, O owners, P programs exported,
+P_m of them with a recursion_misses counter (Linux 5.12+: all), L kprobe links with a missed
+count, K workload keys (distinct name, type, attach type and target class, miss kind, namespace,
+workload, executable: see "Series that stay put"), K_m and K_l the keys with a misses counter and with kprobe links:
+
+| level | series per node | grows with reloads |
+| --- | --- | --- |
+| ` + "`attach-type`" + ` | B + 5A + C | no |
+| ` + "`owner`" + ` | B + 5A + C + 4O | by 4 per restarted owner (pid / container / pod) |
+| ` + "`workload`" + ` (default) | B + 5A + C + 2K + K_m + K_l (+ P with ` + "`--program-info`" + `) | no (the info metric: by P per reload) |
+| ` + "`program`" + ` | B + 5A + C + 2P + P_m + L | by 2P + P_m + L per reload of all programs |
+
+B is the agent's own, 28–29 in the runs below: its gauges and counters, ` + "`bpf.agent.export.errors`" + ` for 2
+signals, the scan duration histogram (12 buckets, +Inf, sum, count), ` + "`target_info`" + `, and with
+calibration the stats-cost and stats-tax gauges (one per measured kind and program type). K ≤ P: K = P when every
+program has its own name (the worst case), K ≪ P where one workload loads the same program many
+times (per-endpoint or per-container programs).
+
+Measured (` + "`make bench BENCH=fleet`" + `: 50 nodes exporting into Prometheus v0.316.0, per node
+1,000 socket filters with distinct names and 100 pods (test/pods) with the 6 per-pod kinds of
+program (runc's device program, cgroup_skb and cgroup_sock links, tc, tcx, XDP: 600 programs
+under 21 keys), P = 1,600, K = 1,021, A = 7, C = 0; every program reloaded and every pod
+restarted (new UIDs, container ids, interfaces) 10 times):
+
+| level | series per node | head series, first export → after reloads | bytes per export per node (gzip / uncompressed) |
+| --- | --- | --- | --- |
+| ` + "`workload`" + ` | 3,127 | 156,350 → 156,350 after 10 reloads (50 nodes) | 28.1 KB / 608.6 KB |
+| ` + "`program`" + ` | 4,864 | 24,320 → 96,320 after 3 reloads (5 nodes) | 102.2 KB / 1,593.6 KB |
+| ` + "`workload`" + `, 100 names (K = 121) | 427 | 21,350 → 21,350 after 3 reloads (50 nodes) | 5.8 KB / 79.4 KB |
+
+Exporter CPU per export per node: 5.3 ms at K = 1,021, 2.3 ms at K = 121; Go heap per exporter
+4.2 MB at K = 1,021 (same run, shared 2-core machine: ratios, not absolutes), with bpfleet's own
+encoder (attribute encodings kept between exports) and the program counters produced without
+per-value SDK aggregation (through the SDK's OTLP/HTTP exporter one export of 1,000 real programs
+took 21 ms at the workload level against 4.2, 26 against 5.6 at the program level: ` + "`make bench BENCH=agentcpu`" + `,
+BenchmarkExport, in one process with the scan; gzip is about 1 ms of it).
+
+Pod restarts alone (` + "`TestBenchFleetPodChurn`" + `: 300 pods with the 6 per-pod kinds, 1,800 programs,
+restarted 3 times): per kind 12 series (9 for tc, tcx, XDP) in one generation and 12 (9) ever,
+1.00×; keyed by cgroup path and interface name they would be 900 per kind in one generation and
+3,600 ever (4.00×). ` + "`TestPodChurnSeries`" + ` (` + "`make test`" + `) checks the same with 12 pods.
+
+`
+
+// spanDoc documents the miss-episode span in METRICS.md.
+const spanDoc = `## Spans
+
+` + "`bpf.recursion_miss`" + `: one span per miss episode, from the first scan interval in which a
+program's ` + "`recursion_misses`" + ` (source ` + "`recursion_misses`" + `) or a kprobe link's ` + "`missed`" + `
+(source ` + "`link_missed`" + `) grew to the end of the last interval before it went quiet.
+
+| attribute | meaning |
+| --- | --- |
+| ` + "`bpf.program.id`, `bpf.program.name`, `bpf.program.tag`, `bpf.program.type`, `bpf.attach.type`, `bpf.attach.target`, `bpf.program.sleepable`" + ` | the program as the episode opened |
+| ` + "`bpf.link.id`" + ` | the link, for link_missed episodes |
+| ` + "`bpf.episode.source`" + ` | recursion_misses or link_missed |
+| ` + "`bpf.miss.kind`" + ` | recursion, contention-possible (sleepable program, PREEMPT_RT, or a guarded program on a fully preemptible kernel: another task on the CPU may have held the guard) or unknown |
+| ` + "`bpf.episode.misses`, `bpf.episode.runs`" + ` | misses and runs in the episode |
+| ` + "`bpf.episode.miss_ratio`" + ` | misses / (misses + runs) |
+| ` + "`bpf.episode.peak_rate`" + ` | highest misses per second in one interval |
+| ` + "`bpf.episode.intervals`, `bpf.episode.truncated`" + ` | intervals with misses, and how many of them were dropped from the events |
+| ` + "`bpf.episode.ended_by`" + ` | quiet, vanished (program unloaded) or shutdown (the agent stopped while the episode was open) |
+
+When a snapshot first has an episode open, a zero-length span ` + "`bpf.recursion_miss.open`" + ` with the
+same program and owner attributes and the misses so far is emitted at once, so a long episode is
+visible within one interval; the episode's final span links to it. Both carry the owner:
+` + "`k8s.namespace.name`, `k8s.workload.kind`, `k8s.workload.name`, `k8s.pod.name`, `container.id`, `process.pid`, `process.executable.name`" + `.
+At most ` + "`--span-budget`" + ` spans a minute (default 600) are emitted; the rest are counted in
+` + "`bpf.agent.spans.dropped`" + ` and logged once per interval. Emitted spans wait in a bounded export
+queue (the ` + "`OTEL_BSP_*`" + ` settings: 2,048 spans, batches of 512, every 5 s, 30 s per export by default);
+a span the full queue refuses (a long backend outage) and every span of a batch the backend did not
+take are counted in the same ` + "`bpf.agent.spans.dropped`" + `: each span is either delivered or counted.
+
+Each interval with misses is a span event ` + "`bpf.miss.interval`" + ` with ` + "`bpf.episode.misses`" + `,
+` + "`bpf.episode.runs`" + ` and ` + "`bpf.episode.rate`" + ` (misses per second).
+`
+
+// MetricsDoc renders METRICS.md from the table.
+func MetricsDoc() string {
+	var b strings.Builder
+	b.WriteString(metricsDocHead)
+	b.WriteString("## Metrics\n\n| name | Prometheus name | unit | instrument | levels | attributes | description |\n| --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, d := range metricDefs {
+		levels := make([]string, len(d.Levels))
+		for i, l := range d.Levels {
+			levels[i] = l.String()
+		}
+		attrs := "—"
+		if len(d.Attrs) > 0 {
+			attrs = "`" + strings.Join(d.Attrs, "`, `") + "`"
+		}
+		unit := "—"
+		if d.Unit != "" {
+			unit = "`" + d.Unit + "`"
+		}
+		fmt.Fprintf(&b, "| `%s` | `%s` | %s | %s | %s | %s | %s |\n", d.Name, d.prometheusName(), unit, d.Kind, strings.Join(levels, ", "), attrs, d.Description)
+	}
+	b.WriteString("\n")
+	b.WriteString(statsTaxDoc)
+	b.WriteString(stableDoc)
+	b.WriteString(seriesDoc)
+	b.WriteString(spanDoc)
+	return b.String()
+}
