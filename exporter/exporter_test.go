@@ -27,10 +27,10 @@ func TestMetricsDoc(t *testing.T) {
 	}
 	got, err := os.ReadFile("METRICS.md")
 	if err != nil {
-		t.Fatalf("reading METRICS.md: %v (run go test ./exporter -run TestMetricsDoc -update)", err)
+		t.Fatalf("reading METRICS.md: %v (run go generate ./exporter, or go test ./exporter -run TestMetricsDoc -update)", err)
 	}
 	if string(got) != want {
-		t.Fatal("METRICS.md differs from the metrics table: run go test ./exporter -run TestMetricsDoc -update")
+		t.Fatal("METRICS.md differs from the metrics table: run go generate ./exporter (or go test ./exporter -run TestMetricsDoc -update)")
 	}
 }
 

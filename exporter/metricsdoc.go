@@ -5,14 +5,19 @@ import (
 	"strings"
 )
 
+// METRICS.md is the metrics table (metrics.go) rendered, then the prose
+// below; exporter/internal/gendocs writes it, TestMetricsDoc holds the
+// committed file to it.
+//go:generate go run ./internal/gendocs -metrics METRICS.md
+
 // metricsDocHead opens METRICS.md: names, levels, start times, the
 // resource and the exporters.
 const metricsDocHead = `# bpfleet metrics
 
-Generated from the table in ` + "`exporter/metrics.go`" + ` by
-` + "`go test ./exporter -run TestMetricsDoc -update`" + `; a test fails when this file and
-the table disagree. There is no OpenTelemetry semantic convention for BPF: the
-` + "`bpf.*`" + ` namespace is bpfleet's own. All counters are cumulative. Prometheus'
+Generated from the table in ` + "`exporter/metrics.go`" + ` by ` + "`go generate ./exporter`" + `
+(` + "`make generate`" + `); a test fails when this file and the table disagree. There is no
+OpenTelemetry semantic convention for BPF: the ` + "`bpf.*`" + ` namespace is bpfleet's own. All
+counters are cumulative. Prometheus'
 OTLP receiver turns ` + "`.`" + ` into ` + "`_`" + `, appends the unit (` + "`_seconds`" + `) and
 ` + "`_total`" + ` to counters, e.g. ` + "`bpf.program.run.time`" + ` →
 ` + "`bpf_program_run_time_seconds_total`" + `.

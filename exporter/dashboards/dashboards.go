@@ -2,7 +2,7 @@
 // Grafana Foundation SDK). Every metric name comes from the exporter's
 // metrics table through exporter.PrometheusName, so a renamed metric fails
 // the generator instead of leaving a panel empty. The JSON is committed in
-// charts/bpfleet/dashboards (go test ./exporter/dashboards -update) and
+// charts/bpfleet/dashboards (go generate ./exporter/dashboards) and
 // shipped by the chart; exporter/e2e runs every panel's query against a
 // Prometheus the agent fed.
 //
@@ -20,6 +20,8 @@ package dashboards
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/grafana/grafana-foundation-sdk/go/cog"
@@ -31,6 +33,10 @@ import (
 
 	"github.com/bpfleet/bpfleet/exporter"
 )
+
+// The chart's dashboards are this package's Files; exporter/internal/gendocs
+// writes them, TestGenerated holds the committed files to them.
+//go:generate go run ../internal/gendocs -dashboards ../../charts/bpfleet/dashboards
 
 // Template variables the queries use; exporter/e2e substitutes them.
 const (
@@ -73,6 +79,24 @@ func Files() (map[string][]byte, error) {
 		out[name] = append(j, '\n')
 	}
 	return out, nil
+}
+
+// Write writes Files into dir (charts/bpfleet/dashboards), making it if
+// need be.
+func Write(dir string) error {
+	files, err := Files()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // names looks metrics up in the exporter's table, keeping the first miss.

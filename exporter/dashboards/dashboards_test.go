@@ -15,25 +15,21 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
 )
 
-var update = flag.Bool("update", false, "rewrite charts/bpfleet/dashboards from the generator")
+var update = flag.Bool("update", false, "rewrite charts/bpfleet/dashboards from the generator (as go generate does)")
 
 const dir = "../../charts/bpfleet/dashboards"
 
 // The committed dashboards are exactly what the generator makes: edit
-// dashboards.go, then go test ./exporter/dashboards -update.
+// dashboards.go, then go generate ./exporter/dashboards (or go test
+// ./exporter/dashboards -update).
 func TestGenerated(t *testing.T) {
 	files, err := Files()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if *update {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := Write(dir); err != nil {
 			t.Fatal(err)
-		}
-		for name, b := range files {
-			if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-				t.Fatal(err)
-			}
 		}
 	}
 	committed, err := filepath.Glob(filepath.Join(dir, "*.json"))
