@@ -20,7 +20,7 @@ KERNELS ?=
 BENCH ?= all
 KERNEL_FLAGS ?=
 
-.PHONY: build image run test bench generate test-kernels fuzz
+.PHONY: build image run test bench soak generate test-kernels fuzz
 
 # Two binaries from ./cmd/bpfleet: bin/bpfleet, the command-line tools
 # (-tags lean: no OTLP exporters, gRPC, Prometheus client or client-go, whose
@@ -60,6 +60,16 @@ bench:
 # Every generated file: the bpf2go directives in the gen.go files are the
 # only go:generate lines (clang-14, from scripts/install-deps.sh).
 # scripts/test.sh runs the same and fails if the committed files differ.
+# The long-haul scenarios (not part of make test, which runs their short
+# versions): BPFLEET_SOAK=long, README "Soak" says how long each runs and
+# what it prints. SOAK selects scenarios by test name (a go test -run
+# pattern; default all).
+SOAK ?= TestSoak
+soak:
+	scripts/install-deps.sh
+	scripts/build-backends.sh prometheus jaeger otelcol
+	BPFLEET_SOAK=long BPFLEET_CACHE=$${BPFLEET_CACHE:-/var/cache/bpfleet} go test -count=1 -v -timeout 4h -run '$(SOAK)' ./exporter/e2e
+
 generate:
 	go generate ./...
 

@@ -428,7 +428,7 @@ type Span struct {
 // Spans returns the spans of service's traces that carry every given tag
 // (Jaeger's tags filter, values as strings).
 func (j *Jaeger) Spans(ctx context.Context, service string, tags map[string]string) ([]Span, error) {
-	q := url.Values{"service": {service}, "limit": {"100"}}
+	q := url.Values{"service": {service}, "limit": {"5000"}}
 	if len(tags) > 0 {
 		b, _ := json.Marshal(tags)
 		q.Set("tags", string(b))
@@ -487,6 +487,7 @@ func (j *Jaeger) Spans(ctx context.Context, service string, tags map[string]stri
 type Collector struct {
 	OTLPGRPC, OTLPHTTP string
 	proc               *process
+	bin, config        string
 }
 
 const collectorConfig = `receivers:
@@ -534,21 +535,35 @@ func StartCollector(t testing.TB, prom *Prometheus, jg *Jaeger) *Collector {
 	if err := os.WriteFile(cfg, fmt.Appendf(nil, collectorConfig, c.OTLPGRPC, c.OTLPHTTP, prom.OTLPEndpoint(), jg.OTLPGRPC), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	proc, err := start("otelcol", Bin(t, "otelcol", OtelcolVersion), "--config", cfg)
-	if err != nil {
+	c.bin, c.config = Bin(t, "otelcol", OtelcolVersion), cfg
+	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c.proc = proc
-	t.Cleanup(proc.stop)
-	// The receiver has no health endpoint: it is ready when both ports
-	// accept connections.
-	for _, addr := range []string{c.OTLPGRPC, c.OTLPHTTP} {
-		if err := proc.waitListen(addr); err != nil {
-			t.Fatal(err)
-		}
-	}
+	t.Cleanup(func() { c.proc.stop() })
 	return c
 }
+
+// Start starts the Collector (again, after Kill) on its ports and waits
+// until both accept connections: the receiver has no health endpoint.
+func (c *Collector) Start() error {
+	proc, err := start("otelcol", c.bin, "--config", c.config)
+	if err != nil {
+		return err
+	}
+	c.proc = proc
+	for _, addr := range []string{c.OTLPGRPC, c.OTLPHTTP} {
+		if err := proc.waitListen(addr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Stop stops the Collector with SIGTERM, as a rollout or a node drain
+// does: it stops receiving and forwards what it holds before it exits.
+// (A SIGKILL would lose what it had accepted and not yet forwarded, which
+// no sender can count.)
+func (c *Collector) Stop() { c.proc.stop() }
 
 // PID is the Collector process's id, for measuring its CPU and memory.
 func (c *Collector) PID() int { return c.proc.cmd.Process.Pid }

@@ -1,0 +1,211 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bpfleet/bpfleet/test/backends"
+	"github.com/bpfleet/bpfleet/test/canary/canarytest"
+)
+
+// soakEnv selects the long versions of the soak scenarios (make soak sets
+// it to "long"); unset, each runs its short version inside make test.
+const soakEnv = "BPFLEET_SOAK"
+
+func soakLong() bool { return os.Getenv(soakEnv) == "long" }
+
+// outage is one window in which the Collector was down.
+type outage struct{ from, to time.Time }
+
+// TestSoakFlappingCollector: the OpenTelemetry Collector between the
+// agents and the backends is stopped and restarted again and again
+// (long: every 5 minutes for an hour, down 30 s each time; short: every
+// 30 s for 100 s, down 8 s), with one agent exporting over OTLP/HTTP and
+// one over gRPC, while the recursion canary misses in bursts (one miss
+// episode each, two spans: open and closed). Afterwards:
+//   - metrics: each agent's cumulative misses in Prometheus equal the
+//     kernel's count, and no point is missing outside the outage windows;
+//   - spans: every episode span an agent emitted is in Jaeger or counted in
+//     its bpf.agent.spans.dropped (a small export queue, 6 spans, so the
+//     outages overflow it);
+//   - memory: each agent's RSS after the run within 16 MiB of after the
+//     first cycle.
+func TestSoakFlappingCollector(t *testing.T) {
+	total, cycle, down := 100*time.Second, 30*time.Second, 8*time.Second
+	if soakLong() {
+		total, cycle, down = time.Hour, 5*time.Minute, 30*time.Second
+	}
+	c, id := canarytest.Load(t)
+	prom := backends.StartPrometheus(t)
+	jg := backends.StartJaeger(t)
+	col := backends.StartCollector(t, prom, jg)
+
+	// Short export and BSP timeouts: an export to a dead Collector fails
+	// within the outage instead of holding the queue for 30 s.
+	common := []string{"OTEL_BSP_MAX_QUEUE_SIZE=6", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE=6", "OTEL_BSP_EXPORT_TIMEOUT=2000", "OTEL_EXPORTER_OTLP_TIMEOUT=1000"}
+	agents := map[string]*agentProc{
+		"flap-http": startAgent(t, append([]string{"K8S_NODE_NAME=flap-http", "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf", "OTEL_EXPORTER_OTLP_ENDPOINT=http://" + col.OTLPHTTP}, common...), "--metrics-level", "program"),
+		"flap-grpc": startAgent(t, append([]string{"K8S_NODE_NAME=flap-grpc", "OTEL_EXPORTER_OTLP_PROTOCOL=grpc", "OTEL_EXPORTER_OTLP_ENDPOINT=http://" + col.OTLPGRPC}, common...), "--metrics-level", "program"),
+	}
+	rss := map[string]int64{}
+	// Each agent's first scan must see the canary before its first burst:
+	// misses before it are its baseline, no episode.
+	for name := range agents {
+		sel := fmt.Sprintf(`bpf_program_recursion_misses_total{bpf_program_id="%d", instance=%q}`, id, name)
+		if err := backends.Eventually(30*time.Second, func() error {
+			s, err := prom.Query(context.Background(), sel)
+			if err == nil && len(s) != 1 {
+				err = fmt.Errorf("no series %s yet", sel)
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Bursts: 3 misses, then 2.5 s quiet (5 intervals; 2 close an episode).
+	start := time.Now()
+	var outages []outage
+	bursts := 0
+	nextKill := start.Add(cycle - down)
+	for time.Since(start) < total {
+		trigger(t, c, 3)
+		bursts++
+		time.Sleep(2500 * time.Millisecond)
+		if time.Now().After(nextKill) {
+			if len(outages) == 1 {
+				for name, a := range agents {
+					rss[name] = procRSS(t, a.cmd.Process.Pid)
+				}
+			}
+			o := outage{from: time.Now()}
+			col.Stop()
+			for end := time.Now().Add(down); time.Now().Before(end); {
+				trigger(t, c, 3)
+				bursts++
+				time.Sleep(2500 * time.Millisecond)
+			}
+			if err := col.Start(); err != nil {
+				t.Fatalf("restarting the Collector: %v", err)
+			}
+			o.to = time.Now()
+			outages = append(outages, o)
+			nextKill = nextKill.Add(cycle)
+		}
+	}
+	// The last episode closes, the last exports go out.
+	time.Sleep(3 * time.Second)
+	want := kernelMisses(t, c)
+	t.Logf("%d bursts, %d misses, %d Collector outages over %s", bursts, want, len(outages), time.Since(start).Round(time.Second))
+
+	ctx := context.Background()
+	for name, a := range agents {
+		sel := fmt.Sprintf(`bpf_program_recursion_misses_total{bpf_program_id="%d", instance=%q}`, id, name)
+		if err := backends.Eventually(30*time.Second, func() error {
+			s, err := prom.Query(ctx, sel)
+			if err != nil {
+				return err
+			}
+			if len(s) != 1 || s[0].Value != float64(want) {
+				return fmt.Errorf("%s: %v, want %d (the kernel's)", sel, s, want)
+			}
+			return nil
+		}); err != nil {
+			t.Errorf("cumulative misses after the flapping: %v", err)
+		}
+		checkGaps(t, prom, sel, time.Since(start)+time.Minute, outages)
+
+		if before, after := rss[name], procRSS(t, a.cmd.Process.Pid); before > 0 && after > before+16<<20 {
+			t.Errorf("%s: RSS %d MiB after the first cycle, %d MiB at the end", name, before>>20, after>>20)
+		} else {
+			t.Logf("%s: RSS %d MiB after the first cycle, %d MiB at the end", name, before>>20, after>>20)
+		}
+		a.stop(t)
+	}
+
+	// Spans: after the agents stopped (their last spans flushed), each
+	// agent's delivered + dropped = emitted = 2 per episode.
+	for name := range agents {
+		var delivered int
+		var dropped float64
+		err := backends.Eventually(30*time.Second, func() error {
+			ss, err := prom.Query(ctx, fmt.Sprintf(`bpf_agent_spans_dropped_total{instance=%q}`, name))
+			if err != nil {
+				return err
+			}
+			dropped = 0
+			if len(ss) == 1 {
+				dropped = ss[0].Value
+			}
+			spans, err := jg.Spans(ctx, "bpfleet-agent", map[string]string{"bpf.program.id": strconv.FormatUint(uint64(id), 10)})
+			if err != nil {
+				return err
+			}
+			delivered = 0
+			for _, s := range spans {
+				if s.Process["k8s.node.name"] == name && strings.HasPrefix(s.OperationName, "bpf.recursion_miss") {
+					delivered++
+				}
+			}
+			if delivered+int(dropped) != 2*bursts {
+				return fmt.Errorf("%s: %d spans in Jaeger + %v counted dropped, want %d (2 per burst)", name, delivered, dropped, 2*bursts)
+			}
+			return nil
+		})
+		t.Logf("%s: %d episode spans in Jaeger, %v counted dropped, of %d", name, delivered, dropped, 2*bursts)
+		if err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// checkGaps fails for any gap between consecutive samples of sel longer
+// than 3 export intervals that no outage window (plus 3 s for the exporter
+// to notice the Collector back) explains.
+func checkGaps(t *testing.T, prom *backends.Prometheus, sel string, window time.Duration, outages []outage) {
+	t.Helper()
+	series, err := prom.RawSamples(context.Background(), sel, window)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pts := range series {
+		longest := time.Duration(0)
+		for i := 1; i < len(pts); i++ {
+			gap := pts[i].Time.Sub(pts[i-1].Time)
+			if gap <= 3*interval {
+				continue
+			}
+			explained := false
+			for _, o := range outages {
+				if pts[i-1].Time.Before(o.to.Add(3*time.Second)) && pts[i].Time.After(o.from) {
+					explained = true
+				}
+			}
+			if !explained {
+				t.Errorf("%s: no point from %s to %s (%s), outside every outage window", sel, pts[i-1].Time.Format(time.TimeOnly), pts[i].Time.Format(time.TimeOnly), gap)
+			}
+			longest = max(longest, gap)
+		}
+		t.Logf("%s: %d points, longest gap %s (Collector down %d times)", sel, len(pts), longest.Round(time.Millisecond), len(outages))
+	}
+}
+
+// procRSS is a process's resident set in bytes (/proc/PID/statm).
+func procRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		t.Fatalf("statm: %q", b)
+	}
+	pages, _ := strconv.ParseInt(f[1], 10, 64)
+	return pages * int64(os.Getpagesize())
+}
