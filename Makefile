@@ -57,8 +57,9 @@ test:
 bench:
 	BENCH=$(BENCH) scripts/bench.sh
 
-# Every generated file: the bpf2go directives in the gen.go files are the
-# only go:generate lines (clang-14, from scripts/install-deps.sh).
+# Every generated file: the BPF objects (bpf2go in each gen.go, clang-14
+# from scripts/install-deps.sh), exporter/METRICS.md and the chart's
+# dashboards (exporter/internal/gendocs, Go only).
 # scripts/test.sh runs the same and fails if the committed files differ.
 # The long-haul scenarios (not part of make test, which runs their short
 # versions): BPFLEET_SOAK=long, README "Soak" says how long each runs and

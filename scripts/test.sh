@@ -37,10 +37,10 @@ go vet -tags bench ./...
 go vet -tags lean ./cmd/bpfleet # the CLI build (make build), whose agent command execs bpfleet-agent
 go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
-step "generated BPF objects match their sources"
+step "generated files (BPF objects, METRICS.md, dashboards) match their sources"
 go generate ./...
 if ! git diff --quiet -- '*.go' '*.o' exporter/METRICS.md charts/bpfleet/dashboards; then
-  echo "go generate changed committed files: commit the regenerated objects"; git diff --stat; exit 1
+  echo "go generate changed committed files: commit the regenerated files"; git diff --stat; exit 1
 fi
 
 # Packages whose tests start a backend (they import a backends helper or
