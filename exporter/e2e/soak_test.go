@@ -4,13 +4,20 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/bpfleet/bpfleet/internal/syncbuf"
 	"github.com/bpfleet/bpfleet/test/backends"
 	"github.com/bpfleet/bpfleet/test/canary/canarytest"
+	"github.com/bpfleet/bpfleet/test/pods"
 )
 
 // soakEnv selects the long versions of the soak scenarios (make soak sets
@@ -208,4 +215,170 @@ func procRSS(t *testing.T, pid int) int64 {
 	}
 	pages, _ := strconv.ParseInt(f[1], 10, 64)
 	return pages * int64(os.Getpagesize())
+}
+
+// churnNames are the programs' names: a fixed pool, as a node's tools
+// reload the same programs, so the workload keys stay a bounded set.
+const churnNames = 20
+
+// TestSoakProgramChurn: programs of the kinds real nodes run loaded and
+// unloaded under the agent at the chart's settings (sampled stats, the
+// workload level; scans every 10 s long, 1 s short) with `bpfleet list
+// --watch -o jsonl` beside it: socket filters, raw_tp programs attached to
+// task_rename, and pods (test/pods) with runc's cgroup_device program on
+// per-pod cgroups, restarted every round. Long: 100,000 programs over 30
+// minutes; short: about 3,000 over 40 s. Afterwards: the agent's RSS
+// within 10% (long; 16 MiB short) of after warm-up, no scan error, every
+// churned program gone from the kernel (the agent kept none alive), and
+// the workload series bounded by the names in use.
+func TestSoakProgramChurn(t *testing.T) {
+	total, scanEvery, perRound := 40*time.Second, time.Second, 40
+	if soakLong() {
+		// 60 programs and 5 pods' device programs a round of about 1.1 s:
+		// about 100,000 in 30 minutes.
+		total, scanEvery, perRound = 30*time.Minute, 10*time.Second, 60
+	}
+	prom := backends.StartPrometheus(t)
+	node := "soak-churn"
+	a := startAgent(t, []string{"K8S_NODE_NAME=" + node, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=" + prom.OTLPEndpoint(), "OTEL_TRACES_EXPORTER=none"},
+		"--interval", scanEvery.String(), "--metrics-level", "workload", "--max-programs", "1000",
+		"--stats", "sampled", "--stats-window", "1s", "--stats-period", "10s")
+	list := exec.Command(bpfleetBin, "list", "--watch", "-o", "jsonl", "--interval", scanEvery.String())
+	listOut := &syncbuf.Buffer{}
+	list.Stdout, list.Stderr = listOut, listOut
+	if err := list.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = list.Process.Kill(); _ = list.Wait() })
+
+	set := pods.New(t, 5, pods.Device)
+	var loaded []uint32
+	round := func() {
+		// One second's programs: loaded, held for the second, unloaded.
+		var progs []*ebpf.Program
+		var links []link.Link
+		for i := 0; i < perRound; i++ {
+			name := fmt.Sprintf("soak_%02d", i%churnNames)
+			spec := &ebpf.ProgramSpec{Name: name, Type: ebpf.SocketFilter, License: "GPL",
+				Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}}
+			if i%2 == 1 {
+				spec = &ebpf.ProgramSpec{Name: name, Type: ebpf.RawTracepoint, License: "GPL",
+					Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}}
+			}
+			p, err := ebpf.NewProgram(spec)
+			if err != nil {
+				t.Fatalf("loading %s: %v", name, err)
+			}
+			if spec.Type == ebpf.RawTracepoint {
+				l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "task_rename", Program: p})
+				if err != nil {
+					t.Fatalf("attaching %s to task_rename: %v", name, err)
+				}
+				links = append(links, l)
+			}
+			info, err := p.Info()
+			if err == nil {
+				if id, ok := info.ID(); ok {
+					loaded = append(loaded, uint32(id))
+				}
+			}
+			progs = append(progs, p)
+		}
+		for id := range set.IDs() {
+			loaded = append(loaded, id)
+		}
+		time.Sleep(time.Second)
+		for _, l := range links {
+			l.Close()
+		}
+		for _, p := range progs {
+			p.Close()
+		}
+		set.Restart(t)
+	}
+
+	start := time.Now()
+	var warm int64
+	rounds := 0
+	for time.Since(start) < total {
+		round()
+		rounds++
+		if warm == 0 && time.Since(start) > total/5 {
+			warm = procRSS(t, a.cmd.Process.Pid)
+		}
+	}
+	time.Sleep(2 * scanEvery)
+	end := procRSS(t, a.cmd.Process.Pid)
+	t.Logf("%d rounds, %d programs loaded and unloaded in %s; agent RSS %d MiB after warm-up, %d MiB at the end",
+		rounds, len(loaded), time.Since(start).Round(time.Second), warm>>20, end>>20)
+	if soakLong() {
+		if d := float64(end-warm) / float64(warm); d > 0.10 || d < -0.10 {
+			t.Errorf("agent RSS moved %.1f%% from after warm-up (%d → %d MiB), want within 10%%", 100*d, warm>>20, end>>20)
+		}
+	} else if end > warm+16<<20 {
+		t.Errorf("agent RSS grew from %d to %d MiB", warm>>20, end>>20)
+	}
+
+	// No program kept alive: every one is gone once the kernel freed it,
+	// but the last generation of pods' (removed when the test ends).
+	live := set.IDs()
+	if err := backends.Eventually(10*time.Second, func() error {
+		alive := 0
+		for _, id := range loaded {
+			if live[id] {
+				continue
+			}
+			if p, err := ebpf.NewProgramFromID(ebpf.ProgramID(id)); err == nil {
+				p.Close()
+				alive++
+			}
+		}
+		if alive > 0 {
+			return fmt.Errorf("%d of %d churned programs still loaded", alive, len(loaded))
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+	}
+
+	ctx := context.Background()
+	errs, err := prom.Query(ctx, fmt.Sprintf(`bpf_agent_scan_errors_total{instance=%q}`, node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(errs) != 1 || errs[0].Value != 0 {
+		t.Errorf("scan errors: %v, want one series at 0", errs)
+	}
+	// Series ever against the live set (OTLP has no staleness markers:
+	// every key seen in the last 5 minutes is live): the pool's names per
+	// kind, the pods' device programs (one class), whatever else runs on
+	// this machine. Churn must not add to them.
+	ever, err := prom.Query(ctx, fmt.Sprintf(`count(count_over_time(bpf_program_run_count_total{instance=%q}[%ds]))`, node, int(time.Since(start).Seconds())+60))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := prom.Query(ctx, fmt.Sprintf(`count(bpf_program_run_count_total{instance=%q})`, node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ever) != 1 || len(now) != 1 {
+		t.Fatalf("series counts: ever %v, now %v", ever, now)
+	}
+	t.Logf("workload series of bpf_program_run_count_total: %v ever, %v now, for %d programs", ever[0].Value, now[0].Value, len(loaded))
+	if ever[0].Value > now[0].Value*1.05+1 {
+		t.Errorf("%v workload series ever against %v live: churn adds series", ever[0].Value, now[0].Value)
+	}
+	lines := strings.Count(listOut.String(), "\n")
+	if lines < rounds/2 || strings.Contains(listOut.String(), "level=ERROR") {
+		t.Errorf("bpfleet list --watch wrote %d lines over %d rounds: %s", lines, rounds, tail(listOut.String()))
+	}
+	t.Logf("bpfleet list --watch -o jsonl: %d lines", lines)
+	a.stop(t)
+}
+
+func tail(s string) string {
+	if len(s) > 2000 {
+		return "..." + s[len(s)-2000:]
+	}
+	return s
 }
