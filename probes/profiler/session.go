@@ -141,7 +141,8 @@ func loadSession(ps *ebpf.ProgramSpec, coll *ebpf.Collection, target *ebpf.Progr
 	}
 	prog, err := ebpf.NewProgramFromFD(fd)
 	if err != nil {
-		unix.Close(fd)
+		// fd is closed already: NewProgramFromFD owns it, failed or not
+		// (closing it again could close another object's fd by its number).
 		return nil, 0, fmt.Errorf("session program: %w", err)
 	}
 	return prog, ebpf.AttachType(fs.attachType), nil

@@ -509,7 +509,8 @@ func Instantiate(spec *ebpf.CollectionSpec, prog string, c *Result, vars map[str
 	}
 	p, err := ebpf.NewProgramFromFD(fd)
 	if err != nil {
-		unix.Close(fd)
+		// fd is closed already: NewProgramFromFD owns it, failed or not
+		// (closing it again could close another object's fd by its number).
 		return nil, nil, fmt.Errorf("wrapping iterator program: %w", err)
 	}
 	return p, maps, nil
