@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/internal/config"
 )
 
 // meterName is the instrumentation scope of bpfleet's metrics.
@@ -53,10 +54,10 @@ type Config struct {
 	// SpanBudget is the most episode spans (open and closed) emitted per
 	// minute; the rest are counted in bpf.agent.spans.dropped. 0: no cap.
 	SpanBudget int
-	// SpanQueue bounds the spans waiting for the OTLP span exporter;
-	// spans it cannot hold or send are counted in bpf.agent.spans.dropped
-	// too.
-	SpanQueue SpanQueue
+	// SpanQueue bounds the spans waiting for the OTLP span exporter (zero
+	// fields: the OTEL_BSP_* defaults); spans it cannot hold or send are
+	// counted in bpf.agent.spans.dropped too.
+	SpanQueue config.SpanQueue
 	// Compression is the OTLP compression, gzip or none; empty:
 	// OTEL_EXPORTER_OTLP_[SIGNAL_]COMPRESSION, else gzip.
 	Compression string
@@ -329,7 +330,7 @@ func (e *Exporter) LogErrors() {
 	}
 	if n := e.spansDropped.Load(); n > e.spans.reported.Load() {
 		e.spans.reported.Store(n)
-		e.log.Warn("episode spans dropped: over the span budget, the export queue full or the backend down (counted in bpf.agent.spans.dropped)", "dropped_total", n, "budget_per_minute", e.cfg.SpanBudget, "queue", e.cfg.SpanQueue.withDefaults().Size)
+		e.log.Warn("episode spans dropped: over the span budget, the export queue full or the backend down (counted in bpf.agent.spans.dropped)", "dropped_total", n, "budget_per_minute", e.cfg.SpanBudget, "queue", spanQueueDefaults(e.cfg.SpanQueue).Size)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel"
 
 	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/internal/config"
 )
 
 // bigSnapshot is a node with n programs and a few closed episodes.
@@ -112,7 +113,7 @@ func TestBackendFaults(t *testing.T) {
 			e, err := New(context.Background(), Config{
 				Level: LevelProgram, Interval: 50 * time.Millisecond, ScanInterval: tc.scan,
 				Endpoint: "http://" + addr, Protocol: tc.proto,
-				SpanQueue: SpanQueue{Delay: 50 * time.Millisecond, Timeout: 300 * time.Millisecond},
+				SpanQueue: config.SpanQueue{Delay: 50 * time.Millisecond, Timeout: 300 * time.Millisecond},
 				Log:       slog.New(slog.NewTextHandler(&logBuf, nil)),
 			})
 			if err != nil {

@@ -7,27 +7,22 @@ import (
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/bpfleet/bpfleet/internal/config"
 )
 
-// SpanQueue bounds the episode spans waiting for export: at most Size
-// spans, sent Batch at a time at least every Delay, each export given
-// Timeout (0: none). Zero fields take the OTEL_BSP_* defaults of the spec
-// (2048, 512, 5 s, 30 s); internal/config resolves the variables.
-type SpanQueue struct {
-	Size, Batch    int
-	Delay, Timeout time.Duration
-}
-
-func (q SpanQueue) withDefaults() SpanQueue {
+// spanQueueDefaults fills what a hand-made Config left zero with the spec's
+// OTEL_BSP_* defaults (internal/config resolves the agent's).
+func spanQueueDefaults(q config.SpanQueue) config.SpanQueue {
 	if q.Size <= 0 {
-		q.Size = 2048
+		q.Size = config.DefaultSpanQueueSize
 	}
 	if q.Batch <= 0 {
-		q.Batch = 512
+		q.Batch = config.DefaultSpanQueueBatch
 	}
 	q.Batch = min(q.Batch, q.Size)
 	if q.Delay <= 0 {
-		q.Delay = 5 * time.Second
+		q.Delay = config.DefaultSpanQueueDelay
 	}
 	return q
 }
@@ -41,7 +36,7 @@ func (q SpanQueue) withDefaults() SpanQueue {
 // backend outage every episode past its 2,048-span queue vanished.
 type spanQueue struct {
 	exp     sdktrace.SpanExporter
-	cfg     SpanQueue
+	cfg     config.SpanQueue
 	dropped *atomic.Int64
 	failed  func(err error) // one failed export, for the error count and log
 
@@ -56,8 +51,8 @@ type spanQueue struct {
 	closed bool
 }
 
-func newSpanQueue(exp sdktrace.SpanExporter, cfg SpanQueue, dropped *atomic.Int64, failed func(error)) *spanQueue {
-	cfg = cfg.withDefaults()
+func newSpanQueue(exp sdktrace.SpanExporter, cfg config.SpanQueue, dropped *atomic.Int64, failed func(error)) *spanQueue {
+	cfg = spanQueueDefaults(cfg)
 	s := &spanQueue{
 		exp: exp, cfg: cfg, dropped: dropped, failed: failed,
 		q:       make(chan sdktrace.ReadOnlySpan, cfg.Size),

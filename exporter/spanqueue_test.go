@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfleet/bpfleet/internal/config"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
@@ -32,7 +33,7 @@ func TestSpanQueueCountsEveryLoss(t *testing.T) {
 			}
 			var dropped atomic.Int64
 			var failures atomic.Int64
-			q := newSpanQueue(exp, SpanQueue{Size: 8, Batch: 4, Delay: 10 * time.Millisecond, Timeout: 200 * time.Millisecond},
+			q := newSpanQueue(exp, config.SpanQueue{Size: 8, Batch: 4, Delay: 10 * time.Millisecond, Timeout: 200 * time.Millisecond},
 				&dropped, func(error) { failures.Add(1) })
 			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(q))
 			const n = 100
@@ -55,13 +56,13 @@ func TestSpanQueueCountsEveryLoss(t *testing.T) {
 }
 
 func TestSpanQueueDefaults(t *testing.T) {
-	for _, tc := range []struct{ in, want SpanQueue }{
-		{SpanQueue{}, SpanQueue{Size: 2048, Batch: 512, Delay: 5 * time.Second}},
-		{SpanQueue{Size: 100, Batch: 512}, SpanQueue{Size: 100, Batch: 100, Delay: 5 * time.Second}},
-		{SpanQueue{Size: 8, Batch: 4, Delay: time.Millisecond, Timeout: time.Second}, SpanQueue{Size: 8, Batch: 4, Delay: time.Millisecond, Timeout: time.Second}},
+	for _, tc := range []struct{ in, want config.SpanQueue }{
+		{config.SpanQueue{}, config.SpanQueue{Size: 2048, Batch: 512, Delay: 5 * time.Second}},
+		{config.SpanQueue{Size: 100, Batch: 512}, config.SpanQueue{Size: 100, Batch: 100, Delay: 5 * time.Second}},
+		{config.SpanQueue{Size: 8, Batch: 4, Delay: time.Millisecond, Timeout: time.Second}, config.SpanQueue{Size: 8, Batch: 4, Delay: time.Millisecond, Timeout: time.Second}},
 	} {
-		if got := tc.in.withDefaults(); got != tc.want {
-			t.Errorf("%+v.withDefaults() = %+v, want %+v", tc.in, got, tc.want)
+		if got := spanQueueDefaults(tc.in); got != tc.want {
+			t.Errorf("spanQueueDefaults(%+v) = %+v, want %+v", tc.in, got, tc.want)
 		}
 	}
 }

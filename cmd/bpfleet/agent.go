@@ -133,7 +133,7 @@ func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 		ScanInterval:    c.Interval, // exports follow scans, in the same wakeup
 		ProgramInfo:     c.ProgramInfo,
 		SpanBudget:      c.SpanBudget,
-		SpanQueue:       exporter.SpanQueue(c.OTel.SpanQueue),
+		SpanQueue:       c.OTel.SpanQueue,
 		Compression:     c.Compression,
 		Kernel:          a.Kernel(),
 		ClusterName:     c.ClusterName,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/bpfleet/bpfleet/agent"
 	"github.com/bpfleet/bpfleet/exporter"
+	"github.com/bpfleet/bpfleet/internal/config"
 	"github.com/bpfleet/bpfleet/test/backends"
 )
 
@@ -25,7 +26,7 @@ func TestSpansDeliveredOrCounted(t *testing.T) {
 		MetricsExporter: exporter.KindNone,
 		TracesExporter:  exporter.KindOTLP,
 		NodeName:        "spanqueue-node",
-		SpanQueue:       exporter.SpanQueue{Size: 4, Batch: 4, Delay: time.Hour, Timeout: 10 * time.Second},
+		SpanQueue:       config.SpanQueue{Size: 4, Batch: 4, Delay: time.Hour, Timeout: 10 * time.Second},
 	})
 	if err != nil {
 		t.Fatal(err)
