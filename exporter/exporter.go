@@ -65,7 +65,8 @@ type Config struct {
 	// Kernel describes the node for the resource (os.version, host.arch,
 	// host.cpu.model.name); take it from the first snapshot.
 	Kernel agent.KernelInfo
-	// NodeName is k8s.node.name; empty: $K8S_NODE_NAME.
+	// NodeName is k8s.node.name (internal/config reads K8S_NODE_NAME),
+	// and the instance id; empty: the host name stands in.
 	NodeName string
 	// ClusterName is k8s.cluster.name, omitted when empty.
 	ClusterName string

@@ -35,9 +35,6 @@ func hostArch(machine string) string {
 // OTEL_SERVICE_NAME are applied last and win.
 func newResource(ctx context.Context, cfg Config) (*resource.Resource, error) {
 	node := cfg.NodeName
-	if node == "" {
-		node = os.Getenv("K8S_NODE_NAME")
-	}
 	host, _ := os.Hostname()
 	// Prometheus' OTLP receiver keys series by job (service.name) and
 	// instance (service.instance.id): without a per-node instance id every

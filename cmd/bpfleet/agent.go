@@ -137,6 +137,7 @@ func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 		Compression:     c.Compression,
 		Kernel:          a.Kernel(),
 		ClusterName:     c.ClusterName,
+		NodeName:        c.NodeName,
 		Endpoint:        c.OTel.Endpoint,
 		Protocol:        c.OTLPProtocol,
 		MetricsExporter: string(c.OTel.Metrics.Exporter),
@@ -196,7 +197,7 @@ func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 	// In a cluster the downward API names the node; the pod informer then
 	// names the pods and containers that own programs. Without API access
 	// owners keep the container id and pod UID their cgroups name.
-	if node := os.Getenv(kube.NodeNameEnv); node != "" && !c.Scan.NoOwners {
+	if node := c.NodeName; node != "" && !c.Scan.NoOwners {
 		pods, err := kube.NewInCluster(node)
 		if err != nil {
 			log.Warn("no pod names: the Kubernetes API is not reachable; owners keep container ids and pod UIDs", "err", err)

@@ -31,15 +31,18 @@ func (l MetricsLevel) Valid() bool {
 type Agent struct {
 	Scan Scan
 
-	Interval        time.Duration // --interval: between scans
-	ExportInterval  time.Duration // --export-interval; 0: OTEL_METRIC_EXPORT_INTERVAL, else Interval
-	Level           MetricsLevel
-	MaxPrograms     int
-	ProgramInfo     bool   // --program-info: bpf.program.info at the workload level
-	SpanBudget      int    // --span-budget: episode spans per minute; 0: no cap
-	Compression     string // --otlp-compression; "": OTEL_EXPORTER_OTLP_COMPRESSION, else gzip
-	Console         bool
-	ClusterName     string
+	Interval       time.Duration // --interval: between scans
+	ExportInterval time.Duration // --export-interval; 0: OTEL_METRIC_EXPORT_INTERVAL, else Interval
+	Level          MetricsLevel
+	MaxPrograms    int
+	ProgramInfo    bool   // --program-info: bpf.program.info at the workload level
+	SpanBudget     int    // --span-budget: episode spans per minute; 0: no cap
+	Compression    string // --otlp-compression; "": OTEL_EXPORTER_OTLP_COMPRESSION, else gzip
+	Console        bool
+	ClusterName    string // K8S_CLUSTER_NAME or --cluster-name: k8s.cluster.name
+	// NodeName is K8S_NODE_NAME (the chart sets it from the downward API):
+	// k8s.node.name, and the node whose pods name the owners.
+	NodeName        string
 	Calibrate       bool
 	ShutdownTimeout time.Duration
 
@@ -68,6 +71,7 @@ func DefaultAgent() Agent {
 		MaxPrograms:     1000,
 		SpanBudget:      600,
 		ClusterName:     os.Getenv("K8S_CLUSTER_NAME"),
+		NodeName:        os.Getenv("K8S_NODE_NAME"),
 		Calibrate:       true,
 		ShutdownTimeout: 10 * time.Second,
 		Stats:           DefaultStats(),
