@@ -202,19 +202,11 @@ func checkGaps(t *testing.T, prom *backends.Prometheus, sel string, window time.
 	}
 }
 
-// procRSS is a process's resident set in bytes (/proc/PID/statm).
+// procRSS is a process's resident set in bytes (procStat's VmRSS).
 func procRSS(t *testing.T, pid int) int64 {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 2 {
-		t.Fatalf("statm: %q", b)
-	}
-	pages, _ := strconv.ParseInt(f[1], 10, 64)
-	return pages * int64(os.Getpagesize())
+	kb, _ := procStat(t, pid)
+	return int64(kb) << 10
 }
 
 // churnNames are the programs' names: a fixed pool, as a node's tools

@@ -31,8 +31,6 @@ import (
 	"github.com/bpfleet/bpfleet/test/testimage"
 )
 
-var metav1GetOptions = metav1.GetOptions{}
-
 const (
 	releaseName = "bpfleet"
 	releaseNS   = "bpfleet-system"

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/bpfleet/bpfleet/test/kube"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // The node's fixed names and addresses. The pod network and the Service
@@ -318,7 +319,7 @@ imageGCLowThresholdPercent: 99
 	start := time.Now()
 	cs := c.Admin(t)
 	if err := kube.WaitFor(kubelet, 3*time.Minute, func() error {
-		nd, err := cs.CoreV1().Nodes().Get(context.Background(), nodeName, metav1GetOptions)
+		nd, err := cs.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
