@@ -66,10 +66,14 @@ bench:
 # what it prints. SOAK selects scenarios by test name (a go test -run
 # pattern; default all).
 SOAK ?= TestSoak
+# STATS sets the soak agents' --stats mode (off: run beside other BPF tests,
+# which an agent holding stats for an hour would disturb); empty: each
+# scenario's own.
+STATS ?=
 soak:
 	scripts/install-deps.sh
 	scripts/build-backends.sh prometheus jaeger otelcol
-	BPFLEET_SOAK=long BPFLEET_CACHE=$${BPFLEET_CACHE:-/var/cache/bpfleet} go test -count=1 -v -timeout 4h -run '$(SOAK)' ./exporter/e2e
+	BPFLEET_SOAK=long BPFLEET_SOAK_STATS=$(STATS) BPFLEET_CACHE=$${BPFLEET_CACHE:-/var/cache/bpfleet} go test -count=1 -v -timeout 4h -run '$(SOAK)' ./exporter/e2e
 
 generate:
 	go generate ./...

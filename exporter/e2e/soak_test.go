@@ -26,6 +26,20 @@ const soakEnv = "BPFLEET_SOAK"
 
 func soakLong() bool { return os.Getenv(soakEnv) == "long" }
 
+// soakStatsEnv sets the soak agents' --stats mode (make soak STATS=off):
+// an agent holding BPF stats for an hour disturbs other BPF tests run on
+// the same machine meanwhile (they see another holder). Unset: each
+// scenario's own mode.
+const soakStatsEnv = "BPFLEET_SOAK_STATS"
+
+// soakArgs adds the --stats mode of soakStatsEnv to an agent's arguments.
+func soakArgs(args ...string) []string {
+	if m := os.Getenv(soakStatsEnv); m != "" {
+		return append(args, "--stats", m)
+	}
+	return args
+}
+
 // outage is one window in which the Collector was down.
 type outage struct{ from, to time.Time }
 
@@ -56,8 +70,8 @@ func TestSoakFlappingCollector(t *testing.T) {
 	// within the outage instead of holding the queue for 30 s.
 	common := []string{"OTEL_BSP_MAX_QUEUE_SIZE=6", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE=6", "OTEL_BSP_EXPORT_TIMEOUT=2000", "OTEL_EXPORTER_OTLP_TIMEOUT=1000"}
 	agents := map[string]*agentProc{
-		"flap-http": startAgent(t, append([]string{"K8S_NODE_NAME=flap-http", "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf", "OTEL_EXPORTER_OTLP_ENDPOINT=http://" + col.OTLPHTTP}, common...), "--metrics-level", "program"),
-		"flap-grpc": startAgent(t, append([]string{"K8S_NODE_NAME=flap-grpc", "OTEL_EXPORTER_OTLP_PROTOCOL=grpc", "OTEL_EXPORTER_OTLP_ENDPOINT=http://" + col.OTLPGRPC}, common...), "--metrics-level", "program"),
+		"flap-http": startAgent(t, append([]string{"K8S_NODE_NAME=flap-http", "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf", "OTEL_EXPORTER_OTLP_ENDPOINT=http://" + col.OTLPHTTP}, common...), soakArgs("--metrics-level", "program")...),
+		"flap-grpc": startAgent(t, append([]string{"K8S_NODE_NAME=flap-grpc", "OTEL_EXPORTER_OTLP_PROTOCOL=grpc", "OTEL_EXPORTER_OTLP_ENDPOINT=http://" + col.OTLPGRPC}, common...), soakArgs("--metrics-level", "program")...),
 	}
 	rss := map[string]int64{}
 	// Each agent's first scan must see the canary before its first burst:

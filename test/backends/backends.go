@@ -173,6 +173,14 @@ type ScrapeTarget struct {
 // it is stopped when the test ends.
 func StartPrometheus(t testing.TB, scrape ...ScrapeTarget) *Prometheus {
 	t.Helper()
+	return StartPrometheusWithRules(t, nil, scrape...)
+}
+
+// StartPrometheusWithRules is StartPrometheus evaluating the given rule
+// files (every second, the global evaluation_interval): the alerts they
+// fire are in the ALERTS series.
+func StartPrometheusWithRules(t testing.TB, rules []string, scrape ...ScrapeTarget) *Prometheus {
+	t.Helper()
 	dir := t.TempDir()
 	p := &Prometheus{
 		Addr:    "127.0.0.1:" + strconv.Itoa(FreePort(t)),
@@ -181,6 +189,16 @@ func StartPrometheus(t testing.TB, scrape ...ScrapeTarget) *Prometheus {
 		bin:     Bin(t, "prometheus", PrometheusVersion),
 	}
 	cfg := prometheusConfig
+	if len(rules) > 0 {
+		cfg += "rule_files:\n"
+		for _, r := range rules {
+			abs, err := filepath.Abs(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg += fmt.Sprintf("  - %q\n", abs)
+		}
+	}
 	if len(scrape) > 0 {
 		cfg += "scrape_configs:\n"
 		for i, s := range scrape {
@@ -324,6 +342,25 @@ func (p *Prometheus) MetricNames(ctx context.Context) (map[string]bool, error) {
 		out[n] = true
 	}
 	return out, nil
+}
+
+// Series returns the label sets of every series matching match that has
+// a sample between from and to (the series API: unlike an instant query,
+// it also counts series that went quiet).
+func (p *Prometheus) Series(ctx context.Context, match string, from, to time.Time) ([]map[string]string, error) {
+	var body struct {
+		Status string              `json:"status"`
+		Error  string              `json:"error"`
+		Data   []map[string]string `json:"data"`
+	}
+	q := url.Values{"match[]": {match}, "start": {strconv.FormatInt(from.Unix(), 10)}, "end": {strconv.FormatInt(to.Unix()+1, 10)}}
+	if err := getJSON(ctx, "http://"+p.Addr+"/api/v1/series?"+q.Encode(), &body); err != nil {
+		return nil, err
+	}
+	if body.Status != "success" {
+		return nil, fmt.Errorf("series %q: %s", match, body.Error)
+	}
+	return body.Data, nil
 }
 
 func getJSON(ctx context.Context, u string, v any) error {
