@@ -385,7 +385,7 @@ func TestBenchAgentRSS(t *testing.T) {
 	prom := backends.StartPrometheus(t)
 	fl := newFleetLoad(t, 1000)
 	defer fl.close()
-	a, err := agent.New(agent.Config{EnableStats: true, Owners: true, OwnerIterator: true})
+	a, err := agent.New(agent.Config{StatsMode: agent.StatsAlways, Owners: true, OwnerIterator: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,7 +498,7 @@ func BenchmarkExport(b *testing.B) {
 	prom := backends.StartPrometheus(b)
 	fl := newFleetLoad(b, 1000)
 	defer fl.close()
-	a, err := agent.New(agent.Config{EnableStats: true, Owners: true, OwnerIterator: true})
+	a, err := agent.New(agent.Config{StatsMode: agent.StatsAlways, Owners: true, OwnerIterator: true})
 	if err != nil {
 		b.Fatal(err)
 	}
