@@ -52,8 +52,11 @@ func (p *Problem) Error() string {
 	return fmt.Sprintf("%s=%s: %s", p.Name, quote(p.Value), oneLine(p.Want))
 }
 
-// quote shows a value as it was given, on one line, quoted only when it
-// would otherwise be ambiguous (empty, spaces, control characters).
+// Quote shows a value as it was given, on one line, quoted only when it
+// would otherwise be ambiguous (empty, spaces, control characters): for a
+// Problem's Want that names a part of the value.
+func Quote(v string) string { return quote(v) }
+
 func quote(v string) string {
 	if v == "" || strings.ContainsAny(v, " \t\r\n\"'\\,") || strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 		return fmt.Sprintf("%q", v)
