@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/internal/config"
 )
 
 var update = flag.Bool("update", false, "rewrite METRICS.md from the metrics table")
@@ -145,9 +146,6 @@ func TestHostArch(t *testing.T) {
 // process by the SDK's own reader and recorder; no OTLP endpoint.
 func newTestExporter(t *testing.T, cfg Config) (*Exporter, *sdkmetric.ManualReader, *tracetest.SpanRecorder) {
 	t.Helper()
-	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_SERVICE_NAME"} {
-		t.Setenv(k, "")
-	}
 	var e *Exporter
 	var opts []sdkmetric.ManualReaderOption
 	for _, p := range Producers(&e) {
@@ -312,11 +310,18 @@ func value0(pts []point) float64 {
 	return pts[0].value
 }
 
+// OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME, as internal/config
+// resolves them, win over the agent's own attributes.
 func TestResourceFromEnvWins(t *testing.T) {
-	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment.name=prod,k8s.cluster.name=from-env")
-	t.Setenv("OTEL_SERVICE_NAME", "custom")
+	o, err := config.ResolveOTel(config.MapEnv(map[string]string{
+		"OTEL_RESOURCE_ATTRIBUTES": "deployment.environment.name=prod,k8s.cluster.name=from-env,service.name=from-attributes",
+		"OTEL_SERVICE_NAME":        "custom",
+	}), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	r := sdkmetric.NewManualReader()
-	e, err := New(context.Background(), Config{Level: LevelAttachType, ClusterName: "c1", Readers: []sdkmetric.Reader{r}})
+	e, err := New(context.Background(), Config{Level: LevelAttachType, ClusterName: "c1", Readers: []sdkmetric.Reader{r}, OTel: o})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -457,19 +462,4 @@ func TestEpisodeSpans(t *testing.T) {
 	if v, _ := attrs.Value("bpf.episode.ended_by"); v.AsString() != "shutdown" {
 		t.Errorf("shutdown episode ended_by = %q", v.String())
 	}
-}
-
-func TestProtocol(t *testing.T) {
-	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
-	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")
-	for _, tc := range []struct{ flag, signal, want string }{
-		{"", "METRICS", "grpc"},
-		{"", "TRACES", "http/protobuf"},
-		{"http/protobuf", "METRICS", "http/protobuf"},
-	} {
-		if got := protocol(tc.flag, tc.signal); got != tc.want {
-			t.Errorf("protocol(%q, %s) = %q; want %q", tc.flag, tc.signal, got, tc.want)
-		}
-	}
-	// http/json is refused by internal/config before the exporter exists.
 }

@@ -134,23 +134,18 @@ func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 		return err
 	}
 	exp, err := exporter.New(ctx, exporter.Config{
-		Level:           level,
-		MaxPrograms:     c.MaxPrograms,
-		Interval:        c.EffectiveExportInterval(),
-		ScanInterval:    c.Interval, // exports follow scans, in the same wakeup
-		ProgramInfo:     c.ProgramInfo,
-		SpanBudget:      c.SpanBudget,
-		SpanQueue:       c.OTel.SpanQueue,
-		Compression:     c.Compression,
-		Kernel:          a.Kernel(),
-		ClusterName:     c.ClusterName,
-		NodeName:        c.NodeName,
-		Endpoint:        c.OTel.Endpoint,
-		Protocol:        c.OTLPProtocol,
-		MetricsExporter: string(c.OTel.Metrics.Exporter),
-		TracesExporter:  string(c.OTel.Traces.Exporter),
-		Console:         c.Console,
-		Log:             log,
+		Level:        level,
+		MaxPrograms:  c.MaxPrograms,
+		Interval:     c.EffectiveExportInterval(),
+		ScanInterval: c.Interval, // exports follow scans, in the same wakeup
+		ProgramInfo:  c.ProgramInfo,
+		SpanBudget:   c.SpanBudget,
+		Kernel:       a.Kernel(),
+		ClusterName:  c.ClusterName,
+		NodeName:     c.NodeName,
+		OTel:         c.OTel, // the --otlp-* flags and OTEL_* variables, resolved once
+		Console:      c.Console,
+		Log:          log,
 	})
 	if err != nil {
 		return err
