@@ -187,7 +187,10 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 
 	procs := append(sig.spanProcessors, cfg.SpanProcessors...)
 	if len(procs) > 0 {
-		topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+		// The sampler and span limits given, as config resolved them:
+		// the provider reads the variables only for what it is not given.
+		topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithSampler(sampler(cfg.OTel.Sampler, cfg.OTel.SamplerArg)),
+			sdktrace.WithRawSpanLimits(spanLimits(cfg.OTel.SpanLimits))}
 		for _, p := range procs {
 			topts = append(topts, sdktrace.WithSpanProcessor(p))
 		}
@@ -252,6 +255,41 @@ func (l lateProducer) Produce(ctx context.Context) ([]metricdata.ScopeMetrics, e
 	}
 	prof, err := e.prof.Produce(ctx)
 	return append(sm, prof...), err
+}
+
+// sampler is OTEL_TRACES_SAMPLER's sampler with its ratio, as the SDK
+// makes it; unset: the SDK's default, parentbased_always_on.
+func sampler(name string, ratio float64) sdktrace.Sampler {
+	switch name {
+	case "always_on":
+		return sdktrace.AlwaysSample()
+	case "always_off":
+		return sdktrace.NeverSample()
+	case "traceidratio":
+		return sdktrace.TraceIDRatioBased(ratio)
+	case "parentbased_always_off":
+		return sdktrace.ParentBased(sdktrace.NeverSample())
+	case "parentbased_traceidratio":
+		return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))
+	}
+	return sdktrace.ParentBased(sdktrace.AlwaysSample())
+}
+
+// spanLimits are the SDK's limits of l; a zero l (a Config built by hand)
+// has the defaults.
+func spanLimits(l config.SpanLimits) sdktrace.SpanLimits {
+	if l == (config.SpanLimits{}) {
+		l = config.DefaultSpanLimits
+	}
+	return sdktrace.SpanLimits{
+		AttributeValueLengthLimit:   l.AttributeValueLength,
+		AttributeValueDepthLimit:    sdktrace.DefaultAttributeValueDepthLimit,
+		AttributeCountLimit:         l.AttributeCount,
+		EventCountLimit:             l.EventCount,
+		LinkCountLimit:              l.LinkCount,
+		AttributePerEventCountLimit: l.AttributesPerEvent,
+		AttributePerLinkCountLimit:  l.AttributesPerLink,
+	}
 }
 
 // exemplarFilter is OTEL_METRICS_EXEMPLAR_FILTER's filter; unset: none.

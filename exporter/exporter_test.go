@@ -463,3 +463,41 @@ func TestEpisodeSpans(t *testing.T) {
 		t.Errorf("shutdown episode ended_by = %q", v.String())
 	}
 }
+
+// The tracer provider takes the sampler and span limits internal/config
+// resolved (it reads no OTEL_TRACES_SAMPLER or OTEL_*_LIMIT itself):
+// always_off records no episode span; an attribute count limit of 2 keeps
+// two of the span's attributes.
+func TestTracerSettingsFromConfig(t *testing.T) {
+	ep := agent.Episode{Source: agent.SourceRecursionMisses, ProgID: 42, ProgName: "canary", AttachType: "tp_btf", Kind: agent.MissKindRecursion,
+		Start: time.Unix(2000, 0), End: time.Unix(2020, 0), Misses: 30, Runs: 30, Reason: "quiet"}
+	for _, tc := range []struct {
+		env        map[string]string
+		spans      int
+		attributes int // of the first span; -1: not checked
+	}{
+		{nil, 1, -1},
+		{map[string]string{"OTEL_TRACES_SAMPLER": "always_off"}, 0, -1},
+		{map[string]string{"OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT": "2"}, 1, 2},
+	} {
+		o, err := config.ResolveOTel(config.MapEnv(tc.env), "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, _, rec := newTestExporter(t, Config{Level: LevelProgram, OTel: o})
+		s := snapshot(1)
+		s.Episodes = []agent.Episode{ep}
+		e.Update(context.Background(), s)
+		spans := rec.Ended()
+		if len(spans) != tc.spans {
+			t.Errorf("%v: %d spans, want %d", tc.env, len(spans), tc.spans)
+			continue
+		}
+		if tc.attributes >= 0 && len(spans[0].Attributes()) != tc.attributes {
+			t.Errorf("%v: %d attributes, want %d", tc.env, len(spans[0].Attributes()), tc.attributes)
+		}
+		if tc.spans > 0 && tc.attributes < 0 && len(spans[0].Attributes()) <= 2 {
+			t.Errorf("%v: %d attributes: the default limit is 128", tc.env, len(spans[0].Attributes()))
+		}
+	}
+}

@@ -114,6 +114,16 @@ type OTel struct {
 	ResourceAttributes   map[string]string
 	// SpanQueue is the episode spans' export queue, from OTEL_BSP_*.
 	SpanQueue SpanQueue
+	// Sampler is OTEL_TRACES_SAMPLER (always_on, parentbased_traceidratio,
+	// ...); "": unset, the SDK's parentbased_always_on. SamplerArg is
+	// OTEL_TRACES_SAMPLER_ARG, the ratio of the ratio samplers (1 when
+	// unset).
+	Sampler    string
+	SamplerArg float64
+	// SpanLimits are the OTEL_SPAN_*_LIMIT, OTEL_ATTRIBUTE_*_LIMIT,
+	// OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT and OTEL_LINK_ATTRIBUTE_COUNT_LIMIT
+	// values, with the SDK's defaults.
+	SpanLimits SpanLimits
 	// ExemplarFilter is OTEL_METRICS_EXEMPLAR_FILTER (always_on,
 	// always_off or trace_based); "": unset, and the exporter records no
 	// exemplars.
@@ -141,6 +151,39 @@ type OTel struct {
 type SpanQueue struct {
 	Size, Batch    int
 	Delay, Timeout time.Duration
+}
+
+// SpanLimits bound what one span carries (the SDK's span limits; -1: no
+// limit).
+type SpanLimits struct {
+	AttributeValueLength, AttributeCount, EventCount, LinkCount, AttributesPerEvent, AttributesPerLink int
+}
+
+// DefaultSpanLimits are the SDK's defaults: values of any length, 128 of
+// everything else.
+var DefaultSpanLimits = SpanLimits{-1, 128, 128, 128, 128, 128}
+
+// resolveSpanLimits reads the limits as the SDK does: the span-specific
+// variable over the general one; a malformed value (reported by
+// envChecks) keeps the default.
+func resolveSpanLimits(get func(string) string) SpanLimits {
+	l := DefaultSpanLimits
+	for _, v := range []struct {
+		dst   *int
+		names []string
+	}{
+		{&l.AttributeValueLength, []string{"OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT"}},
+		{&l.AttributeCount, []string{"OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "OTEL_ATTRIBUTE_COUNT_LIMIT"}},
+		{&l.EventCount, []string{"OTEL_SPAN_EVENT_COUNT_LIMIT"}},
+		{&l.LinkCount, []string{"OTEL_SPAN_LINK_COUNT_LIMIT"}},
+		{&l.AttributesPerEvent, []string{"OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT"}},
+		{&l.AttributesPerLink, []string{"OTEL_LINK_ATTRIBUTE_COUNT_LIMIT"}},
+	} {
+		if n, err := strconv.ParseInt(firstSet(get, v.names...).value, 10, 32); err == nil {
+			*v.dst = int(n)
+		}
+	}
+	return l
 }
 
 // The spec's defaults of OTEL_BSP_*.
@@ -229,6 +272,11 @@ func (o *OTel) resolve(env Lookup, flagEndpoint, flagProtocol string) error {
 	}
 	o.SpanQueue = resolveSpanQueue(get)
 	o.ExemplarFilter = get("OTEL_METRICS_EXEMPLAR_FILTER") // checked by envChecks
+	o.Sampler, o.SamplerArg = get("OTEL_TRACES_SAMPLER"), 1
+	if f, err := strconv.ParseFloat(get("OTEL_TRACES_SAMPLER_ARG"), 64); err == nil && f >= 0 && f <= 1 {
+		o.SamplerArg = f // else reported by envChecks
+	}
+	o.SpanLimits = resolveSpanLimits(get)
 	o.PrometheusHost, o.PrometheusPort = DefaultPrometheusHost, DefaultPrometheusPort
 	if v := get("OTEL_EXPORTER_PROMETHEUS_HOST"); v != "" {
 		o.PrometheusHost = v

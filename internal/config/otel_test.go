@@ -237,3 +237,38 @@ func TestResourceFromEnv(t *testing.T) {
 		t.Errorf("attributes %v service %q", o.ResourceAttributes, o.ServiceName)
 	}
 }
+
+// TestTracerSettings: the sampler and span limits the exporter gives the
+// tracer provider, as the SDK would read them: the span-specific limit
+// over the general one, the defaults where unset.
+func TestTracerSettings(t *testing.T) {
+	o, err := ResolveOTel(MapEnv(nil), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Sampler != "" || o.SamplerArg != 1 || o.SpanLimits != DefaultSpanLimits {
+		t.Errorf("defaults: sampler %q %v limits %+v", o.Sampler, o.SamplerArg, o.SpanLimits)
+	}
+	o, err = ResolveOTel(MapEnv(map[string]string{
+		"OTEL_TRACES_SAMPLER":                    "parentbased_traceidratio",
+		"OTEL_TRACES_SAMPLER_ARG":                "0.25",
+		"OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT":      "100",
+		"OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT": "50",
+		"OTEL_ATTRIBUTE_COUNT_LIMIT":             "20",
+		"OTEL_SPAN_EVENT_COUNT_LIMIT":            "3",
+		"OTEL_SPAN_LINK_COUNT_LIMIT":             "-1",
+		"OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT":       "4",
+		"OTEL_LINK_ATTRIBUTE_COUNT_LIMIT":        "5",
+	}), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (SpanLimits{50, 20, 3, -1, 4, 5}); o.Sampler != "parentbased_traceidratio" || o.SamplerArg != 0.25 || o.SpanLimits != want {
+		t.Errorf("sampler %q %v limits %+v, want %+v", o.Sampler, o.SamplerArg, o.SpanLimits, want)
+	}
+	for _, env := range []map[string]string{{"OTEL_TRACES_SAMPLER": "sometimes"}, {"OTEL_TRACES_SAMPLER_ARG": "2"}, {"OTEL_SPAN_EVENT_COUNT_LIMIT": "many"}} {
+		if _, err := ResolveOTel(MapEnv(env), "", ""); err == nil {
+			t.Errorf("%v accepted", env)
+		}
+	}
+}
