@@ -4,8 +4,8 @@
 // command's flags bind to its fields, Resolve reads the environment, and
 // Validate reports every problem at once (errors.Join), each as one line
 // that names the flag or variable, the value and what is accepted. The
-// packages that then run (agent, exporter, api) take the valid result and
-// refuse nothing themselves.
+// packages that then run (agent, exporter, api) take the valid, typed
+// result, refuse nothing themselves and read no environment.
 package config
 
 import (

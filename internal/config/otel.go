@@ -103,8 +103,9 @@ func (s *Signal) OTLP() bool { return s.Exporter == ExporterOTLP && s.Endpoint !
 type OTel struct {
 	SDKDisabled     bool
 	Metrics, Traces Signal
-	// Endpoint is --otlp-endpoint as the exporter takes it (a URL; a gRPC
-	// host:port given on the flag gets its scheme here); "" when unset.
+	// Endpoint is --otlp-endpoint as a URL (a gRPC host:port given on the
+	// flag gets its scheme here); "" when unset. The signals' endpoints
+	// are resolved from it.
 	Endpoint string
 	// MetricExportInterval and MetricExportTimeout are
 	// OTEL_METRIC_EXPORT_INTERVAL / _TIMEOUT; 0 when unset.
