@@ -5,7 +5,8 @@
 // Validate reports every problem at once (errors.Join), each as one line
 // that names the flag or variable, the value and what is accepted. The
 // packages that then run (agent, exporter, api) take the valid, typed
-// result, refuse nothing themselves and read no environment.
+// result, refuse nothing themselves and read no environment (but
+// $KUBECONFIG, which agent/kube reads to reach the Kubernetes API).
 package config
 
 import (

@@ -272,3 +272,37 @@ func TestTracerSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestAPIToken: the API's bearer token from --api-token-file (surrounding
+// whitespace, a Secret's trailing newline, dropped), else
+// $BPFLEET_API_TOKEN; an empty or missing file is refused, naming the flag.
+// (internal/config is its one reader: api takes Options.Token.)
+func TestAPIToken(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "token")
+	empty := filepath.Join(dir, "empty")
+	os.WriteFile(file, []byte("s3cr3t-token-0123456789\n"), 0o600)
+	os.WriteFile(empty, []byte(" \n"), 0o600)
+	for _, tc := range []struct {
+		file, env, want string
+		refused         bool
+	}{
+		{file: file, env: "from-env-0123456789", want: "s3cr3t-token-0123456789"},
+		{env: " from-env-0123456789 ", want: "from-env-0123456789"},
+		{},
+		{file: empty, refused: true},
+		{file: filepath.Join(dir, "missing"), refused: true},
+	} {
+		c := agentWith(func(c *Agent) { c.APITokenFile = tc.file })
+		err := c.Resolve(MapEnv(map[string]string{"BPFLEET_API_TOKEN": tc.env}))
+		if tc.refused {
+			if err == nil || !strings.Contains(err.Error(), "--api-token-file") {
+				t.Errorf("file %s: %v, want refused naming --api-token-file", tc.file, err)
+			}
+			continue
+		}
+		if err != nil || c.APIToken != tc.want {
+			t.Errorf("file %q env %q: token %q, %v; want %q", tc.file, tc.env, c.APIToken, err, tc.want)
+		}
+	}
+}
