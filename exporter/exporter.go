@@ -143,9 +143,9 @@ type Exporter struct {
 	promServer     *http.Server
 }
 
-// New sets up the OpenTelemetry SDK: resource, OTLP exporters from the
-// environment and cfg, instruments from the metrics table. cfg is taken as
-// valid: internal/config checks the agent's settings before anything starts.
+// New sets up the OpenTelemetry SDK: resource, exporters and readers from
+// cfg.OTel, instruments from the metrics table. cfg is taken as valid:
+// internal/config checks the agent's settings before anything starts.
 func New(ctx context.Context, cfg Config) (*Exporter, error) {
 	e := &Exporter{
 		cfg:       cfg,

@@ -203,11 +203,12 @@ func sdkEndpointURL(s *config.Signal) string {
 
 // grpcDialOptions are the gRPC exporters' transport settings: TLS as the
 // SDK sets it from the variables (certificate files give TLS whatever the
-// scheme), compression none when so resolved, and no proxy unless the proxy variables name one for the
-// endpoint. grpc-go reads HTTPS_PROXY and NO_PROXY itself (through
-// net/http's ProxyFromEnvironment) and takes no proxy function, so a
-// proxy config resolves is left to it: the same process environment in
-// the agent, where internal/config reads os.LookupEnv.
+// scheme), compression none when so resolved, and no proxy unless the
+// resolved proxy variables name one for the endpoint. grpc-go takes no
+// proxy function: it reads HTTPS_PROXY and NO_PROXY itself (net/http's
+// ProxyFromEnvironment), so a proxy that config resolved for the endpoint
+// is left to it to find again, in the same process environment that
+// internal/config reads (os.LookupEnv) in the agent.
 func (e *Exporter) grpcDialOptions(s *config.Signal, tlsConf *tls.Config) ([]grpc.DialOption, credentials.TransportCredentials) {
 	var creds credentials.TransportCredentials
 	switch {
