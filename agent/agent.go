@@ -15,11 +15,10 @@ import (
 // Config is the agent's configuration. The zero value is usable: defaults
 // are filled in by New.
 type Config struct {
-	// EnableStats turns run-time stats on with BPF_ENABLE_STATS for the
-	// agent's lifetime (the fd is held, the sysctl is never written).
-	EnableStats bool
-	// StatsMode is always, sampled or off (see StatsAlways...). Empty:
-	// always when EnableStats, else the agent leaves stats alone.
+	// StatsMode is always (run-time stats on with BPF_ENABLE_STATS for
+	// the agent's lifetime: the fd is held, the sysctl is never written),
+	// sampled or off (see StatsAlways...). Empty: the agent leaves stats
+	// alone.
 	StatsMode StatsMode
 	// StatsWindow of every StatsPeriod is when sampled mode holds stats on
 	// (defaults config.DefaultStatsWindow, config.DefaultStatsPeriod).
@@ -177,9 +176,6 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if _, _, err := nextID(cmdProgGetNextID, 0); err != nil {
 		return nil, fmt.Errorf("%w (%v)", errPrivilege, err)
-	}
-	if cfg.StatsMode == "" && cfg.EnableStats {
-		cfg.StatsMode = StatsAlways
 	}
 	if cfg.StatsMode != "" {
 		if !cfg.StatsMode.Valid() {

@@ -17,7 +17,7 @@ import (
 
 func newTestAgent(t *testing.T) *Agent {
 	t.Helper()
-	return newTestAgentWith(t, Config{EnableStats: true})
+	return newTestAgentWith(t, Config{StatsMode: StatsAlways})
 }
 
 func newTestAgentWith(t *testing.T, cfg Config) *Agent {
@@ -66,7 +66,7 @@ func progID(t *testing.T, p *ebpf.Program) uint32 {
 // cumulative value and an episode.
 func TestGenuineRecursionMiss(t *testing.T) {
 	// Quiet episodes must not close while we wait for the unload below.
-	a := newTestAgentWith(t, Config{EnableStats: true, QuietIntervals: 1000})
+	a := newTestAgentWith(t, Config{StatsMode: StatsAlways, QuietIntervals: 1000})
 	c, id := canarytest.Load(t)
 	s0 := scan(t, a)
 	p0 := findProg(s0, id)

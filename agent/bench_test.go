@@ -229,7 +229,7 @@ func noSteady(r *reader) {
 // grow between the first thousand and the last: caches must evict and
 // snapshots must not pile up.
 func TestScanMemoryFlat(t *testing.T) {
-	a, err := New(Config{EnableStats: true})
+	a, err := New(Config{StatsMode: StatsAlways})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 // (the API's history keeps snapshots, so entries are never written once
 // handed out).
 func TestEntriesSharedAcrossSnapshots(t *testing.T) {
-	a := newTestAgentWith(t, Config{EnableStats: true})
+	a := newTestAgentWith(t, Config{StatsMode: StatsAlways})
 	progs := loadPrograms(t, 2)
 	idleID, busyID := progID(t, progs[0]), progID(t, progs[1])
 	run := func() {

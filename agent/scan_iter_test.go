@@ -228,7 +228,7 @@ func TestIteratorCheckRefuses(t *testing.T) {
 // with the reason, and the scan is the syscall scan's.
 func TestOneShotCheckRefuses(t *testing.T) {
 	// Stats on (held by the agent) before the program runs.
-	a := newTestAgentWith(t, Config{OneShot: true, EnableStats: true, ScanSource: ScanSourceIterator, BPFFS: []string{t.TempDir()}, Parallel: 2})
+	a := newTestAgentWith(t, Config{OneShot: true, StatsMode: StatsAlways, ScanSource: ScanSourceIterator, BPFFS: []string{t.TempDir()}, Parallel: 2})
 	if a.r.iter == nil {
 		t.Skipf("scan source is syscall on this kernel: %s", a.r.fallback)
 	}

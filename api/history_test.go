@@ -73,7 +73,7 @@ func TestHistoryRoute(t *testing.T) {
 // kernel counter's growth over that interval, read by the test itself.
 func TestHistoryRealScan(t *testing.T) {
 	c, id := canarytest.Load(t)
-	a, err := agent.New(agent.Config{EnableStats: true})
+	a, err := agent.New(agent.Config{StatsMode: agent.StatsAlways})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ func TestServeRealScan(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	a, err := agent.New(agent.Config{EnableStats: true})
+	a, err := agent.New(agent.Config{StatsMode: agent.StatsAlways})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"path"
 	"strings"
 	"time"
@@ -124,24 +123,6 @@ func NewServer(opts Options) (*Server, error) {
 
 // IsLoopback is apiconst.IsLoopback.
 func IsLoopback(host string) bool { return apiconst.IsLoopback(host) }
-
-// LoadToken reads the bearer token from file, or from $BPFLEET_API_TOKEN when
-// file is empty. Surrounding whitespace (a trailing newline from a Secret) is
-// dropped. It returns "" with no error when neither is set.
-func LoadToken(file string) (string, error) {
-	if file == "" {
-		return strings.TrimSpace(os.Getenv(TokenEnv)), nil
-	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return "", fmt.Errorf("reading API token: %w", err)
-	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" {
-		return "", fmt.Errorf("API token file %s is empty", file)
-	}
-	return tok, nil
-}
 
 // Handler is the API with its guards (methods, bodies, sizes, auth), for
 // embedding in another server or for tests.

@@ -9,8 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -279,27 +277,6 @@ func TestBindRequiresToken(t *testing.T) {
 	}
 	if _, err := NewServer(Options{Addr: "nohostport", Snapshot: src}); err == nil {
 		t.Error("an address without a port was accepted")
-	}
-}
-
-func TestLoadToken(t *testing.T) {
-	dir := t.TempDir()
-	f := filepath.Join(dir, "token")
-	os.WriteFile(f, []byte("s3cr3t-token-0123456789\n"), 0o600)
-	if tok, err := LoadToken(f); err != nil || tok != "s3cr3t-token-0123456789" {
-		t.Errorf("LoadToken(file) = %q, %v", tok, err)
-	}
-	empty := filepath.Join(dir, "empty")
-	os.WriteFile(empty, []byte(" \n"), 0o600)
-	if _, err := LoadToken(empty); err == nil {
-		t.Error("an empty token file was accepted")
-	}
-	if _, err := LoadToken(filepath.Join(dir, "missing")); err == nil {
-		t.Error("a missing token file was accepted")
-	}
-	t.Setenv(TokenEnv, "from-env-0123456789")
-	if tok, _ := LoadToken(""); tok != "from-env-0123456789" {
-		t.Errorf("LoadToken from env = %q", tok)
 	}
 }
 

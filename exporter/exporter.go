@@ -1,7 +1,8 @@
 // Package exporter maps the agent's snapshots to OpenTelemetry: cumulative
 // metrics read by asynchronous instruments from the latest snapshot, and one
-// span per miss episode. OTLP (gRPC or HTTP) is set up from the standard
-// OTEL_* environment variables, which flags may override.
+// span per miss episode. Where they go, OTLP (gRPC or HTTP), Prometheus
+// scrapes or the console, is Config.OTel: the flags and OTEL_* variables
+// as internal/config resolved them. The exporter reads no environment.
 package exporter
 
 import (
@@ -37,8 +38,8 @@ type Config struct {
 	// workload keys at LevelWorkload, and sets the SDK's cardinality limit
 	// (see cardinalityLimit); 0: no cap, no limit.
 	MaxPrograms int
-	// Interval is the metric export interval; 0: OTEL_METRIC_EXPORT_INTERVAL,
-	// else the SDK default (60s).
+	// Interval is the metric export interval; 0: OTel.MetricExportInterval
+	// (OTEL_METRIC_EXPORT_INTERVAL), else the SDK default (60s).
 	Interval time.Duration
 	// ScanInterval is how often Update is called (the agent's
 	// --interval); 0: not at a steady pace. With it the OTLP and console
@@ -54,13 +55,6 @@ type Config struct {
 	// SpanBudget is the most episode spans (open and closed) emitted per
 	// minute; the rest are counted in bpf.agent.spans.dropped. 0: no cap.
 	SpanBudget int
-	// SpanQueue bounds the spans waiting for the OTLP span exporter (zero
-	// fields: the OTEL_BSP_* defaults); spans it cannot hold or send are
-	// counted in bpf.agent.spans.dropped too.
-	SpanQueue config.SpanQueue
-	// Compression is the OTLP compression, gzip or none; empty:
-	// OTEL_EXPORTER_OTLP_[SIGNAL_]COMPRESSION, else gzip.
-	Compression string
 
 	// Kernel describes the node for the resource (os.version, host.arch,
 	// host.cpu.model.name); take it from the first snapshot.
@@ -71,15 +65,16 @@ type Config struct {
 	// ClusterName is k8s.cluster.name, omitted when empty.
 	ClusterName string
 
-	// Endpoint overrides OTEL_EXPORTER_OTLP_ENDPOINT (a base URL such as
-	// http://collector:4318 or http://collector:4317 for gRPC).
-	Endpoint string
-	// Protocol overrides OTEL_EXPORTER_OTLP_PROTOCOL: grpc or http/protobuf.
-	Protocol string
-	// MetricsExporter and TracesExporter are OTEL_METRICS_EXPORTER and
-	// OTEL_TRACES_EXPORTER as resolved by internal/config (otlp, console,
-	// none); "": read the variables.
-	MetricsExporter, TracesExporter string
+	// OTel is where metrics and spans go and how: the OTEL_* variables and
+	// --otlp-* flags as internal/config resolved and checked them (one
+	// resolution: the exporter reads no environment, and passes every
+	// setting to the SDK's exporters as options). Its zero value exports
+	// nothing over OTLP (no endpoint); zero fields of a signal take the
+	// defaults config would give: otlp, http/protobuf, gzip, a 10 s
+	// timeout. OTel.SpanQueue bounds the spans waiting for the OTLP span
+	// exporter (zero fields: the OTEL_BSP_* defaults); spans it cannot
+	// hold or send are counted in bpf.agent.spans.dropped too.
+	OTel config.OTel
 	// Console adds exporters that print metrics and spans to ConsoleOut.
 	Console    bool
 	ConsoleOut io.Writer
@@ -148,9 +143,9 @@ type Exporter struct {
 	promServer     *http.Server
 }
 
-// New sets up the OpenTelemetry SDK: resource, OTLP exporters from the
-// environment and cfg, instruments from the metrics table. cfg is taken as
-// valid: internal/config checks the agent's settings before anything starts.
+// New sets up the OpenTelemetry SDK: resource, exporters and readers from
+// cfg.OTel, instruments from the metrics table. cfg is taken as valid:
+// internal/config checks the agent's settings before anything starts.
 func New(ctx context.Context, cfg Config) (*Exporter, error) {
 	e := &Exporter{
 		cfg:       cfg,
@@ -179,14 +174,7 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 		return nil, err
 	}
 
-	mopts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithCardinalityLimit(e.limit)}
-	if env("OTEL_METRICS_EXEMPLAR_FILTER") == "" {
-		// No exemplars unless asked for: every instrument but the scan
-		// duration is observed in a callback, with no trace to point to,
-		// yet the SDK's default (trace-based) filter made each collection
-		// allocate an exemplar slice per data point.
-		mopts = append(mopts, sdkmetric.WithExemplarFilter(exemplar.AlwaysOffFilter))
-	}
+	mopts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithCardinalityLimit(e.limit), sdkmetric.WithExemplarFilter(exemplarFilter(cfg.OTel.ExemplarFilter))}
 	for _, r := range append(sig.readers, cfg.Readers...) {
 		mopts = append(mopts, sdkmetric.WithReader(r))
 	}
@@ -199,7 +187,10 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 
 	procs := append(sig.spanProcessors, cfg.SpanProcessors...)
 	if len(procs) > 0 {
-		topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+		// The sampler and span limits given, as config resolved them:
+		// the provider reads the variables only for what it is not given.
+		topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithSampler(sampler(cfg.OTel.Sampler, cfg.OTel.SamplerArg)),
+			sdktrace.WithRawSpanLimits(spanLimits(cfg.OTel.SpanLimits))}
 		for _, p := range procs {
 			topts = append(topts, sdktrace.WithSpanProcessor(p))
 		}
@@ -264,6 +255,56 @@ func (l lateProducer) Produce(ctx context.Context) ([]metricdata.ScopeMetrics, e
 	}
 	prof, err := e.prof.Produce(ctx)
 	return append(sm, prof...), err
+}
+
+// sampler is OTEL_TRACES_SAMPLER's sampler with its ratio, as the SDK
+// makes it; unset: the SDK's default, parentbased_always_on.
+func sampler(name string, ratio float64) sdktrace.Sampler {
+	switch name {
+	case "always_on":
+		return sdktrace.AlwaysSample()
+	case "always_off":
+		return sdktrace.NeverSample()
+	case "traceidratio":
+		return sdktrace.TraceIDRatioBased(ratio)
+	case "parentbased_always_off":
+		return sdktrace.ParentBased(sdktrace.NeverSample())
+	case "parentbased_traceidratio":
+		return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))
+	}
+	return sdktrace.ParentBased(sdktrace.AlwaysSample())
+}
+
+// spanLimits are the SDK's limits of l; a zero l (a Config built by hand)
+// has the defaults.
+func spanLimits(l config.SpanLimits) sdktrace.SpanLimits {
+	if l == (config.SpanLimits{}) {
+		l = config.DefaultSpanLimits
+	}
+	return sdktrace.SpanLimits{
+		AttributeValueLengthLimit:   l.AttributeValueLength,
+		AttributeValueDepthLimit:    sdktrace.DefaultAttributeValueDepthLimit,
+		AttributeCountLimit:         l.AttributeCount,
+		EventCountLimit:             l.EventCount,
+		LinkCountLimit:              l.LinkCount,
+		AttributePerEventCountLimit: l.AttributesPerEvent,
+		AttributePerLinkCountLimit:  l.AttributesPerLink,
+	}
+}
+
+// exemplarFilter is OTEL_METRICS_EXEMPLAR_FILTER's filter; unset: none.
+// No exemplars unless asked for: every instrument but the scan duration
+// is observed in a callback, with no trace to point to, yet the SDK's
+// default (trace-based) filter made each collection allocate an exemplar
+// slice per data point.
+func exemplarFilter(v string) exemplar.Filter {
+	switch v {
+	case "always_on":
+		return exemplar.AlwaysOnFilter
+	case "trace_based":
+		return exemplar.TraceBasedFilter
+	}
+	return exemplar.AlwaysOffFilter
 }
 
 // cardinalityLimit is the SDK's per-instrument series limit for a
@@ -331,7 +372,7 @@ func (e *Exporter) LogErrors() {
 	}
 	if n := e.spansDropped.Load(); n > e.spans.reported.Load() {
 		e.spans.reported.Store(n)
-		e.log.Warn("episode spans dropped: over the span budget, the export queue full or the backend down (counted in bpf.agent.spans.dropped)", "dropped_total", n, "budget_per_minute", e.cfg.SpanBudget, "queue", spanQueueDefaults(e.cfg.SpanQueue).Size)
+		e.log.Warn("episode spans dropped: over the span budget, the export queue full or the backend down (counted in bpf.agent.spans.dropped)", "dropped_total", n, "budget_per_minute", e.cfg.SpanBudget, "queue", spanQueueDefaults(e.cfg.OTel.SpanQueue).Size)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/internal/config"
 )
 
 var update = flag.Bool("update", false, "rewrite METRICS.md from the metrics table")
@@ -145,9 +146,6 @@ func TestHostArch(t *testing.T) {
 // process by the SDK's own reader and recorder; no OTLP endpoint.
 func newTestExporter(t *testing.T, cfg Config) (*Exporter, *sdkmetric.ManualReader, *tracetest.SpanRecorder) {
 	t.Helper()
-	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_SERVICE_NAME"} {
-		t.Setenv(k, "")
-	}
 	var e *Exporter
 	var opts []sdkmetric.ManualReaderOption
 	for _, p := range Producers(&e) {
@@ -312,11 +310,18 @@ func value0(pts []point) float64 {
 	return pts[0].value
 }
 
+// OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME, as internal/config
+// resolves them, win over the agent's own attributes.
 func TestResourceFromEnvWins(t *testing.T) {
-	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment.name=prod,k8s.cluster.name=from-env")
-	t.Setenv("OTEL_SERVICE_NAME", "custom")
+	o, err := config.ResolveOTel(config.MapEnv(map[string]string{
+		"OTEL_RESOURCE_ATTRIBUTES": "deployment.environment.name=prod,k8s.cluster.name=from-env,service.name=from-attributes",
+		"OTEL_SERVICE_NAME":        "custom",
+	}), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	r := sdkmetric.NewManualReader()
-	e, err := New(context.Background(), Config{Level: LevelAttachType, ClusterName: "c1", Readers: []sdkmetric.Reader{r}})
+	e, err := New(context.Background(), Config{Level: LevelAttachType, ClusterName: "c1", Readers: []sdkmetric.Reader{r}, OTel: o})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -459,17 +464,40 @@ func TestEpisodeSpans(t *testing.T) {
 	}
 }
 
-func TestProtocol(t *testing.T) {
-	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
-	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")
-	for _, tc := range []struct{ flag, signal, want string }{
-		{"", "METRICS", "grpc"},
-		{"", "TRACES", "http/protobuf"},
-		{"http/protobuf", "METRICS", "http/protobuf"},
+// The tracer provider takes the sampler and span limits internal/config
+// resolved (it reads no OTEL_TRACES_SAMPLER or OTEL_*_LIMIT itself):
+// always_off records no episode span; an attribute count limit of 2 keeps
+// two of the span's attributes.
+func TestTracerSettingsFromConfig(t *testing.T) {
+	ep := agent.Episode{Source: agent.SourceRecursionMisses, ProgID: 42, ProgName: "canary", AttachType: "tp_btf", Kind: agent.MissKindRecursion,
+		Start: time.Unix(2000, 0), End: time.Unix(2020, 0), Misses: 30, Runs: 30, Reason: "quiet"}
+	for _, tc := range []struct {
+		env        map[string]string
+		spans      int
+		attributes int // of the first span; -1: not checked
+	}{
+		{nil, 1, -1},
+		{map[string]string{"OTEL_TRACES_SAMPLER": "always_off"}, 0, -1},
+		{map[string]string{"OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT": "2"}, 1, 2},
 	} {
-		if got := protocol(tc.flag, tc.signal); got != tc.want {
-			t.Errorf("protocol(%q, %s) = %q; want %q", tc.flag, tc.signal, got, tc.want)
+		o, err := config.ResolveOTel(config.MapEnv(tc.env), "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, _, rec := newTestExporter(t, Config{Level: LevelProgram, OTel: o})
+		s := snapshot(1)
+		s.Episodes = []agent.Episode{ep}
+		e.Update(context.Background(), s)
+		spans := rec.Ended()
+		if len(spans) != tc.spans {
+			t.Errorf("%v: %d spans, want %d", tc.env, len(spans), tc.spans)
+			continue
+		}
+		if tc.attributes >= 0 && len(spans[0].Attributes()) != tc.attributes {
+			t.Errorf("%v: %d attributes, want %d", tc.env, len(spans[0].Attributes()), tc.attributes)
+		}
+		if tc.spans > 0 && tc.attributes < 0 && len(spans[0].Attributes()) <= 2 {
+			t.Errorf("%v: %d attributes: the default limit is 128", tc.env, len(spans[0].Attributes()))
 		}
 	}
-	// http/json is refused by internal/config before the exporter exists.
 }

@@ -81,27 +81,21 @@ func deadAddr(t *testing.T) string {
 // Shutdown no goroutine is left behind.
 func TestBackendFaults(t *testing.T) {
 	for _, tc := range []struct {
-		name, proto string
-		stuck       bool
+		name  string
+		proto config.Protocol
+		stuck bool
 		// scan: exports follow Updates (Config.ScanInterval, as the agent
 		// runs it) instead of the SDK's periodic reader.
 		scan time.Duration
 	}{
-		{"http down", ProtocolHTTP, false, 0},
-		{"grpc down", ProtocolGRPC, false, 0},
-		{"http hanging", ProtocolHTTP, true, 0},
-		{"grpc hanging", ProtocolGRPC, true, 0},
-		{"http hanging, exports after updates", ProtocolHTTP, true, 5 * time.Millisecond},
-		{"grpc down, exports after updates", ProtocolGRPC, false, 5 * time.Millisecond},
+		{"http down", config.ProtocolHTTP, false, 0},
+		{"grpc down", config.ProtocolGRPC, false, 0},
+		{"http hanging", config.ProtocolHTTP, true, 0},
+		{"grpc hanging", config.ProtocolGRPC, true, 0},
+		{"http hanging, exports after updates", config.ProtocolHTTP, true, 5 * time.Millisecond},
+		{"grpc down, exports after updates", config.ProtocolGRPC, false, 5 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_METRIC_EXPORT_INTERVAL"} {
-				t.Setenv(k, "")
-			}
-			// Short timeouts so a hanging backend costs the test little.
-			t.Setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "200")
-			t.Setenv("OTEL_METRIC_EXPORT_TIMEOUT", "300")
-
 			runtime.GC()
 			base := runtime.NumGoroutine()
 			addr := deadAddr(t)
@@ -109,12 +103,17 @@ func TestBackendFaults(t *testing.T) {
 			if tc.stuck {
 				addr, closeStuck = stuckListener(t)
 			}
+			// Short timeouts so a hanging backend costs the test little,
+			// resolved by internal/config as the agent's are.
+			o, err := config.ResolveOTel(config.MapEnv(map[string]string{"OTEL_EXPORTER_OTLP_TIMEOUT": "200", "OTEL_METRIC_EXPORT_TIMEOUT": "300"}), "http://"+addr, string(tc.proto))
+			if err != nil {
+				t.Fatal(err)
+			}
+			o.SpanQueue = config.SpanQueue{Delay: 50 * time.Millisecond, Timeout: 300 * time.Millisecond}
 			var logBuf bytes.Buffer
 			e, err := New(context.Background(), Config{
-				Level: LevelProgram, Interval: 50 * time.Millisecond, ScanInterval: tc.scan,
-				Endpoint: "http://" + addr, Protocol: tc.proto,
-				SpanQueue: config.SpanQueue{Delay: 50 * time.Millisecond, Timeout: 300 * time.Millisecond},
-				Log:       slog.New(slog.NewTextHandler(&logBuf, nil)),
+				Level: LevelProgram, Interval: 50 * time.Millisecond, ScanInterval: tc.scan, OTel: o,
+				Log: slog.New(slog.NewTextHandler(&logBuf, nil)),
 			})
 			if err != nil {
 				t.Fatal(err)

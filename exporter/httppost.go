@@ -14,8 +14,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"golang.org/x/net/http/httpproxy"
 )
 
 // poster sends OTLP/HTTP requests itself, one at a time over one kept
@@ -90,16 +88,18 @@ func newPoster(u *url.URL, tlsConf *tls.Config, headers http.Header, timeout tim
 }
 
 // usePoster says whether the requests to u go through a poster: not when
-// a proxy is configured for u (net/http reads the proxy variables), nor
-// for a scheme other than http and https.
-func usePoster(u *url.URL) bool {
+// proxy (the resolved proxy variables' function; nil: none) names a proxy
+// for u, as the requests then go through net/http's client, nor for a
+// scheme other than http and https.
+func usePoster(u *url.URL, proxy func(*url.URL) (*url.URL, error)) bool {
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return false
 	}
-	// httpproxy reads the variables now (net/http's ProxyFromEnvironment
-	// reads them once per process) and decides as net/http would.
-	proxy, err := httpproxy.FromEnvironment().ProxyFunc()(u)
-	return err == nil && proxy == nil
+	if proxy == nil {
+		return true
+	}
+	p, err := proxy(u)
+	return err == nil && p == nil
 }
 
 // send reads the previous request's answer (its error, if it failed, is

@@ -2,11 +2,12 @@ package exporter
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,12 +25,11 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-)
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/encoding"
 
-// Protocols, as OTEL_EXPORTER_OTLP_PROTOCOL spells them.
-const (
-	ProtocolGRPC = "grpc"
-	ProtocolHTTP = "http/protobuf"
+	"github.com/bpfleet/bpfleet/internal/config"
 )
 
 type signalSetup struct {
@@ -38,96 +38,32 @@ type signalSetup struct {
 	metricsTarget, tracesTarget string
 }
 
-// env returns the first non-empty of the named environment variables.
-func env(names ...string) string {
-	for _, n := range names {
-		if v := strings.TrimSpace(os.Getenv(n)); v != "" {
-			return v
-		}
+// signal fills what a hand-built Config left zero in one signal's
+// settings with the defaults internal/config gives.
+func signal(s config.Signal) config.Signal {
+	if s.Exporter == "" {
+		s.Exporter = config.ExporterOTLP
 	}
-	return ""
+	if s.Protocol == "" {
+		s.Protocol = config.ProtocolHTTP
+	}
+	if s.Compression == "" {
+		s.Compression = config.CompressionGzip
+	}
+	if s.Timeout <= 0 {
+		s.Timeout = config.DefaultOTLPTimeout
+	}
+	return s
 }
 
-// protocol picks the OTLP protocol of one signal: the flag, then the
-// signal's variable, then the generic one, then the spec's default. The
-// values were checked by internal/config before the exporter was built.
-func protocol(flag, signal string) string {
-	p := flag
-	if p == "" {
-		p = env("OTEL_EXPORTER_OTLP_"+signal+"_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+// target is how the start-up line names an OTLP destination: the
+// endpoint as it was given (the flag's or generic variable's base URL).
+func target(s *config.Signal) string {
+	ep := s.EndpointGiven
+	if ep == "" {
+		ep = s.Endpoint
 	}
-	if p == ProtocolGRPC {
-		return ProtocolGRPC
-	}
-	return ProtocolHTTP
-}
-
-// compression picks the OTLP compression of one signal: the config, then
-// the signal's or the generic variable, then gzip (bpfleet's default, not
-// the spec's none: an export of 1,000 programs shrinks about tenfold).
-func compression(cfg, signal string) (string, error) {
-	c := cfg
-	if c == "" {
-		c = env("OTEL_EXPORTER_OTLP_"+signal+"_COMPRESSION", "OTEL_EXPORTER_OTLP_COMPRESSION")
-	}
-	switch c {
-	case "":
-		return "gzip", nil
-	case "gzip", "none":
-		return c, nil
-	}
-	return "", fmt.Errorf("OTLP compression %q: want gzip or none", c)
-}
-
-// signalEndpoint says where a signal goes: the flag's base URL, else the
-// signal's or the generic OTEL variable (which the OTLP exporters read
-// themselves). Empty: the operator configured no backend for it.
-func signalEndpoint(flag, signal string) string {
-	if flag != "" {
-		return flag
-	}
-	return env("OTEL_EXPORTER_OTLP_"+signal+"_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
-}
-
-// signalPath joins the flag's base URL and an HTTP signal path, as the spec
-// does for OTEL_EXPORTER_OTLP_ENDPOINT.
-func signalPath(base, path string) string {
-	return strings.TrimRight(base, "/") + path
-}
-
-// Exporter kinds, as OTEL_METRICS_EXPORTER and OTEL_TRACES_EXPORTER spell
-// them (a comma-separated list; empty means otlp).
-const (
-	KindOTLP       = "otlp"
-	KindPrometheus = "prometheus" // metrics only: served for scraping
-	KindConsole    = "console"
-	KindNone       = "none"
-)
-
-// exporterKinds parses the given OTEL_<SIGNAL>_EXPORTER value, else the
-// variable: the set of kinds it names, otlp when unset. A kind the agent cannot do is an error, not a silent
-// fallback: an operator who asked for prometheus and got nothing has no
-// way to tell.
-func exporterKinds(variable, given string, allowed ...string) (map[string]bool, error) {
-	v := given
-	if v == "" {
-		v = env(variable)
-	}
-	if v == "" {
-		v = KindOTLP
-	}
-	kinds := map[string]bool{}
-	for _, k := range strings.Split(v, ",") {
-		k = strings.TrimSpace(k)
-		if !slices.Contains(allowed, k) {
-			return nil, fmt.Errorf("%s=%q: %q is not one of %s", variable, v, k, strings.Join(allowed, ", "))
-		}
-		kinds[k] = true
-	}
-	if kinds[KindNone] && len(kinds) > 1 {
-		return nil, fmt.Errorf("%s=%q: none cannot be combined with other exporters", variable, v)
-	}
-	return kinds, nil
+	return "otlp " + string(s.Protocol) + " " + ep
 }
 
 func (e *Exporter) signals(ctx context.Context) (signalSetup, error) {
@@ -136,24 +72,14 @@ func (e *Exporter) signals(ctx context.Context) (signalSetup, error) {
 	if out == nil {
 		out = os.Stdout
 	}
-	// The kinds internal/config resolved win; the variables are read for
-	// callers that built no config (tests).
-	metricsKinds, err := exporterKinds("OTEL_METRICS_EXPORTER", e.cfg.MetricsExporter, KindOTLP, KindPrometheus, KindConsole, KindNone)
-	if err != nil {
-		return s, err
-	}
-	tracesKinds, err := exporterKinds("OTEL_TRACES_EXPORTER", e.cfg.TracesExporter, KindOTLP, KindConsole, KindNone)
-	if err != nil {
-		return s, err
-	}
+	metrics, traces := signal(e.cfg.OTel.Metrics), signal(e.cfg.OTel.Traces)
 	var targets []string
 
-	// The interval given wins over OTEL_METRIC_EXPORT_INTERVAL, so the
-	// interval the agent logs is the one in use.
-	readerOpts := []sdkmetric.PeriodicReaderOption{sdkmetric.WithProducer(e.series), sdkmetric.WithProducer(e.prof)}
-	if e.cfg.Interval > 0 {
-		readerOpts = append(readerOpts, sdkmetric.WithInterval(e.cfg.Interval))
-	}
+	// The interval and timeout are given, so the periodic reader reads no
+	// OTEL_METRIC_EXPORT_* itself and the interval the agent logs is the
+	// one in use.
+	readerOpts := []sdkmetric.PeriodicReaderOption{sdkmetric.WithProducer(e.series), sdkmetric.WithProducer(e.prof),
+		sdkmetric.WithInterval(e.cfg.exportInterval()), sdkmetric.WithTimeout(e.cfg.exportTimeout())}
 	// pushed returns the reader of a pushing exporter: exported after the
 	// Updates (push.go) when they come at a steady pace, else by the SDK's
 	// periodic reader. Each pushed destination has a series producer of
@@ -163,20 +89,20 @@ func (e *Exporter) signals(ctx context.Context) (signalSetup, error) {
 			return sdkmetric.NewPeriodicReader(exp, readerOpts...)
 		}
 		if e.push == nil {
-			e.push = newPusher(exportInterval(e.cfg.Interval), e.cfg.ScanInterval)
+			e.push = newPusher(e.cfg.exportInterval(), e.cfg.exportTimeout(), e.cfg.ScanInterval)
 		}
 		return e.push.add(exp, &seriesProducer{e: e, reuse: true}, e.prof)
 	}
 
-	if ep := signalEndpoint(e.cfg.Endpoint, "METRICS"); ep != "" && metricsKinds[KindOTLP] {
-		exp, proto, err := e.metricExporter(ctx)
+	if metrics.OTLP() {
+		exp, err := e.metricExporter(ctx, &metrics)
 		if err != nil {
 			return s, err
 		}
 		s.readers = append(s.readers, pushed(&countingMetricExporter{Exporter: exp, e: e}))
-		targets = append(targets, "otlp "+proto+" "+ep)
+		targets = append(targets, target(&metrics))
 	}
-	if metricsKinds[KindPrometheus] {
+	if metrics.Exporter == config.ExporterPrometheus {
 		r, url, err := e.prometheusReader()
 		if err != nil {
 			return s, err
@@ -184,7 +110,7 @@ func (e *Exporter) signals(ctx context.Context) (signalSetup, error) {
 		s.readers = append(s.readers, r)
 		targets = append(targets, "prometheus "+url)
 	}
-	if e.cfg.Console || metricsKinds[KindConsole] {
+	if e.cfg.Console || metrics.Exporter == config.ExporterConsole {
 		exp, err := stdoutmetric.New(stdoutmetric.WithWriter(out))
 		if err != nil {
 			return s, fmt.Errorf("creating console metric exporter: %w", err)
@@ -194,53 +120,44 @@ func (e *Exporter) signals(ctx context.Context) (signalSetup, error) {
 	}
 	s.metricsTarget = strings.Join(targets, " ")
 
-	if ep := signalEndpoint(e.cfg.Endpoint, "TRACES"); ep != "" && tracesKinds[KindOTLP] {
-		exp, proto, err := e.spanExporter(ctx)
+	if traces.OTLP() {
+		exp, err := e.spanExporter(ctx, &traces)
 		if err != nil {
 			return s, err
 		}
-		// A bounded queue (Config.SpanQueue): with the backend down, spans
+		// A bounded queue (OTel.SpanQueue): with the backend down, spans
 		// beyond it are dropped rather than held, and counted.
-		s.spanProcessors = append(s.spanProcessors, newSpanQueue(exp, e.cfg.SpanQueue, &e.spansDropped, func(err error) {
+		s.spanProcessors = append(s.spanProcessors, newSpanQueue(exp, e.cfg.OTel.SpanQueue, &e.spansDropped, func(err error) {
 			e.traceErrs.Add(1)
 			e.errs.add("exporting spans", err)
 		}))
-		s.tracesTarget = "otlp " + proto + " " + ep
+		s.tracesTarget = target(&traces)
 	}
-	if e.cfg.Console || tracesKinds[KindConsole] {
+	if e.cfg.Console || traces.Exporter == config.ExporterConsole {
 		exp, err := stdouttrace.New(stdouttrace.WithWriter(out))
 		if err != nil {
 			return s, fmt.Errorf("creating console span exporter: %w", err)
 		}
-		s.spanProcessors = append(s.spanProcessors, sdktrace.NewBatchSpanProcessor(exp))
+		// The OTEL_BSP_* settings as resolved, given: the processor
+		// reads no environment itself.
+		q := spanQueueDefaults(e.cfg.OTel.SpanQueue)
+		s.spanProcessors = append(s.spanProcessors, sdktrace.NewBatchSpanProcessor(exp, sdktrace.WithMaxQueueSize(q.Size),
+			sdktrace.WithMaxExportBatchSize(q.Batch), sdktrace.WithBatchTimeout(q.Delay), sdktrace.WithExportTimeout(q.Timeout)))
 		s.tracesTarget = strings.TrimSpace(s.tracesTarget + " console")
 	}
 	return s, nil
 }
 
-// Defaults of OTEL_EXPORTER_PROMETHEUS_HOST and _PORT, as the spec has them.
-const (
-	DefaultPrometheusHost = "localhost"
-	DefaultPrometheusPort = 9464
-)
-
 // prometheusReader serves the metrics for scraping at
-// http://OTEL_EXPORTER_PROMETHEUS_HOST:OTEL_EXPORTER_PROMETHEUS_PORT/metrics.
-// Scrapes read the latest snapshot like the periodic readers do, so a
-// scrape never waits for a kernel scan. The listener is bound here so a
-// taken port stops the agent at start with one line, not later.
+// http://OTel.PrometheusHost:PrometheusPort/metrics
+// (OTEL_EXPORTER_PROMETHEUS_HOST/PORT). Scrapes read the latest snapshot
+// like the periodic readers do, so a scrape never waits for a kernel scan.
+// The listener is bound here so a taken port stops the agent at start with
+// one line, not later.
 func (e *Exporter) prometheusReader() (sdkmetric.Reader, string, error) {
-	host := env("OTEL_EXPORTER_PROMETHEUS_HOST")
+	host := e.cfg.OTel.PrometheusHost
 	if host == "" {
-		host = DefaultPrometheusHost
-	}
-	port := strconv.Itoa(DefaultPrometheusPort)
-	if p := env("OTEL_EXPORTER_PROMETHEUS_PORT"); p != "" {
-		n, err := strconv.Atoi(p)
-		if err != nil || n < 0 || n > 65535 {
-			return nil, "", fmt.Errorf("OTEL_EXPORTER_PROMETHEUS_PORT=%q: want a port number", p)
-		}
-		port = p
+		host = config.DefaultPrometheusHost
 	}
 	reg := prometheus.NewRegistry()
 	// The same names Prometheus' OTLP receiver gives the metrics (units and
@@ -251,7 +168,7 @@ func (e *Exporter) prometheusReader() (sdkmetric.Reader, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("creating Prometheus exporter: %w", err)
 	}
-	l, err := net.Listen("tcp", net.JoinHostPort(host, port))
+	l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(e.cfg.OTel.PrometheusPort)))
 	if err != nil {
 		return nil, "", fmt.Errorf("serving Prometheus metrics (OTEL_EXPORTER_PROMETHEUS_HOST/PORT): %w", err)
 	}
@@ -263,70 +180,161 @@ func (e *Exporter) prometheusReader() (sdkmetric.Reader, string, error) {
 	return exp, "http://" + e.PrometheusAddr + "/metrics", nil
 }
 
-func (e *Exporter) metricExporter(ctx context.Context) (sdkmetric.Exporter, string, error) {
-	proto := protocol(e.cfg.Protocol, "METRICS")
-	// Cumulative whatever OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE
-	// says: the values are the kernel's cumulative counters, and Prometheus'
-	// OTLP receiver accepts only cumulative sums.
-	cumulative := sdkmetric.DefaultTemporalitySelector
-	comp, err := compression(e.cfg.Compression, "METRICS")
+// The SDK's OTLP exporters read the OTEL_EXPORTER_OTLP_* variables for
+// every setting not given as an option, and an option overrides its
+// variable. So every setting internal/config resolved is given here, and
+// what the SDK would read from the environment never decides anything:
+// the endpoint (its scheme saying Insecure), headers, timeout, TLS,
+// compression and, for metrics, temporality and histogram aggregation.
+
+// sdkEndpointURL is s's endpoint with the scheme the SDK reads Insecure
+// from in WithEndpointURL: http for plaintext, https for TLS.
+func sdkEndpointURL(s *config.Signal) string {
+	u, err := url.Parse(s.Endpoint)
 	if err != nil {
-		return nil, "", err
+		return s.Endpoint // config checked it: not reached
+	}
+	u.Scheme = "https"
+	if s.Insecure {
+		u.Scheme = "http"
+	}
+	return u.String()
+}
+
+// grpcDialOptions are the gRPC exporters' transport settings: TLS as the
+// SDK sets it from the variables (certificate files give TLS whatever the
+// scheme), compression none when so resolved, and no proxy unless the
+// resolved proxy variables name one for the endpoint. grpc-go takes no
+// proxy function: it reads HTTPS_PROXY and NO_PROXY itself (net/http's
+// ProxyFromEnvironment), so a proxy that config resolved for the endpoint
+// is left to it to find again, in the same process environment that
+// internal/config reads (os.LookupEnv) in the agent.
+func (e *Exporter) grpcDialOptions(s *config.Signal, tlsConf *tls.Config) ([]grpc.DialOption, credentials.TransportCredentials) {
+	var creds credentials.TransportCredentials
+	switch {
+	case tlsConf != nil:
+		creds = credentials.NewTLS(tlsConf)
+	case !s.Insecure:
+		creds = credentials.NewTLS(nil) // the host's roots, as the SDK's default
+	}
+	var dial []grpc.DialOption
+	if s.Compression != config.CompressionGzip {
+		// No compression, whatever OTEL_EXPORTER_OTLP_COMPRESSION says:
+		// the SDK's WithCompressor takes only "gzip" (any other name
+		// is reported as an error), and a dial option given is applied
+		// after the SDK's own call options, so identity wins.
+		dial = append(dial, grpc.WithDefaultCallOptions(grpc.UseCompressor(encoding.Identity)))
+	}
+	if u, err := url.Parse(sdkEndpointURL(s)); err == nil {
+		u.Scheme = "https" // grpc-go asks for the https proxy whatever the scheme
+		if p, err := e.cfg.OTel.Proxy.ProxyFunc()(u); err == nil && p == nil {
+			dial = append(dial, grpc.WithNoProxy())
+		}
+	}
+	return dial, creds
+}
+
+func (e *Exporter) metricExporter(ctx context.Context, s *config.Signal) (sdkmetric.Exporter, error) {
+	tlsConf, err := loadTLS(s.TLS)
+	if err != nil {
+		return nil, fmt.Errorf("creating OTLP %s metric exporter: %w", s.Protocol, err)
 	}
 	var exp sdkmetric.Exporter
-	if proto == ProtocolGRPC {
-		opts := []otlpmetricgrpc.Option{otlpmetricgrpc.WithTemporalitySelector(cumulative)}
-		if comp == "gzip" {
+	if s.Protocol == config.ProtocolGRPC {
+		dial, creds := e.grpcDialOptions(s, tlsConf)
+		opts := []otlpmetricgrpc.Option{
+			// Cumulative whatever
+			// OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE says:
+			// the values are the kernel's cumulative counters, and
+			// Prometheus' OTLP receiver accepts only cumulative sums.
+			otlpmetricgrpc.WithTemporalitySelector(sdkmetric.DefaultTemporalitySelector),
+			otlpmetricgrpc.WithAggregationSelector(aggregationSelector(s.HistogramAggregation)),
+			otlpmetricgrpc.WithEndpointURL(sdkEndpointURL(s)),
+			otlpmetricgrpc.WithHeaders(s.Headers),
+			otlpmetricgrpc.WithTimeout(s.Timeout),
+			otlpmetricgrpc.WithDialOption(dial...),
+		}
+		if s.Compression == config.CompressionGzip {
 			opts = append(opts, otlpmetricgrpc.WithCompressor("gzip"))
 		}
-		if e.cfg.Endpoint != "" {
-			opts = append(opts, otlpmetricgrpc.WithEndpointURL(e.cfg.Endpoint))
+		if creds != nil {
+			opts = append(opts, otlpmetricgrpc.WithTLSCredentials(creds))
+		} else {
+			opts = append(opts, otlpmetricgrpc.WithInsecure())
 		}
 		exp, err = otlpmetricgrpc.New(ctx, opts...)
 	} else {
 		// http/protobuf: bpfleet's own encoder (otlpwire.go), which keeps
 		// each series' encoding between exports.
-		var wc wireConfig
-		if wc, err = resolveWireConfig(e.cfg.Endpoint, comp); err == nil {
-			exp = newWireExporter(wc)
-		}
+		exp = newWireExporter(wireConfig{url: s.Endpoint, headers: headerOf(s.Headers), timeout: s.Timeout,
+			gzip: s.Compression == config.CompressionGzip, tls: tlsConf, proxy: e.cfg.OTel.Proxy.ProxyFunc()})
 	}
 	if err != nil {
-		return nil, "", fmt.Errorf("creating OTLP %s metric exporter: %w", proto, err)
+		return nil, fmt.Errorf("creating OTLP %s metric exporter: %w", s.Protocol, err)
 	}
-	return exp, proto, nil
+	return exp, nil
 }
 
-func (e *Exporter) spanExporter(ctx context.Context) (sdktrace.SpanExporter, string, error) {
-	proto := protocol(e.cfg.Protocol, "TRACES")
-	comp, err := compression(e.cfg.Compression, "TRACES")
+func (e *Exporter) spanExporter(ctx context.Context, s *config.Signal) (sdktrace.SpanExporter, error) {
+	tlsConf, err := loadTLS(s.TLS)
 	if err != nil {
-		return nil, "", err
+		return nil, fmt.Errorf("creating OTLP %s span exporter: %w", s.Protocol, err)
 	}
 	var exp sdktrace.SpanExporter
-	if proto == ProtocolGRPC {
-		var opts []otlptracegrpc.Option
-		if comp == "gzip" {
+	if s.Protocol == config.ProtocolGRPC {
+		dial, creds := e.grpcDialOptions(s, tlsConf)
+		opts := []otlptracegrpc.Option{
+			otlptracegrpc.WithEndpointURL(sdkEndpointURL(s)),
+			otlptracegrpc.WithHeaders(s.Headers),
+			otlptracegrpc.WithTimeout(s.Timeout),
+			otlptracegrpc.WithDialOption(dial...),
+		}
+		if s.Compression == config.CompressionGzip {
 			opts = append(opts, otlptracegrpc.WithCompressor("gzip"))
 		}
-		if e.cfg.Endpoint != "" {
-			opts = append(opts, otlptracegrpc.WithEndpointURL(e.cfg.Endpoint))
+		if creds != nil {
+			opts = append(opts, otlptracegrpc.WithTLSCredentials(creds))
+		} else {
+			opts = append(opts, otlptracegrpc.WithInsecure())
 		}
 		exp, err = otlptracegrpc.New(ctx, opts...)
 	} else {
-		opts := []otlptracehttp.Option{otlptracehttp.WithCompression(otlptracehttp.NoCompression)}
-		if comp == "gzip" {
-			opts[0] = otlptracehttp.WithCompression(otlptracehttp.GzipCompression)
+		comp := otlptracehttp.NoCompression
+		if s.Compression == config.CompressionGzip {
+			comp = otlptracehttp.GzipCompression
 		}
-		if e.cfg.Endpoint != "" {
-			opts = append(opts, otlptracehttp.WithEndpointURL(signalPath(e.cfg.Endpoint, "/v1/traces")))
+		proxy := e.cfg.OTel.Proxy.ProxyFunc()
+		opts := []otlptracehttp.Option{
+			otlptracehttp.WithEndpointURL(sdkEndpointURL(s)),
+			otlptracehttp.WithHeaders(s.Headers),
+			otlptracehttp.WithTimeout(s.Timeout),
+			otlptracehttp.WithCompression(comp),
+			otlptracehttp.WithProxy(func(r *http.Request) (*url.URL, error) { return proxy(r.URL) }),
+		}
+		if tlsConf != nil {
+			opts = append(opts, otlptracehttp.WithTLSClientConfig(tlsConf))
 		}
 		exp, err = otlptracehttp.New(ctx, opts...)
 	}
 	if err != nil {
-		return nil, "", fmt.Errorf("creating OTLP %s span exporter: %w", proto, err)
+		return nil, fmt.Errorf("creating OTLP %s span exporter: %w", s.Protocol, err)
 	}
-	return exp, proto, nil
+	return exp, nil
+}
+
+// aggregationSelector is OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION
+// as the SDK's gRPC exporter reads it: base-2 exponential histograms with
+// its sizes, else explicit buckets.
+func aggregationSelector(v string) sdkmetric.AggregationSelector {
+	if v != "base2_exponential_bucket_histogram" {
+		return sdkmetric.DefaultAggregationSelector
+	}
+	return func(k sdkmetric.InstrumentKind) sdkmetric.Aggregation {
+		if k == sdkmetric.InstrumentKindHistogram {
+			return sdkmetric.AggregationBase2ExponentialHistogram{MaxSize: 160, MaxScale: 20}
+		}
+		return sdkmetric.DefaultAggregationSelector(k)
+	}
 }
 
 // countingMetricExporter counts failed exports for bpf.agent.export.errors

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +22,8 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/bpfleet/bpfleet/internal/config"
 )
 
 // wireExporter is the agent's OTLP/HTTP (http/protobuf) metric exporter. It
@@ -80,78 +81,51 @@ type wireAttrs struct {
 
 var _ sdkmetric.Exporter = (*wireExporter)(nil)
 
-// wireConfig is where and how the metrics go, resolved from the flags and
-// the OTEL_EXPORTER_OTLP_* variables as the SDK's exporter reads them.
+// wireConfig is where and how the metrics go: the metrics signal as
+// internal/config resolved it, its TLS files loaded.
 type wireConfig struct {
 	url     string
 	headers http.Header
 	timeout time.Duration
 	gzip    bool
 	tls     *tls.Config
+	// proxy is the proxy for a request's URL (nil: none), from the
+	// resolved proxy variables.
+	proxy func(*url.URL) (*url.URL, error)
 }
 
-// resolveWireConfig reads the metrics endpoint (the flag's base URL, else
-// OTEL_EXPORTER_OTLP_METRICS_ENDPOINT as it is, else
-// OTEL_EXPORTER_OTLP_ENDPOINT plus /v1/metrics, else localhost:4318),
-// headers, timeout and TLS files (signal variable first, then the generic
-// one). internal/config has checked every value at start.
-func resolveWireConfig(flagEndpoint, compression string) (wireConfig, error) {
-	c := wireConfig{gzip: compression == "gzip", timeout: 10 * time.Second, headers: http.Header{}}
-	switch {
-	case flagEndpoint != "":
-		c.url = signalPath(flagEndpoint, "/v1/metrics")
-	case env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") != "":
-		c.url = env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
-	case env("OTEL_EXPORTER_OTLP_ENDPOINT") != "":
-		c.url = signalPath(env("OTEL_EXPORTER_OTLP_ENDPOINT"), "/v1/metrics")
-	default:
-		c.url = "http://localhost:4318/v1/metrics"
+// headerOf makes the resolved headers a request's header.
+func headerOf(kv map[string]string) http.Header {
+	h := http.Header{}
+	for k, v := range kv {
+		h.Add(k, v)
 	}
-	if _, err := url.Parse(c.url); err != nil {
-		return c, fmt.Errorf("OTLP metrics endpoint %q: %w", c.url, err)
+	return h
+}
+
+// loadTLS loads the PEM files config named (and checked readable at
+// start): nil when none is named.
+func loadTLS(f config.TLSFiles) (*tls.Config, error) {
+	if !f.Set() {
+		return nil, nil
 	}
-	if h := env("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"); h != "" {
-		for _, kv := range strings.Split(h, ",") {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok {
-				return c, fmt.Errorf("OTLP headers: %q is not key=value", kv)
-			}
-			uv, err := url.PathUnescape(strings.TrimSpace(v))
-			if err != nil {
-				return c, fmt.Errorf("OTLP headers: value of %q: %w", strings.TrimSpace(k), err)
-			}
-			c.headers.Add(strings.TrimSpace(k), uv)
+	c := &tls.Config{MinVersion: tls.VersionTLS12}
+	if f.Certificate != "" {
+		pem, err := os.ReadFile(f.Certificate)
+		if err != nil {
+			return nil, fmt.Errorf("OTLP certificate: %w", err)
+		}
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("OTLP certificate %s: no PEM certificate in it", f.Certificate)
 		}
 	}
-	if t := env("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"); t != "" {
-		ms, err := strconv.Atoi(t)
-		if err != nil || ms < 0 {
-			return c, fmt.Errorf("OTLP timeout %q: want milliseconds", t)
+	if f.ClientCertificate != "" || f.ClientKey != "" {
+		pair, err := tls.LoadX509KeyPair(f.ClientCertificate, f.ClientKey)
+		if err != nil {
+			return nil, fmt.Errorf("OTLP client certificate and key: %w", err)
 		}
-		c.timeout = time.Duration(ms) * time.Millisecond
-	}
-	ca := env("OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE", "OTEL_EXPORTER_OTLP_CERTIFICATE")
-	cert := env("OTEL_EXPORTER_OTLP_METRICS_CLIENT_CERTIFICATE", "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE")
-	key := env("OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY", "OTEL_EXPORTER_OTLP_CLIENT_KEY")
-	if ca != "" || cert != "" || key != "" {
-		c.tls = &tls.Config{MinVersion: tls.VersionTLS12}
-		if ca != "" {
-			pem, err := os.ReadFile(ca)
-			if err != nil {
-				return c, fmt.Errorf("OTLP certificate: %w", err)
-			}
-			c.tls.RootCAs = x509.NewCertPool()
-			if !c.tls.RootCAs.AppendCertsFromPEM(pem) {
-				return c, fmt.Errorf("OTLP certificate %s: no PEM certificate in it", ca)
-			}
-		}
-		if cert != "" || key != "" {
-			pair, err := tls.LoadX509KeyPair(cert, key)
-			if err != nil {
-				return c, fmt.Errorf("OTLP client certificate and key: %w", err)
-			}
-			c.tls.Certificates = []tls.Certificate{pair}
-		}
+		c.Certificates = []tls.Certificate{pair}
 	}
 	return c, nil
 }
@@ -160,6 +134,11 @@ func newWireExporter(c wireConfig) *wireExporter {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if c.tls != nil {
 		tr.TLSClientConfig = c.tls
+	}
+	// The resolved proxy, not net/http's ProxyFromEnvironment.
+	tr.Proxy = nil
+	if c.proxy != nil {
+		tr.Proxy = func(r *http.Request) (*url.URL, error) { return c.proxy(r.URL) }
 	}
 	c.headers.Set("Content-Type", "application/x-protobuf")
 	c.headers.Set("User-Agent", "bpfleet")
@@ -171,7 +150,7 @@ func newWireExporter(c wireConfig) *wireExporter {
 		client: &http.Client{Transport: tr},
 		attrs:  map[attribute.Distinct]*wireAttrs{},
 	}
-	if u, err := url.Parse(c.url); err == nil && usePoster(u) {
+	if u, err := url.Parse(c.url); err == nil && usePoster(u, c.proxy) {
 		w.post = newPoster(u, c.tls, c.headers, c.timeout)
 	}
 	return w

@@ -3,7 +3,6 @@ package exporter
 import (
 	"context"
 	"errors"
-	"strconv"
 	"sync"
 	"time"
 
@@ -53,24 +52,22 @@ type pushDest struct {
 	rm  metricdata.ResourceMetrics
 }
 
-func newPusher(every, scanInterval time.Duration) *pusher {
+func newPusher(every, timeout, scanInterval time.Duration) *pusher {
 	return &pusher{
 		every:   every,
 		slack:   scanInterval / 2,
-		timeout: exportTimeout(),
+		timeout: timeout,
 		kick:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 		exited:  make(chan struct{}),
 	}
 }
 
-// exportTimeout is OTEL_METRIC_EXPORT_TIMEOUT (milliseconds), else the
-// SDK's default of 30 s; internal/config checked the value.
-func exportTimeout() time.Duration {
-	if v := env("OTEL_METRIC_EXPORT_TIMEOUT"); v != "" {
-		if ms, err := strconv.Atoi(v); err == nil && ms > 0 {
-			return time.Duration(ms) * time.Millisecond
-		}
+// exportTimeout is OTEL_METRIC_EXPORT_TIMEOUT as internal/config
+// resolved it, else the SDK's default of 30 s.
+func (c *Config) exportTimeout() time.Duration {
+	if c.OTel.MetricExportTimeout > 0 {
+		return c.OTel.MetricExportTimeout
 	}
 	return 30 * time.Second
 }
@@ -166,16 +163,14 @@ func (p *pusher) stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// exportInterval is the interval given, else OTEL_METRIC_EXPORT_INTERVAL
-// (milliseconds), else the SDK's default of 60 s.
-func exportInterval(given time.Duration) time.Duration {
-	if given > 0 {
-		return given
-	}
-	if v := env("OTEL_METRIC_EXPORT_INTERVAL"); v != "" {
-		if ms, err := strconv.Atoi(v); err == nil && ms > 0 {
-			return time.Duration(ms) * time.Millisecond
-		}
+// exportInterval is Config.Interval, else OTEL_METRIC_EXPORT_INTERVAL as
+// internal/config resolved it, else the SDK's default of 60 s.
+func (c *Config) exportInterval() time.Duration {
+	switch {
+	case c.Interval > 0:
+		return c.Interval
+	case c.OTel.MetricExportInterval > 0:
+		return c.OTel.MetricExportInterval
 	}
 	return time.Minute
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfleet/bpfleet/internal/config"
 	"github.com/bpfleet/bpfleet/internal/syncbuf"
 )
 
@@ -16,11 +17,9 @@ import (
 // program-level points shrink from three to one between exports: the
 // pushed destination's reused data points carry no stale series.
 func TestExportsFollowUpdates(t *testing.T) {
-	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_METRIC_EXPORT_INTERVAL", "OTEL_RESOURCE_ATTRIBUTES"} {
-		t.Setenv(k, "")
-	}
 	var out syncbuf.Buffer
-	e, err := New(context.Background(), Config{Level: LevelProgram, MetricsExporter: KindConsole, TracesExporter: KindNone, ConsoleOut: &out,
+	e, err := New(context.Background(), Config{Level: LevelProgram, ConsoleOut: &out,
+		OTel:     config.OTel{Metrics: config.Signal{Exporter: config.ExporterConsole}, Traces: config.Signal{Exporter: config.ExporterNone}},
 		Interval: time.Hour, ScanInterval: time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +84,7 @@ func TestPushDue(t *testing.T) {
 		{"a missed scan", 10 * time.Second, 10 * time.Second, []float64{0, 10, 30, 40}, []float64{0, 10, 30, 40}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := newPusher(tc.every, tc.scan)
+			p := newPusher(tc.every, 30*time.Second, tc.scan)
 			var got []float64
 			for _, u := range tc.updates {
 				p.updated(at(u))

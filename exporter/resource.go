@@ -3,7 +3,9 @@ package exporter
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -32,7 +34,9 @@ func hostArch(machine string) string {
 // newResource builds the node's resource. The SDK's detectors give
 // host.name and os.type but not host.arch, os.version or the CPU model, so
 // those come from the agent's KernelInfo. OTEL_RESOURCE_ATTRIBUTES and
-// OTEL_SERVICE_NAME are applied last and win.
+// OTEL_SERVICE_NAME (as internal/config parsed them) are applied last and
+// win, the service name over a service.name among the attributes, as the
+// SDK's resource.WithFromEnv has it.
 func newResource(ctx context.Context, cfg Config) (*resource.Resource, error) {
 	node := cfg.NodeName
 	host, _ := os.Hostname()
@@ -61,10 +65,17 @@ func newResource(ctx context.Context, cfg Config) (*resource.Resource, error) {
 	add(attrK8sNodeName, node)
 	add(attrK8sClusterName, cfg.ClusterName)
 
+	var fromEnv []attribute.KeyValue
+	for _, k := range slices.Sorted(maps.Keys(cfg.OTel.ResourceAttributes)) {
+		fromEnv = append(fromEnv, attribute.String(k, cfg.OTel.ResourceAttributes[k]))
+	}
+	if cfg.OTel.ServiceName != "" {
+		fromEnv = append(fromEnv, attribute.String(attrServiceName, cfg.OTel.ServiceName))
+	}
 	res, err := resource.New(ctx,
 		resource.WithAttributes(kv...),
 		resource.WithTelemetrySDK(),
-		resource.WithFromEnv(),
+		resource.WithAttributes(fromEnv...),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("building OpenTelemetry resource: %w", err)

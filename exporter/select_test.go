@@ -8,64 +8,33 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/bpfleet/bpfleet/internal/config"
 )
 
-func TestExporterKinds(t *testing.T) {
-	all := []string{KindOTLP, KindPrometheus, KindConsole, KindNone}
-	for _, tc := range []struct {
-		value string
-		want  []string // nil: refused
-	}{
-		{"", []string{KindOTLP}},
-		{"otlp", []string{KindOTLP}},
-		{"prometheus", []string{KindPrometheus}},
-		{"otlp, console", []string{KindOTLP, KindConsole}},
-		{"none", []string{KindNone}},
-		{"none,otlp", nil},
-		{"jaeger", nil},
-		{"zipkin", nil},
-	} {
-		t.Setenv("OTEL_METRICS_EXPORTER", tc.value)
-		got, err := exporterKinds("OTEL_METRICS_EXPORTER", "", all...)
-		if tc.want == nil {
-			if err == nil {
-				t.Errorf("%q accepted: %v", tc.value, got)
-			} else if !strings.Contains(err.Error(), "OTEL_METRICS_EXPORTER") {
-				t.Errorf("%q: error %q does not name the variable", tc.value, err)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("%q: %v", tc.value, err)
-			continue
-		}
-		var kinds []string
-		for k := range got {
-			kinds = append(kinds, k)
-		}
-		slices.Sort(kinds)
-		want := slices.Sorted(slices.Values(tc.want))
-		if !slices.Equal(kinds, want) {
-			t.Errorf("%q: kinds %v, want %v", tc.value, kinds, want)
-		}
+// promOTel resolves the settings of the Prometheus tests as the agent
+// does (the kinds themselves: internal/config's TestExporterKinds).
+func promOTel(t *testing.T, env map[string]string) config.OTel {
+	t.Helper()
+	o, err := config.ResolveOTel(config.MapEnv(env), "", "")
+	if err != nil {
+		t.Fatal(err)
 	}
-	// Traces have no Prometheus exporter.
-	t.Setenv("OTEL_TRACES_EXPORTER", "prometheus")
-	if _, err := exporterKinds("OTEL_TRACES_EXPORTER", "", KindOTLP, KindConsole, KindNone); err == nil {
-		t.Error("OTEL_TRACES_EXPORTER=prometheus accepted")
-	}
+	return o
 }
 
 // OTEL_METRICS_EXPORTER=prometheus serves the metrics for scraping, under
 // the names METRICS.md gives (the ones Prometheus' OTLP receiver makes), and
 // no OTLP exporter is set up even with an endpoint in the environment.
 func TestPrometheusExporterServes(t *testing.T) {
-	t.Setenv("OTEL_METRICS_EXPORTER", "prometheus")
-	t.Setenv("OTEL_TRACES_EXPORTER", "none")
-	t.Setenv("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1")
-	t.Setenv("OTEL_EXPORTER_PROMETHEUS_PORT", "0")
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
-	e, err := New(context.Background(), Config{Level: LevelProgram, NodeName: "node-a"})
+	o := promOTel(t, map[string]string{
+		"OTEL_METRICS_EXPORTER":         "prometheus",
+		"OTEL_TRACES_EXPORTER":          "none",
+		"OTEL_EXPORTER_PROMETHEUS_HOST": "127.0.0.1",
+		"OTEL_EXPORTER_PROMETHEUS_PORT": "0",
+		"OTEL_EXPORTER_OTLP_ENDPOINT":   "http://127.0.0.1:1",
+	})
+	e, err := New(context.Background(), Config{Level: LevelProgram, NodeName: "node-a", OTel: o})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,23 +87,19 @@ func TestPrometheusExporterServes(t *testing.T) {
 	}
 }
 
+// A taken port stops the exporter at start, naming the variables (a port
+// that is not a number is refused before: internal/config's
+// TestPrometheusAddr).
 func TestPrometheusPortTaken(t *testing.T) {
-	t.Setenv("OTEL_METRICS_EXPORTER", "prometheus")
-	t.Setenv("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1")
-	t.Setenv("OTEL_EXPORTER_PROMETHEUS_PORT", "0")
-	first, err := New(context.Background(), Config{})
+	env := map[string]string{"OTEL_METRICS_EXPORTER": "prometheus", "OTEL_EXPORTER_PROMETHEUS_HOST": "127.0.0.1", "OTEL_EXPORTER_PROMETHEUS_PORT": "0"}
+	first, err := New(context.Background(), Config{OTel: promOTel(t, env)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer first.Shutdown(context.Background())
-	_, port, _ := strings.Cut(first.PrometheusAddr, ":")
-	t.Setenv("OTEL_EXPORTER_PROMETHEUS_PORT", port)
-	if _, err := New(context.Background(), Config{}); err == nil || !strings.Contains(err.Error(), "OTEL_EXPORTER_PROMETHEUS") {
+	_, env["OTEL_EXPORTER_PROMETHEUS_PORT"], _ = strings.Cut(first.PrometheusAddr, ":")
+	if _, err := New(context.Background(), Config{OTel: promOTel(t, env)}); err == nil || !strings.Contains(err.Error(), "OTEL_EXPORTER_PROMETHEUS") {
 		t.Errorf("second exporter on a taken port: %v", err)
-	}
-	t.Setenv("OTEL_EXPORTER_PROMETHEUS_PORT", "metrics")
-	if _, err := New(context.Background(), Config{}); err == nil {
-		t.Error("port \"metrics\" accepted")
 	}
 }
 

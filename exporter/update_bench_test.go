@@ -42,8 +42,6 @@ func BenchmarkCollectSampled(b *testing.B) {
 // benchUpdate runs Updates at level; with a stats mode, each is followed
 // by a collection.
 func benchUpdate(b *testing.B, level Level, busy bool, mode agent.StatsMode) {
-	b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
-	b.Setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "")
 	var e *Exporter
 	cfg := Config{Level: level, MaxPrograms: 1000}
 	var r *sdkmetric.ManualReader

@@ -347,26 +347,6 @@ func TestEpisodeOpenSpanLinkedWithOwner(t *testing.T) {
 	}
 }
 
-func TestCompression(t *testing.T) {
-	for _, tc := range []struct {
-		cfg, generic, signal, want string
-		err                        bool
-	}{
-		{"", "", "", "gzip", false},
-		{"", "none", "", "none", false},
-		{"", "none", "gzip", "gzip", false},
-		{"none", "gzip", "", "none", false},
-		{"zstd", "", "", "", true},
-	} {
-		t.Setenv("OTEL_EXPORTER_OTLP_COMPRESSION", tc.generic)
-		t.Setenv("OTEL_EXPORTER_OTLP_METRICS_COMPRESSION", tc.signal)
-		got, err := compression(tc.cfg, "METRICS")
-		if (err != nil) != tc.err || got != tc.want {
-			t.Errorf("compression(%q) with env %q/%q = %q, %v; want %q", tc.cfg, tc.generic, tc.signal, got, err, tc.want)
-		}
-	}
-}
-
 // The per-program caches forget unloaded programs (they stay bounded
 // under reloads), and keep the loaded ones when nothing unloaded.
 func TestProgramCachesForgetUnloaded(t *testing.T) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -34,10 +35,10 @@ trigger for the attach type, else syscall mode.
 Times are thread CPU time; --stats on holds BPF_ENABLE_STATS while measuring.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := c.Validate(); err != nil {
+			opts, err := benchOptions(&c)
+			if err != nil {
 				return err
 			}
-			opts := c.Options()
 			raiseMemlock()
 			if tax {
 				return runTaxBench(cmd, opts, c.Output)
@@ -71,6 +72,40 @@ Times are thread CPU time; --stats on holds BPF_ENABLE_STATS while measuring.`,
 	f.BoolVar(&noProgress, "no-progress", false, "no progress bar on stderr")
 	f.BoolVar(&tax, "tax", false, "measure the stats tax instead: what BPF run-time stats add per run (stats off and on alternated), for no-op xdp and tc programs (BPF_PROG_TEST_RUN) and the attach types")
 	rootCmd.AddCommand(cmd)
+}
+
+// benchOptions checks c and converts it to the bench's options: the attach
+// types, mode and stats here, as they are probes/bench's and
+// probes/catalog's enums (internal/config imports no probe package), the
+// rest by c.Validate. Every problem is returned at once.
+func benchOptions(c *config.Bench) (bench.Options, error) {
+	o := bench.Options{Calls: c.Calls, Rounds: c.Rounds, Batch: c.Batch, Stats: bench.Stats(c.Stats), Mode: catalog.Mode(c.Mode)}
+	var errs []error
+	if c.AttachTypes != "" {
+		for _, s := range strings.Split(c.AttachTypes, ",") {
+			t, err := catalog.ParseAttachType(strings.TrimSpace(s))
+			if err != nil {
+				errs = append(errs, &config.Problem{Name: "--attach-types", Value: c.AttachTypes,
+					Want: fmt.Sprintf("unknown attach type %s: want a comma-separated list of %s", config.Quote(strings.TrimSpace(s)), allTypes())})
+				break
+			}
+			o.AttachTypes = append(o.AttachTypes, t)
+		}
+	}
+	switch o.Mode {
+	case bench.Auto, catalog.Syscall, catalog.Kernel:
+	default:
+		errs = append(errs, &config.Problem{Name: "--mode", Value: c.Mode, Want: "want syscall, kernel or auto"})
+	}
+	switch o.Stats {
+	case bench.StatsOff, bench.StatsOn, bench.StatsBoth:
+	default:
+		errs = append(errs, &config.Problem{Name: "--stats", Value: c.Stats, Want: "want on, off or both"})
+	}
+	if err := errors.Join(append(errs, c.Validate())...); err != nil {
+		return bench.Options{}, err
+	}
+	return o, nil
 }
 
 // runTaxBench measures the stats tax (bench --tax).

@@ -101,7 +101,9 @@ scripts and log pipelines.`,
 				debug.SetMemoryLimit(256 << 20)
 			}
 			cfg := agentConfig(c.Scan)
-			cfg.EnableStats = c.Watch // a single scan shows counters as they are
+			if c.Watch { // a single scan shows counters as they are
+				cfg.StatsMode = agent.StatsAlways
+			}
 			cfg.Parallel = runtime.NumCPU()
 			cfg.OneShot = !c.Watch
 			a, err := newAgent(cfg)

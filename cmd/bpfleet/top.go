@@ -75,7 +75,7 @@ When stdout is not a terminal, top prints plain lines, one block per interval.`,
 				}
 			} else {
 				cfg := agentConfig(c.Scan)
-				cfg.EnableStats = true
+				cfg.StatsMode = agent.StatsAlways
 				cfg.OwnerIterator = !c.Scan.NoIterator
 				cfg.Profile = c.Profile
 				a, err := newAgent(cfg)

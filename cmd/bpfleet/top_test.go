@@ -243,7 +243,7 @@ func TestTopRemote(t *testing.T) {
 // stops before the canary is closed.
 func serveAgent(t *testing.T, c *canary.Canary, every time.Duration, store *history.Store) (addr, tokenFile string) {
 	t.Helper()
-	a, err := agent.New(agent.Config{EnableStats: true})
+	a, err := agent.New(agent.Config{StatsMode: agent.StatsAlways})
 	if err != nil {
 		t.Fatal(err)
 	}

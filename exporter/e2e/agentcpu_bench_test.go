@@ -378,14 +378,10 @@ func (fl *fleetLoad) close() {
 // back): the process's RSS and live heap at every 1,000th scan must stay
 // flat after the first 1,000.
 func TestBenchAgentRSS(t *testing.T) {
-	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_METRIC_EXPORT_INTERVAL", "OTEL_METRICS_EXPORTER"} {
-		t.Setenv(k, "")
-	}
-	t.Setenv("OTEL_TRACES_EXPORTER", "none")
 	prom := backends.StartPrometheus(t)
 	fl := newFleetLoad(t, 1000)
 	defer fl.close()
-	a, err := agent.New(agent.Config{EnableStats: true, Owners: true, OwnerIterator: true})
+	a, err := agent.New(agent.Config{StatsMode: agent.StatsAlways, Owners: true, OwnerIterator: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,7 +391,7 @@ func TestBenchAgentRSS(t *testing.T) {
 	// reused from one export to the next (the first Update exports by
 	// itself, ForceFlush the others).
 	e, err := exporter.New(ctx, exporter.Config{Level: exporter.LevelWorkload, MaxPrograms: 1000, NodeName: "rss",
-		Endpoint: "http://" + prom.Addr + "/api/v1/otlp", Protocol: exporter.ProtocolHTTP, Interval: time.Hour, ScanInterval: time.Hour, Kernel: a.Kernel()})
+		OTel: metricsTo(t, "http://"+prom.Addr+"/api/v1/otlp"), Interval: time.Hour, ScanInterval: time.Hour, Kernel: a.Kernel()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -491,14 +487,10 @@ func TestBenchAgentProcessRSS(t *testing.T) {
 // (gzip) into a real Prometheus; cpu-ms/op is the process's CPU per
 // interval (scan excluded), the figure the agent's CPU target is made of.
 func BenchmarkExport(b *testing.B) {
-	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_METRIC_EXPORT_INTERVAL", "OTEL_METRICS_EXPORTER"} {
-		b.Setenv(k, "")
-	}
-	b.Setenv("OTEL_TRACES_EXPORTER", "none")
 	prom := backends.StartPrometheus(b)
 	fl := newFleetLoad(b, 1000)
 	defer fl.close()
-	a, err := agent.New(agent.Config{EnableStats: true, Owners: true, OwnerIterator: true})
+	a, err := agent.New(agent.Config{StatsMode: agent.StatsAlways, Owners: true, OwnerIterator: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -511,7 +503,7 @@ func BenchmarkExport(b *testing.B) {
 			// the hour-long interval only the first Update exports by
 			// itself (before the loop), ForceFlush the others.
 			e, err := exporter.New(ctx, exporter.Config{Level: level, MaxPrograms: 1000, NodeName: "bench-" + level.String(),
-				Endpoint: "http://" + prom.Addr + "/api/v1/otlp", Protocol: exporter.ProtocolHTTP, Interval: time.Hour, ScanInterval: time.Hour, Kernel: a.Kernel()})
+				OTel: metricsTo(b, "http://"+prom.Addr+"/api/v1/otlp"), Interval: time.Hour, ScanInterval: time.Hour, Kernel: a.Kernel()})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -264,10 +264,6 @@ func cpuTime() time.Duration {
 
 func runFleet(t testing.TB, cfg fleetConfig) fleetResult {
 	t.Helper()
-	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_COMPRESSION", "OTEL_EXPORTER_OTLP_METRICS_COMPRESSION", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_METRIC_EXPORT_INTERVAL", "OTEL_METRICS_EXPORTER"} {
-		t.Setenv(k, "")
-	}
-	t.Setenv("OTEL_TRACES_EXPORTER", "none")
 	prom := backends.StartPrometheus(t)
 	target, base := prom.Addr, "/api/v1/otlp"
 	var col *backends.Collector
@@ -298,7 +294,7 @@ func runFleet(t testing.TB, cfg fleetConfig) fleetResult {
 	for i := range exps {
 		e, err := exporter.New(ctx, exporter.Config{
 			Level: cfg.level, MaxPrograms: 0, NodeName: fmt.Sprintf("fleet-%03d", i),
-			Endpoint: proxy.url, Protocol: exporter.ProtocolHTTP,
+			OTel:     metricsTo(t, proxy.url),
 			Interval: time.Hour, // exported by ForceFlush, one export per round
 			Kernel:   a.Kernel(),
 		})

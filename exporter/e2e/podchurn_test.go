@@ -226,10 +226,6 @@ func wantTargets(set *pods.Set, k pods.Kind) []string {
 // attribution and exporter, with the clock ours.
 func podChurn(t testing.TB, prom *backends.Prometheus, set *pods.Set, api *podAPI, rounds int, instance string) (gen0, ever map[pods.Kind]float64) {
 	t.Helper()
-	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_METRICS_EXPORTER"} {
-		t.Setenv(k, "")
-	}
-	t.Setenv("OTEL_TRACES_EXPORTER", "none")
 	ctx := context.Background()
 	a, err := agent.New(agent.Config{Owners: true, OwnerIterator: true, QuietIntervals: 2})
 	if err != nil {
@@ -239,7 +235,7 @@ func podChurn(t testing.TB, prom *backends.Prometheus, set *pods.Set, api *podAP
 	a.SetOwnerFiller(api.cache)
 	e, err := exporter.New(ctx, exporter.Config{
 		Level: exporter.LevelWorkload, NodeName: instance,
-		Endpoint: "http://" + prom.Addr + "/api/v1/otlp", Protocol: exporter.ProtocolHTTP,
+		OTel:     metricsTo(t, "http://"+prom.Addr+"/api/v1/otlp"),
 		Interval: time.Hour, // exported by ForceFlush, one export per round
 		Kernel:   a.Kernel(),
 	})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/bpfleet/bpfleet/agent"
 	"github.com/bpfleet/bpfleet/exporter"
+	"github.com/bpfleet/bpfleet/internal/config"
 	"github.com/bpfleet/bpfleet/test/steady"
 )
 
@@ -24,7 +25,8 @@ func manualExporter(t *testing.T, level exporter.Level, k agent.KernelInfo) (*ex
 		opts = append(opts, sdkmetric.WithProducer(p))
 	}
 	r := sdkmetric.NewManualReader(opts...)
-	e, err := exporter.New(context.Background(), exporter.Config{Level: level, Readers: []sdkmetric.Reader{r}, Kernel: k, MetricsExporter: "none", TracesExporter: "none"})
+	e, err := exporter.New(context.Background(), exporter.Config{Level: level, Readers: []sdkmetric.Reader{r}, Kernel: k,
+		OTel: config.OTel{Metrics: config.Signal{Exporter: config.ExporterNone}, Traces: config.Signal{Exporter: config.ExporterNone}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,9 +74,6 @@ func exported(t *testing.T, r *sdkmetric.ManualReader, name, key string, want at
 // than twice the program's rate over its interval, and the whole is within
 // 5% of the runs made.
 func TestSampledExportFollowsKernel(t *testing.T) {
-	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_SERVICE_NAME"} {
-		t.Setenv(k, "")
-	}
 	const rate = 20_000.0
 	sp := steady.Start(t, "sampled_e2e", rate)
 	a, err := agent.New(agent.Config{StatsMode: agent.StatsSampled, StatsWindow: 200 * time.Millisecond, StatsPeriod: time.Second, NoIterator: true})

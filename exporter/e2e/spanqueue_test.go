@@ -12,6 +12,18 @@ import (
 	"github.com/bpfleet/bpfleet/test/backends"
 )
 
+// spanQueueOTel sends spans only, to endpoint over OTLP/HTTP, through a
+// queue of 4 spans that exports only when full (or at shutdown).
+func spanQueueOTel(t *testing.T, endpoint string) config.OTel {
+	t.Helper()
+	o, err := config.ResolveOTel(config.MapEnv(map[string]string{"OTEL_METRICS_EXPORTER": "none", "OTEL_TRACES_EXPORTER": "otlp"}), endpoint, string(config.ProtocolHTTP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.SpanQueue = config.SpanQueue{Size: 4, Batch: 4, Delay: time.Hour, Timeout: 10 * time.Second}
+	return o
+}
+
 // Every miss-episode span is either in Jaeger or counted in
 // bpf.agent.spans.dropped: a burst of episodes larger than the export
 // queue (4 spans here) into a real Jaeger. How many the queue refused
@@ -20,13 +32,9 @@ func TestSpansDeliveredOrCounted(t *testing.T) {
 	jg := backends.StartJaeger(t)
 	ctx := context.Background()
 	e, err := exporter.New(ctx, exporter.Config{
-		Level:           exporter.LevelProgram,
-		Endpoint:        "http://" + jg.OTLPHTTP,
-		Protocol:        exporter.ProtocolHTTP,
-		MetricsExporter: exporter.KindNone,
-		TracesExporter:  exporter.KindOTLP,
-		NodeName:        "spanqueue-node",
-		SpanQueue:       config.SpanQueue{Size: 4, Batch: 4, Delay: time.Hour, Timeout: 10 * time.Second},
+		Level:    exporter.LevelProgram,
+		OTel:     spanQueueOTel(t, "http://"+jg.OTLPHTTP),
+		NodeName: "spanqueue-node",
 	})
 	if err != nil {
 		t.Fatal(err)

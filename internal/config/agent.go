@@ -87,7 +87,8 @@ func (c *Agent) Resolve(env Lookup) error {
 	if err := c.OTel.resolve(env, c.OTLPEndpoint, c.OTLPProtocol); err != nil {
 		errs = append(errs, err)
 	}
-	// --otlp-compression wins over the environment, as in the exporter.
+	// --otlp-compression wins over the environment; the exporter sends
+	// what is resolved here.
 	if c.Compression == string(CompressionGzip) || c.Compression == string(CompressionNone) {
 		c.OTel.Metrics.Compression = Compression(c.Compression)
 		c.OTel.Traces.Compression = Compression(c.Compression)

@@ -4,8 +4,9 @@
 // command's flags bind to its fields, Resolve reads the environment, and
 // Validate reports every problem at once (errors.Join), each as one line
 // that names the flag or variable, the value and what is accepted. The
-// packages that then run (agent, exporter, api) take the valid result and
-// refuse nothing themselves.
+// packages that then run (agent, exporter, api) take the valid, typed
+// result, refuse nothing themselves and read no environment (but
+// $KUBECONFIG, which agent/kube reads to reach the Kubernetes API).
 package config
 
 import (
@@ -52,8 +53,11 @@ func (p *Problem) Error() string {
 	return fmt.Sprintf("%s=%s: %s", p.Name, quote(p.Value), oneLine(p.Want))
 }
 
-// quote shows a value as it was given, on one line, quoted only when it
-// would otherwise be ambiguous (empty, spaces, control characters).
+// Quote shows a value as it was given, on one line, quoted only when it
+// would otherwise be ambiguous (empty, spaces, control characters): for a
+// Problem's Want that names a part of the value.
+func Quote(v string) string { return quote(v) }
+
 func quote(v string) string {
 	if v == "" || strings.ContainsAny(v, " \t\r\n\"'\\,") || strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 		return fmt.Sprintf("%q", v)

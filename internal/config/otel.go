@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/net/http/httpproxy"
 )
 
 // Protocol is an OTLP protocol as OTEL_EXPORTER_OTLP_PROTOCOL spells it.
@@ -46,21 +49,50 @@ const (
 	CompressionGzip Compression = "gzip"
 )
 
+// DefaultOTLPTimeout is the spec's default of OTEL_EXPORTER_OTLP_TIMEOUT.
+const DefaultOTLPTimeout = 10 * time.Second
+
 // Signal is where one signal (metrics or traces) goes, as the agent will
-// really send it.
+// really send it: every OTEL_EXPORTER_OTLP_[SIGNAL_]* setting, resolved
+// once here (the signal's variable over the generic one); the exporter
+// reads no environment.
 type Signal struct {
 	Exporter ExporterKind
 	// Endpoint is the full URL the OTLP exporter sends to ("" with no
 	// endpoint configured); EndpointFrom names the flag or variable it
-	// came from.
-	Endpoint     string
-	EndpointFrom string
-	Protocol     Protocol
-	// HeaderNames are the names of the headers sent (values may be
-	// secrets and are never logged).
-	HeaderNames []string
+	// came from and EndpointGiven is its value there (a base URL for the
+	// flag and the generic variable), as the start-up line says it.
+	Endpoint      string
+	EndpointFrom  string
+	EndpointGiven string
+	Protocol      Protocol
+	// Headers are sent with every request; their values may be secrets
+	// and are never logged (settings names the keys only).
+	Headers     map[string]string
 	Timeout     time.Duration
 	Compression Compression
+	// Insecure is plaintext (no TLS) to the endpoint: its http:// scheme,
+	// unless OTEL_EXPORTER_OTLP_[SIGNAL_]INSECURE says otherwise (the
+	// SDK applies that variable after the endpoint's scheme; the
+	// --otlp-endpoint flag, an option, overrides both).
+	Insecure bool
+	// TLS names the PEM files of OTEL_EXPORTER_OTLP_[SIGNAL_]CERTIFICATE,
+	// _CLIENT_CERTIFICATE and _CLIENT_KEY; the exporter loads them.
+	TLS TLSFiles
+	// HistogramAggregation is
+	// OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION (metrics
+	// only; "": explicit buckets, the default).
+	HistogramAggregation string
+}
+
+// TLSFiles are the PEM files of one signal's TLS settings; "" for unset.
+type TLSFiles struct {
+	Certificate, ClientCertificate, ClientKey string
+}
+
+// Set reports whether any file is named.
+func (f TLSFiles) Set() bool {
+	return f.Certificate != "" || f.ClientCertificate != "" || f.ClientKey != ""
 }
 
 // OTLP reports whether the signal is exported over OTLP.
@@ -71,8 +103,9 @@ func (s *Signal) OTLP() bool { return s.Exporter == ExporterOTLP && s.Endpoint !
 type OTel struct {
 	SDKDisabled     bool
 	Metrics, Traces Signal
-	// Endpoint is --otlp-endpoint as the exporter takes it (a URL; a gRPC
-	// host:port given on the flag gets its scheme here); "" when unset.
+	// Endpoint is --otlp-endpoint as a URL (a gRPC host:port given on the
+	// flag gets its scheme here); "" when unset. The signals' endpoints
+	// are resolved from it.
 	Endpoint string
 	// MetricExportInterval and MetricExportTimeout are
 	// OTEL_METRIC_EXPORT_INTERVAL / _TIMEOUT; 0 when unset.
@@ -82,6 +115,31 @@ type OTel struct {
 	ResourceAttributes   map[string]string
 	// SpanQueue is the episode spans' export queue, from OTEL_BSP_*.
 	SpanQueue SpanQueue
+	// Sampler is OTEL_TRACES_SAMPLER (always_on, parentbased_traceidratio,
+	// ...); "": unset, the SDK's parentbased_always_on. SamplerArg is
+	// OTEL_TRACES_SAMPLER_ARG, the ratio of the ratio samplers (1 when
+	// unset).
+	Sampler    string
+	SamplerArg float64
+	// SpanLimits are the OTEL_SPAN_*_LIMIT, OTEL_ATTRIBUTE_*_LIMIT,
+	// OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT and OTEL_LINK_ATTRIBUTE_COUNT_LIMIT
+	// values, with the SDK's defaults.
+	SpanLimits SpanLimits
+	// ExemplarFilter is OTEL_METRICS_EXEMPLAR_FILTER (always_on,
+	// always_off or trace_based); "": unset, and the exporter records no
+	// exemplars.
+	ExemplarFilter string
+	// PrometheusHost and PrometheusPort are where
+	// OTEL_METRICS_EXPORTER=prometheus serves scrapes:
+	// OTEL_EXPORTER_PROMETHEUS_HOST and _PORT, else the spec's
+	// localhost:9464 (port 0: any free port).
+	PrometheusHost string
+	PrometheusPort int
+	// Proxy is the HTTP proxy settings of HTTP_PROXY, HTTPS_PROXY and
+	// NO_PROXY (or their lower-case forms), read as net/http's
+	// ProxyFromEnvironment reads them; the exporter's HTTP clients take
+	// Proxy.ProxyFunc().
+	Proxy httpproxy.Config
 
 	// problems are the parse errors resolve found; Validate reports them.
 	problems []error
@@ -94,6 +152,39 @@ type OTel struct {
 type SpanQueue struct {
 	Size, Batch    int
 	Delay, Timeout time.Duration
+}
+
+// SpanLimits bound what one span carries (the SDK's span limits; -1: no
+// limit).
+type SpanLimits struct {
+	AttributeValueLength, AttributeCount, EventCount, LinkCount, AttributesPerEvent, AttributesPerLink int
+}
+
+// DefaultSpanLimits are the SDK's defaults: values of any length, 128 of
+// everything else.
+var DefaultSpanLimits = SpanLimits{-1, 128, 128, 128, 128, 128}
+
+// resolveSpanLimits reads the limits as the SDK does: the span-specific
+// variable over the general one; a malformed value (reported by
+// envChecks) keeps the default.
+func resolveSpanLimits(get func(string) string) SpanLimits {
+	l := DefaultSpanLimits
+	for _, v := range []struct {
+		dst   *int
+		names []string
+	}{
+		{&l.AttributeValueLength, []string{"OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT"}},
+		{&l.AttributeCount, []string{"OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "OTEL_ATTRIBUTE_COUNT_LIMIT"}},
+		{&l.EventCount, []string{"OTEL_SPAN_EVENT_COUNT_LIMIT"}},
+		{&l.LinkCount, []string{"OTEL_SPAN_LINK_COUNT_LIMIT"}},
+		{&l.AttributesPerEvent, []string{"OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT"}},
+		{&l.AttributesPerLink, []string{"OTEL_LINK_ATTRIBUTE_COUNT_LIMIT"}},
+	} {
+		if n, err := strconv.ParseInt(firstSet(get, v.names...).value, 10, 32); err == nil {
+			*v.dst = int(n)
+		}
+	}
+	return l
 }
 
 // The spec's defaults of OTEL_BSP_*.
@@ -134,6 +225,16 @@ func otlpVars(signal, suffix string) []string {
 	return []string{"OTEL_EXPORTER_OTLP_" + signal + "_" + suffix, "OTEL_EXPORTER_OTLP_" + suffix}
 }
 
+// ResolveOTel resolves and checks the OpenTelemetry settings alone: the
+// OTEL_* variables in env with the --otlp-endpoint and --otlp-protocol
+// values given ("" for unset), as Agent.Resolve does, for a caller that
+// builds an exporter without an agent (tests, benchmarks).
+func ResolveOTel(env Lookup, endpoint, protocol string) (OTel, error) {
+	var o OTel
+	err := o.resolve(env, endpoint, protocol)
+	return o, errors.Join(err, o.Validate())
+}
+
 // resolve reads every OTEL_* variable the SDK or the agent reads, checks
 // each set one, and fills o. Empty values count as unset (the spec says
 // so).
@@ -171,6 +272,20 @@ func (o *OTel) resolve(env Lookup, flagEndpoint, flagProtocol string) error {
 		o.ResourceAttributes = kv
 	}
 	o.SpanQueue = resolveSpanQueue(get)
+	o.ExemplarFilter = get("OTEL_METRICS_EXEMPLAR_FILTER") // checked by envChecks
+	o.Sampler, o.SamplerArg = get("OTEL_TRACES_SAMPLER"), 1
+	if f, err := strconv.ParseFloat(get("OTEL_TRACES_SAMPLER_ARG"), 64); err == nil && f >= 0 && f <= 1 {
+		o.SamplerArg = f // else reported by envChecks
+	}
+	o.SpanLimits = resolveSpanLimits(get)
+	o.PrometheusHost, o.PrometheusPort = DefaultPrometheusHost, DefaultPrometheusPort
+	if v := get("OTEL_EXPORTER_PROMETHEUS_HOST"); v != "" {
+		o.PrometheusHost = v
+	}
+	if n, err := strconv.ParseUint(get("OTEL_EXPORTER_PROMETHEUS_PORT"), 10, 16); err == nil {
+		o.PrometheusPort = int(n) // a malformed one was reported by envChecks
+	}
+	o.Proxy = resolveProxy(env)
 	o.MetricExportInterval = o.millis(get, "OTEL_METRIC_EXPORT_INTERVAL")
 	o.MetricExportTimeout = o.millis(get, "OTEL_METRIC_EXPORT_TIMEOUT")
 
@@ -220,13 +335,20 @@ func (o *OTel) resolve(env Lookup, flagEndpoint, flagProtocol string) error {
 				break // reported once, below
 			}
 			o.Endpoint = u
-			s.Endpoint = u
+			s.Endpoint, s.EndpointGiven = u, u
 			if s.Protocol != ProtocolGRPC {
 				s.Endpoint = strings.TrimRight(u, "/") + sig.path
 			}
+			s.Insecure = strings.HasPrefix(u, "http://")
 		case ep.name != "":
 			s.EndpointFrom = ep.name
-			s.Endpoint = ep.value
+			s.Endpoint, s.EndpointGiven = ep.value, ep.value
+			s.Insecure = strings.HasPrefix(ep.value, "http://")
+			if i := firstSet(get, otlpVars(sig.name, "INSECURE")...); i.value != "" {
+				if b, err := parseBool(i.value); err == nil {
+					s.Insecure = b // else reported by envChecks
+				}
+			}
 			// The generic variable is a base URL: the SDK adds the
 			// signal's path for HTTP.
 			if ep.name == "OTEL_EXPORTER_OTLP_ENDPOINT" && s.Protocol != ProtocolGRPC {
@@ -234,19 +356,24 @@ func (o *OTel) resolve(env Lookup, flagEndpoint, flagProtocol string) error {
 			}
 		}
 		if h := firstSet(get, otlpVars(sig.name, "HEADERS")...); h.value != "" {
-			kv, _ := parseKV(h.value, true)
-			for k := range kv {
-				s.HeaderNames = append(s.HeaderNames, k)
-			}
-			slices.Sort(s.HeaderNames)
+			s.Headers, _ = parseKV(h.value, true) // a malformed list was reported by envChecks
 		}
-		s.Timeout = 10 * time.Second // the SDK's default
+		s.TLS = TLSFiles{
+			Certificate:       firstSet(get, otlpVars(sig.name, "CERTIFICATE")...).value,
+			ClientCertificate: firstSet(get, otlpVars(sig.name, "CLIENT_CERTIFICATE")...).value,
+			ClientKey:         firstSet(get, otlpVars(sig.name, "CLIENT_KEY")...).value,
+		}
+		if sig.name == "METRICS" {
+			s.HistogramAggregation = get("OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION") // checked by envChecks
+		}
+		s.Timeout = DefaultOTLPTimeout
 		if t := firstSet(get, otlpVars(sig.name, "TIMEOUT")...); t.value != "" {
 			if n, err := strconv.ParseInt(t.value, 10, 64); err == nil && n > 0 {
 				s.Timeout = time.Duration(n) * time.Millisecond
 			}
 		}
-		// gzip unless told otherwise, as the exporter sends (exporter.compression).
+		// gzip unless told otherwise: bpfleet's default, not the spec's
+		// none (an export of 1,000 programs shrinks about tenfold).
 		// Invalid values were reported by envChecks.
 		s.Compression = CompressionGzip
 		if c := firstSet(get, otlpVars(sig.name, "COMPRESSION")...); c.value == string(CompressionNone) {
@@ -330,6 +457,33 @@ func (o *OTel) exporterKind(get func(string) string, name string, metrics bool) 
 		o.problems = append(o.problems, problem(name, v, "want otlp, console or none"))
 	}
 	return ExporterNone
+}
+
+// The spec's defaults of OTEL_EXPORTER_PROMETHEUS_HOST and _PORT.
+const (
+	DefaultPrometheusHost = "localhost"
+	DefaultPrometheusPort = 9464
+)
+
+// resolveProxy reads the proxy variables as httpproxy.FromEnvironment
+// does (net/http's ProxyFromEnvironment), from env: the upper-case name
+// first, and no HTTP_PROXY in a CGI request (REQUEST_METHOD set), whose
+// Proxy header a client may set.
+func resolveProxy(env Lookup) httpproxy.Config {
+	get := func(names ...string) string {
+		for _, n := range names {
+			if v, ok := env(n); ok && v != "" {
+				return v
+			}
+		}
+		return ""
+	}
+	return httpproxy.Config{
+		HTTPProxy:  get("HTTP_PROXY", "http_proxy"),
+		HTTPSProxy: get("HTTPS_PROXY", "https_proxy"),
+		NoProxy:    get("NO_PROXY", "no_proxy"),
+		CGI:        get("REQUEST_METHOD") != "",
+	}
 }
 
 type setVar struct{ name, value string }
@@ -569,8 +723,8 @@ func (o *OTel) settings() []any {
 			return string(s.Exporter)
 		}
 		out := fmt.Sprintf("otlp %s %s (from %s) timeout=%v compression=%s", s.Protocol, s.Endpoint, s.EndpointFrom, s.Timeout, s.Compression)
-		if len(s.HeaderNames) > 0 {
-			out += " headers=" + strings.Join(s.HeaderNames, ",")
+		if len(s.Headers) > 0 {
+			out += " headers=" + strings.Join(slices.Sorted(maps.Keys(s.Headers)), ",")
 		}
 		return out
 	}

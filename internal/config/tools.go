@@ -8,9 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/bpfleet/bpfleet/probes/bench"
-	"github.com/bpfleet/bpfleet/probes/catalog"
 )
 
 // List is `bpfleet list`'s configuration.
@@ -159,7 +156,10 @@ func (c *Probe) Validate() error {
 	return nil
 }
 
-// Bench is `bpfleet bench`'s configuration.
+// Bench is `bpfleet bench`'s configuration. Its attach types, mode and
+// stats are probes/bench's and probes/catalog's enums, checked next to the
+// command (cmd/bpfleet/bench.go) so that this package imports no probe
+// package; Validate checks the rest.
 type Bench struct {
 	AttachTypes string // comma separated
 	Mode        string
@@ -170,44 +170,9 @@ type Bench struct {
 	Output      string
 }
 
-// Options returns the bench options; valid after Validate.
-func (c *Bench) Options() bench.Options {
-	o := bench.Options{Calls: c.Calls, Rounds: c.Rounds, Batch: c.Batch, Stats: bench.Stats(c.Stats), Mode: catalog.Mode(c.Mode)}
-	if c.AttachTypes != "" {
-		for _, s := range strings.Split(c.AttachTypes, ",") {
-			if t, err := catalog.ParseAttachType(strings.TrimSpace(s)); err == nil {
-				o.AttachTypes = append(o.AttachTypes, t)
-			}
-		}
-	}
-	return o
-}
-
-// Validate checks every flag.
+// Validate checks the counts and the output format.
 func (c *Bench) Validate() error {
 	var errs []error
-	if c.AttachTypes != "" {
-		for _, s := range strings.Split(c.AttachTypes, ",") {
-			if _, err := catalog.ParseAttachType(strings.TrimSpace(s)); err != nil {
-				var known []string
-				for _, t := range catalog.All() {
-					known = append(known, string(t))
-				}
-				errs = append(errs, problem("--attach-types", c.AttachTypes, "unknown attach type %s: want a comma-separated list of %s", quote(strings.TrimSpace(s)), strings.Join(known, ",")))
-				break
-			}
-		}
-	}
-	switch catalog.Mode(c.Mode) {
-	case bench.Auto, catalog.Syscall, catalog.Kernel:
-	default:
-		errs = append(errs, problem("--mode", c.Mode, "want syscall, kernel or auto"))
-	}
-	switch bench.Stats(c.Stats) {
-	case bench.StatsOff, bench.StatsOn, bench.StatsBoth:
-	default:
-		errs = append(errs, problem("--stats", c.Stats, "want on, off or both"))
-	}
 	for _, f := range []struct {
 		name string
 		v    int

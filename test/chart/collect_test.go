@@ -87,33 +87,26 @@ func TestExporterValuesWork(t *testing.T) {
 func checkExporterValues(t *testing.T, metrics, traces, protocol, endpoint string) {
 	r := mustRender(t, fmt.Sprintf(`otel: {metricsExporter: %s, tracesExporter: %s, protocol: %s, endpoint: %q}`, metrics, traces, protocol, endpoint))
 	env := podEnv(t, agentContainer(t, r))
-	for _, kv := range os.Environ() {
-		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "OTEL_") {
-			t.Setenv(k, "")
-		}
-	}
-	for k, v := range env {
-		t.Setenv(k, v)
+	// As the agent does: internal/config resolves and checks the pod's
+	// environment, then the exporter is built from what it resolved (it
+	// reads no environment itself).
+	c := config.DefaultAgent()
+	if err := c.Resolve(config.MapEnv(env)); err != nil {
+		t.Fatalf("internal/config refuses the chart's environment: %v", err)
 	}
 	if metrics == "prometheus" {
 		if env["OTEL_EXPORTER_PROMETHEUS_HOST"] != "0.0.0.0" || env["OTEL_EXPORTER_PROMETHEUS_PORT"] != "9464" {
 			t.Errorf("prometheus exporter on %s:%s, want 0.0.0.0:9464", env["OTEL_EXPORTER_PROMETHEUS_HOST"], env["OTEL_EXPORTER_PROMETHEUS_PORT"])
 		}
+		if c.OTel.PrometheusHost != "0.0.0.0" || c.OTel.PrometheusPort != 9464 {
+			t.Errorf("resolved prometheus exporter on %s:%d, want 0.0.0.0:9464", c.OTel.PrometheusHost, c.OTel.PrometheusPort)
+		}
 		// The test listens on a free loopback port, not the pod's 0.0.0.0:9464.
-		t.Setenv("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1")
-		t.Setenv("OTEL_EXPORTER_PROMETHEUS_PORT", "0")
-	}
-	// As the agent does: internal/config checks the environment first,
-	// then the exporter is built from what it resolved.
-	c := config.DefaultAgent()
-	if err := c.Resolve(config.MapEnv(env)); err != nil {
-		t.Fatalf("internal/config refuses the chart's environment: %v", err)
+		c.OTel.PrometheusHost, c.OTel.PrometheusPort = "127.0.0.1", 0
 	}
 	e, err := exporter.New(context.Background(), exporter.Config{
-		ConsoleOut:      io.Discard,
-		Protocol:        c.OTLPProtocol,
-		MetricsExporter: string(c.OTel.Metrics.Exporter),
-		TracesExporter:  string(c.OTel.Traces.Exporter),
+		ConsoleOut: io.Discard,
+		OTel:       c.OTel,
 	})
 	if err != nil {
 		t.Fatalf("the agent refuses the chart's environment: %v", err)

@@ -132,7 +132,7 @@ type scanner struct {
 
 func newScanner(t *testing.T, p *ebpf.Program) *scanner {
 	t.Helper()
-	a, err := agent.New(agent.Config{EnableStats: true})
+	a, err := agent.New(agent.Config{StatsMode: agent.StatsAlways})
 	if err != nil {
 		t.Fatalf("starting bpfleet's scanner: %v", err)
 	}

@@ -13,7 +13,7 @@ import (
 // scan runs one bpfleet scan and returns what it reports about program id.
 func scan(t *testing.T, id uint32) agent.ProgramStat {
 	t.Helper()
-	a, err := agent.New(agent.Config{EnableStats: true})
+	a, err := agent.New(agent.Config{StatsMode: agent.StatsAlways})
 	if err != nil {
 		t.Fatalf("starting bpfleet's scanner: %v", err)
 	}

@@ -19,7 +19,7 @@ import (
 // loaded between scans appears with its runs, and one closed is gone from
 // the next scan.
 func TestSteadyScan(t *testing.T) {
-	a, err := agent.New(agent.Config{EnableStats: true})
+	a, err := agent.New(agent.Config{StatsMode: agent.StatsAlways})
 	if err != nil {
 		t.Fatalf("starting bpfleet's scanner: %v", err)
 	}
@@ -104,7 +104,7 @@ func TestSteadyScanHotplug(t *testing.T) {
 	if expect.Entry() == "" {
 		t.Skip("would take a CPU of this host offline: runs in the kernel matrix (test/kernels)")
 	}
-	a, err := agent.New(agent.Config{EnableStats: true})
+	a, err := agent.New(agent.Config{StatsMode: agent.StatsAlways})
 	if err != nil {
 		t.Fatal(err)
 	}
