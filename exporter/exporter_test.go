@@ -2,9 +2,14 @@ package exporter
 
 import (
 	"context"
+	"errors"
 	"flag"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -498,6 +503,56 @@ func TestTracerSettingsFromConfig(t *testing.T) {
 		}
 		if tc.spans > 0 && tc.attributes < 0 && len(spans[0].Attributes()) <= 2 {
 			t.Errorf("%v: %d attributes: the default limit is 128", tc.env, len(spans[0].Attributes()))
+		}
+	}
+}
+
+// TestScanErrorsCounted: objects a scan could not read and scans that
+// failed as a whole add up in bpf.agent.scan.errors (METRICS.md, "What can
+// be lost"), across snapshots: the counter is cumulative.
+func TestScanErrorsCounted(t *testing.T) {
+	e, r, _ := newTestExporter(t, Config{Level: LevelWorkload})
+	s := snapshot(1, prog(1, 10, nil))
+	s.Scan.Errors = 3
+	e.Update(context.Background(), s)
+	e.ScanFailed(errors.New("reading programs: permission denied"))
+	s = snapshot(2, prog(1, 20, nil))
+	s.Scan.Errors = 1
+	e.Update(context.Background(), s)
+	got, _ := collect(t, r)
+	if v := value0(got["bpf.agent.scan.errors"]); v != 5 {
+		t.Errorf("scan.errors = %v, want 5 (3 objects, 1 failed scan, 1 object)", v)
+	}
+}
+
+// TestLossDocNamesRealTests: every test the loss table names as its proof
+// exists, so a renamed or removed test cannot leave the table pointing at
+// nothing.
+func TestLossDocNamesRealTests(t *testing.T) {
+	defined := map[string]bool{}
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range regexp.MustCompile(`(?m)^func (Test\w+)\(`).FindAllSubmatch(b, -1) {
+			defined[string(m[1])] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := regexp.MustCompile("`(Test\\w+)`").FindAllStringSubmatch(lossDoc, -1)
+	if len(named) == 0 {
+		t.Fatal("the loss table names no test")
+	}
+	for _, m := range named {
+		if !defined[m[1]] {
+			t.Errorf("METRICS.md's loss table names %s, which no _test.go file defines", m[1])
 		}
 	}
 }

@@ -269,16 +269,16 @@ const lossDoc = `
 
 Nothing the agent drops goes uncounted:
 
-| where | what is lost | counted in |
-| --- | --- | --- |
-| the span budget | episode spans over ` + "`--span-budget`" + ` a minute | ` + "`bpf.agent.spans.dropped`" + ` |
-| the span export queue | a span the full queue refuses (a long backend outage), every span of a batch the backend did not take after the exporter's retries | ` + "`bpf.agent.spans.dropped`" + ` |
-| a metric export | the points of an export the backend refused or never answered; the counters are cumulative, so the next export that gets through carries the totals | ` + "`bpf.agent.export.errors{signal=\"metrics\"}`" + ` |
-| ` + "`--max-programs`" + ` and the SDK's cardinality limit | program series (or workload keys) left out of an export; series folded into ` + "`otel.metric.overflow`" + ` | ` + "`bpf.agent.programs.dropped`" + ` |
-| a scan | an object the scan could not read (one that vanished meanwhile is not a loss), or the whole scan | ` + "`bpf.agent.scan.errors`" + `; ` + "`bpf.agent.scans`" + ` stops growing |
-| an episode's events | intervals beyond the first 64 of one episode | the span's ` + "`bpf.episode.truncated`" + ` |
-| the sampled mode's record of an interval | more stats events than it keeps: the interval is estimated, not exact | ` + "`bpf.agent.stats.exact`" + ` is 0 for it |
-| the load/unload watcher's ring | overwritten load or unload records: the next scan walks every program, so no count is lost | the API's ` + "`scan.walk_reason`" + ` ("load/unload records lost") |
+| where | what is lost | counted in | tested by |
+| --- | --- | --- | --- |
+| the span budget | episode spans over ` + "`--span-budget`" + ` a minute | ` + "`bpf.agent.spans.dropped`" + ` | ` + "`TestSpanBudget`" + ` |
+| the span export queue | a span the full queue refuses (a long backend outage), every span of a batch the backend did not take after the exporter's retries | ` + "`bpf.agent.spans.dropped`" + ` | ` + "`TestSpanQueueCountsEveryLoss`" + `, ` + "`TestSpansDeliveredOrCounted`" + ` (real Jaeger), ` + "`TestSoakFlappingCollector`" + ` |
+| a metric export | the points of an export the backend refused or never answered; the counters are cumulative, so the next export that gets through carries the totals | ` + "`bpf.agent.export.errors{signal=\"metrics\"}`" + ` | ` + "`TestBackendFaults`" + `; the totals recovered: ` + "`TestSoakFlappingCollector`" + ` (real Prometheus) |
+| ` + "`--max-programs`" + ` and the SDK's cardinality limit | program series (or workload keys) left out of an export; series folded into ` + "`otel.metric.overflow`" + ` | ` + "`bpf.agent.programs.dropped`" + ` | ` + "`TestMaxProgramsDropsAndCounts`" + ` |
+| a scan | an object the scan could not read (one that vanished meanwhile is not a loss), or the whole scan | ` + "`bpf.agent.scan.errors`" + `; ` + "`bpf.agent.scans`" + ` stops growing | ` + "`TestScanErrorsCounted`" + `; a vanished object is no error: ` + "`TestTransientClassification`" + `, ` + "`TestLinksChurningUnderScan`" + ` |
+| an episode's events | intervals beyond the first 64 of one episode | the span's ` + "`bpf.episode.truncated`" + ` | ` + "`TestEpisodeIntervalsBounded`" + ` |
+| the sampled mode's record of an interval | more stats events than it keeps: the interval is estimated, not exact | ` + "`bpf.agent.stats.exact`" + ` is 0 for it | ` + "`TestCoverageSpan`" + ` |
+| the load/unload watcher's ring | overwritten load or unload records: the next scan walks every program, so no count is lost | the API's ` + "`scan.walk_reason`" + ` ("load/unload records lost") | ` + "`TestSteadyReadLost`" + ` |
 
 Spans and metrics a Collector accepted and lost itself (a Collector killed before it forwarded
 them) are beyond the agent's sight: count them with the Collector's own telemetry.
