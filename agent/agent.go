@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
 	"github.com/bpfleet/bpfleet/agent/owners"
 )
 
@@ -175,7 +176,7 @@ func New(cfg Config) (*Agent, error) {
 	if !cfg.NoIterator {
 		a.r.loadFacts = loadProgIter
 	}
-	if _, _, err := nextID(cmdProgGetNextID, 0); err != nil {
+	if _, _, err := bpfsys.NextID(bpfsys.CmdProgGetNextID, 0); err != nil {
 		return nil, fmt.Errorf("%w (%v)", errPrivilege, err)
 	}
 	if cfg.StatsMode == "" && cfg.EnableStats {
@@ -776,7 +777,7 @@ func (a *Agent) Close() []Episode {
 	if a.prof != nil {
 		a.prof.close()
 	}
-	a.r.fdinfo.close()
+	a.r.fdinfo.Close()
 	if a.attr != nil {
 		a.attr.close()
 	}
