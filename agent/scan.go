@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -572,75 +571,45 @@ func kprobeMissed(info *bpfsys.LinkInfo) uint64 {
 	return 0
 }
 
+// linkNameFunc asks for one of a link's name strings, which the kernel
+// hands out only into a buffer: ptrOff and lenOff are the offsets, in
+// bpf_link_info's union, of the buffer's pointer and length.
+type linkNameFunc func(ptrOff, lenOff int) string
+
 // newLinkStatic decodes a link's info (n bytes of it filled by the kernel),
 // asking name for the name strings the kernel hands out only into a buffer
-// (linkName on the syscall path, the record's on the iterator's).
-func (r *reader) newLinkStatic(info *bpfsys.LinkInfo, n uint32, name func(ptrOff, lenOff int) string) *linkStatic {
+// (linkName on the syscall path, the record's on the iterator's). Each
+// kind's decoding is in its own file, link_<kind>.go.
+func (r *reader) newLinkStatic(info *bpfsys.LinkInfo, n uint32, name linkNameFunc) *linkStatic {
 	c := &linkStatic{link: Link{ID: info.ID, ProgID: info.ProgID, Type: LinkTypeName(info.Type)}}
 	l := &c.link
 	switch info.Type {
 	case linkTypeRawTracepoint:
-		l.AttachType = "raw_tp" // tp_btf is told apart in join, by program type
-		l.Target = name(bpfsys.LinkRawTPName, bpfsys.LinkRawTPNameLen)
+		decodeRawTracepoint(l, name)
 	case linkTypeTracing:
-		l.AttachType = AttachTypeName(info.U32(bpfsys.LinkTracingAttachType))
-		obj, typ := info.U32(bpfsys.LinkTracingTargetObj), info.U32(bpfsys.LinkTracingTargetBTF)
-		l.Target = r.btf.name(obj, typ)
+		r.decodeTracing(l, info)
 	case linkTypeCgroup:
-		l.AttachType = AttachTypeName(info.U32(bpfsys.LinkCgroupAttachType))
-		r.cgroupTarget(l, info.U64(bpfsys.LinkCgroupID))
+		r.decodeCgroup(l, info)
 	case linkTypeIter:
-		l.AttachType = "iter"
-		l.Target = name(bpfsys.LinkIterName, bpfsys.LinkIterNameLen)
+		decodeIter(l, name)
 	case linkTypeNetns:
-		l.AttachType = AttachTypeName(info.U32(bpfsys.LinkNetnsAttachType))
+		decodeNetns(l, info)
 	case linkTypeXDP:
-		l.AttachType = "xdp"
-		r.netdevTarget(l, info.U32(bpfsys.LinkIfindex))
+		r.decodeXDP(l, info)
 	case linkTypeTCX, linkTypeNetkit:
-		l.AttachType = AttachTypeName(info.U32(bpfsys.LinkIfAttachType))
-		r.netdevTarget(l, info.U32(bpfsys.LinkIfindex))
+		r.decodeTCX(l, info)
 	case linkTypeKprobeMulti:
-		l.AttachType = "kprobe.multi"
-		if info.U32(bpfsys.LinkKMultiFlags)&1 != 0 { // BPF_F_KPROBE_MULTI_RETURN
-			l.AttachType = "kretprobe.multi"
-		}
-		l.Target = strconv.FormatUint(uint64(info.U32(bpfsys.LinkKMultiCount)), 10) + " functions"
-		c.dynamic = true
-		c.missedKnown = n >= bpfsys.LinkInfoEndKprobeMissed
+		decodeKprobeMulti(c, info, n)
 	case linkTypeUprobeMulti:
-		l.AttachType = "uprobe.multi"
-		if info.U32(bpfsys.LinkUMultiFlags)&1 != 0 { // BPF_F_UPROBE_MULTI_RETURN
-			l.AttachType = "uretprobe.multi"
-		}
-		l.Target = name(bpfsys.LinkUMultiPath, bpfsys.LinkUMultiPathSize)
-		l.TargetClass = pathClass(l.Target)
+		decodeUprobeMulti(l, info, name)
 	case linkTypePerfEvent:
-		pt := info.U32(bpfsys.LinkPerfType)
-		l.AttachType = "perf_event"
-		if int(pt) < len(perfEventAttachNames) {
-			l.AttachType = perfEventAttachNames[pt]
-		}
-		if pt >= 1 && pt <= 5 { // uprobe, uretprobe, kprobe, kretprobe, tracepoint
-			l.Target = name(bpfsys.LinkPerfName, bpfsys.LinkPerfNameLen)
-		}
-		if pt == perfEventUprobe || pt == perfEventUretprobe { // a binary's path
-			l.TargetClass = pathClass(l.Target)
-		}
-		if pt == perfEventKprobe || pt == perfEventKretprobe {
-			if off := info.U32(bpfsys.LinkPerfOffset); off != 0 && l.Target != "" {
-				l.Target += "+0x" + strconv.FormatUint(uint64(off), 16)
-			}
-			c.dynamic = true
-			c.missedKnown = n >= bpfsys.LinkInfoEndKprobeMissed
-		}
+		decodePerfEvent(c, info, n, name)
 	case linkTypeNetfilter:
-		l.AttachType = "netfilter"
-		l.Target = fmt.Sprintf("pf %d hook %d prio %d", info.U32(bpfsys.LinkNFPf), info.U32(bpfsys.LinkNFHooknum), int32(info.U32(bpfsys.LinkNFPriority)))
+		decodeNetfilter(l, info)
 	case linkTypeStructOps:
 		l.AttachType = "struct_ops"
 	case linkTypeSockmap:
-		l.AttachType = AttachTypeName(info.U32(bpfsys.LinkIfAttachType))
+		decodeSockmap(l, info)
 	default:
 		l.AttachType = l.Type
 	}
