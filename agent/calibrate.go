@@ -72,3 +72,18 @@ func (a *Agent) CalibrateStats(ctx context.Context, types []catalog.AttachType) 
 	a.mu.Unlock()
 	return out, err
 }
+
+// overhead is the calibration's overhead per attach type, one value shared
+// by every snapshot until the calibration changes.
+func (a *Agent) overhead() map[string]*float64 {
+	if a.overheads == nil {
+		a.overheads = map[string]*float64{}
+		for _, c := range a.calibration {
+			if c.Supported {
+				v := c.OverheadNs
+				a.overheads[c.AttachType] = &v
+			}
+		}
+	}
+	return a.overheads
+}
