@@ -3,8 +3,11 @@ package agent
 import (
 	"slices"
 	"sort"
+	"strconv"
 	"time"
 	"unsafe"
+
+	"github.com/bpfleet/bpfleet/agent/internal/prog"
 )
 
 // aggregates keeps a snapshot's sums over programs — per attach type, per
@@ -106,13 +109,13 @@ func (g *aggregates) typeAdd(e *ProgramStat, add bool) {
 		g.names = nil
 	}
 	g.last = t
-	c := progCounters(&e.Program)
+	c := prog.CountersOf(&e.Program)
 	if add {
 		t.programs++
 		t.runs += e.RunCount
 		t.runTime += e.RunTimeNs
-		t.misses += c.misses
-		t.linkMissed += c.linkMissed
+		t.misses += c.Misses
+		t.linkMissed += c.LinkMissed
 		return
 	}
 	// Sums of unsigned counters: what was added is taken away exactly,
@@ -120,8 +123,8 @@ func (g *aggregates) typeAdd(e *ProgramStat, add bool) {
 	t.programs--
 	t.runs -= e.RunCount
 	t.runTime -= e.RunTimeNs
-	t.misses -= c.misses
-	t.linkMissed -= c.linkMissed
+	t.misses -= c.Misses
+	t.linkMissed -= c.LinkMissed
 	if t.programs == 0 {
 		delete(g.types, e.AttachType)
 		g.names = nil
@@ -152,10 +155,10 @@ func (g *aggregates) attachTypes(dt time.Duration, overhead map[string]*float64)
 			RecursionMisses: t.misses, LinkMissed: t.linkMissed, OverheadNs: overhead[t.name]}
 	}
 	for _, e := range g.moved {
-		addRates(&out[g.types[e.AttachType].slot].Delta, e.Delta)
+		prog.AddRates(&out[g.types[e.AttachType].slot].Delta, e.Delta)
 	}
 	for i := range out {
-		out[i].Delta = withRates(out[i].Delta, dt)
+		out[i].Delta = prog.WithRates(out[i].Delta, dt)
 	}
 	return out
 }
@@ -279,12 +282,12 @@ func (s *ownerSums) result(progs []*ProgramStat, dt time.Duration) []OwnerStat {
 	for _, p := range progs {
 		for _, key := range ownerKeys(buf[:0], p.Owners) {
 			if j, ok := s.idx[key]; key != "" && ok {
-				addRates(&out[j].Delta, p.Delta)
+				prog.AddRates(&out[j].Delta, p.Delta)
 			}
 		}
 	}
 	for i := range out {
-		out[i].Delta = withRates(out[i].Delta, dt)
+		out[i].Delta = prog.WithRates(out[i].Delta, dt)
 	}
 	sort.Slice(out, func(a, b int) bool {
 		return out[a].Delta.RunTimeNs > out[b].Delta.RunTimeNs || (out[a].Delta.RunTimeNs == out[b].Delta.RunTimeNs && out[a].Key < out[b].Key)
@@ -415,4 +418,12 @@ func (sh *taxShape) rates(tax *StatsTax, progs []*ProgramStat) {
 		tax.AlwaysCPUShare += t.AlwaysCPUShare
 	}
 	tax.CPUShare = tax.AlwaysCPUShare * tax.Duty
+}
+
+// ownerKey groups by container when the owner is in one, else by process.
+func ownerKey(o *Owner) string {
+	if o.ContainerID != "" {
+		return o.ContainerID
+	}
+	return "pid:" + strconv.Itoa(o.PID)
 }

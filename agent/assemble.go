@@ -4,6 +4,8 @@ import (
 	"slices"
 	"sort"
 	"time"
+
+	"github.com/bpfleet/bpfleet/agent/internal/prog"
 )
 
 // assemble turns one read's programs into snap's programs, episodes and
@@ -59,8 +61,8 @@ func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *
 	matched := 0
 	for i := range n {
 		p := progs.at(i)
-		cur := progCounters(p)
-		var prevC counters
+		cur := prog.CountersOf(p)
+		var prevC prog.Counters
 		var old *ProgramStat
 		j, havePrev := i, true
 		if !inPlace {
@@ -82,14 +84,14 @@ func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *
 				continue
 			}
 		}
-		raw := programDelta(cur, prevC, havePrev, p.LoadTime, a.prevTime)
+		raw := prog.ProgramDelta(cur, prevC, havePrev, p.LoadTime, a.prevTime)
 		if smp != nil {
 			raw = smp.program(p, raw, dt)
 		}
 		d := raw // an idle program's rates are all zero: no divisions
 		moved := raw != (Rates{})
 		if moved {
-			d = withRates(raw, dt)
+			d = prog.WithRates(raw, dt)
 		}
 		p.MissKind = missKind(p, &a.kernel)
 		var e *ProgramStat
@@ -202,7 +204,7 @@ func (a *Agent) statesFromEntries() {
 	a.prevIDs, a.prevS = make([]uint32, len(es)), make([]progState, len(es))
 	for i, e := range es {
 		a.prevIDs[i] = e.ID
-		a.prevS[i] = progState{c: progCounters(&e.Program), e: e, quiet: idle(e), hasMisses: e.RecursionMisses != nil}
+		a.prevS[i] = progState{c: prog.CountersOf(&e.Program), e: e, quiet: idle(e), hasMisses: e.RecursionMisses != nil}
 	}
 	a.lastInOrder = slices.IsSorted(a.prevIDs)
 	sortByID(a.prevIDs, a.prevS)
@@ -340,7 +342,7 @@ func (c *idCursor) has(id uint32) bool {
 
 // progState is what a scan keeps of each program for the next one.
 type progState struct {
-	c counters
+	c prog.Counters
 	e *ProgramStat // the entry handed out
 	// quiet says e can be handed out again as it is (idle), hasMisses
 	// that it has recursion misses: the next scan decides from these

@@ -1,5 +1,7 @@
 package agent
 
+import "github.com/bpfleet/bpfleet/agent/internal/prog"
+
 // linkMisses moves the kprobe link missed counters from old's links to
 // e's (nil: the program is new, or gone), adding an observation for each
 // link whose counter grew since the last scan.
@@ -23,7 +25,7 @@ func (a *Agent) linkMisses(obs []missObservation, old, e *ProgramStat) []missObs
 		}
 		prev, ok := a.prevLink[l.ID]
 		a.prevLink[l.ID] = *l.Missed
-		if m := sub(*l.Missed, prev); ok && m > 0 {
+		if m := prog.Sub(*l.Missed, prev); ok && m > 0 {
 			obs = append(obs, missObservation{key: episodeKey{SourceLinkMissed, e.ID, l.ID}, misses: m, runs: e.Delta.Runs, prog: &e.Program, kind: e.MissKind})
 		}
 	}

@@ -3,6 +3,8 @@ package agent
 import (
 	"math"
 	"time"
+
+	"github.com/bpfleet/bpfleet/agent/internal/prog"
 )
 
 // sampler turns sampled mode's kernel counts into estimates that only
@@ -31,9 +33,9 @@ type sampler struct {
 }
 
 type sampled struct {
-	est                  counters // runs and runTime: the estimate handed out
-	rated                bool     // runsPerSec and nsPerSec are measured
-	runsPerSec, nsPerSec float64  // per second
+	est                  prog.Counters // runs and runTime: the estimate handed out
+	rated                bool          // runsPerSec and nsPerSec are measured
+	runsPerSec, nsPerSec float64       // per second
 	pendingOn            time.Duration
 	pendingRuns, pendNs  uint64
 	// owed is time whose runs got only the kernel's count because no rate
@@ -70,7 +72,7 @@ func (s *sampler) program(p *Program, d Rates, dt time.Duration) Rates {
 		if s.prevScan.IsZero() || p.LoadTime.Before(s.prevScan) {
 			// The baseline: the kernel's count so far (runs before the
 			// agent, or while another holder kept stats on) is history.
-			st.est = counters{runs: p.RunCount, runTime: p.RunTimeNs}
+			st.est = prog.Counters{Runs: p.RunCount, RunTime: p.RunTimeNs}
 			d.Runs, d.RunTimeNs = 0, 0
 			return d
 		}
@@ -83,9 +85,9 @@ func (s *sampler) program(p *Program, d Rates, dt time.Duration) Rates {
 	} else {
 		d.Runs, d.RunTimeNs = s.step(st, s.interval, dt, d.Runs, d.RunTimeNs)
 	}
-	st.est.runs += d.Runs
-	st.est.runTime += d.RunTimeNs
-	p.RunCount, p.RunTimeNs = st.est.runs, st.est.runTime
+	st.est.Runs += d.Runs
+	st.est.RunTime += d.RunTimeNs
+	p.RunCount, p.RunTimeNs = st.est.Runs, st.est.RunTime
 	return d
 }
 
@@ -122,8 +124,8 @@ func (s *sampler) step(st *sampled, sp statsSpan, wall time.Duration, runs, ns u
 		st.owedNs += ns
 	}
 	if st.rated && st.owed > 0 {
-		gotRuns += sub(scaled(st.runsPerSec, st.owed), st.owedRuns)
-		gotNs += sub(scaled(st.nsPerSec, st.owed), st.owedNs)
+		gotRuns += prog.Sub(scaled(st.runsPerSec, st.owed), st.owedRuns)
+		gotNs += prog.Sub(scaled(st.nsPerSec, st.owed), st.owedNs)
 		st.owed, st.owedRuns, st.owedNs = 0, 0, 0
 	}
 	return gotRuns, gotNs
