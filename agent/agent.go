@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
+	"github.com/bpfleet/bpfleet/agent/internal/stats"
 	"github.com/bpfleet/bpfleet/agent/owners"
 )
 
@@ -87,9 +88,9 @@ type Agent struct {
 	mu     sync.Mutex
 	cfg    Config
 	r      *reader
-	stats  *statsCtl
-	smp    *sampler  // sampled mode only
-	prof   *profiles // with Config.Profile only
+	stats  *stats.Ctl
+	smp    *stats.Sampler // sampled mode only
+	prof   *profiles      // with Config.Profile only
 	kernel KernelInfo
 	eps    *episodeTracker
 
@@ -111,7 +112,7 @@ type Agent struct {
 	// agg keeps the aggregates between scans (aggregates.go).
 	agg aggregates
 	// sysctl reads kernel.bpf_stats_enabled at every scan.
-	sysctl *sysctlReader
+	sysctl *stats.SysctlReader
 	// overheads is the calibration's overhead per attach type, built
 	// once per SetCalibration (nil: not built yet).
 	overheads map[string]*float64
@@ -165,7 +166,7 @@ func New(cfg Config) (*Agent, error) {
 		kernel:     ReadKernelInfo(cfg.ProcRoot),
 		eps:        newEpisodeTracker(cfg.QuietIntervals),
 		ownerKnown: map[uint32]bool{},
-		sysctl:     newSysctlReader(cfg.ProcRoot),
+		sysctl:     stats.NewSysctlReader(cfg.ProcRoot),
 		caps:       missingCaps(),
 	}
 	a.r.parallel = cfg.Parallel
@@ -184,13 +185,13 @@ func New(cfg Config) (*Agent, error) {
 		if !cfg.StatsMode.Valid() {
 			return nil, fmt.Errorf("stats mode %q: want always, sampled or off", cfg.StatsMode)
 		}
-		a.stats = newStatsCtl(cfg.StatsMode, cfg.StatsWindow, cfg.StatsPeriod, cfg.Now)
+		a.stats = stats.NewCtl(cfg.StatsMode, cfg.StatsWindow, cfg.StatsPeriod, cfg.Now)
 		if cfg.StatsMode == StatsSampled {
-			a.smp = newSampler(a.stats.window)
+			a.smp = stats.NewSampler(a.stats.Window())
 		}
 		a.cfg.StatsMode = cfg.StatsMode
 	}
-	a.prevCPU = processCPU()
+	a.prevCPU = stats.ProcessCPU()
 	if len(cfg.Profile) > 0 {
 		a.prof = newProfiles(cfg.Profile, cfg.ProfileWindow, cfg.ProfilePeriod)
 	}
@@ -303,16 +304,16 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 		Time:     now,
 		Interval: dt,
 		Kernel:   a.kernel,
-		Stats:    a.stats.state(a.sysctl.read()),
+		Stats:    a.stats.State(a.sysctl.Read()),
 		Degraded: a.degraded(),
 	}
 	// Sampled mode scales run counts from the windows; where another
 	// holder kept stats on throughout, the kernel's counts are exact and
 	// added as they are.
 	if a.smp != nil {
-		snap.Stats.Counts = a.smp.begin(a.stats.coverage(a.smp.buf), a.prevTime)
+		snap.Stats.Counts = a.smp.Begin(a.stats.Coverage(a.smp.Buf), a.prevTime)
 	}
-	cpu := processCPU()
+	cpu := stats.ProcessCPU()
 	if dt > 0 {
 		snap.AgentCPUShare = float64(cpu-a.prevCPU) / float64(dt)
 	}
@@ -339,8 +340,8 @@ func (a *Agent) Close() []Episode {
 		return nil
 	}
 	a.closed = true
-	a.stats.close()
-	a.sysctl.close()
+	a.stats.Close()
+	a.sysctl.Close()
 	if a.prof != nil {
 		a.prof.close()
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bpfleet/bpfleet/agent/internal/prog"
+	"github.com/bpfleet/bpfleet/agent/internal/stats"
 )
 
 // refAttachTypes sums every program per attach type, from scratch: the
@@ -251,7 +252,7 @@ func testAggregatesIncremental(t *testing.T, seed uint64) {
 	a := &Agent{eps: newEpisodeTracker(2), kernel: KernelInfo{Preempt: "PREEMPT_NONE"}, statsCosts: costs}
 	a.SetCalibration([]Calibration{{AttachType: "fentry", Supported: true, OverheadNs: 12}, {AttachType: "xdp", Supported: true, OverheadNs: 3}})
 	overhead := map[string]float64{"fentry": 12, "xdp": 3}
-	stats := StatsState{Enabled: true, HeldByAgent: true, Mode: StatsAlways}
+	state := StatsState{Enabled: true, HeldByAgent: true, Mode: StatsAlways}
 	now := time.Unix(1000, 0)
 	var prev *Snapshot
 	var snaps []*Snapshot
@@ -272,7 +273,7 @@ func testAggregatesIncremental(t *testing.T, seed uint64) {
 			dt = time.Second
 		}
 		now = now.Add(time.Second)
-		snap := &Snapshot{Seq: uint64(scan + 1), Time: now, Interval: dt, Stats: stats}
+		snap := &Snapshot{Seq: uint64(scan + 1), Time: now, Interval: dt, Stats: state}
 		a.assemble(snap, progView{progs: f.read()}, dt, nil, kept)
 		a.prevTime = now
 
@@ -282,7 +283,7 @@ func testAggregatesIncremental(t *testing.T, seed uint64) {
 		if got, want := snap.Owners, refOwners(snap.Programs, dt); !reflect.DeepEqual(got, want) {
 			t.Fatalf("scan %d: owners\n got %+v\nwant %+v", scan, got, want)
 		}
-		if got, want := snap.StatsTax, computeTax(snap.Programs, costs, stats, dt, now); !reflect.DeepEqual(got, want) {
+		if got, want := snap.StatsTax, stats.ComputeTax(snap.Programs, costs, state, dt, now); !reflect.DeepEqual(got, want) {
 			t.Fatalf("scan %d: stats tax\n got %+v\nwant %+v", scan, got, want)
 		}
 		if len(snap.Programs) != len(f.progs) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/bpfleet/bpfleet/agent/internal/prog"
+	"github.com/bpfleet/bpfleet/agent/internal/stats"
 )
 
 // assemble turns one read's programs into snap's programs, episodes and
@@ -24,7 +25,7 @@ import (
 // joinsKept says each program's joins, owners and miss kind are what they
 // were in the last scan (reader.joinsKept): then a program whose counters
 // did not move is known unchanged without comparing it.
-func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *sampler, joinsKept bool) {
+func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *stats.Sampler, joinsKept bool) {
 	now := snap.Time
 	n := progs.len()
 	a.statesFromEntries()
@@ -86,7 +87,7 @@ func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *
 		}
 		raw := prog.ProgramDelta(cur, prevC, havePrev, p.LoadTime, a.prevTime)
 		if smp != nil {
-			raw = smp.program(p, raw, dt)
+			raw = smp.Program(p, raw, dt)
 		}
 		d := raw // an idle program's rates are all zero: no divisions
 		moved := raw != (Rates{})
@@ -152,7 +153,7 @@ func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *
 	}
 	present := func(k episodeKey) bool { return next.has(k.prog) }
 	if smp != nil {
-		smp.end(next.has)
+		smp.End(next.has)
 	}
 	snap.Episodes = a.eps.observe(now, dt, obs, present)
 
