@@ -15,7 +15,7 @@ import (
 // changes them by the programs whose entries changed (replace), so that a
 // scan of mostly idle programs does not sum every program again. Each
 // result equals the from-scratch one (aggregateAttachTypes,
-// aggregateOwners, computeTax over every entry: TestAggregatesIncremental),
+// aggregateOwners, stats.ComputeTax over every entry: TestAggregatesIncremental),
 // float sums included: the changed entries are added in program order, and
 // an unchanged entry's delta is zero, which adds nothing.
 type aggregates struct {
@@ -295,7 +295,7 @@ func (s *ownerSums) result(progs []*ProgramStat, dt time.Duration) []OwnerStat {
 	return out
 }
 
-// tax is computeTax over entries. The per-type programs and sources are
+// tax is stats.ComputeTax over entries. The per-type programs and sources are
 // kept while no program comes, goes or changes attach type and the costs
 // are the same; the rates are summed over the changed entries only (an
 // unchanged entry's rate is zero).

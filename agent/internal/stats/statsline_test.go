@@ -157,7 +157,7 @@ func (n *simNode) scan() (simScan, bool) {
 	if n.now < n.loaded {
 		return simScan{}, false
 	}
-	// The delta as programDelta makes it: all of a program loaded since
+	// The delta as prog.ProgramDelta makes it: all of a program loaded since
 	// the previous scan, the growth of a known one.
 	d := prog.Rates{Runs: kernel - n.prevKernel}
 	p := &prog.Program{ID: 1, LoadTime: t0.Add(n.loaded), RunCount: kernel}
