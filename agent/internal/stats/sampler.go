@@ -44,6 +44,8 @@ type sampled struct {
 	owedRuns, owedNs uint64
 }
 
+// NewSampler returns a sampler for windows of the given length, with no
+// program seen yet.
 func NewSampler(window time.Duration) *Sampler {
 	return &Sampler{window: window, ps: map[uint32]*sampled{}}
 }

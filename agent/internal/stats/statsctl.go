@@ -46,6 +46,8 @@ type Ctl struct {
 // counted those runs.
 const lookEvery = time.Second
 
+// NewCtl starts controlling stats as mode says (sampled: window of each
+// period, timed by now).
 func NewCtl(mode config.StatsMode, window, period time.Duration, now func() time.Time) *Ctl {
 	if window <= 0 {
 		window = config.DefaultStatsWindow
@@ -297,6 +299,7 @@ func (c *Ctl) State(sysctl int) StatsState {
 	return st
 }
 
+// Err is why the agent could not enable stats the last time it tried.
 func (c *Ctl) Err() error {
 	if c == nil {
 		return nil
@@ -306,6 +309,7 @@ func (c *Ctl) Err() error {
 	return c.lastErr
 }
 
+// Close releases the fd and stops the sampled windows.
 func (c *Ctl) Close() {
 	if c == nil {
 		return
@@ -335,6 +339,8 @@ type SysctlReader struct {
 	buf  [24]byte
 }
 
+// NewSysctlReader reads procRoot's kernel.bpf_stats_enabled, opened on
+// first read.
 func NewSysctlReader(procRoot string) *SysctlReader {
 	return &SysctlReader{path: procRoot + "/sys/kernel/bpf_stats_enabled", fd: -1}
 }
@@ -356,6 +362,7 @@ func (s *SysctlReader) Read() int {
 	return sysfile.Int(s.buf[:max(n, 0)])
 }
 
+// Close closes the kept fd.
 func (s *SysctlReader) Close() {
 	if s != nil && s.fd >= 0 {
 		unix.Close(s.fd)
