@@ -120,7 +120,7 @@ func (r *reader) linksFromIter(st *ScanStats) ([]Link, error) {
 		ls.checked = true
 	}
 	links := make([]Link, 0, len(recs))
-	var missed []uint64 // one allocation for the scan's missed prog.Counters
+	var missed []uint64 // one allocation for the scan's missed counters
 	var maxID uint32
 	for i := range recs {
 		rec := &recs[i]
