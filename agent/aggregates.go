@@ -3,8 +3,11 @@ package agent
 import (
 	"slices"
 	"sort"
+	"strconv"
 	"time"
-	"unsafe"
+
+	"github.com/bpfleet/bpfleet/agent/internal/prog"
+	"github.com/bpfleet/bpfleet/agent/internal/stats"
 )
 
 // aggregates keeps a snapshot's sums over programs — per attach type, per
@@ -12,7 +15,7 @@ import (
 // changes them by the programs whose entries changed (replace), so that a
 // scan of mostly idle programs does not sum every program again. Each
 // result equals the from-scratch one (aggregateAttachTypes,
-// aggregateOwners, computeTax over every entry: TestAggregatesIncremental),
+// aggregateOwners, stats.ComputeTax over every entry: TestAggregatesIncremental),
 // float sums included: the changed entries are added in program order, and
 // an unchanged entry's delta is zero, which adds nothing.
 type aggregates struct {
@@ -42,7 +45,7 @@ type aggregates struct {
 	// shapeDirty: a program came, went or changed attach type: the tax's
 	// per-type programs and sources are counted again.
 	shapeDirty bool
-	shape      *taxShape
+	shape      *stats.TaxShape
 }
 
 // entryChange is a program's entry changing from old (nil: the program
@@ -106,13 +109,13 @@ func (g *aggregates) typeAdd(e *ProgramStat, add bool) {
 		g.names = nil
 	}
 	g.last = t
-	c := progCounters(&e.Program)
+	c := prog.CountersOf(&e.Program)
 	if add {
 		t.programs++
 		t.runs += e.RunCount
 		t.runTime += e.RunTimeNs
-		t.misses += c.misses
-		t.linkMissed += c.linkMissed
+		t.misses += c.Misses
+		t.linkMissed += c.LinkMissed
 		return
 	}
 	// Sums of unsigned counters: what was added is taken away exactly,
@@ -120,8 +123,8 @@ func (g *aggregates) typeAdd(e *ProgramStat, add bool) {
 	t.programs--
 	t.runs -= e.RunCount
 	t.runTime -= e.RunTimeNs
-	t.misses -= c.misses
-	t.linkMissed -= c.linkMissed
+	t.misses -= c.Misses
+	t.linkMissed -= c.LinkMissed
 	if t.programs == 0 {
 		delete(g.types, e.AttachType)
 		g.names = nil
@@ -152,10 +155,10 @@ func (g *aggregates) attachTypes(dt time.Duration, overhead map[string]*float64)
 			RecursionMisses: t.misses, LinkMissed: t.linkMissed, OverheadNs: overhead[t.name]}
 	}
 	for _, e := range g.moved {
-		addRates(&out[g.types[e.AttachType].slot].Delta, e.Delta)
+		prog.AddRates(&out[g.types[e.AttachType].slot].Delta, e.Delta)
 	}
 	for i := range out {
-		out[i].Delta = withRates(out[i].Delta, dt)
+		out[i].Delta = prog.WithRates(out[i].Delta, dt)
 	}
 	return out
 }
@@ -279,12 +282,12 @@ func (s *ownerSums) result(progs []*ProgramStat, dt time.Duration) []OwnerStat {
 	for _, p := range progs {
 		for _, key := range ownerKeys(buf[:0], p.Owners) {
 			if j, ok := s.idx[key]; key != "" && ok {
-				addRates(&out[j].Delta, p.Delta)
+				prog.AddRates(&out[j].Delta, p.Delta)
 			}
 		}
 	}
 	for i := range out {
-		out[i].Delta = withRates(out[i].Delta, dt)
+		out[i].Delta = prog.WithRates(out[i].Delta, dt)
 	}
 	sort.Slice(out, func(a, b int) bool {
 		return out[a].Delta.RunTimeNs > out[b].Delta.RunTimeNs || (out[a].Delta.RunTimeNs == out[b].Delta.RunTimeNs && out[a].Key < out[b].Key)
@@ -292,127 +295,37 @@ func (s *ownerSums) result(progs []*ProgramStat, dt time.Duration) []OwnerStat {
 	return out
 }
 
-// tax is computeTax over entries. The per-type programs and sources are
+// tax is stats.ComputeTax over entries. The per-type programs and sources are
 // kept while no program comes, goes or changes attach type and the costs
 // are the same; the rates are summed over the changed entries only (an
 // unchanged entry's rate is zero).
 func (g *aggregates) tax(entries []*ProgramStat, costs []StatsCost, st StatsState, dt time.Duration, now time.Time) StatsTax {
 	if dt <= 0 {
-		return computeTax(entries, costs, st, dt, now) // rates since load: every program has one
+		return stats.ComputeTax(entries, costs, st, dt, now) // rates since load: every program has one
 	}
 	sh := g.shape
-	if sh == nil || !sh.sameCosts(costs) {
-		sh = newTaxShape(costs)
+	if sh == nil || !sh.SameCosts(costs) {
+		sh = stats.NewTaxShape(costs)
 		g.shapeDirty = true
 	}
-	tax, done := taxHead(st, sh.byKind, sh.elsewhere, dt)
+	tax, done := sh.Head(st, dt)
 	if done {
 		g.shape = sh
 		return tax
 	}
 	if g.shapeDirty {
-		sh.count(entries)
+		sh.Count(entries)
 		g.shapeDirty = false
 	}
 	g.shape = sh
-	sh.rates(&tax, g.moved)
+	sh.Rates(&tax, g.moved)
 	return tax
 }
 
-// taxShape is the part of the stats tax that depends on which programs
-// there are, not on their rates: the costs by kind, and per program type
-// the programs that have a cost and where it comes from.
-type taxShape struct {
-	costs     *StatsCost // the costs slice it was built from
-	ncosts    int
-	byKind    map[string]float64
-	elsewhere bool
-	types     []ProgramTypeTax // sorted by type; Programs and Source only
-	idx       map[string]int
-	order     []int // types' indices in the order programs first showed them
-}
-
-func newTaxShape(costs []StatsCost) *taxShape {
-	sh := &taxShape{costs: unsafe.SliceData(costs), ncosts: len(costs), byKind: map[string]float64{}}
-	for _, c := range costs {
-		if c.Measured {
-			sh.byKind[c.Kind] = c.TaxNs
-		} else if len(c.Reason) >= len("not measurable") && c.Reason[:len("not measurable")] == "not measurable" {
-			sh.elsewhere = true
-		}
+// ownerKey groups by container when the owner is in one, else by process.
+func ownerKey(o *Owner) string {
+	if o.ContainerID != "" {
+		return o.ContainerID
 	}
-	return sh
-}
-
-// sameCosts says the shape was built from this very costs slice (the agent
-// replaces it, never writes it).
-func (sh *taxShape) sameCosts(costs []StatsCost) bool {
-	return sh.costs == unsafe.SliceData(costs) && sh.ncosts == len(costs)
-}
-
-// count counts the programs of each type that have a cost.
-func (sh *taxShape) count(progs []*ProgramStat) {
-	sh.types, sh.order = sh.types[:0], sh.order[:0]
-	sh.idx = map[string]int{}
-	for _, p := range progs {
-		_, src, ok := costFor(&p.Program, sh.byKind)
-		if !ok {
-			continue
-		}
-		j, seen := sh.idx[p.Type]
-		if !seen {
-			j = len(sh.types)
-			sh.idx[p.Type] = j
-			sh.types = append(sh.types, ProgramTypeTax{ProgramType: p.Type, Source: src})
-		}
-		t := &sh.types[j]
-		t.Programs++
-		if t.Source != src {
-			t.Source = "mixed"
-		}
-	}
-	// Sorted as the result is; order keeps the first-seen order, in which
-	// the total is summed (float sums depend on their order).
-	first := make([]string, len(sh.types))
-	for i := range sh.types {
-		first[i] = sh.types[i].ProgramType
-	}
-	sort.Slice(sh.types, func(a, b int) bool { return sh.types[a].ProgramType < sh.types[b].ProgramType })
-	for i := range sh.types {
-		sh.idx[sh.types[i].ProgramType] = i
-	}
-	for _, name := range first {
-		sh.order = append(sh.order, sh.idx[name])
-	}
-}
-
-// rates fills tax's per-type figures from the interval rates of progs
-// (every program with a rate, in program order).
-func (sh *taxShape) rates(tax *StatsTax, progs []*ProgramStat) {
-	if len(sh.types) == 0 {
-		return
-	}
-	tax.ByProgramType = slices.Clone(sh.types)
-	weighted := make([]float64, len(sh.types))
-	for _, p := range progs {
-		rate := p.Delta.RunsPerSec
-		ns, _, ok := costFor(&p.Program, sh.byKind)
-		if !ok {
-			continue
-		}
-		j := sh.idx[p.Type]
-		t := &tax.ByProgramType[j]
-		t.RunsPerSec += rate
-		t.AlwaysCPUShare += rate * ns / 1e9
-		weighted[j] += rate * ns
-	}
-	for _, j := range sh.order {
-		t := &tax.ByProgramType[j]
-		if t.RunsPerSec > 0 {
-			t.CostNs = weighted[j] / t.RunsPerSec
-		}
-		t.CPUShare = t.AlwaysCPUShare * tax.Duty
-		tax.AlwaysCPUShare += t.AlwaysCPUShare
-	}
-	tax.CPUShare = tax.AlwaysCPUShare * tax.Duty
+	return "pid:" + strconv.Itoa(o.PID)
 }

@@ -9,6 +9,9 @@ import (
 	"sort"
 	"testing"
 	"time"
+
+	"github.com/bpfleet/bpfleet/agent/internal/prog"
+	"github.com/bpfleet/bpfleet/agent/internal/stats"
 )
 
 // refAttachTypes sums every program per attach type, from scratch: the
@@ -27,13 +30,13 @@ func refAttachTypes(progs []*ProgramStat, dt time.Duration, overhead map[string]
 		a.Programs++
 		a.RunCount += p.RunCount
 		a.RunTimeNs += p.RunTimeNs
-		c := progCounters(&p.Program)
-		a.RecursionMisses += c.misses
-		a.LinkMissed += c.linkMissed
-		addRates(&a.Delta, p.Delta)
+		c := prog.CountersOf(&p.Program)
+		a.RecursionMisses += c.Misses
+		a.LinkMissed += c.LinkMissed
+		prog.AddRates(&a.Delta, p.Delta)
 	}
 	for i := range out {
-		out[i].Delta = withRates(out[i].Delta, dt)
+		out[i].Delta = prog.WithRates(out[i].Delta, dt)
 		if v, ok := overhead[out[i].AttachType]; ok {
 			out[i].OverheadNs = &v
 		}
@@ -73,11 +76,11 @@ func refOwners(progs []*ProgramStat, dt time.Duration) []OwnerStat {
 			if p.RecursionMisses != nil {
 				s.RecursionMisses += *p.RecursionMisses
 			}
-			addRates(&s.Delta, p.Delta)
+			prog.AddRates(&s.Delta, p.Delta)
 		}
 	}
 	for i := range out {
-		out[i].Delta = withRates(out[i].Delta, dt)
+		out[i].Delta = prog.WithRates(out[i].Delta, dt)
 	}
 	sort.Slice(out, func(a, b int) bool {
 		return out[a].Delta.RunTimeNs > out[b].Delta.RunTimeNs || (out[a].Delta.RunTimeNs == out[b].Delta.RunTimeNs && out[a].Key < out[b].Key)
@@ -249,7 +252,7 @@ func testAggregatesIncremental(t *testing.T, seed uint64) {
 	a := &Agent{eps: newEpisodeTracker(2), kernel: KernelInfo{Preempt: "PREEMPT_NONE"}, statsCosts: costs}
 	a.SetCalibration([]Calibration{{AttachType: "fentry", Supported: true, OverheadNs: 12}, {AttachType: "xdp", Supported: true, OverheadNs: 3}})
 	overhead := map[string]float64{"fentry": 12, "xdp": 3}
-	stats := StatsState{Enabled: true, HeldByAgent: true, Mode: StatsAlways}
+	state := StatsState{Enabled: true, HeldByAgent: true, Mode: StatsAlways}
 	now := time.Unix(1000, 0)
 	var prev *Snapshot
 	var snaps []*Snapshot
@@ -270,7 +273,7 @@ func testAggregatesIncremental(t *testing.T, seed uint64) {
 			dt = time.Second
 		}
 		now = now.Add(time.Second)
-		snap := &Snapshot{Seq: uint64(scan + 1), Time: now, Interval: dt, Stats: stats}
+		snap := &Snapshot{Seq: uint64(scan + 1), Time: now, Interval: dt, Stats: state}
 		a.assemble(snap, progView{progs: f.read()}, dt, nil, kept)
 		a.prevTime = now
 
@@ -280,7 +283,7 @@ func testAggregatesIncremental(t *testing.T, seed uint64) {
 		if got, want := snap.Owners, refOwners(snap.Programs, dt); !reflect.DeepEqual(got, want) {
 			t.Fatalf("scan %d: owners\n got %+v\nwant %+v", scan, got, want)
 		}
-		if got, want := snap.StatsTax, computeTax(snap.Programs, costs, stats, dt, now); !reflect.DeepEqual(got, want) {
+		if got, want := snap.StatsTax, stats.ComputeTax(snap.Programs, costs, state, dt, now); !reflect.DeepEqual(got, want) {
 			t.Fatalf("scan %d: stats tax\n got %+v\nwant %+v", scan, got, want)
 		}
 		if len(snap.Programs) != len(f.progs) {
@@ -414,5 +417,59 @@ func TestOneShotScansAgain(t *testing.T) {
 		if !reflect.DeepEqual(a.AttachTypes, b.AttachTypes) {
 			t.Errorf("scan %d: attach types differ", scan)
 		}
+	}
+}
+
+func TestAggregateAttachTypes(t *testing.T) {
+	m := func(v uint64) *uint64 { return &v }
+	progs := []*ProgramStat{
+		{Program: Program{ID: 1, AttachType: "fentry", RunCount: 10, RunTimeNs: 100, RecursionMisses: m(1)}, Delta: Rates{Runs: 4, RunTimeNs: 40, Misses: 1}},
+		{Program: Program{ID: 2, AttachType: "fentry", RunCount: 20, RunTimeNs: 300, RecursionMisses: m(2)}, Delta: Rates{Runs: 6, RunTimeNs: 60}},
+		{Program: Program{ID: 3, AttachType: "kprobe", RunCount: 5, Links: []Link{{Missed: m(9)}, {Missed: m(1)}}}, Delta: Rates{Runs: 5, LinkMissed: 3}},
+		{Program: Program{ID: 4, AttachType: Unattached, RecursionMisses: nil}},
+	}
+	ref := refAttachTypes(progs, time.Second, map[string]float64{"fentry": 12.5})
+	ov := 12.5
+	got := fromScratch(progs).attachTypes(time.Second, map[string]*float64{"fentry": &ov})
+	if !reflect.DeepEqual(got, ref) {
+		t.Errorf("aggregates give %+v, the reference %+v", got, ref)
+	}
+	if len(got) != 3 {
+		t.Fatalf("got %d attach types, want 3: %+v", len(got), got)
+	}
+	f := got[0]
+	if f.AttachType != "fentry" || f.Programs != 2 || f.RunCount != 30 || f.RunTimeNs != 400 || f.RecursionMisses != 3 ||
+		f.Delta.Runs != 10 || f.Delta.RunTimeNs != 100 || f.Delta.NsPerRun != 10 || f.Delta.Misses != 1 || f.OverheadNs == nil || *f.OverheadNs != 12.5 {
+		t.Errorf("fentry = %+v", f)
+	}
+	k := got[1]
+	if k.AttachType != "kprobe" || k.LinkMissed != 10 || k.Delta.LinkMissed != 3 || k.Delta.MissesPerSec != 3 || k.OverheadNs != nil {
+		t.Errorf("kprobe = %+v", k)
+	}
+	if got[2].AttachType != Unattached || got[2].Programs != 1 {
+		t.Errorf("unattached = %+v", got[2])
+	}
+}
+
+func TestAggregateOwners(t *testing.T) {
+	progs := []*ProgramStat{
+		{Program: Program{ID: 1, RunCount: 10, Owners: []Owner{{PID: 7, Comm: "cilium-agent", ContainerID: "abc"}, {PID: 8, ContainerID: "abc"}}}, Delta: Rates{RunTimeNs: 10}},
+		{Program: Program{ID: 2, RunCount: 5, Owners: []Owner{{PID: 9, Comm: "bpftrace"}}}, Delta: Rates{RunTimeNs: 50}},
+		{Program: Program{ID: 3, RunCount: 1, Owners: []Owner{{PID: 7, ContainerID: "abc"}}}, Delta: Rates{RunTimeNs: 5}},
+		{Program: Program{ID: 4}},
+	}
+	got := fromScratch(progs).owners(progs, time.Second)
+	if ref := refOwners(progs, time.Second); !reflect.DeepEqual(got, ref) {
+		t.Errorf("aggregates give %+v, the reference %+v", got, ref)
+	}
+	if len(got) != 2 {
+		t.Fatalf("got %+v", got)
+	}
+	if got[0].Key != "pid:9" || got[0].Comm != "bpftrace" || got[0].Delta.RunTimeNs != 50 {
+		t.Errorf("first owner (most run time) = %+v", got[0])
+	}
+	c := got[1]
+	if c.Key != "abc" || c.RunCount != 11 || len(c.ProgramIDs) != 2 || c.Delta.RunTimeNs != 15 {
+		t.Errorf("container owner (two pids, one count per program) = %+v", c)
 	}
 }

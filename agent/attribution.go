@@ -333,27 +333,6 @@ func (at *attribution) close() {
 	}
 }
 
-// FillFromCgroup sets o's container id, runtime and pod UID from its
-// cgroup path where the owner walk did not: what a filler without the
-// Kubernetes API can say.
-func (o *Owner) FillFromCgroup() {
-	if o.Cgroup == "" || (o.ContainerID != "" && o.PodUID != "") {
-		return
-	}
-	inf := owners.ParseCgroupPath(o.Cgroup)
-	// A runtime's monitor (crio-conmon-<id>) names the container it
-	// watches but does not run in it: it belongs to the pod only.
-	if o.ContainerID == "" && !inf.Conmon {
-		o.ContainerID = inf.ID
-	}
-	if o.Runtime == "" && !inf.Conmon {
-		o.Runtime = inf.Runtime
-	}
-	if o.PodUID == "" {
-		o.PodUID = inf.PodUID
-	}
-}
-
 // apply joins the last refresh's answers to a program.
 func (at *attribution) apply(p *Program) {
 	if o := at.progs[p.ID].owners; len(o) > 0 {

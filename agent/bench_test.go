@@ -9,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
 	"github.com/bpfleet/bpfleet/test/canary/canarytest"
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -55,26 +56,26 @@ func loadPrograms(tb testing.TB, n int) []*ebpf.Program {
 // bpftool prog show does it, also asks for map ids and reads the fdinfo
 // for memlock (open, read, close: 7).
 func rawFloor(first bool) int {
-	var info progInfo
+	var info bpfsys.ProgInfo
 	maps := make([]uint32, 64)
 	buf := make([]byte, 512)
 	var id uint32
 	n := 0
 	for {
-		next, ok, err := nextID(cmdProgGetNextID, id)
+		next, ok, err := bpfsys.NextID(bpfsys.CmdProgGetNextID, id)
 		if err != nil || !ok {
 			return n
 		}
 		id = next
-		fd, err := fdByID(cmdProgGetFDByID, id)
+		fd, err := bpfsys.FDByID(bpfsys.CmdProgGetFDByID, id)
 		if err != nil {
 			continue
 		}
-		info = progInfo{}
+		info = bpfsys.ProgInfo{}
 		if first {
 			info.NrMapIDs, info.MapIDs = uint32(len(maps)), uint64(uintptr(unsafe.Pointer(&maps[0])))
 		}
-		objInfo(fd, unsafe.Pointer(&info), uint32(unsafe.Sizeof(info)))
+		bpfsys.ObjInfo(fd, unsafe.Pointer(&info), uint32(unsafe.Sizeof(info)))
 		if first {
 			if f, err := unix.Open("/proc/self/fdinfo/"+strconv.Itoa(fd), unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
 				unix.Read(f, buf)
@@ -155,10 +156,10 @@ func benchAgainstFloor(b *testing.B, first bool, scan func() int) {
 		t0 := time.Now()
 		rawFloor(first)
 		t1 := time.Now()
-		c0 := syscallCount.Load()
+		c0 := bpfsys.SyscallCount.Load()
 		progs = scan()
 		t2 := time.Now()
-		calls += syscallCount.Load() - c0
+		calls += bpfsys.SyscallCount.Load() - c0
 		if w != nil {
 			w.walk(b)
 			tWalk += time.Since(t2)
@@ -275,7 +276,7 @@ func BenchmarkFirstScan(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				r.fdinfo.close()
+				r.fdinfo.Close()
 				return len(p)
 			})
 		})

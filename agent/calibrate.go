@@ -52,23 +52,24 @@ func (a *Agent) Calibrate(parent context.Context, budget time.Duration) ([]Calib
 // runs in that time are not counted in always mode); if stats stay on
 // without it, every figure says "not measurable: stats held elsewhere".
 func (a *Agent) CalibrateStats(ctx context.Context, types []catalog.AttachType) ([]StatsCost, error) {
-	if types == nil {
-		types = []catalog.AttachType{}
-	}
-	a.stats.pause()
-	rs, err := bench.MeasureTax(ctx, bench.TaxOptions{AttachTypes: types, Rounds: 3, ProcRoot: a.cfg.ProcRoot})
-	a.stats.resume()
-	out := make([]StatsCost, 0, len(rs))
-	elsewhere := false
-	for _, r := range rs {
-		out = append(out, StatsCost{Kind: r.Kind, Method: r.Method, Measured: r.Measured, Reason: r.Reason, TaxNs: r.TaxNs, TaxNsMin: r.TaxNsMin, TaxNsMax: r.TaxNsMax})
-		if !r.Measured && len(r.Reason) >= len(bench.HeldElsewhere) && r.Reason[:len(bench.HeldElsewhere)] == bench.HeldElsewhere {
-			elsewhere = true
-		}
-	}
-	a.stats.setElsewhere(elsewhere)
+	out, err := a.stats.MeasureTax(ctx, types, a.cfg.ProcRoot)
 	a.mu.Lock()
 	a.statsCosts = out
 	a.mu.Unlock()
 	return out, err
+}
+
+// overhead is the calibration's overhead per attach type, one value shared
+// by every snapshot until the calibration changes.
+func (a *Agent) overhead() map[string]*float64 {
+	if a.overheads == nil {
+		a.overheads = map[string]*float64{}
+		for _, c := range a.calibration {
+			if c.Supported {
+				v := c.OverheadNs
+				a.overheads[c.AttachType] = &v
+			}
+		}
+	}
+	return a.overheads
 }

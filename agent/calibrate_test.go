@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
 	"github.com/bpfleet/bpfleet/probes/catalog"
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -109,7 +110,7 @@ func TestCalibrationInSnapshot(t *testing.T) {
 			}
 			now := time.Now()
 			for id := first; ; {
-				next, ok, err := nextID(cmdProgGetNextID, id)
+				next, ok, err := bpfsys.NextID(bpfsys.CmdProgGetNextID, id)
 				if err != nil || !ok {
 					break
 				}
@@ -224,7 +225,7 @@ func maxProgID(t *testing.T) uint32 {
 	t.Helper()
 	var id uint32
 	for {
-		next, ok, err := nextID(cmdProgGetNextID, id)
+		next, ok, err := bpfsys.NextID(bpfsys.CmdProgGetNextID, id)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -92,7 +92,7 @@ func (a *Agent) degraded() []string {
 	if a.caps != "" {
 		add(FeatureCapabilities, a.caps)
 	}
-	if err := a.stats.err(); err != nil {
+	if err := a.stats.Err(); err != nil {
 		add(FeatureStats, err.Error())
 	}
 	configured := a.cfg.NoIterator || a.cfg.ScanSource == ScanSourceSyscall || a.cfg.OneShot

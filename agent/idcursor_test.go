@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+
+	"github.com/bpfleet/bpfleet/agent/internal/prog"
 )
 
 // TestIDCursor looks ids up in ascending order (the merge Scan relies on),
@@ -40,14 +42,14 @@ func TestSortByID(t *testing.T) {
 	for _, ids := range [][]uint32{{1, 2, 3}, {3, 1, 2}, {9, 4, 7, 1}, {}} {
 		sts := make([]progState, len(ids))
 		for i, id := range ids {
-			sts[i] = progState{c: counters{runs: uint64(id) * 10}, e: &ProgramStat{Program: Program{ID: id}}}
+			sts[i] = progState{c: prog.Counters{Runs: uint64(id) * 10}, e: &ProgramStat{Program: Program{ID: id}}}
 		}
 		sortByID(ids, sts)
 		if !slices.IsSorted(ids) {
 			t.Errorf("not sorted: %v", ids)
 		}
 		for i, id := range ids {
-			if sts[i].c.runs != uint64(id)*10 || sts[i].e.ID != id {
+			if sts[i].c.Runs != uint64(id)*10 || sts[i].e.ID != id {
 				t.Errorf("id %d has counters %+v, entry of %d", id, sts[i].c, sts[i].e.ID)
 			}
 		}

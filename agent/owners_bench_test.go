@@ -58,7 +58,7 @@ func BenchmarkOwnerRefresh(b *testing.B) {
 		}
 	}
 	r := newReader()
-	defer r.fdinfo.close()
+	defer r.fdinfo.Close()
 	var tHolders, tRest time.Duration
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -128,7 +128,7 @@ func BenchmarkOwnerRefreshPods(b *testing.B) {
 		}
 	}
 	r := newReader()
-	defer r.fdinfo.close()
+	defer r.fdinfo.Close()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -15,15 +15,6 @@ import (
 // not named.
 type workloadName struct{ namespace, kind, name string }
 
-// Workload names the owner's workload: its pod's controller, or the pod
-// itself (kind Pod) when no controller owns it. Empty outside a named pod.
-func (o *Owner) Workload() (kind, name string) {
-	if o.WorkloadKind == "" && o.PodName != "" {
-		return "Pod", o.PodName
-	}
-	return o.WorkloadKind, o.WorkloadName
-}
-
 // beginApply starts a round of apply calls (one scan's): the pod namespace
 // walk may run once in it, and the workload names are kept while the
 // filler's Generation stays.
@@ -170,20 +161,20 @@ func (at *attribution) applyLinkPods(p *Program) {
 // linkPodClass is the workload class of l's target's pod, empty when l's
 // target is no pod's or the filler does not name it.
 func (at *attribution) linkPodClass(l *Link) string {
-	tp := l.pod
+	tp := l.Pod
 	if tp == nil {
 		return ""
 	}
-	uid := tp.uid
-	if tp.peerNetns != 0 {
-		uid = at.netnsPod(tp.ifindex, int32(tp.peerNetns-1)).PodUID
+	uid := tp.UID
+	if tp.PeerNetns != 0 {
+		uid = at.netnsPod(tp.Ifindex, int32(tp.PeerNetns-1)).PodUID
 	}
 	w, ok := at.workload(uid)
 	switch {
 	case !ok:
 		return ""
-	case tp.ifindex != 0:
-		return owners.NetdevWorkloadClass(tp.kind, w.namespace, w.kind, w.name)
+	case tp.Ifindex != 0:
+		return owners.NetdevWorkloadClass(tp.Kind, w.namespace, w.kind, w.name)
 	}
 	return owners.WorkloadClass(w.namespace, w.kind, w.name)
 }

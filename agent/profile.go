@@ -11,38 +11,6 @@ import (
 	"github.com/bpfleet/bpfleet/probes/profiler"
 )
 
-// ProfileStat is what the fentry/fexit profiler (probes/profiler) measured
-// of one selected program: every run's duration, with global stats off.
-type ProfileStat struct {
-	// Error is one line when the program cannot be profiled (no BTF, or
-	// the kernel refuses tracing BPF programs); the rest is then empty.
-	Error string `json:"error,omitempty"`
-	// Func is the BTF function the profiler is attached to.
-	Func string `json:"func,omitempty"`
-	// Shape is how: "fsession" (one program) or "fentry/fexit" (a pair,
-	// on kernels without fsession or refusing it on a BPF program).
-	Shape string `json:"shape,omitempty"`
-	// Timing is "every run", or "windows W of P" where runs are timed only
-	// inside windows (Config.ProfileWindow): Runs stay exact, Buckets,
-	// SumNs, MaxNs and the percentiles then describe the TimedRuns.
-	Timing    string `json:"timing,omitempty"`
-	TimedRuns uint64 `json:"timed_runs"`
-	// Cumulative since the profiler attached: Buckets[b] counts runs of
-	// [2^b, 2^(b+1)) ns (bucket 0 also 0 ns).
-	Buckets []uint64 `json:"buckets,omitempty"`
-	Runs    uint64   `json:"runs"`
-	SumNs   uint64   `json:"sum_ns"`
-	MaxNs   uint64   `json:"max_ns"`
-	// Over the last interval (since the previous scan): runs and
-	// percentiles from the interval's histogram, within a factor of 2 (a
-	// log2 bucket, interpolated inside it).
-	IntervalRuns uint64  `json:"interval_runs"`
-	P50Ns        float64 `json:"p50_ns"`
-	P90Ns        float64 `json:"p90_ns"`
-	P99Ns        float64 `json:"p99_ns"`
-	MeanNs       float64 `json:"mean_ns"`
-}
-
 func matchOwner(p *Program, v string) bool {
 	for _, o := range p.Owners {
 		if o.Comm == v || o.ContainerID == v || (len(v) >= 12 && strings.HasPrefix(o.ContainerID, v)) || o.PodName == v {

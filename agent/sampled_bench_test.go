@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"testing"
-	"time"
 )
 
 // BenchmarkScanSampled is BenchmarkScan with --stats=sampled (1 s of every
@@ -35,17 +34,4 @@ func benchScanMode(b *testing.B, mode StatsMode) {
 		}
 		return len(s.Programs)
 	})
-}
-
-// BenchmarkStatsLook is one look for another holder of stats (the no-op
-// canary test-run between two reads of its run count): what sampled mode
-// adds to every scan and does every second between windows.
-func BenchmarkStatsLook(b *testing.B) {
-	c := &statsCtl{now: time.Now}
-	defer c.close()
-	for b.Loop() {
-		if _, err := c.statsOnLocked(); err != nil {
-			b.Fatal(err)
-		}
-	}
 }

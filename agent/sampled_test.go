@@ -101,9 +101,7 @@ func waitHeld(t *testing.T, a *Agent, want bool) time.Time {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		a.stats.mu.Lock()
-		held := a.stats.holder != nil
-		a.stats.mu.Unlock()
+		held := a.stats.Held()
 		if held == want {
 			return time.Now()
 		}

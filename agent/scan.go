@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 	"unsafe"
 
+	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
 	"github.com/bpfleet/bpfleet/probes/progstats"
 	"golang.org/x/sys/unix"
 )
@@ -73,7 +73,7 @@ type reader struct {
 	factsErr  error
 	btf       *btfNames
 	nameBuf   []byte
-	fdinfo    fdinfoDir
+	fdinfo    bpfsys.FdinfoDir
 	// scratch is the sequential read's; parallel readers have their own.
 	scratch scratch
 	// parallel is how many goroutines read first-seen programs.
@@ -126,7 +126,7 @@ func newReader() *reader {
 		facts:   map[uint32]ProgFacts{},
 		btf:     newBTFNames(),
 		nameBuf: make([]byte, 512),
-		fdinfo:  fdinfoDir{dir: -1},
+		fdinfo:  bpfsys.NewFdinfoDir(),
 	}
 	r.scratch = newScratch(&r.fdinfo)
 	return r
@@ -325,9 +325,9 @@ const readBatch = 64
 // reads and a first scan (`bpfleet list`, where every program is new and
 // costs a map-id read and an fdinfo read) runs on every CPU.
 func (r *reader) readProgs(bootWall time.Time, keep func(progRead)) error {
-	r.fdinfo.open()
+	r.fdinfo.Open()
 	if r.parallel < 2 {
-		defer r.scratch.fdinfo.release()
+		defer r.scratch.fdinfo.Release()
 		return r.eachProgID(func(id uint32) {
 			keep(r.readOne(id, bootWall, &r.scratch)) // by value: a pointer would escape
 		})
@@ -344,7 +344,7 @@ func (r *reader) readProgs(bootWall time.Time, keep func(progRead)) error {
 	for range r.parallel {
 		workers.Go(func() {
 			sc := newScratch(&r.fdinfo)
-			defer sc.fdinfo.release()
+			defer sc.fdinfo.Release()
 			for b := range todo {
 				b.out = make([]progRead, len(b.ids))
 				for i, id := range b.ids {
@@ -387,7 +387,7 @@ func (r *reader) readProgs(bootWall time.Time, keep func(progRead)) error {
 func (r *reader) eachProgID(fn func(uint32)) error {
 	var id uint32
 	for {
-		next, ok, err := nextID(cmdProgGetNextID, id)
+		next, ok, err := bpfsys.NextID(bpfsys.CmdProgGetNextID, id)
 		if err != nil {
 			return fmt.Errorf("listing programs after id %d: %w", id, err)
 		}
@@ -402,11 +402,11 @@ func (r *reader) eachProgID(fn func(uint32)) error {
 // scratch is what one reading goroutine reuses from program to program.
 type scratch struct {
 	mapBuf []uint32
-	fdinfo fdinfoFiles
+	fdinfo bpfsys.FdinfoFiles
 }
 
-func newScratch(dir *fdinfoDir) scratch {
-	return scratch{mapBuf: make([]uint32, 64), fdinfo: fdinfoFiles{dir: dir, files: map[int]int{}}}
+func newScratch(dir *bpfsys.FdinfoDir) scratch {
+	return scratch{mapBuf: make([]uint32, 64), fdinfo: bpfsys.NewFdinfoFiles(dir)}
 }
 
 // readOne reads one program, whole when it was not seen before. The cache
@@ -425,18 +425,18 @@ func (r *reader) readOne(id uint32, bootWall time.Time, sc *scratch) progRead {
 // outlives the call, so the agent never keeps another tool's program alive.
 // With cached == nil it also reads what never changes and returns it.
 func readProg(id uint32, cached *progStatic, bootWall time.Time, sc *scratch) (Program, *progStatic, error) {
-	fd, err := fdByID(cmdProgGetFDByID, id)
+	fd, err := bpfsys.FDByID(bpfsys.CmdProgGetFDByID, id)
 	if err != nil {
 		return Program{}, nil, fmt.Errorf("opening prog %d: %w", id, err)
 	}
-	defer closeFD(fd)
+	defer bpfsys.CloseFD(fd)
 
-	var info progInfo
+	var info bpfsys.ProgInfo
 	if cached == nil {
 		info.NrMapIDs = uint32(len(sc.mapBuf))
 		info.MapIDs = uint64(uintptr(unsafe.Pointer(&sc.mapBuf[0])))
 	}
-	n, err := objInfo(fd, unsafe.Pointer(&info), uint32(unsafe.Sizeof(info)))
+	n, err := bpfsys.ObjInfo(fd, unsafe.Pointer(&info), uint32(unsafe.Sizeof(info)))
 	if err != nil {
 		return Program{}, nil, fmt.Errorf("reading prog %d info: %w", id, err)
 	}
@@ -444,8 +444,8 @@ func readProg(id uint32, cached *progStatic, bootWall time.Time, sc *scratch) (P
 		if int(info.NrMapIDs) > len(sc.mapBuf) {
 			// More maps than the buffer held: grow it and ask again.
 			sc.mapBuf = make([]uint32, info.NrMapIDs)
-			info = progInfo{NrMapIDs: uint32(len(sc.mapBuf)), MapIDs: uint64(uintptr(unsafe.Pointer(&sc.mapBuf[0])))}
-			if n, err = objInfo(fd, unsafe.Pointer(&info), uint32(unsafe.Sizeof(info))); err != nil {
+			info = bpfsys.ProgInfo{NrMapIDs: uint32(len(sc.mapBuf)), MapIDs: uint64(uintptr(unsafe.Pointer(&sc.mapBuf[0])))}
+			if n, err = bpfsys.ObjInfo(fd, unsafe.Pointer(&info), uint32(unsafe.Sizeof(info))); err != nil {
 				return Program{}, nil, fmt.Errorf("reading prog %d map ids: %w", id, err)
 			}
 		}
@@ -455,14 +455,14 @@ func readProg(id uint32, cached *progStatic, bootWall time.Time, sc *scratch) (P
 	p := cached.prog
 	p.RunCount = info.RunCnt
 	p.RunTimeNs = info.RunTimeNs
-	if n >= progInfoEndRecursionMisses {
+	if n >= bpfsys.ProgInfoEndRecursionMisses {
 		m := info.RecursionMisses
 		p.RecursionMisses = &m
 	}
 	return p, cached, nil
 }
 
-func newProgStatic(fd int, info *progInfo, n uint32, bootWall time.Time, sc *scratch) *progStatic {
+func newProgStatic(fd int, info *bpfsys.ProgInfo, n uint32, bootWall time.Time, sc *scratch) *progStatic {
 	s := &progStatic{prog: Program{
 		ID:         info.ID,
 		Name:       unix.ByteSliceToString(info.Name[:]),
@@ -479,14 +479,14 @@ func newProgStatic(fd int, info *progInfo, n uint32, bootWall time.Time, sc *scr
 	uid := info.CreatedByUID
 	s.prog.UID = &uid
 	s.prog.MapIDs = append([]uint32{}, sc.mapBuf[:min(int(info.NrMapIDs), len(sc.mapBuf))]...)
-	if n >= progInfoEndVerifiedInsns {
+	if n >= bpfsys.ProgInfoEndVerifiedInsns {
 		v := info.VerifiedInsns
 		s.prog.VerifiedInsns = &v
 	}
-	if n >= progInfoEndAttachBTFID {
+	if n >= bpfsys.ProgInfoEndAttachBTFID {
 		s.attachBTFObjID, s.attachBTFID = info.AttachBTFObjID, info.AttachBTFID
 	}
-	if m, ok := sc.fdinfo.memlock(fd, info.ID); ok {
+	if m, ok := sc.fdinfo.Memlock(fd, info.ID); ok {
 		s.prog.Memlock = &m
 	}
 	s.progTypeID = info.Type
@@ -503,7 +503,7 @@ func (r *reader) readLinks(st *ScanStats) ([]Link, error) {
 	links := make([]Link, 0, len(r.links)+4)
 	var id uint32
 	for {
-		next, ok, err := nextID(cmdLinkGetNextID, id)
+		next, ok, err := bpfsys.NextID(bpfsys.CmdLinkGetNextID, id)
 		if errors.Is(err, unix.EINVAL) && id == 0 {
 			return links, nil // kernel without BPF links (< 5.8)
 		}
@@ -535,14 +535,14 @@ func (r *reader) readLinks(st *ScanStats) ([]Link, error) {
 }
 
 func (r *reader) readLink(id uint32, c *linkStatic) (Link, error) {
-	fd, err := fdByID(cmdLinkGetFDByID, id)
+	fd, err := bpfsys.FDByID(bpfsys.CmdLinkGetFDByID, id)
 	if err != nil {
 		return Link{}, fmt.Errorf("opening link %d: %w", id, err)
 	}
-	defer closeFD(fd)
+	defer bpfsys.CloseFD(fd)
 
-	var info linkInfo
-	n, err := objInfo(fd, unsafe.Pointer(&info), uint32(unsafe.Sizeof(info)))
+	var info bpfsys.LinkInfo
+	n, err := bpfsys.ObjInfo(fd, unsafe.Pointer(&info), uint32(unsafe.Sizeof(info)))
 	if err != nil {
 		return Link{}, fmt.Errorf("reading link %d info: %w", id, err)
 	}
@@ -553,93 +553,63 @@ func (r *reader) readLink(id uint32, c *linkStatic) (Link, error) {
 	c.seen = r.seq
 	l := c.link
 	if c.missedKnown {
-		m := info.missed()
+		m := kprobeMissed(&info)
 		l.Missed = &m
 	}
 	return l, nil
 }
 
-// missed is a kprobe link's missed counter (perf_event kprobe or
+// kprobeMissed is a kprobe link's missed counter (perf_event kprobe or
 // kprobe_multi), for a link whose linkStatic says missedKnown.
-func (info *linkInfo) missed() uint64 {
+func kprobeMissed(info *bpfsys.LinkInfo) uint64 {
 	switch info.Type {
 	case linkTypePerfEvent:
-		return info.u64(luPerfKprobeMissed)
+		return info.U64(bpfsys.LinkPerfKprobeMissed)
 	case linkTypeKprobeMulti:
-		return info.u64(luKMultiMissed)
+		return info.U64(bpfsys.LinkKMultiMissed)
 	}
 	return 0
 }
 
+// linkNameFunc asks for one of a link's name strings, which the kernel
+// hands out only into a buffer: ptrOff and lenOff are the offsets, in
+// bpf_link_info's union, of the buffer's pointer and length.
+type linkNameFunc func(ptrOff, lenOff int) string
+
 // newLinkStatic decodes a link's info (n bytes of it filled by the kernel),
 // asking name for the name strings the kernel hands out only into a buffer
-// (linkName on the syscall path, the record's on the iterator's).
-func (r *reader) newLinkStatic(info *linkInfo, n uint32, name func(ptrOff, lenOff int) string) *linkStatic {
+// (linkName on the syscall path, the record's on the iterator's). Each
+// kind's decoding is in its own file, link_<kind>.go.
+func (r *reader) newLinkStatic(info *bpfsys.LinkInfo, n uint32, name linkNameFunc) *linkStatic {
 	c := &linkStatic{link: Link{ID: info.ID, ProgID: info.ProgID, Type: LinkTypeName(info.Type)}}
 	l := &c.link
 	switch info.Type {
 	case linkTypeRawTracepoint:
-		l.AttachType = "raw_tp" // tp_btf is told apart in join, by program type
-		l.Target = name(luRawTPName, luRawTPNameLen)
+		decodeRawTracepoint(l, name)
 	case linkTypeTracing:
-		l.AttachType = AttachTypeName(info.u32(luTracingAttachType))
-		obj, typ := info.u32(luTracingTargetObj), info.u32(luTracingTargetBTF)
-		l.Target = r.btf.name(obj, typ)
+		r.decodeTracing(l, info)
 	case linkTypeCgroup:
-		l.AttachType = AttachTypeName(info.u32(luCgroupAttachType))
-		r.cgroupTarget(l, info.u64(luCgroupID))
+		r.decodeCgroup(l, info)
 	case linkTypeIter:
-		l.AttachType = "iter"
-		l.Target = name(luIterName, luIterNameLen)
+		decodeIter(l, name)
 	case linkTypeNetns:
-		l.AttachType = AttachTypeName(info.u32(luNetnsAttachType))
+		decodeNetns(l, info)
 	case linkTypeXDP:
-		l.AttachType = "xdp"
-		r.netdevTarget(l, info.u32(luIfindex))
+		r.decodeXDP(l, info)
 	case linkTypeTCX, linkTypeNetkit:
-		l.AttachType = AttachTypeName(info.u32(luIfAttachType))
-		r.netdevTarget(l, info.u32(luIfindex))
+		r.decodeTCX(l, info)
 	case linkTypeKprobeMulti:
-		l.AttachType = "kprobe.multi"
-		if info.u32(luKMultiFlags)&1 != 0 { // BPF_F_KPROBE_MULTI_RETURN
-			l.AttachType = "kretprobe.multi"
-		}
-		l.Target = strconv.FormatUint(uint64(info.u32(luKMultiCount)), 10) + " functions"
-		c.dynamic = true
-		c.missedKnown = n >= linkInfoEndKprobeMissed
+		decodeKprobeMulti(c, info, n)
 	case linkTypeUprobeMulti:
-		l.AttachType = "uprobe.multi"
-		if info.u32(luUMultiFlags)&1 != 0 { // BPF_F_UPROBE_MULTI_RETURN
-			l.AttachType = "uretprobe.multi"
-		}
-		l.Target = name(luUMultiPath, luUMultiPathSize)
-		l.TargetClass = pathClass(l.Target)
+		decodeUprobeMulti(l, info, name)
 	case linkTypePerfEvent:
-		pt := info.u32(luPerfType)
-		l.AttachType = "perf_event"
-		if int(pt) < len(perfEventAttachNames) {
-			l.AttachType = perfEventAttachNames[pt]
-		}
-		if pt >= 1 && pt <= 5 { // uprobe, uretprobe, kprobe, kretprobe, tracepoint
-			l.Target = name(luPerfName, luPerfNameLen)
-		}
-		if pt == perfEventUprobe || pt == perfEventUretprobe { // a binary's path
-			l.TargetClass = pathClass(l.Target)
-		}
-		if pt == perfEventKprobe || pt == perfEventKretprobe {
-			if off := info.u32(luPerfOffset); off != 0 && l.Target != "" {
-				l.Target += "+0x" + strconv.FormatUint(uint64(off), 16)
-			}
-			c.dynamic = true
-			c.missedKnown = n >= linkInfoEndKprobeMissed
-		}
+		decodePerfEvent(c, info, n, name)
 	case linkTypeNetfilter:
-		l.AttachType = "netfilter"
-		l.Target = fmt.Sprintf("pf %d hook %d prio %d", info.u32(luNFPf), info.u32(luNFHooknum), int32(info.u32(luNFPriority)))
+		decodeNetfilter(l, info)
 	case linkTypeStructOps:
 		l.AttachType = "struct_ops"
 	case linkTypeSockmap:
-		l.AttachType = AttachTypeName(info.u32(luIfAttachType))
+		decodeSockmap(l, info)
 	default:
 		l.AttachType = l.Type
 	}
@@ -649,10 +619,10 @@ func (r *reader) newLinkStatic(info *linkInfo, n uint32, name func(ptrOff, lenOf
 // linkName asks the kernel for a link's name string (tracepoint, function,
 // path) with a second OBJ_GET_INFO call that hands it a buffer.
 func (r *reader) linkName(fd int, ptrOff, lenOff int) string {
-	var info linkInfo
-	info.setU64(ptrOff, uint64(uintptr(unsafe.Pointer(&r.nameBuf[0]))))
-	info.setU32(lenOff, uint32(len(r.nameBuf)))
-	if _, err := objInfo(fd, unsafe.Pointer(&info), uint32(unsafe.Sizeof(info))); err != nil {
+	var info bpfsys.LinkInfo
+	info.SetU64(ptrOff, uint64(uintptr(unsafe.Pointer(&r.nameBuf[0]))))
+	info.SetU32(lenOff, uint32(len(r.nameBuf)))
+	if _, err := bpfsys.ObjInfo(fd, unsafe.Pointer(&info), uint32(unsafe.Sizeof(info))); err != nil {
 		return ""
 	}
 	return unix.ByteSliceToString(r.nameBuf)

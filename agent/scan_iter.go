@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
 	"github.com/bpfleet/bpfleet/probes/progstats"
 	"github.com/cilium/ebpf"
 )
@@ -94,7 +95,8 @@ func checkOwnRecord(it statsIter, r *progstats.Record) error {
 	if !r.StaticKnown {
 		return errors.New("the iterator could not read program map ids or uid on this kernel")
 	}
-	p, _, err := readProg(it.ProgramID(), nil, time.Time{}, &scratch{mapBuf: make([]uint32, 8), fdinfo: fdinfoFiles{dir: &fdinfoDir{dir: -1}, files: map[int]int{}}})
+	dir := bpfsys.NewFdinfoDir()
+	p, _, err := readProg(it.ProgramID(), nil, time.Time{}, &scratch{mapBuf: make([]uint32, 8), fdinfo: bpfsys.NewFdinfoFiles(&dir)})
 	if err != nil {
 		return fmt.Errorf("reading the iterator's own program info: %w", err)
 	}
@@ -249,8 +251,8 @@ func (r *reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) 
 		}
 		if s == nil || !rec.StatsKnown {
 			if !opened {
-				r.fdinfo.open()
-				defer r.scratch.fdinfo.release()
+				r.fdinfo.Open()
+				defer r.scratch.fdinfo.Release()
 				opened = true
 			}
 			p, ns, err := readProg(rec.ID, s, bootWall, &r.scratch)
@@ -346,7 +348,7 @@ func (r *reader) readIterOnce(bootWall time.Time, st *ScanStats) ([]ProgramStat,
 		if !full.Whole || !full.StaticKnown || !full.StatsKnown {
 			// As in readIter: what the record lacks is read by syscall.
 			if !opened {
-				r.fdinfo.open()
+				r.fdinfo.Open()
 				opened = true
 			}
 			p, s, err := readProg(full.ID, nil, bootWall, &r.scratch)
@@ -374,7 +376,7 @@ func (r *reader) readIterOnce(bootWall time.Time, st *ScanStats) ([]ProgramStat,
 		metas = append(metas, metaFromRecord(full))
 	})
 	if opened {
-		r.scratch.fdinfo.release()
+		r.scratch.fdinfo.Release()
 	}
 	switch {
 	case checkErr != nil:

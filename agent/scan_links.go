@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
 	"github.com/bpfleet/bpfleet/probes/linkstats"
 )
 
@@ -143,9 +144,9 @@ func (r *reader) linksFromIter(st *ScanStats) ([]Link, error) {
 			}
 			continue
 		}
-		var info linkInfo
+		var info bpfsys.LinkInfo
 		if c == nil || c.missedKnown {
-			info = linkInfo{Type: rec.Type, ID: rec.ID, ProgID: rec.ProgID, U: rec.Info}
+			info = bpfsys.LinkInfo{Type: rec.Type, ID: rec.ID, ProgID: rec.ProgID, U: rec.Info}
 		}
 		if c == nil {
 			n := min(rec.InfoSize, uint32(unsafe.Sizeof(info)))
@@ -159,7 +160,7 @@ func (r *reader) linksFromIter(st *ScanStats) ([]Link, error) {
 			if missed == nil {
 				missed = make([]uint64, 0, len(recs)-i)
 			}
-			missed = append(missed, info.missed())
+			missed = append(missed, kprobeMissed(&info))
 			l.Missed = &missed[len(missed)-1]
 		}
 		links = append(links, l)

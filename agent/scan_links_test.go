@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
 	"github.com/bpfleet/bpfleet/probes/linkstats"
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -93,9 +94,9 @@ func TestLinksIteratorMatchesSyscall(t *testing.T) {
 	// whole it must not make a single bpf() call.
 	clear(a.r.links)
 	a.r.lsrc.knownMax = 0
-	c0 := syscallCount.Load()
+	c0 := bpfsys.SyscallCount.Load()
 	it1 := read(a.r)
-	calls := syscallCount.Load() - c0
+	calls := bpfsys.SyscallCount.Load() - c0
 	whole := true
 	for _, r := range a.r.lsrc.recs {
 		whole = whole && r.Known && r.Whole
@@ -233,12 +234,12 @@ func BenchmarkLinks(b *testing.B) {
 				ls, err := a.r.readLinks(&st)
 				t1 := time.Now()
 				src := st.LinksSource
-				c0 := syscallCount.Load()
+				c0 := bpfsys.SyscallCount.Load()
 				sys.seq++
 				if _, err := sys.readLinks(&st); err != nil {
 					b.Fatal(err)
 				}
-				calls += syscallCount.Load() - c0
+				calls += bpfsys.SyscallCount.Load() - c0
 				tSys += time.Since(t1)
 				tIt += t1.Sub(t0)
 				if err != nil || src != ScanSourceIterator {

@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/bpfleet/bpfleet/agent/internal/stats"
 	"github.com/bpfleet/bpfleet/test/steady"
 )
 
@@ -16,9 +17,7 @@ import (
 // answer needs stats off outside the agent's windows.
 func skipIfStatsOn(t *testing.T) {
 	t.Helper()
-	c := &statsCtl{}
-	defer c.close()
-	on, err := c.statsOnLocked()
+	on, err := stats.On()
 	if err != nil {
 		t.Skipf("cannot test-run a program: %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/bpfleet/bpfleet/agent/internal/prog"
 	"github.com/bpfleet/bpfleet/agent/owners"
 )
 
@@ -80,7 +81,7 @@ func (r *reader) netdevTarget(l *Link, ifindex uint32) {
 		l.TargetClass = c
 	}
 	if d.PeerNetns {
-		l.pod = &targetPod{kind: d.Kind, ifindex: d.Index, peerNetns: int64(d.PeerNetnsID) + 1}
+		l.Pod = &prog.TargetPod{Kind: d.Kind, Ifindex: d.Index, PeerNetns: int64(d.PeerNetnsID) + 1}
 	}
 }
 
@@ -107,7 +108,7 @@ func (r *reader) cgroupTarget(l *Link, id uint64) {
 	rel := strings.TrimPrefix(p, t.cgroupMount)
 	l.Target, l.TargetClass = p, owners.CgroupClass(rel)
 	if uid := owners.ParseCgroupPath(rel).PodUID; uid != "" {
-		l.pod = &targetPod{uid: uid}
+		l.Pod = &prog.TargetPod{UID: uid}
 	}
 }
 

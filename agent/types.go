@@ -1,146 +1,39 @@
 package agent
 
-import "time"
+import (
+	"time"
 
-// Program is one BPF program as one scan saw it: identity and cumulative
-// counters straight from bpf_prog_info, plus what the agent joined to it
-// (links, owners, iterator facts).
-//
-// Optional kernel fields are pointers: nil means the running kernel does not
-// expose the field (an older bpf_prog_info), which is not the same as zero.
-type Program struct {
-	ID   uint32 `json:"id"`
-	Name string `json:"name"`
-	Tag  string `json:"tag"`
-	// Type is the program type as the kernel names it, e.g. "tracing",
-	// "raw_tracepoint", "kprobe", "xdp".
-	Type string `json:"type"`
-	// AttachType is the attach type as a user writes it in a SEC() name:
-	// fentry, fexit, fmod_ret, fentry.s, lsm, tp_btf, raw_tp, tracepoint,
-	// kprobe, kretprobe, kprobe.multi, uprobe, iter, xdp, tcx_ingress, ...
-	// "unattached" when no link or attachment names one.
-	AttachType string `json:"attach_type"`
-	// AttachTarget is the function, tracepoint, interface or cgroup the
-	// program is attached to, empty when unknown.
-	AttachTarget string `json:"attach_target"`
-	// TargetClass is AttachTarget with what names one instance replaced by
-	// its class, what the workload metrics level keys series by: a cgroup
-	// by its pod's workload (namespace/kind/name) or QoS class
-	// (kubepods/burstable), its runtime or its systemd slice; an interface
-	// made per pod by its pod's workload or its driver and name prefix
-	// (veth:lxc*); a binary's path without pid or container id (see
-	// owners.CgroupClass, NetdevClass, PathClass and exporter/METRICS.md).
-	// Empty when AttachTarget has no such part.
-	TargetClass string `json:"target_class,omitempty"`
-	// Sleepable is nil when the kernel gave no answer.
-	Sleepable *bool `json:"sleepable"`
-	// MissKind says what a recursion miss of this program means on this
-	// kernel: recursion, contention-possible, unknown or none (see README).
-	MissKind string `json:"miss_kind"`
+	"github.com/bpfleet/bpfleet/agent/internal/prog"
+	"github.com/bpfleet/bpfleet/agent/internal/stats"
+	"github.com/bpfleet/bpfleet/internal/config"
+)
 
-	LoadTime      time.Time `json:"load_time"`
-	UID           *uint32   `json:"uid"`
-	MapIDs        []uint32  `json:"map_ids"`
-	BTFID         uint32    `json:"btf_id,omitempty"`
-	JitedSize     uint32    `json:"jited_size"`
-	XlatedSize    uint32    `json:"xlated_size"`
-	Memlock       *uint64   `json:"memlock"`
-	VerifiedInsns *uint32   `json:"verified_insns"`
+// The per-program types live in agent/internal/prog, below the stats
+// package that needs them too; the aliases keep them agent.Program,
+// agent.Link... for consumers.
+type (
+	Program     = prog.Program
+	Link        = prog.Link
+	Owner       = prog.Owner
+	Rates       = prog.Rates
+	ProgramStat = prog.ProgramStat
+	ProfileStat = prog.ProfileStat
+)
 
-	RunCount        uint64  `json:"run_count"`
-	RunTimeNs       uint64  `json:"run_time_ns"`
-	RecursionMisses *uint64 `json:"recursion_misses"`
+// Run-time stats' state and tax live in agent/internal/stats, which
+// controls stats and computes them; re-exported here for consumers.
+type (
+	StatsState     = stats.StatsState
+	StatsCost      = stats.StatsCost
+	StatsTax       = stats.StatsTax
+	ProgramTypeTax = stats.ProgramTypeTax
+)
 
-	Links  []Link   `json:"links"`
-	Owners []Owner  `json:"owners"`
-	Pins   []string `json:"pins,omitempty"`
-}
-
-// Link is one bpf_link and what its info says about the attachment.
-type Link struct {
-	ID     uint32 `json:"id"`
-	ProgID uint32 `json:"prog_id"`
-	// Type is the link type: tracing, raw_tracepoint, perf_event,
-	// kprobe_multi, uprobe_multi, xdp, tcx, cgroup, netns, iter, ...
-	Type       string `json:"type"`
-	AttachType string `json:"attach_type"`
-	// Target is the function, tracepoint, binary, interface or cgroup
-	// (its path; cgroup:<id> when the agent cannot open it by id).
-	Target string `json:"target"`
-	// TargetClass is Target's class (as Program.TargetClass); empty when
-	// Target has nothing per instance.
-	TargetClass string `json:"target_class,omitempty"`
-	// Missed is the kprobe's own missed counter (perf_event kprobe and
-	// kprobe_multi links, Linux 6.7+); nil when the kernel has none.
-	Missed *uint64 `json:"missed"`
-	// pod is what the target says about the pod it belongs to, for the
-	// attribution to name the pod's workload; nil for most links (a
-	// pointer: every scan copies every link).
-	pod *targetPod
-}
-
-// targetPod is what a cgroup or interface target says about its pod: the
-// pod UID in a cgroup's path, or for an interface whose other end is in
-// another network namespace (a CNI's host end) the interface and that
-// namespace's id (plus one: 0 is none).
-type targetPod struct {
-	uid       string
-	kind      string // the interface's driver
-	ifindex   int
-	peerNetns int64
-}
-
-// Owner is a process that holds an fd of the program or of one of its links.
-type Owner struct {
-	PID         int    `json:"pid"`
-	Comm        string `json:"comm"`
-	Exe         string `json:"exe,omitempty"`
-	Cgroup      string `json:"cgroup,omitempty"`
-	ContainerID string `json:"container_id"`
-	// Runtime is the container runtime the cgroup path names:
-	// containerd, cri-o, docker, podman.
-	Runtime string `json:"runtime,omitempty"`
-	PodUID  string `json:"pod_uid"`
-	// Pod fields are filled by an optional Kubernetes resolver.
-	PodName       string `json:"pod_name,omitempty"`
-	PodNamespace  string `json:"pod_namespace,omitempty"`
-	ContainerName string `json:"container_name,omitempty"`
-	// WorkloadKind and WorkloadName name the pod's controller, what stays
-	// when the pod is replaced: DaemonSet, Deployment (a ReplicaSet's
-	// owner), StatefulSet, Job, CronJob, ... Empty for a pod no controller
-	// owns.
-	WorkloadKind string `json:"workload_kind,omitempty"`
-	WorkloadName string `json:"workload_name,omitempty"`
-	// Via says how the ownership was found: "fd" (holds the program's fd),
-	// "link" (holds only a link of it) or "attachment" (no process holds
-	// it; the container is the one whose cgroup it is attached to).
-	Via string `json:"via"`
-}
-
-// Rates are one interval's deltas of a program's (or an aggregate's)
-// cumulative counters and the rates derived from them.
-type Rates struct {
-	Runs      uint64 `json:"runs"`
-	RunTimeNs uint64 `json:"run_time_ns"`
-	Misses    uint64 `json:"misses"`
-	// LinkMissed is the delta of the links' kprobe missed counters.
-	LinkMissed   uint64  `json:"link_missed"`
-	RunsPerSec   float64 `json:"runs_per_sec"`
-	NsPerRun     float64 `json:"ns_per_run"`
-	CPUShare     float64 `json:"cpu_share"` // fraction of one CPU, 1.0 = one whole CPU
-	MissesPerSec float64 `json:"misses_per_sec"`
-}
-
-// ProgramStat is a program with its interval rates.
-type ProgramStat struct {
-	Program
-	Delta Rates `json:"delta"`
-	// New is true in the first snapshot that saw this program: its delta is
-	// zero because there is no earlier sample to subtract.
-	New bool `json:"new"`
-	// Profile is set for programs chosen by Config.Profile.
-	Profile *ProfileStat `json:"profile,omitempty"`
-}
+// What an interval's run counts are (StatsState.Counts).
+const (
+	CountsExact   = stats.CountsExact
+	CountsSampled = stats.CountsSampled
+)
 
 // AttachTypeStat aggregates the programs of one attach type.
 type AttachTypeStat struct {
@@ -236,45 +129,6 @@ func (e *Episode) MissRatio() float64 {
 	}
 	return float64(e.Misses) / float64(e.Misses+e.Runs)
 }
-
-// StatsState says whether the kernel accrues run_time_ns / run_cnt, and why.
-type StatsState struct {
-	// Enabled is true while the kernel counts run time: the agent holds a
-	// BPF_ENABLE_STATS fd or kernel.bpf_stats_enabled is 1.
-	Enabled bool `json:"enabled"`
-	// HeldByAgent is true when this agent holds a BPF_ENABLE_STATS fd.
-	HeldByAgent bool `json:"held_by_agent"`
-	// Sysctl is the value of kernel.bpf_stats_enabled; it counts every
-	// holder, this agent included, so a value above what the agent holds
-	// means someone else enabled stats too. -1 when unreadable.
-	Sysctl int `json:"sysctl"`
-	// Error says why the agent could not enable stats, if it could not.
-	Error string `json:"error,omitempty"`
-	// Mode is the agent's --stats mode: always, sampled or off; empty when
-	// the agent leaves stats alone (one-shot list).
-	Mode StatsMode `json:"mode"`
-	// Window and Period are the sampled mode's: stats on for Window of
-	// each Period; run counts and run time are scaled from the windows.
-	Window time.Duration `json:"window_ns,omitempty"`
-	Period time.Duration `json:"period_ns,omitempty"`
-	// HeldElsewhere is true when the last look found stats on while this
-	// agent held no fd (another tool's BPF_ENABLE_STATS fd, or the
-	// sysctl): the tax is not this agent's, and in sampled mode the
-	// intervals such a holder spans count exactly (Counts).
-	HeldElsewhere bool `json:"held_elsewhere,omitempty"`
-	// Counts says what the interval's run counts and run times are:
-	// CountsExact (the kernel counted every run: stats on throughout, by
-	// the agent's fd or another holder's) or CountsSampled (scaled from
-	// the stats windows, in whole or in part). Empty when the agent does
-	// not count runs (off mode, stats refused, one-shot list).
-	Counts string `json:"counts,omitempty"`
-}
-
-// What an interval's run counts are (StatsState.Counts).
-const (
-	CountsExact   = "exact"
-	CountsSampled = "sampled"
-)
 
 // KernelInfo describes the node's kernel and CPU.
 type KernelInfo struct {
@@ -383,3 +237,17 @@ type Snapshot struct {
 	// StatsCosts are the measured stats costs per run (calibration).
 	StatsCosts []StatsCost `json:"stats_costs,omitempty"`
 }
+
+// StatsMode is the agent's --stats (internal/config validates it).
+type StatsMode = config.StatsMode
+
+// Stats modes: how long the agent keeps BPF run-time stats on.
+const (
+	// StatsAlways holds a BPF_ENABLE_STATS fd for the agent's life.
+	StatsAlways = config.StatsAlways
+	// StatsSampled holds the fd for a window of each period; run counts
+	// and run time are scaled from the windows.
+	StatsSampled = config.StatsSampled
+	// StatsOff never enables stats: misses, attach types and owners only.
+	StatsOff = config.StatsOff
+)

@@ -101,7 +101,7 @@ func TestOpenAPICoversRoutes(t *testing.T) {
 
 // TestOpenAPISchemasMatchTypes: each documented schema has exactly the JSON
 // fields of the Go type it describes, so the document cannot drift from
-// agent/types.go silently.
+// agent/types.go (and the types it re-exports) silently.
 func TestOpenAPISchemasMatchTypes(t *testing.T) {
 	d := loadDoc(t)
 	for name, v := range map[string]any{

@@ -32,7 +32,7 @@ type listOutput struct {
 	Programs    []agent.Program        `json:"programs"`
 	AttachTypes []agent.AttachTypeStat `json:"attach_types"`
 	Scan        agent.ScanStats        `json:"scan"`
-	// StatsTax and AgentCPUShare: what watching costs (see statstax.go).
+	// StatsTax and AgentCPUShare: what watching costs (see agent/internal/stats/statstax.go).
 	StatsTax      agent.StatsTax `json:"stats_tax"`
 	AgentCPUShare float64        `json:"agent_cpu_share"`
 }

@@ -1,4 +1,4 @@
-package agent
+package stats
 
 import (
 	"fmt"
@@ -13,21 +13,7 @@ import (
 	"github.com/bpfleet/bpfleet/internal/sysfile"
 )
 
-// StatsMode is the agent's --stats (internal/config validates it).
-type StatsMode = config.StatsMode
-
-// Stats modes: how long the agent keeps BPF run-time stats on.
-const (
-	// StatsAlways holds a BPF_ENABLE_STATS fd for the agent's life.
-	StatsAlways = config.StatsAlways
-	// StatsSampled holds the fd for a window of each period; run counts
-	// and run time are scaled from the windows.
-	StatsSampled = config.StatsSampled
-	// StatsOff never enables stats: misses, attach types and owners only.
-	StatsOff = config.StatsOff
-)
-
-// statsCtl switches the agent's BPF_ENABLE_STATS holder on and off as the
+// Ctl switches the agent's BPF_ENABLE_STATS holder on and off as the
 // mode says. In sampled mode it also keeps the record a sampled estimate
 // needs (statsLine): when the agent held its fd, and what a look at the
 // kernel without it found (another holder keeping stats on, or not), made
@@ -35,8 +21,8 @@ const (
 // at every scan. The kernel counts runs only while some holder exists, so
 // the runs counted over a stretch divided by the time the kernel counted
 // is the run rate.
-type statsCtl struct {
-	mode           StatsMode
+type Ctl struct {
+	mode           config.StatsMode
 	window, period time.Duration
 	now            func() time.Time
 
@@ -60,7 +46,9 @@ type statsCtl struct {
 // counted those runs.
 const lookEvery = time.Second
 
-func newStatsCtl(mode StatsMode, window, period time.Duration, now func() time.Time) *statsCtl {
+// NewCtl starts controlling stats as mode says (sampled: window of each
+// period, timed by now).
+func NewCtl(mode config.StatsMode, window, period time.Duration, now func() time.Time) *Ctl {
 	if window <= 0 {
 		window = config.DefaultStatsWindow
 	}
@@ -70,11 +58,11 @@ func newStatsCtl(mode StatsMode, window, period time.Duration, now func() time.T
 	if window > period {
 		window = period
 	}
-	c := &statsCtl{mode: mode, window: window, period: period, now: now}
+	c := &Ctl{mode: mode, window: window, period: period, now: now}
 	switch mode {
-	case StatsAlways:
+	case config.StatsAlways:
 		c.open()
-	case StatsSampled:
+	case config.StatsSampled:
 		c.line = newStatsLine(now())
 		c.stop, c.done = make(chan struct{}), make(chan struct{})
 		go c.sample()
@@ -82,14 +70,32 @@ func newStatsCtl(mode StatsMode, window, period time.Duration, now func() time.T
 	return c
 }
 
+// Window is sampled mode's window: stats on for Window of each period.
+func (c *Ctl) Window() time.Duration { return c.window }
+
+// Held says whether the agent holds its BPF_ENABLE_STATS fd now.
+func (c *Ctl) Held() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.holder != nil
+}
+
+// On says whether the kernel counts run time now, without a Ctl: one look
+// (the canary's test run), for callers that need stats off.
+func On() (bool, error) {
+	c := &Ctl{}
+	defer c.Close()
+	return c.statsOnLocked()
+}
+
 // open takes a stats fd unless one is held or the controller is paused.
-func (c *statsCtl) open() {
+func (c *Ctl) open() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.openLocked()
 }
 
-func (c *statsCtl) openLocked() {
+func (c *Ctl) openLocked() {
 	if c.holder != nil || c.paused {
 		return
 	}
@@ -103,13 +109,13 @@ func (c *statsCtl) openLocked() {
 	c.record(statsEvent{t: c.now(), held: true})
 }
 
-func (c *statsCtl) closeFd() {
+func (c *Ctl) closeFd() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closeLocked()
 }
 
-func (c *statsCtl) closeLocked() {
+func (c *Ctl) closeLocked() {
 	if c.holder == nil {
 		return
 	}
@@ -119,7 +125,7 @@ func (c *statsCtl) closeLocked() {
 }
 
 // record adds e to the sampled mode's line.
-func (c *statsCtl) record(e statsEvent) {
+func (c *Ctl) record(e statsEvent) {
 	if c.line != nil {
 		c.line.add(e)
 	}
@@ -128,7 +134,7 @@ func (c *statsCtl) record(e statsEvent) {
 // lookLocked looks whether stats are on without the agent, unless it
 // holds its fd (then stats are on whoever else holds them) or is paused
 // (the calibration switches stats itself).
-func (c *statsCtl) lookLocked() {
+func (c *Ctl) lookLocked() {
 	if c.holder != nil || c.paused {
 		return
 	}
@@ -146,7 +152,7 @@ func (c *statsCtl) lookLocked() {
 
 // sample opens a window at the start of each period, looking for another
 // holder before and after it and every lookEvery between windows.
-func (c *statsCtl) sample() {
+func (c *Ctl) sample() {
 	defer close(c.done)
 	for {
 		c.mu.Lock()
@@ -176,7 +182,7 @@ func (c *statsCtl) sample() {
 }
 
 // wait sleeps d, false when the controller is closed meanwhile.
-func (c *statsCtl) wait(d time.Duration) bool {
+func (c *Ctl) wait(d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -187,7 +193,7 @@ func (c *statsCtl) wait(d time.Duration) bool {
 	}
 }
 
-func (c *statsCtl) statsOnLocked() (bool, error) {
+func (c *Ctl) statsOnLocked() (bool, error) {
 	if c.canary == nil {
 		p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 			Name: "bpfleet_statson", Type: ebpf.SocketFilter, License: "GPL",
@@ -214,7 +220,7 @@ func (c *statsCtl) statsOnLocked() (bool, error) {
 
 // pause releases the agent's fd (the stats tax calibration needs stats
 // off) until resume.
-func (c *statsCtl) pause() {
+func (c *Ctl) pause() {
 	if c == nil {
 		return
 	}
@@ -227,7 +233,7 @@ func (c *statsCtl) pause() {
 	c.record(statsEvent{t: c.now(), look: lookUnknown})
 }
 
-func (c *statsCtl) resume() {
+func (c *Ctl) resume() {
 	if c == nil {
 		return
 	}
@@ -235,15 +241,15 @@ func (c *statsCtl) resume() {
 	defer c.mu.Unlock()
 	c.paused = false
 	switch c.mode {
-	case StatsAlways:
+	case config.StatsAlways:
 		c.openLocked()
-	case StatsSampled:
+	case config.StatsSampled:
 		c.lookLocked()
 	}
 }
 
 // setElsewhere records what a measurement found out about other holders.
-func (c *statsCtl) setElsewhere(v bool) {
+func (c *Ctl) setElsewhere(v bool) {
 	if c == nil {
 		return
 	}
@@ -252,9 +258,9 @@ func (c *statsCtl) setElsewhere(v bool) {
 	c.mu.Unlock()
 }
 
-// coverage hands a scan the record of its interval (sampled mode; zero
+// Coverage hands a scan the record of its interval (sampled mode; zero
 // otherwise), its events copied into buf.
-func (c *statsCtl) coverage(buf []statsEvent) coverage {
+func (c *Ctl) Coverage(buf []statsEvent) coverage {
 	if c == nil || c.line == nil {
 		return coverage{}
 	}
@@ -263,8 +269,8 @@ func (c *statsCtl) coverage(buf []statsEvent) coverage {
 	return c.line.take(c.now(), buf)
 }
 
-// state is the stats state, sysctl the value of kernel.bpf_stats_enabled.
-func (c *statsCtl) state(sysctl int) StatsState {
+// State is the stats state, sysctl the value of kernel.bpf_stats_enabled.
+func (c *Ctl) State(sysctl int) StatsState {
 	st := StatsState{Sysctl: sysctl}
 	if c == nil {
 		st.Enabled = st.Sysctl > 0
@@ -273,27 +279,28 @@ func (c *statsCtl) state(sysctl int) StatsState {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st.Mode = c.mode
-	if c.mode == StatsSampled {
+	if c.mode == config.StatsSampled {
 		st.Window, st.Period = c.window, c.period
 	}
 	st.HeldByAgent = c.holder != nil
 	if c.lastErr != nil {
 		st.Error = c.lastErr.Error()
 	}
-	if c.mode != StatsAlways {
+	if c.mode != config.StatsAlways {
 		// Off and sampled modes look at each scan (three cheap bpf()
 		// calls): the scan's interval ends with what stats are now.
 		c.lookLocked()
 	}
 	st.HeldElsewhere = c.elsewhere || st.Sysctl > 0
-	st.Enabled = st.HeldByAgent || st.HeldElsewhere || (c.mode == StatsSampled && c.lastErr == nil)
-	if c.mode == StatsAlways && (st.HeldByAgent || st.HeldElsewhere) {
+	st.Enabled = st.HeldByAgent || st.HeldElsewhere || (c.mode == config.StatsSampled && c.lastErr == nil)
+	if c.mode == config.StatsAlways && (st.HeldByAgent || st.HeldElsewhere) {
 		st.Counts = CountsExact // sampled mode: the scan's coverage says
 	}
 	return st
 }
 
-func (c *statsCtl) err() error {
+// Err is why the agent could not enable stats the last time it tried.
+func (c *Ctl) Err() error {
 	if c == nil {
 		return nil
 	}
@@ -302,7 +309,8 @@ func (c *statsCtl) err() error {
 	return c.lastErr
 }
 
-func (c *statsCtl) close() {
+// Close releases the fd and stops the sampled windows.
+func (c *Ctl) Close() {
 	if c == nil {
 		return
 	}
@@ -320,23 +328,25 @@ func (c *statsCtl) close() {
 	}
 }
 
-// sysctlReader reads kernel.bpf_stats_enabled (parsed by sysfile.Int, as
+// SysctlReader reads kernel.bpf_stats_enabled (parsed by sysfile.Int, as
 // bench.StatsSysctl does) through one fd it keeps open: a pread per scan
 // instead of os.ReadFile's
 // open, fstat, two reads and close, which cost a scan of 1,000 idle
 // programs as much as comparing all of them.
-type sysctlReader struct {
+type SysctlReader struct {
 	path string
 	fd   int // -1: not open
 	buf  [24]byte
 }
 
-func newSysctlReader(procRoot string) *sysctlReader {
-	return &sysctlReader{path: procRoot + "/sys/kernel/bpf_stats_enabled", fd: -1}
+// NewSysctlReader reads procRoot's kernel.bpf_stats_enabled, opened on
+// first read.
+func NewSysctlReader(procRoot string) *SysctlReader {
+	return &SysctlReader{path: procRoot + "/sys/kernel/bpf_stats_enabled", fd: -1}
 }
 
-// read returns the value, -1 when unreadable.
-func (s *sysctlReader) read() int {
+// Read returns the value, -1 when unreadable.
+func (s *SysctlReader) Read() int {
 	if s.fd < 0 {
 		fd, err := unix.Open(s.path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
@@ -346,13 +356,14 @@ func (s *sysctlReader) read() int {
 	}
 	n, err := unix.Pread(s.fd, s.buf[:], 0)
 	if err != nil {
-		s.close() // opened again at the next scan
+		s.Close() // opened again at the next scan
 		return -1
 	}
 	return sysfile.Int(s.buf[:max(n, 0)])
 }
 
-func (s *sysctlReader) close() {
+// Close closes the kept fd.
+func (s *SysctlReader) Close() {
 	if s != nil && s.fd >= 0 {
 		unix.Close(s.fd)
 		s.fd = -1

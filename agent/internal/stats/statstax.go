@@ -1,10 +1,12 @@
-package agent
+package stats
 
 import (
 	"slices"
 	"sort"
 	"time"
 
+	"github.com/bpfleet/bpfleet/agent/internal/prog"
+	"github.com/bpfleet/bpfleet/internal/config"
 	"golang.org/x/sys/unix"
 )
 
@@ -71,7 +73,7 @@ var tracingTypes = []string{"tracing", "raw_tracepoint", "raw_tracepoint_writabl
 
 // costFor picks the stats cost per run for p: its attach type's own
 // figure, else the figure of the nearest measured kind.
-func costFor(p *Program, costs map[string]float64) (float64, string, bool) {
+func costFor(p *prog.Program, costs map[string]float64) (float64, string, bool) {
 	if ns, ok := costs[p.AttachType]; ok {
 		return ns, p.AttachType, true
 	}
@@ -95,9 +97,9 @@ func costFor(p *Program, costs map[string]float64) (float64, string, bool) {
 	return 0, "", false
 }
 
-// computeTax sums runs/s × cost per run over programs. dt 0 (one scan)
+// ComputeTax sums runs/s × cost per run over programs. dt 0 (one scan)
 // takes each program's runs since its load.
-func computeTax(progs []*ProgramStat, costs []StatsCost, st StatsState, dt time.Duration, now time.Time) StatsTax {
+func ComputeTax(progs []*prog.ProgramStat, costs []StatsCost, st StatsState, dt time.Duration, now time.Time) StatsTax {
 	byKind := map[string]float64{}
 	elsewhere := false
 	for _, c := range costs {
@@ -158,18 +160,18 @@ func computeTax(progs []*ProgramStat, costs []StatsCost, st StatsState, dt time.
 // done, the whole answer when there is no figure to sum.
 func taxHead(st StatsState, byKind map[string]float64, elsewhere bool, dt time.Duration) (tax StatsTax, done bool) {
 	switch st.Mode {
-	case StatsAlways:
+	case config.StatsAlways:
 		tax.Duty = 1
-	case StatsSampled:
+	case config.StatsSampled:
 		if st.Period > 0 {
 			tax.Duty = float64(st.Window) / float64(st.Period)
 		}
 	}
-	if !st.HeldByAgent && st.Mode == StatsAlways {
+	if !st.HeldByAgent && st.Mode == config.StatsAlways {
 		tax.Duty = 0 // stats refused: the agent pays nothing
 	}
 	switch {
-	case st.Mode == StatsOff:
+	case st.Mode == config.StatsOff:
 		tax.Known, tax.Reason = true, "stats off: no tax from bpfleet"
 		if st.HeldElsewhere {
 			tax.Reason = "stats off in bpfleet, but held elsewhere: that tax is another tool's"
@@ -186,7 +188,7 @@ func taxHead(st StatsState, byKind map[string]float64, elsewhere bool, dt time.D
 	switch {
 	case dt <= 0:
 		tax.RatesSince = "load"
-	case st.Mode == StatsSampled:
+	case st.Mode == config.StatsSampled:
 		tax.RatesSince = "windows"
 	default:
 		tax.RatesSince = "interval"
@@ -194,8 +196,8 @@ func taxHead(st StatsState, byKind map[string]float64, elsewhere bool, dt time.D
 	return tax, false
 }
 
-// processCPU is the calling process's CPU time (user + system).
-func processCPU() time.Duration {
+// ProcessCPU is the calling process's CPU time (user + system).
+func ProcessCPU() time.Duration {
 	var ru unix.Rusage
 	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
 		return 0

@@ -1,4 +1,4 @@
-package agent
+package bpfsys
 
 import (
 	"bytes"
@@ -8,16 +8,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// fdinfoDir is /proc/self/fdinfo, held open so that fdinfo entries are
+// FdinfoDir is /proc/self/fdinfo, held open so that fdinfo entries are
 // opened relative to it: that spares the kernel resolving /proc/self for
 // every program of a first scan.
-type fdinfoDir struct {
+type FdinfoDir struct {
 	dir int // -1 until first use
 }
 
-// open opens the directory once, before any fdinfoFiles read (they share
+// NewFdinfoDir returns a directory not opened yet: Open opens it on first
+// use.
+func NewFdinfoDir() FdinfoDir { return FdinfoDir{dir: -1} }
+
+// Open opens the directory once, before any FdinfoFiles read (they share
 // it from several goroutines and only read dir).
-func (d *fdinfoDir) open() {
+func (d *FdinfoDir) Open() {
 	if d.dir < 0 {
 		if dir, err := unix.Open("/proc/self/fdinfo", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
 			d.dir = dir
@@ -25,14 +29,15 @@ func (d *fdinfoDir) open() {
 	}
 }
 
-func (d *fdinfoDir) close() {
+// Close closes the directory; a later Open opens it again.
+func (d *FdinfoDir) Close() {
 	if d.dir >= 0 {
 		unix.Close(d.dir)
 		d.dir = -1
 	}
 }
 
-// fdinfoFiles reads the "memlock:" line of our own fdinfo, the only place
+// FdinfoFiles reads the "memlock:" line of our own fdinfo, the only place
 // the kernel reports a program's memory charge. Opening and closing
 // /proc/self/fdinfo/N was most of a first read's cost, so one goroutine
 // keeps the file of each fd number it used open for the length of a scan:
@@ -40,22 +45,28 @@ func (d *fdinfoDir) close() {
 // scan that opens and closes one program at a time reuses the same few fd
 // numbers. A reused file is trusted only when its prog_id line names the
 // program expected; otherwise (a kernel without that line) it is reopened.
-type fdinfoFiles struct {
-	dir   *fdinfoDir
+type FdinfoFiles struct {
+	dir   *FdinfoDir
 	files map[int]int // fd number → our open fdinfo file for it
 }
 
-// memlock returns the memlock of program id, open as fd by the caller for
+// NewFdinfoFiles returns the kept files of one goroutine, opened relative
+// to dir.
+func NewFdinfoFiles(dir *FdinfoDir) FdinfoFiles {
+	return FdinfoFiles{dir: dir, files: map[int]int{}}
+}
+
+// Memlock returns the memlock of program id, open as fd by the caller for
 // the whole call (so no other goroutine can hold that number meanwhile).
-func (f *fdinfoFiles) memlock(fd int, id uint32) (uint64, bool) {
+func (f *FdinfoFiles) Memlock(fd int, id uint32) (uint64, bool) {
 	var buf [512]byte
 	if file, ok := f.files[fd]; ok {
 		if b, ok := preadAt0(file, buf[:]); ok {
-			if pid, ok := fdinfoField(b, "prog_id:"); ok && pid == uint64(id) {
-				return fdinfoField(b, "memlock:")
+			if pid, ok := FdinfoField(b, "prog_id:"); ok && pid == uint64(id) {
+				return FdinfoField(b, "memlock:")
 			}
 		}
-		closeFD(file)
+		CloseFD(file)
 		delete(f.files, fd)
 	}
 	if f.dir.dir < 0 { // procfs unreadable: the reader opened it before any call
@@ -64,34 +75,34 @@ func (f *fdinfoFiles) memlock(fd int, id uint32) (uint64, bool) {
 	var name [24]byte
 	nb := strconv.AppendInt(name[:0], int64(fd), 10)
 	name[len(nb)] = 0
-	syscallCount.Add(1)
+	SyscallCount.Add(1)
 	file, _, errno := unix.RawSyscall6(unix.SYS_OPENAT, uintptr(f.dir.dir), uintptr(unsafe.Pointer(&name[0])), unix.O_RDONLY|unix.O_CLOEXEC, 0, 0, 0)
 	if errno != 0 {
 		return 0, false
 	}
 	b, ok := preadAt0(int(file), buf[:])
 	if !ok {
-		closeFD(int(file))
+		CloseFD(int(file))
 		return 0, false
 	}
-	if pid, ok := fdinfoField(b, "prog_id:"); ok && pid == uint64(id) {
+	if pid, ok := FdinfoField(b, "prog_id:"); ok && pid == uint64(id) {
 		f.files[fd] = int(file)
 	} else {
-		closeFD(int(file))
+		CloseFD(int(file))
 	}
-	return fdinfoField(b, "memlock:")
+	return FdinfoField(b, "memlock:")
 }
 
-// release closes every kept file: none outlives the scan.
-func (f *fdinfoFiles) release() {
+// Release closes every kept file: none outlives the scan.
+func (f *FdinfoFiles) Release() {
 	for _, file := range f.files {
-		closeFD(file)
+		CloseFD(file)
 	}
 	clear(f.files)
 }
 
 func preadAt0(fd int, buf []byte) ([]byte, bool) {
-	syscallCount.Add(1)
+	SyscallCount.Add(1)
 	n, _, errno := unix.RawSyscall6(unix.SYS_PREAD64, uintptr(fd), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), 0, 0, 0)
 	if errno != 0 || n == 0 {
 		return nil, false
@@ -99,8 +110,8 @@ func preadAt0(fd int, buf []byte) ([]byte, bool) {
 	return buf[:n], true
 }
 
-// fdinfoField returns the unsigned value of a "key:\tvalue" line.
-func fdinfoField(b []byte, key string) (uint64, bool) {
+// FdinfoField returns the unsigned value of a "key:\tvalue" line.
+func FdinfoField(b []byte, key string) (uint64, bool) {
 	for len(b) > 0 {
 		line := b
 		if i := bytes.IndexByte(b, '\n'); i >= 0 {

@@ -1,11 +1,13 @@
-package agent
+package stats
 
 import (
 	"math"
 	"time"
+
+	"github.com/bpfleet/bpfleet/agent/internal/prog"
 )
 
-// sampler turns sampled mode's kernel counts into estimates that only
+// Sampler turns sampled mode's kernel counts into estimates that only
 // grow. Per program, runs (and run time) over at least half a window of
 // counted time (the agent's windows, and any time another holder kept
 // stats on: the scan's coverage says how long), divided by that time, is
@@ -21,19 +23,19 @@ import (
 // no rate yet it gets what the kernel counted, and the time is owed: the
 // first rate measured pays it back, so the program is counted from its
 // baseline (or its load) however late the first measurement closes.
-type sampler struct {
+type Sampler struct {
 	window   time.Duration
 	prevScan time.Time
 	cov      coverage
-	interval statsSpan // the whole interval's
-	buf      []statsEvent
+	interval statsSpan    // the whole interval's
+	Buf      []statsEvent // the events buffer Ctl.Coverage fills, reused
 	ps       map[uint32]*sampled
 }
 
 type sampled struct {
-	est                  counters // runs and runTime: the estimate handed out
-	rated                bool     // runsPerSec and nsPerSec are measured
-	runsPerSec, nsPerSec float64  // per second
+	est                  prog.Counters // runs and runTime: the estimate handed out
+	rated                bool          // runsPerSec and nsPerSec are measured
+	runsPerSec, nsPerSec float64       // per second
 	pendingOn            time.Duration
 	pendingRuns, pendNs  uint64
 	// owed is time whose runs got only the kernel's count because no rate
@@ -42,16 +44,18 @@ type sampled struct {
 	owedRuns, owedNs uint64
 }
 
-func newSampler(window time.Duration) *sampler {
-	return &sampler{window: window, ps: map[uint32]*sampled{}}
+// NewSampler returns a sampler for windows of the given length, with no
+// program seen yet.
+func NewSampler(window time.Duration) *Sampler {
+	return &Sampler{window: window, ps: map[uint32]*sampled{}}
 }
 
-// begin takes the coverage of the interval since the previous scan
-// (statsCtl.coverage, into the sampler's buf) and returns what its counts
+// Begin takes the coverage of the interval since the previous scan
+// (Ctl.Coverage, into the sampler's Buf) and returns what its counts
 // are: exact when the kernel counted every run of it.
-func (s *sampler) begin(cov coverage, prevScan time.Time) string {
+func (s *Sampler) Begin(cov coverage, prevScan time.Time) string {
 	s.cov = cov
-	s.buf = cov.events
+	s.Buf = cov.events
 	s.prevScan = prevScan
 	s.interval = s.cov.span(s.cov.from, s.cov.to)
 	if s.interval.exact() {
@@ -60,9 +64,9 @@ func (s *sampler) begin(cov coverage, prevScan time.Time) string {
 	return CountsSampled
 }
 
-// program replaces p's run counters and the interval delta d by their
+// Program replaces p's run counters and the interval delta d by their
 // estimates.
-func (s *sampler) program(p *Program, d Rates, dt time.Duration) Rates {
+func (s *Sampler) Program(p *prog.Program, d prog.Rates, dt time.Duration) prog.Rates {
 	st, ok := s.ps[p.ID]
 	if !ok {
 		st = &sampled{}
@@ -70,7 +74,7 @@ func (s *sampler) program(p *Program, d Rates, dt time.Duration) Rates {
 		if s.prevScan.IsZero() || p.LoadTime.Before(s.prevScan) {
 			// The baseline: the kernel's count so far (runs before the
 			// agent, or while another holder kept stats on) is history.
-			st.est = counters{runs: p.RunCount, runTime: p.RunTimeNs}
+			st.est = prog.Counters{Runs: p.RunCount, RunTime: p.RunTimeNs}
 			d.Runs, d.RunTimeNs = 0, 0
 			return d
 		}
@@ -83,15 +87,15 @@ func (s *sampler) program(p *Program, d Rates, dt time.Duration) Rates {
 	} else {
 		d.Runs, d.RunTimeNs = s.step(st, s.interval, dt, d.Runs, d.RunTimeNs)
 	}
-	st.est.runs += d.Runs
-	st.est.runTime += d.RunTimeNs
-	p.RunCount, p.RunTimeNs = st.est.runs, st.est.runTime
+	st.est.Runs += d.Runs
+	st.est.RunTime += d.RunTimeNs
+	p.RunCount, p.RunTimeNs = st.est.Runs, st.est.RunTime
 	return d
 }
 
 // step is one program's growth over a stretch of wall time whose kernel
 // counts grew by runs and ns.
-func (s *sampler) step(st *sampled, sp statsSpan, wall time.Duration, runs, ns uint64) (uint64, uint64) {
+func (s *Sampler) step(st *sampled, sp statsSpan, wall time.Duration, runs, ns uint64) (uint64, uint64) {
 	switch {
 	case sp.known() && (sp.counted() > 0 || runs == 0):
 		st.pendingOn += sp.counted()
@@ -122,8 +126,8 @@ func (s *sampler) step(st *sampled, sp statsSpan, wall time.Duration, runs, ns u
 		st.owedNs += ns
 	}
 	if st.rated && st.owed > 0 {
-		gotRuns += sub(scaled(st.runsPerSec, st.owed), st.owedRuns)
-		gotNs += sub(scaled(st.nsPerSec, st.owed), st.owedNs)
+		gotRuns += prog.Sub(scaled(st.runsPerSec, st.owed), st.owedRuns)
+		gotNs += prog.Sub(scaled(st.nsPerSec, st.owed), st.owedNs)
 		st.owed, st.owedRuns, st.owedNs = 0, 0, 0
 	}
 	return gotRuns, gotNs
@@ -134,8 +138,8 @@ func scaled(rate float64, d time.Duration) uint64 {
 	return uint64(math.Round(rate * d.Seconds()))
 }
 
-// end forgets vanished programs.
-func (s *sampler) end(present func(uint32) bool) {
+// End forgets vanished programs.
+func (s *Sampler) End(present func(uint32) bool) {
 	for id := range s.ps {
 		if !present(id) {
 			delete(s.ps, id)

@@ -1,9 +1,11 @@
-package agent
+package stats
 
 import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/bpfleet/bpfleet/agent/internal/prog"
 )
 
 var t0 = time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
@@ -76,9 +78,9 @@ func TestCoverageSpan(t *testing.T) {
 	}
 }
 
-// simNode drives a sampler through a simulated node: the agent's windows
+// simNode drives a Sampler through a simulated node: the agent's windows
 // of every period, another holder from holdFrom to holdTo, looks where
-// statsCtl makes them, and one program running at a steady rate from its
+// Ctl makes them, and one program running at a steady rate from its
 // load, whose kernel count grows only while some holder is on.
 type simNode struct {
 	window, period   time.Duration
@@ -87,7 +89,7 @@ type simNode struct {
 	loaded           time.Duration
 
 	line          *statsLine
-	smp           *sampler
+	smp           *Sampler
 	now, nextLook time.Duration
 	held          bool
 	counted       time.Duration // how long the kernel counted since the load
@@ -98,7 +100,7 @@ type simNode struct {
 
 func newSimNode(window, period time.Duration, rate float64, loaded time.Duration) *simNode {
 	return &simNode{window: window, period: period, rate: rate, loaded: loaded,
-		line: newStatsLine(t0), smp: newSampler(window), nextLook: -1}
+		line: newStatsLine(t0), smp: NewSampler(window), nextLook: -1}
 }
 
 func (n *simNode) other(t time.Duration) bool { return t >= n.holdFrom && t < n.holdTo }
@@ -149,21 +151,21 @@ type simScan struct {
 // kernel counts through the sampler.
 func (n *simNode) scan() (simScan, bool) {
 	n.look()
-	counts := n.smp.begin(n.line.take(t0.Add(n.now), n.smp.buf), scanTime(n.scanned, n.prevScan))
+	counts := n.smp.Begin(n.line.take(t0.Add(n.now), n.smp.Buf), scanTime(n.scanned, n.prevScan))
 	kernel := uint64(n.rate * n.counted.Seconds())
 	defer func() { n.prevScan, n.scanned, n.prevKernel = n.now, true, kernel }()
 	if n.now < n.loaded {
 		return simScan{}, false
 	}
-	// The delta as programDelta makes it: all of a program loaded since
+	// The delta as prog.ProgramDelta makes it: all of a program loaded since
 	// the previous scan, the growth of a known one.
-	d := Rates{Runs: kernel - n.prevKernel}
-	p := &Program{ID: 1, LoadTime: t0.Add(n.loaded), RunCount: kernel}
+	d := prog.Rates{Runs: kernel - n.prevKernel}
+	p := &prog.Program{ID: 1, LoadTime: t0.Add(n.loaded), RunCount: kernel}
 	dt := time.Duration(0)
 	if n.scanned {
 		dt = n.now - n.prevScan
 	}
-	d = n.smp.program(p, d, dt)
+	d = n.smp.Program(p, d, dt)
 	return simScan{est: p.RunCount, delta: d.Runs, kernelDelta: kernel - n.prevKernel,
 		truth: uint64(n.rate * (n.now - max(n.loaded, 0)).Seconds()), counts: counts, dt: dt}, true
 }

@@ -1,9 +1,9 @@
-package agent
+package stats
 
 import "time"
 
 // look is what one look at the kernel found about stats while the agent
-// held no fd of its own (statsCtl.statsOnLocked: a no-op program
+// held no fd of its own (Ctl.statsOnLocked: a no-op program
 // test-run): on (another holder, or the sysctl), off, or unknown (the look
 // failed, or the agent's stats calibration, which switches stats itself,
 // was running).

@@ -1,0 +1,215 @@
+// Package prog owns what the agent knows of one BPF program: Program as a
+// scan read it (identity, cumulative counters, links, owners, iterator
+// facts), ProgramStat (a program with its interval's Rates) and the
+// arithmetic from two reads' Counters to an interval's Rates. The agent
+// re-exports these types (agent.Program, agent.Link, ...): consumers name
+// them there.
+package prog
+
+import (
+	"time"
+
+	"github.com/bpfleet/bpfleet/agent/owners"
+)
+
+// Program is one BPF program as one scan saw it: identity and cumulative
+// counters straight from bpf_prog_info, plus what the agent joined to it
+// (links, owners, iterator facts).
+//
+// Optional kernel fields are pointers: nil means the running kernel does not
+// expose the field (an older bpf_prog_info), which is not the same as zero.
+type Program struct {
+	ID   uint32 `json:"id"`
+	Name string `json:"name"`
+	Tag  string `json:"tag"`
+	// Type is the program type as the kernel names it, e.g. "tracing",
+	// "raw_tracepoint", "kprobe", "xdp".
+	Type string `json:"type"`
+	// AttachType is the attach type as a user writes it in a SEC() name:
+	// fentry, fexit, fmod_ret, fentry.s, lsm, tp_btf, raw_tp, tracepoint,
+	// kprobe, kretprobe, kprobe.multi, uprobe, iter, xdp, tcx_ingress, ...
+	// "unattached" when no link or attachment names one.
+	AttachType string `json:"attach_type"`
+	// AttachTarget is the function, tracepoint, interface or cgroup the
+	// program is attached to, empty when unknown.
+	AttachTarget string `json:"attach_target"`
+	// TargetClass is AttachTarget with what names one instance replaced by
+	// its class, what the workload metrics level keys series by: a cgroup
+	// by its pod's workload (namespace/kind/name) or QoS class
+	// (kubepods/burstable), its runtime or its systemd slice; an interface
+	// made per pod by its pod's workload or its driver and name prefix
+	// (veth:lxc*); a binary's path without pid or container id (see
+	// owners.CgroupClass, NetdevClass, PathClass and exporter/METRICS.md).
+	// Empty when AttachTarget has no such part.
+	TargetClass string `json:"target_class,omitempty"`
+	// Sleepable is nil when the kernel gave no answer.
+	Sleepable *bool `json:"sleepable"`
+	// MissKind says what a recursion miss of this program means on this
+	// kernel: recursion, contention-possible, unknown or none (see README).
+	MissKind string `json:"miss_kind"`
+
+	LoadTime      time.Time `json:"load_time"`
+	UID           *uint32   `json:"uid"`
+	MapIDs        []uint32  `json:"map_ids"`
+	BTFID         uint32    `json:"btf_id,omitempty"`
+	JitedSize     uint32    `json:"jited_size"`
+	XlatedSize    uint32    `json:"xlated_size"`
+	Memlock       *uint64   `json:"memlock"`
+	VerifiedInsns *uint32   `json:"verified_insns"`
+
+	RunCount        uint64  `json:"run_count"`
+	RunTimeNs       uint64  `json:"run_time_ns"`
+	RecursionMisses *uint64 `json:"recursion_misses"`
+
+	Links  []Link   `json:"links"`
+	Owners []Owner  `json:"owners"`
+	Pins   []string `json:"pins,omitempty"`
+}
+
+// Link is one bpf_link and what its info says about the attachment.
+type Link struct {
+	ID     uint32 `json:"id"`
+	ProgID uint32 `json:"prog_id"`
+	// Type is the link type: tracing, raw_tracepoint, perf_event,
+	// kprobe_multi, uprobe_multi, xdp, tcx, cgroup, netns, iter, ...
+	Type       string `json:"type"`
+	AttachType string `json:"attach_type"`
+	// Target is the function, tracepoint, binary, interface or cgroup
+	// (its path; cgroup:<id> when the agent cannot open it by id).
+	Target string `json:"target"`
+	// TargetClass is Target's class (as Program.TargetClass); empty when
+	// Target has nothing per instance.
+	TargetClass string `json:"target_class,omitempty"`
+	// Missed is the kprobe's own missed counter (perf_event kprobe and
+	// kprobe_multi links, Linux 6.7+); nil when the kernel has none.
+	Missed *uint64 `json:"missed"`
+	// Pod is what the target says about the pod it belongs to, for the
+	// attribution to name the pod's workload; nil for most links (a
+	// pointer: every scan copies every link).
+	Pod *TargetPod `json:"-"`
+}
+
+// TargetPod is what a cgroup or interface target says about its pod: the
+// pod UID in a cgroup's path, or for an interface whose other end is in
+// another network namespace (a CNI's host end) the interface and that
+// namespace's id (plus one: 0 is none).
+type TargetPod struct {
+	UID       string
+	Kind      string // the interface's driver
+	Ifindex   int
+	PeerNetns int64
+}
+
+// Owner is a process that holds an fd of the program or of one of its links.
+type Owner struct {
+	PID         int    `json:"pid"`
+	Comm        string `json:"comm"`
+	Exe         string `json:"exe,omitempty"`
+	Cgroup      string `json:"cgroup,omitempty"`
+	ContainerID string `json:"container_id"`
+	// Runtime is the container runtime the cgroup path names:
+	// containerd, cri-o, docker, podman.
+	Runtime string `json:"runtime,omitempty"`
+	PodUID  string `json:"pod_uid"`
+	// Pod fields are filled by an optional Kubernetes resolver.
+	PodName       string `json:"pod_name,omitempty"`
+	PodNamespace  string `json:"pod_namespace,omitempty"`
+	ContainerName string `json:"container_name,omitempty"`
+	// WorkloadKind and WorkloadName name the pod's controller, what stays
+	// when the pod is replaced: DaemonSet, Deployment (a ReplicaSet's
+	// owner), StatefulSet, Job, CronJob, ... Empty for a pod no controller
+	// owns.
+	WorkloadKind string `json:"workload_kind,omitempty"`
+	WorkloadName string `json:"workload_name,omitempty"`
+	// Via says how the ownership was found: "fd" (holds the program's fd),
+	// "link" (holds only a link of it) or "attachment" (no process holds
+	// it; the container is the one whose cgroup it is attached to).
+	Via string `json:"via"`
+}
+
+// Rates are one interval's deltas of a program's (or an aggregate's)
+// cumulative counters and the rates derived from them.
+type Rates struct {
+	Runs      uint64 `json:"runs"`
+	RunTimeNs uint64 `json:"run_time_ns"`
+	Misses    uint64 `json:"misses"`
+	// LinkMissed is the delta of the links' kprobe missed counters.
+	LinkMissed   uint64  `json:"link_missed"`
+	RunsPerSec   float64 `json:"runs_per_sec"`
+	NsPerRun     float64 `json:"ns_per_run"`
+	CPUShare     float64 `json:"cpu_share"` // fraction of one CPU, 1.0 = one whole CPU
+	MissesPerSec float64 `json:"misses_per_sec"`
+}
+
+// ProgramStat is a program with its interval rates.
+type ProgramStat struct {
+	Program
+	Delta Rates `json:"delta"`
+	// New is true in the first snapshot that saw this program: its delta is
+	// zero because there is no earlier sample to subtract.
+	New bool `json:"new"`
+	// Profile is set for programs chosen by Config.Profile.
+	Profile *ProfileStat `json:"profile,omitempty"`
+}
+
+// ProfileStat is what the fentry/fexit profiler (probes/profiler) measured
+// of one selected program: every run's duration, with global stats off.
+type ProfileStat struct {
+	// Error is one line when the program cannot be profiled (no BTF, or
+	// the kernel refuses tracing BPF programs); the rest is then empty.
+	Error string `json:"error,omitempty"`
+	// Func is the BTF function the profiler is attached to.
+	Func string `json:"func,omitempty"`
+	// Shape is how: "fsession" (one program) or "fentry/fexit" (a pair,
+	// on kernels without fsession or refusing it on a BPF program).
+	Shape string `json:"shape,omitempty"`
+	// Timing is "every run", or "windows W of P" where runs are timed only
+	// inside windows (Config.ProfileWindow): Runs stay exact, Buckets,
+	// SumNs, MaxNs and the percentiles then describe the TimedRuns.
+	Timing    string `json:"timing,omitempty"`
+	TimedRuns uint64 `json:"timed_runs"`
+	// Cumulative since the profiler attached: Buckets[b] counts runs of
+	// [2^b, 2^(b+1)) ns (bucket 0 also 0 ns).
+	Buckets []uint64 `json:"buckets,omitempty"`
+	Runs    uint64   `json:"runs"`
+	SumNs   uint64   `json:"sum_ns"`
+	MaxNs   uint64   `json:"max_ns"`
+	// Over the last interval (since the previous scan): runs and
+	// percentiles from the interval's histogram, within a factor of 2 (a
+	// log2 bucket, interpolated inside it).
+	IntervalRuns uint64  `json:"interval_runs"`
+	P50Ns        float64 `json:"p50_ns"`
+	P90Ns        float64 `json:"p90_ns"`
+	P99Ns        float64 `json:"p99_ns"`
+	MeanNs       float64 `json:"mean_ns"`
+}
+
+// FillFromCgroup sets o's container id, runtime and pod UID from its
+// cgroup path where the owner walk did not: what a filler without the
+// Kubernetes API can say.
+func (o *Owner) FillFromCgroup() {
+	if o.Cgroup == "" || (o.ContainerID != "" && o.PodUID != "") {
+		return
+	}
+	inf := owners.ParseCgroupPath(o.Cgroup)
+	// A runtime's monitor (crio-conmon-<id>) names the container it
+	// watches but does not run in it: it belongs to the pod only.
+	if o.ContainerID == "" && !inf.Conmon {
+		o.ContainerID = inf.ID
+	}
+	if o.Runtime == "" && !inf.Conmon {
+		o.Runtime = inf.Runtime
+	}
+	if o.PodUID == "" {
+		o.PodUID = inf.PodUID
+	}
+}
+
+// Workload names the owner's workload: its pod's controller, or the pod
+// itself (kind Pod) when no controller owns it. Empty outside a named pod.
+func (o *Owner) Workload() (kind, name string) {
+	if o.WorkloadKind == "" && o.PodName != "" {
+		return "Pod", o.PodName
+	}
+	return o.WorkloadKind, o.WorkloadName
+}

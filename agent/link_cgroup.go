@@ -1,0 +1,12 @@
+package agent
+
+import (
+	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
+)
+
+// decodeCgroup decodes a cgroup link: its attach type and the cgroup
+// (targets.go names it and its class).
+func (r *reader) decodeCgroup(l *Link, info *bpfsys.LinkInfo) {
+	l.AttachType = AttachTypeName(info.U32(bpfsys.LinkCgroupAttachType))
+	r.cgroupTarget(l, info.U64(bpfsys.LinkCgroupID))
+}

@@ -1,0 +1,10 @@
+package agent
+
+import (
+	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
+)
+
+// decodeNetns decodes a network namespace link: its attach type only.
+func decodeNetns(l *Link, info *bpfsys.LinkInfo) {
+	l.AttachType = AttachTypeName(info.U32(bpfsys.LinkNetnsAttachType))
+}

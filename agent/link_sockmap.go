@@ -1,0 +1,11 @@
+package agent
+
+import (
+	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
+)
+
+// decodeSockmap decodes a sockmap link: its attach type (the map is not
+// named).
+func decodeSockmap(l *Link, info *bpfsys.LinkInfo) {
+	l.AttachType = AttachTypeName(info.U32(bpfsys.LinkIfAttachType))
+}

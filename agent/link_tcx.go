@@ -1,0 +1,12 @@
+package agent
+
+import (
+	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
+)
+
+// decodeTCX decodes a tcx or netkit link, which share their layout: the
+// attach type (ingress, egress, peer...) and the interface.
+func (r *reader) decodeTCX(l *Link, info *bpfsys.LinkInfo) {
+	l.AttachType = AttachTypeName(info.U32(bpfsys.LinkIfAttachType))
+	r.netdevTarget(l, info.U32(bpfsys.LinkIfindex))
+}

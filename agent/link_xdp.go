@@ -1,0 +1,12 @@
+package agent
+
+import (
+	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
+)
+
+// decodeXDP decodes an XDP link: the interface (targets.go names it and
+// its class).
+func (r *reader) decodeXDP(l *Link, info *bpfsys.LinkInfo) {
+	l.AttachType = "xdp"
+	r.netdevTarget(l, info.U32(bpfsys.LinkIfindex))
+}

@@ -1,0 +1,96 @@
+package agent
+
+import "time"
+
+// ownerStablePeriod is the owner refresh period while every owner process
+// is watched: what it still catches (a program's fd passed to a new
+// process while its owner lives on, a new pin) is rare, and a refresh
+// walks every process's fds (make bench BENCH=agentcpu).
+const ownerStablePeriod = 5 * time.Minute
+
+// ownerRefreshDue says whether owners are re-read now whatever programs
+// the scan finds: the period passed, or a watched owner process exited.
+func (a *Agent) ownerRefreshDue(now time.Time) bool {
+	period := a.cfg.OwnerRefresh
+	if a.ownerSlow && a.attr.ownersStable() && !now.Before(a.ownerFastUntil) {
+		period = max(period, ownerStablePeriod)
+	}
+	if now.Sub(a.ownersAt) >= period {
+		return true
+	}
+	if a.attr.ownerExited() {
+		a.ownerFastUntil = now.Add(2 * time.Minute)
+		return true
+	}
+	return false
+}
+
+// earlyHolders are holders being read beside the programs. A program with
+// an id above horizon (the highest of the previous scan) may have been
+// loaded after that walk began, so it counts as not yet attributed and the
+// next scan walks again.
+type earlyHolders struct {
+	c       chan holders
+	horizon uint32
+}
+
+// attachOwners joins owners, pins and attachments to programs, re-reading
+// them only when a program appeared that has not been attributed yet or
+// the refresh period passed (then early delivers the holders): walking
+// every process's fds is the most expensive part of a scan.
+func (a *Agent) attachOwners(progs progView, now time.Time, st *ScanStats, early *earlyHolders) bool {
+	if a.attr == nil {
+		return false
+	}
+	refresh := early != nil
+	n := progs.len()
+	a.attr.beginApply()
+	// The same programs as the last scan, all attributed then: none to
+	// look up.
+	if !a.r.joinsKept || !a.ownerAllKnown {
+		for i := range n {
+			if !a.ownerKnown[progs.at(i).ID] {
+				refresh = true
+				break
+			}
+		}
+	}
+	a.ownerAllKnown = !refresh
+	if refresh {
+		// apply expects each program as join left it: kept joins carry
+		// the last refresh's owners and attachments.
+		a.r.rejoin(progs)
+		horizon := ^uint32(0)
+		var h holders
+		if early != nil {
+			h, horizon = <-early.c, early.horizon
+		} else {
+			h = a.attr.readHolders()
+		}
+		for _, err := range a.attr.refresh(progs, h) {
+			st.Errors++
+			st.addError(err)
+		}
+		a.ownersAt = now
+		clear(a.ownerKnown)
+		a.ownerAllKnown = true
+		for i := range n {
+			if id := progs.at(i).ID; id <= horizon {
+				a.ownerKnown[id] = true
+			} else {
+				a.ownerAllKnown = false
+			}
+		}
+	}
+	if refresh || !a.r.joinsKept {
+		// Kept joins carry the last scan's owners, read from the same
+		// answers.
+		for i := range n {
+			a.attr.apply(progs.at(i))
+		}
+	}
+	if refresh {
+		a.attr.dropGoneNetdevs()
+	}
+	return refresh
+}
