@@ -48,6 +48,10 @@ type Program struct {
 	// TRACE_EVENT_FL_KPROBE); Result.Enums holds their values, absent
 	// where the kernel has no such enumerator.
 	Enums []string
+	// Kfuncs names the kernel functions the program calls (declared
+	// __ksym __weak and guarded with bpf_ksym_exists()); Result.Kfuncs
+	// holds their vmlinux BTF ids, 0 where the kernel has no such kfunc.
+	Kfuncs []string
 }
 
 // Result is what CO-RE against one kernel's BTF gave: the cache file.
@@ -56,6 +60,9 @@ type Result struct {
 	AttachBTFID uint32           `json:"attach_btf_id"`
 	Patches     []Patch          `json:"patches"`
 	Enums       map[string]int64 `json:"enums,omitempty"`
+	// Kfuncs maps each of Program.Kfuncs to its vmlinux BTF id, 0 when
+	// the kernel lacks it.
+	Kfuncs map[string]uint32 `json:"kfuncs,omitempty"`
 }
 
 // Patch is one relocated instruction, by its index in the program.
@@ -157,6 +164,24 @@ func Relocate(p *Program, key string) (*Result, error) {
 	}
 	if len(p.Enums) > 0 {
 		c.Enums = enumValues(p.Enums)
+	}
+	if len(p.Kfuncs) > 0 {
+		c.Kfuncs = map[string]uint32{}
+		for _, name := range p.Kfuncs {
+			var fn *btf.Func
+			switch err := kernel.TypeByName(name, &fn); {
+			case errors.Is(err, btf.ErrNotFound):
+				c.Kfuncs[name] = 0
+			case err != nil:
+				return nil, fmt.Errorf("looking up kfunc %s: %w", name, err)
+			default:
+				id, err := kernel.TypeID(fn)
+				if err != nil {
+					return nil, err
+				}
+				c.Kfuncs[name] = uint32(id)
+			}
+		}
 	}
 	return c, nil
 }
@@ -279,6 +304,45 @@ func (c *Result) Apply(insns asm.Instructions) error {
 	for _, p := range c.Patches {
 		ins := &insns[p.Index]
 		ins.OpCode, ins.Dst, ins.Src, ins.Offset, ins.Constant = asm.OpCode(p.OpCode), asm.Register(p.Dst), asm.Register(p.Src), p.Offset, p.Constant
+	}
+	return c.applyKfuncs(insns)
+}
+
+// kfuncPoison is the helper number a call to a kfunc the kernel lacks is
+// turned into, as cilium/ebpf and libbpf do: no helper has it, so a
+// program that reached the call would be refused; bpf_ksym_exists() makes
+// the call dead code the verifier never checks.
+const kfuncPoison = 0xdedc0de
+
+// applyKfuncs resolves the program's kfunc references: a call gets the
+// kfunc's vmlinux BTF id (offset 0: vmlinux, no fd array), or the poison
+// helper where the kernel lacks it; the 64-bit load bpf_ksym_exists()
+// compiles to becomes a constant, the BTF id or 0. That constant is not
+// the function's address (no program here uses it as one), only what
+// makes the verifier keep or drop the guarded call.
+func (c *Result) applyKfuncs(insns asm.Instructions) error {
+	for i := range insns {
+		ins := &insns[i]
+		call := ins.IsKfuncCall()
+		ref := ins.Reference()
+		if !call && (ref == "" || !ins.OpCode.IsDWordLoad()) {
+			continue
+		}
+		id, ok := c.Kfuncs[ref]
+		if !ok {
+			if call {
+				return fmt.Errorf("kfunc call %q at instruction %d not resolved", ref, i)
+			}
+			continue // a map or another symbol, not a kfunc
+		}
+		switch {
+		case call && id != 0:
+			ins.Constant, ins.Offset = int64(id), 0
+		case call:
+			*ins = asm.Instruction{OpCode: asm.OpCode(asm.JumpClass).SetJumpOp(asm.Call), Constant: kfuncPoison}
+		default:
+			ins.Src, ins.Constant = 0, int64(id)
+		}
 	}
 	return nil
 }
