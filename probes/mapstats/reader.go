@@ -107,8 +107,11 @@ type Reader struct {
 	dir    *fdinfo.Dir
 	recs   []Record
 	maps   []Map
-	mem    map[uint32]memEntry
-	seen   uint64 // read generation, to drop ids gone from mem
+	// mem holds the memory figure of every map the last read had, in
+	// ascending id order as the iterator gives them; a read merges
+	// through it into next and swaps the two, so maps gone drop out and
+	// no read hashes anything.
+	mem, next []memEntry
 	// Refreshes counts the fdinfo reads of memory since the Reader was
 	// made (tests and benchmarks read it).
 	Refreshes int
@@ -116,9 +119,9 @@ type Reader struct {
 
 // memEntry is a map's last memory figure and the count it was read at.
 type memEntry struct {
+	id    uint32
 	mem   uint64
 	count int64
-	seen  uint64
 }
 
 // NewReader loads the iterator (unless opts.NoIterator) and falls back to
@@ -130,7 +133,7 @@ func NewReader(opts Options) (*Reader, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Reader{opts: opts, dir: dir, mem: map[uint32]memEntry{}}
+	r := &Reader{opts: opts, dir: dir}
 	if opts.NoIterator {
 		r.source.Reason = "iterator not asked for"
 		return r, nil
@@ -158,7 +161,6 @@ func (r *Reader) Close() error {
 // the Reader's and is reused by the next Read. A map freed during the
 // read is left out, not an error.
 func (r *Reader) Read() ([]Map, Source, error) {
-	r.seen++
 	var err error
 	if r.it != nil {
 		err = r.readIter()
@@ -167,11 +169,6 @@ func (r *Reader) Read() ([]Map, Source, error) {
 	}
 	if err != nil {
 		return nil, r.source, err
-	}
-	for id, e := range r.mem {
-		if e.seen != r.seen {
-			delete(r.mem, id)
-		}
 	}
 	return r.maps, r.source, nil
 }
@@ -183,6 +180,9 @@ func (r *Reader) readIter() error {
 		return err
 	}
 	r.maps = r.maps[:0]
+	r.next = r.next[:0]
+	j := 0 // r.mem's first entry whose id is not below this record's
+	defer func() { r.mem, r.next = r.next, r.mem }()
 	for i := range r.recs {
 		rec := &r.recs[i]
 		m := Map{ID: rec.ID, Type: rec.Type, Name: rec.Name, KeySize: rec.KeySize, ValueSize: rec.ValueSize,
@@ -196,10 +196,12 @@ func (r *Reader) readIter() error {
 			m.Entries.Reason = ReasonNoKfunc
 		}
 		fd := -1
-		if e, ok := r.mem[rec.ID]; ok && !needRefresh(memoryRule(rec.Type, rec.Flags), rec.CountKnown, e.count, rec.Count) {
-			e.seen = r.seen
-			r.mem[rec.ID] = e
-			m.Memory, m.MemoryKnown = e.mem, true
+		for j < len(r.mem) && r.mem[j].id < rec.ID {
+			j++
+		}
+		if j < len(r.mem) && r.mem[j].id == rec.ID && !needRefresh(memoryRule(rec.Type, rec.Flags), rec.CountKnown, r.mem[j].count, rec.Count) {
+			r.next = append(r.next, r.mem[j])
+			m.Memory, m.MemoryKnown = r.mem[j].mem, true
 		} else {
 			if fd, err = mapFDByID(rec.ID); errors.Is(err, unix.ENOENT) {
 				continue // freed since the iterator saw it
@@ -208,7 +210,7 @@ func (r *Reader) readIter() error {
 				m.Memory, m.MemoryKnown = r.memlock(fd)
 			}
 			if m.MemoryKnown {
-				r.mem[rec.ID] = memEntry{mem: m.Memory, count: rec.Count, seen: r.seen}
+				r.next = append(r.next, memEntry{id: rec.ID, mem: m.Memory, count: rec.Count})
 			}
 		}
 		if r.wantWalk(&m) {
