@@ -22,8 +22,12 @@ char LICENSE[] SEC("license") = "GPL";
 
 extern s64 bpf_map_sum_elem_count(const struct bpf_map *map) __ksym __weak;
 
-// Bits of map_record.flags.
+// Bits of map_record.flags and count_record.flags.
 #define F_COUNT (1 << 0) // elem_count is the kfunc's sum
+// Set in every count_record, never in a map_record: a count_record's
+// flags sit where a map_record has its map type, far below 1 << 31, so
+// the reader tells the two apart by this bit.
+#define F_COMPACT (1u << 31)
 
 // Must match the layout decoded in mapstats.go (recordSize and offsets).
 struct map_record {
@@ -39,14 +43,44 @@ struct map_record {
 	char name[16];
 };
 
+// The record of a map up to known_max_id (steady state): a map's shape
+// and name never change, so only its count is written. Must match the
+// layout decoded in mapstats.go (countSize).
+struct count_record {
+	__u32 id;
+	__u32 flags; // F_COMPACT | F_COUNT
+	__s64 elem_count;
+};
+
+// The highest map id whose record the reader holds: ids are handed out
+// in increasing order, so every map up to it was read whole before.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} known_max_id SEC(".maps");
+
 SEC("iter/bpf_map")
 int dump_map(struct bpf_iter__bpf_map *ctx)
 {
 	struct bpf_map *map = ctx->map;
 	struct map_record r = {};
+	__u32 zero = 0, *known;
 
 	if (!map)
 		return 0; // end of iteration
+	known = bpf_map_lookup_elem(&known_max_id, &zero);
+	if (known && map->id <= *known) {
+		struct count_record c = {.id = map->id, .flags = F_COMPACT};
+
+		if (bpf_ksym_exists(bpf_map_sum_elem_count)) {
+			c.elem_count = bpf_map_sum_elem_count(map);
+			c.flags |= F_COUNT;
+		}
+		bpf_seq_write(ctx->meta->seq, &c, sizeof(c));
+		return 0;
+	}
 	r.id = map->id;
 	r.type = map->map_type;
 	r.key_size = map->key_size;

@@ -36,7 +36,10 @@ import (
 
 // Record is what the iterator reports about one BPF map.
 type Record struct {
-	ID         uint32
+	ID uint32
+	// Whole is false for a map up to SetKnownMaxID's id: the record then
+	// has only ID and the count.
+	Whole      bool
 	Type       ebpf.MapType
 	KeySize    uint32
 	ValueSize  uint32
@@ -49,10 +52,12 @@ type Record struct {
 	Count      int64
 }
 
-// Layout of struct map_record in mapstats.bpf.c.
+// Layout of struct map_record and struct count_record in mapstats.bpf.c.
 const (
-	recordSize = 56
-	flagCount  = 1 << 0
+	recordSize  = 56
+	countSize   = 16
+	flagCount   = 1 << 0
+	flagCompact = 1 << 31 // at offset 4: a count_record's flags, a map_record's type
 )
 
 // The kernel hands out a few pages of the seq_file per read(); 64 KiB
@@ -67,6 +72,8 @@ const kfuncSum = "bpf_map_sum_elem_count"
 type Iter struct {
 	prog   *ebpf.Program
 	maps   map[string]*ebpf.Map
+	known  *ebpf.Map // known_max_id
+	knownV uint32
 	link   *link.Iter
 	hasSum bool // the kernel has bpf_map_sum_elem_count
 	buf    []byte
@@ -98,7 +105,7 @@ func load(spec *ebpf.CollectionSpec, c *coreload.Result) (*Iter, error) {
 	if err != nil {
 		return nil, err
 	}
-	it := &Iter{prog: prog, maps: maps, hasSum: c.Kfuncs[kfuncSum] != 0, buf: make([]byte, bufSize), names: records.NewStrings()}
+	it := &Iter{prog: prog, maps: maps, known: maps["known_max_id"], hasSum: c.Kfuncs[kfuncSum] != 0, buf: make([]byte, bufSize), names: records.NewStrings()}
 	it.link, err = link.AttachIter(link.IterOptions{Program: prog})
 	if err != nil {
 		it.Close()
@@ -111,6 +118,22 @@ func load(spec *ebpf.CollectionSpec, c *coreload.Result) (*Iter, error) {
 // hash-family records carry their element count.
 func (it *Iter) HasCount() bool { return it.hasSum }
 
+// SetKnownMaxID tells the iterator that the caller holds the shape and
+// name of every map up to id: later reads give only ID and the count for
+// those (Whole false), and the whole record for newer ids. Map ids only
+// grow, so a map up to id that the caller does not hold was skipped in
+// its last read; the caller reads it by syscall. 0 asks for whole records.
+func (it *Iter) SetKnownMaxID(id uint32) error {
+	if id == it.knownV {
+		return nil
+	}
+	if err := it.known.Put(uint32(0), id); err != nil {
+		return fmt.Errorf("setting known map id: %w", err)
+	}
+	it.knownV = id
+	return nil
+}
+
 // Read runs one pass of the iterator and returns dst[:0] with one Record
 // per map appended, in ascending id order (the kernel walks its map idr
 // in order).
@@ -121,7 +144,7 @@ func (it *Iter) Read(dst []Record) ([]Record, error) {
 		return dst, fmt.Errorf("opening bpf_map iterator: %w", err)
 	}
 	defer rd.Close()
-	err = records.Read(rd, it.buf, recordSize, func(b []byte) {
+	err = records.ReadSized(rd, it.buf, 8, recordLen, func(b []byte) {
 		dst = append(dst, Record{})
 		decode(b, &dst[len(dst)-1], it.names)
 	})
@@ -131,9 +154,22 @@ func (it *Iter) Read(dst []Record) ([]Record, error) {
 	return dst, nil
 }
 
+// recordLen is the size of the record b starts.
+func recordLen(b []byte) int {
+	if binary.LittleEndian.Uint32(b[4:])&flagCompact != 0 {
+		return countSize
+	}
+	return recordSize
+}
+
 func decode(b []byte, r *Record, names records.Strings) {
 	le := binary.LittleEndian // both targets (amd64, arm64) are little-endian
+	if len(b) == countSize {
+		*r = Record{ID: le.Uint32(b[0:]), CountKnown: le.Uint32(b[4:])&flagCount != 0, Count: int64(le.Uint64(b[8:]))}
+		return
+	}
 	*r = Record{
+		Whole:      true,
 		ID:         le.Uint32(b[0:]),
 		Type:       ebpf.MapType(le.Uint32(b[4:])),
 		KeySize:    le.Uint32(b[8:]),

@@ -16,7 +16,8 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	mapstatsProgDumpMap = "dump_map"
+	mapstatsMapKnownMaxId = "known_max_id"
+	mapstatsProgDumpMap   = "dump_map"
 )
 
 // loadMapstats returns the embedded CollectionSpec for mapstats.
@@ -68,6 +69,7 @@ type mapstatsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type mapstatsMapSpecs struct {
+	KnownMaxId *ebpf.MapSpec `ebpf:"known_max_id"`
 }
 
 // mapstatsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -96,10 +98,13 @@ func (o *mapstatsObjects) Close() error {
 //
 // It can be passed to loadMapstatsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type mapstatsMaps struct {
+	KnownMaxId *ebpf.Map `ebpf:"known_max_id"`
 }
 
 func (m *mapstatsMaps) Close() error {
-	return _MapstatsClose()
+	return _MapstatsClose(
+		m.KnownMaxId,
+	)
 }
 
 // mapstatsVariables contains all global variables after they have been loaded into the kernel.

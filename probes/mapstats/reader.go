@@ -106,22 +106,17 @@ type Reader struct {
 	source Source
 	dir    *fdinfo.Dir
 	recs   []Record
-	maps   []Map
-	// mem holds the memory figure of every map the last read had, in
-	// ascending id order as the iterator gives them; a read merges
-	// through it into next and swaps the two, so maps gone drop out and
-	// no read hashes anything.
-	mem, next []memEntry
+	// maps is what the last read returned, in ascending id order as the
+	// iterator walks them, and memAt the count each map's memory was read
+	// at. The next read merges the iterator's records through them into
+	// prev and prevAt and swaps the pairs: the shape, name and memory of a
+	// map it holds are taken from there (the iterator writes only the
+	// count of such a map), maps gone drop out, and nothing is hashed.
+	maps, prev    []Map
+	memAt, prevAt []int64
 	// Refreshes counts the fdinfo reads of memory since the Reader was
 	// made (tests and benchmarks read it).
 	Refreshes int
-}
-
-// memEntry is a map's last memory figure and the count it was read at.
-type memEntry struct {
-	id    uint32
-	mem   uint64
-	count int64
 }
 
 // NewReader loads the iterator (unless opts.NoIterator) and falls back to
@@ -158,7 +153,7 @@ func (r *Reader) Close() error {
 }
 
 // Read returns every map on the node in ascending id order. The slice is
-// the Reader's and is reused by the next Read. A map freed during the
+// the Reader's: it is valid until the next Read. A map freed during the
 // read is left out, not an error.
 func (r *Reader) Read() ([]Map, Source, error) {
 	var err error
@@ -179,38 +174,41 @@ func (r *Reader) readIter() error {
 	if err != nil {
 		return err
 	}
-	r.maps = r.maps[:0]
-	r.next = r.next[:0]
-	j := 0 // r.mem's first entry whose id is not below this record's
-	defer func() { r.mem, r.next = r.next, r.mem }()
+	held, heldAt := r.maps, r.memAt
+	r.maps, r.memAt = r.prev[:0], r.prevAt[:0]
+	j := 0 // held's first map whose id is not below this record's
 	for i := range r.recs {
 		rec := &r.recs[i]
-		m := Map{ID: rec.ID, Type: rec.Type, Name: rec.Name, KeySize: rec.KeySize, ValueSize: rec.ValueSize,
-			MaxEntries: rec.MaxEntries, Flags: rec.Flags}
-		switch {
-		case !HashFamily(rec.Type):
-			m.Entries.Reason = ReasonNotHash
-		case rec.CountKnown:
-			m.Entries = Entries{Count: uint64(max(rec.Count, 0)), Known: true, How: CountKfunc}
-		default:
-			m.Entries.Reason = ReasonNoKfunc
-		}
-		fd := -1
-		for j < len(r.mem) && r.mem[j].id < rec.ID {
+		for j < len(held) && held[j].ID < rec.ID {
 			j++
 		}
-		if j < len(r.mem) && r.mem[j].id == rec.ID && !needRefresh(memoryRule(rec.Type, rec.Flags), rec.CountKnown, r.mem[j].count, rec.Count) {
-			r.next = append(r.next, r.mem[j])
-			m.Memory, m.MemoryKnown = r.mem[j].mem, true
-		} else {
+		have := j < len(held) && held[j].ID == rec.ID
+		var m Map
+		switch {
+		case rec.Whole:
+			m = Map{ID: rec.ID, Type: rec.Type, Name: rec.Name, KeySize: rec.KeySize, ValueSize: rec.ValueSize,
+				MaxEntries: rec.MaxEntries, Flags: rec.Flags}
+		case have:
+			m = held[j]
+		default:
+			// Up to the known id but not held: skipped by the last read.
+			var err error
+			if m, err = r.readOne(ebpf.MapID(rec.ID), ""); err != nil {
+				continue // gone, or unreadable by syscall as well
+			}
+			have = false
+		}
+		m.Entries = r.entries(m.Type, rec)
+		fd := -1
+		if have && held[j].MemoryKnown && !needRefresh(memoryRule(m.Type, m.Flags), rec.CountKnown, heldAt[j], rec.Count) {
+			m.Memory, m.MemoryKnown = held[j].Memory, true
+		} else if rec.Whole || have {
 			if fd, err = mapFDByID(rec.ID); errors.Is(err, unix.ENOENT) {
 				continue // freed since the iterator saw it
 			}
+			m.Memory, m.MemoryKnown = 0, false
 			if fd >= 0 {
 				m.Memory, m.MemoryKnown = r.memlock(fd)
-			}
-			if m.MemoryKnown {
-				r.next = append(r.next, memEntry{id: rec.ID, mem: m.Memory, count: rec.Count})
 			}
 		}
 		if r.wantWalk(&m) {
@@ -220,15 +218,31 @@ func (r *Reader) readIter() error {
 				}
 			}
 			if fd >= 0 {
-				m.Entries = r.walkFD(fd, rec.KeySize, m.Entries.Reason)
+				m.Entries = r.walkFD(fd, m.KeySize, m.Entries.Reason)
 			}
 		}
 		if fd >= 0 {
 			unix.Close(fd)
 		}
 		r.maps = append(r.maps, m)
+		r.memAt = append(r.memAt, rec.Count)
+	}
+	r.prev, r.prevAt = held, heldAt
+	if n := len(r.maps); n > 0 {
+		return r.it.SetKnownMaxID(r.maps[n-1].ID)
 	}
 	return nil
+}
+
+// entries is a map's element count as the iterator's record gives it.
+func (r *Reader) entries(t ebpf.MapType, rec *Record) Entries {
+	switch {
+	case !HashFamily(t):
+		return Entries{Reason: ReasonNotHash}
+	case rec.CountKnown:
+		return Entries{Count: uint64(max(rec.Count, 0)), Known: true, How: CountKfunc}
+	}
+	return Entries{Reason: ReasonNoKfunc}
 }
 
 // memlock reads the "memlock:" line of fd's fdinfo.

@@ -26,20 +26,35 @@ func TestDecode(t *testing.T) {
 		want Record
 	}{
 		{"hash with count", rec(7, 1, 4, 8, 64, 1, flagCount, 37, "conns"),
-			Record{ID: 7, Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: 64, Flags: 1, Name: "conns", CountKnown: true, Count: 37}},
+			Record{ID: 7, Whole: true, Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: 64, Flags: 1, Name: "conns", CountKnown: true, Count: 37}},
 		{"no kfunc", rec(8, 9, 4, 8, 64, 0, 0, 0, "lru"),
-			Record{ID: 8, Type: ebpf.LRUHash, KeySize: 4, ValueSize: 8, MaxEntries: 64, Name: "lru"}},
+			Record{ID: 8, Whole: true, Type: ebpf.LRUHash, KeySize: 4, ValueSize: 8, MaxEntries: 64, Name: "lru"}},
 		{"name of 16 bytes, no NUL", rec(9, 2, 4, 4, 1, 0, 0, 0, "0123456789abcdef"),
-			Record{ID: 9, Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1, Name: "0123456789abcdef"}},
+			Record{ID: 9, Whole: true, Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1, Name: "0123456789abcdef"}},
 		{"unknown flag bits ignored", rec(10, 27, 0, 0, 4096, 0, 0xfe, 0, ""),
-			Record{ID: 10, Type: ebpf.RingBuf, MaxEntries: 4096}},
+			Record{ID: 10, Whole: true, Type: ebpf.RingBuf, MaxEntries: 4096}},
+		{"count record", countRec(11, flagCompact|flagCount, 12),
+			Record{ID: 11, CountKnown: true, Count: 12}},
+		{"count record, no kfunc", countRec(12, flagCompact, 0),
+			Record{ID: 12}},
 	} {
+		if n := recordLen(tc.b); n != len(tc.b) {
+			t.Errorf("%s: recordLen %d for a %d-byte record", tc.name, n, len(tc.b))
+		}
 		var got Record
 		decode(tc.b, &got, records.NewStrings())
 		if got != tc.want {
 			t.Errorf("%s:\n got %+v\nwant %+v", tc.name, got, tc.want)
 		}
 	}
+}
+
+func countRec(id, flags uint32, count int64) []byte {
+	b := make([]byte, countSize)
+	binary.LittleEndian.PutUint32(b[0:], id)
+	binary.LittleEndian.PutUint32(b[4:], flags)
+	binary.LittleEndian.PutUint64(b[8:], uint64(count))
+	return b
 }
 
 // TestMemoryRuleTable: which maps have their memory read again, and when.
