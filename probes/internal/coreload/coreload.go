@@ -1,5 +1,5 @@
 // Package coreload loads the iterator programs of probes/ (progstats,
-// linkstats) with bpf(BPF_PROG_LOAD) directly rather than through
+// linkstats, mapstats) with bpf(BPF_PROG_LOAD) directly rather than through
 // cilium/ebpf's loader: that one parses the whole vmlinux BTF for every
 // load (to relocate CO-RE reads and find the iterator's attach target),
 // 20–45 ms of a one-shot `bpfleet list` whose scan itself takes under a
@@ -7,7 +7,10 @@
 // BTF id and any kernel enum values the program needs) is computed from
 // vmlinux BTF once per kernel build and kept in a cache file keyed by the
 // kernel's identity; later loads only patch the instructions, create the
-// program's maps and run the verifier.
+// program's maps and run the verifier. A program may call kfuncs declared
+// __ksym __weak (Program.Kfuncs): their vmlinux BTF ids are part of the
+// cached result, and a kfunc the kernel lacks becomes a call the
+// verifier drops behind bpf_ksym_exists().
 package coreload
 
 import (
