@@ -48,12 +48,14 @@ func TestApplyChecksPatches(t *testing.T) {
 // one is an error, not a result.
 func TestCacheKey(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "x.json")
-	c := &Result{Key: "k1", AttachBTFID: 7, Patches: []Patch{{Index: 3, Constant: -1}}, Enums: map[string]int64{"A": 8}}
+	c := &Result{Key: "k1", AttachBTFID: 7, Patches: []Patch{{Index: 3, Constant: -1}}, Enums: map[string]int64{"A": 8},
+		Kfuncs: map[string]uint32{"kf": 99, "gone": 0}}
 	if err := WriteCache(path, c); err != nil {
 		t.Fatal(err)
 	}
 	got, err := ReadCache(path, "k1")
-	if err != nil || got.AttachBTFID != 7 || got.Patches[0] != c.Patches[0] || got.Enums["A"] != 8 {
+	if err != nil || got.AttachBTFID != 7 || got.Patches[0] != c.Patches[0] || got.Enums["A"] != 8 ||
+		got.Kfuncs["kf"] != 99 || len(got.Kfuncs) != 2 {
 		t.Fatalf("read back %+v, %v", got, err)
 	}
 	if _, err := ReadCache(path, "k2"); err == nil {
