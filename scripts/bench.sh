@@ -45,6 +45,13 @@ if selected iterator; then
 	go test -count=1 -run X -bench 'LoadCached|Read' ./probes/progstats
 fi
 
+if selected maps; then
+	section "maps: the steady read of 3,000 maps (per map) against the steady program read (per program, 1,000 programs), same loop"
+	# x-prog: ns/map over ns/prog, the bound is 1; fdinfo/read:
+	# memory figures read again per steady read (0 when no map changed).
+	go test -count=1 -run X -bench 'SteadyMapsVsProgs' -benchtime 400x ./probes/mapstats
+fi
+
 if selected owners; then
 	section "owners: task_file iterator against the /proc walk"
 	go test -count=1 -run X -bench . ./probes/taskfile

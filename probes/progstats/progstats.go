@@ -257,38 +257,17 @@ func (it *Iter) pass(fn func([]byte)) error {
 
 // readRecords reads rd to its end through buf and calls fn with each
 // record: a stat_record (statSize bytes) where the flags at kindOff have
-// flagCompact, else a prog_record (recordSize). As with records.Read, a
-// record cut by the end of one read() is carried over to the next; bytes
-// left at the end that make no whole record are an error.
+// flagCompact, else a prog_record (recordSize), as records.ReadSized.
 func readRecords(rd io.Reader, buf []byte, fn func([]byte)) error {
-	have := 0
-	for {
-		n, err := rd.Read(buf[have:])
-		have += n
-		off := 0
-		for have-off >= kindOff+2 {
-			size := recordSize
-			if binary.LittleEndian.Uint16(buf[off+kindOff:])&flagCompact != 0 {
-				size = statSize
-			}
-			if have-off < size {
-				break
-			}
-			fn(buf[off : off+size])
-			off += size
-		}
-		have = copy(buf, buf[off:have])
-		if err == io.EOF || (n == 0 && err == nil) {
-			break
-		}
-		if err != nil {
-			return err
-		}
+	return records.ReadSized(rd, buf, kindOff+2, recordLen, fn)
+}
+
+// recordLen is the size of the record b starts.
+func recordLen(b []byte) int {
+	if binary.LittleEndian.Uint16(b[kindOff:])&flagCompact != 0 {
+		return statSize
 	}
-	if have != 0 {
-		return fmt.Errorf("%d trailing bytes are not a whole record", have)
-	}
-	return nil
+	return recordSize
 }
 
 // decodeStat decodes a stat_record.

@@ -1,5 +1,5 @@
 // Package coreload loads the iterator programs of probes/ (progstats,
-// linkstats) with bpf(BPF_PROG_LOAD) directly rather than through
+// linkstats, mapstats) with bpf(BPF_PROG_LOAD) directly rather than through
 // cilium/ebpf's loader: that one parses the whole vmlinux BTF for every
 // load (to relocate CO-RE reads and find the iterator's attach target),
 // 20–45 ms of a one-shot `bpfleet list` whose scan itself takes under a
@@ -7,7 +7,10 @@
 // BTF id and any kernel enum values the program needs) is computed from
 // vmlinux BTF once per kernel build and kept in a cache file keyed by the
 // kernel's identity; later loads only patch the instructions, create the
-// program's maps and run the verifier.
+// program's maps and run the verifier. A program may call kfuncs declared
+// __ksym __weak (Program.Kfuncs): their vmlinux BTF ids are part of the
+// cached result, and a kfunc the kernel lacks becomes a call the
+// verifier drops behind bpf_ksym_exists().
 package coreload
 
 import (
@@ -48,6 +51,10 @@ type Program struct {
 	// TRACE_EVENT_FL_KPROBE); Result.Enums holds their values, absent
 	// where the kernel has no such enumerator.
 	Enums []string
+	// Kfuncs names the kernel functions the program calls (declared
+	// __ksym __weak and guarded with bpf_ksym_exists()); Result.Kfuncs
+	// holds their vmlinux BTF ids, 0 where the kernel has no such kfunc.
+	Kfuncs []string
 }
 
 // Result is what CO-RE against one kernel's BTF gave: the cache file.
@@ -56,6 +63,9 @@ type Result struct {
 	AttachBTFID uint32           `json:"attach_btf_id"`
 	Patches     []Patch          `json:"patches"`
 	Enums       map[string]int64 `json:"enums,omitempty"`
+	// Kfuncs maps each of Program.Kfuncs to its vmlinux BTF id, 0 when
+	// the kernel lacks it.
+	Kfuncs map[string]uint32 `json:"kfuncs,omitempty"`
 }
 
 // Patch is one relocated instruction, by its index in the program.
@@ -157,6 +167,24 @@ func Relocate(p *Program, key string) (*Result, error) {
 	}
 	if len(p.Enums) > 0 {
 		c.Enums = enumValues(p.Enums)
+	}
+	if len(p.Kfuncs) > 0 {
+		c.Kfuncs = map[string]uint32{}
+		for _, name := range p.Kfuncs {
+			var fn *btf.Func
+			switch err := kernel.TypeByName(name, &fn); {
+			case errors.Is(err, btf.ErrNotFound):
+				c.Kfuncs[name] = 0
+			case err != nil:
+				return nil, fmt.Errorf("looking up kfunc %s: %w", name, err)
+			default:
+				id, err := kernel.TypeID(fn)
+				if err != nil {
+					return nil, err
+				}
+				c.Kfuncs[name] = uint32(id)
+			}
+		}
 	}
 	return c, nil
 }
@@ -279,6 +307,45 @@ func (c *Result) Apply(insns asm.Instructions) error {
 	for _, p := range c.Patches {
 		ins := &insns[p.Index]
 		ins.OpCode, ins.Dst, ins.Src, ins.Offset, ins.Constant = asm.OpCode(p.OpCode), asm.Register(p.Dst), asm.Register(p.Src), p.Offset, p.Constant
+	}
+	return c.applyKfuncs(insns)
+}
+
+// kfuncPoison is the helper number a call to a kfunc the kernel lacks is
+// turned into, as cilium/ebpf and libbpf do: no helper has it, so a
+// program that reached the call would be refused; bpf_ksym_exists() makes
+// the call dead code the verifier never checks.
+const kfuncPoison = 0xdedc0de
+
+// applyKfuncs resolves the program's kfunc references: a call gets the
+// kfunc's vmlinux BTF id (offset 0: vmlinux, no fd array), or the poison
+// helper where the kernel lacks it; the 64-bit load bpf_ksym_exists()
+// compiles to becomes a constant, the BTF id or 0. That constant is not
+// the function's address (no program here uses it as one), only what
+// makes the verifier keep or drop the guarded call.
+func (c *Result) applyKfuncs(insns asm.Instructions) error {
+	for i := range insns {
+		ins := &insns[i]
+		call := ins.IsKfuncCall()
+		ref := ins.Reference()
+		if !call && (ref == "" || !ins.OpCode.IsDWordLoad()) {
+			continue
+		}
+		id, ok := c.Kfuncs[ref]
+		if !ok {
+			if call {
+				return fmt.Errorf("kfunc call %q at instruction %d not resolved", ref, i)
+			}
+			continue // a map or another symbol, not a kfunc
+		}
+		switch {
+		case call && id != 0:
+			ins.Constant, ins.Offset = int64(id), 0
+		case call:
+			*ins = asm.Instruction{OpCode: asm.OpCode(asm.JumpClass).SetJumpOp(asm.Call), Constant: kfuncPoison}
+		default:
+			ins.Src, ins.Constant = 0, int64(id)
+		}
 	}
 	return nil
 }

@@ -48,12 +48,14 @@ func TestApplyChecksPatches(t *testing.T) {
 // one is an error, not a result.
 func TestCacheKey(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "x.json")
-	c := &Result{Key: "k1", AttachBTFID: 7, Patches: []Patch{{Index: 3, Constant: -1}}, Enums: map[string]int64{"A": 8}}
+	c := &Result{Key: "k1", AttachBTFID: 7, Patches: []Patch{{Index: 3, Constant: -1}}, Enums: map[string]int64{"A": 8},
+		Kfuncs: map[string]uint32{"kf": 99, "gone": 0}}
 	if err := WriteCache(path, c); err != nil {
 		t.Fatal(err)
 	}
 	got, err := ReadCache(path, "k1")
-	if err != nil || got.AttachBTFID != 7 || got.Patches[0] != c.Patches[0] || got.Enums["A"] != 8 {
+	if err != nil || got.AttachBTFID != 7 || got.Patches[0] != c.Patches[0] || got.Enums["A"] != 8 ||
+		got.Kfuncs["kf"] != 99 || len(got.Kfuncs) != 2 {
 		t.Fatalf("read back %+v, %v", got, err)
 	}
 	if _, err := ReadCache(path, "k2"); err == nil {
@@ -101,6 +103,57 @@ func TestScanEnums(t *testing.T) {
 	for n, v := range want {
 		if got[n] != v {
 			t.Errorf("%s: raw scan %d, decoded %d", n, got[n], v)
+		}
+	}
+}
+
+// TestApplyKfuncs: a kfunc the kernel has is called by its BTF id and
+// bpf_ksym_exists() reads that id; one it lacks is a poisoned helper call
+// behind a constant 0; a map load is left alone and an unresolved kfunc
+// call is an error, not a program the verifier refuses later.
+func TestApplyKfuncs(t *testing.T) {
+	prog := func() asm.Instructions {
+		return asm.Instructions{
+			asm.LoadImm(asm.R1, 0, asm.DWord).WithReference("kf"),
+			asm.JEq.Imm(asm.R1, 0, "out"),
+			{OpCode: asm.OpCode(asm.JumpClass).SetJumpOp(asm.Call), Src: asm.PseudoKfuncCall, Constant: -1},
+			asm.LoadMapPtr(asm.R2, 0).WithReference("some_map"),
+			asm.Mov.Imm(asm.R0, 0).WithSymbol("out"),
+			asm.Return(),
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		kfuncs  map[string]uint32
+		wantErr bool
+		wantLd  int64
+		wantFn  int64
+		kfunc   bool // the call is still a kfunc call
+	}{
+		{"present", map[string]uint32{"kf": 1234}, false, 1234, 1234, true},
+		{"absent", map[string]uint32{"kf": 0}, false, 0, kfuncPoison, false},
+		{"not resolved", nil, true, 0, 0, false},
+	} {
+		insns := prog()
+		insns[2] = insns[2].WithReference("kf")
+		err := (&Result{Kfuncs: tc.kfuncs}).Apply(insns)
+		if tc.wantErr {
+			if err == nil {
+				t.Errorf("%s: no error", tc.name)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if insns[0].Constant != tc.wantLd || insns[0].Src != 0 {
+			t.Errorf("%s: bpf_ksym_exists load %v, want constant %d", tc.name, insns[0], tc.wantLd)
+		}
+		if insns[2].Constant != tc.wantFn || insns[2].IsKfuncCall() != tc.kfunc || insns[2].Offset != 0 {
+			t.Errorf("%s: call %v, want constant %d (kfunc %v)", tc.name, insns[2], tc.wantFn, tc.kfunc)
+		}
+		if insns[3].Reference() != "some_map" || insns[3].Src != asm.PseudoMapFD {
+			t.Errorf("%s: map load changed: %v", tc.name, insns[3])
 		}
 	}
 }

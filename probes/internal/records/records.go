@@ -36,6 +36,38 @@ func Read(rd io.Reader, buf []byte, size int, fn func([]byte)) error {
 	return nil
 }
 
+// ReadSized is Read for an iterator that writes records of more than one
+// size: size is given the first head bytes of a record and returns its
+// whole size. A record cut by the end of one read() is carried over as in
+// Read.
+func ReadSized(rd io.Reader, buf []byte, head int, size func([]byte) int, fn func([]byte)) error {
+	have := 0
+	for {
+		n, err := rd.Read(buf[have:])
+		have += n
+		off := 0
+		for have-off >= head {
+			sz := size(buf[off:])
+			if have-off < sz {
+				break
+			}
+			fn(buf[off : off+sz])
+			off += sz
+		}
+		have = copy(buf, buf[off:have])
+		if err == io.EOF || (n == 0 && err == nil) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if have != 0 {
+		return fmt.Errorf("%d trailing bytes are not a whole record", have)
+	}
+	return nil
+}
+
 // Strings interns the NUL-padded strings records carry (process names,
 // attach function names): a node has few distinct ones, so steady-state
 // reads allocate none. Make one with NewStrings.

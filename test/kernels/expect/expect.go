@@ -34,6 +34,12 @@ const (
 	// FeatFentryOnBPF: fentry/fexit attached to another BPF program
 	// (probes/profiler).
 	FeatFentryOnBPF = "fentry on a BPF program"
+	// FeatMapIter: the iter/bpf_map program that reads every map
+	// (probes/mapstats; iter/bpf_map, 5.8+).
+	FeatMapIter = "bpf_map iterator"
+	// FeatMapCount: the kfunc bpf_map_sum_elem_count() the map iterator
+	// counts hash-family elements with (6.6+).
+	FeatMapCount = "bpf_map_sum_elem_count kfunc"
 )
 
 // present is what the kernel matrix measured each entry to support (load,
@@ -41,11 +47,11 @@ const (
 // qemu allow"). A feature listed here that the kernel refuses is a
 // regression and fails the test instead of skipping it.
 var present = map[string][]string{
-	"bookworm-amd64": {FeatFentry, FeatFexit, FeatLSM, FeatTpBtf, FeatKprobe, FeatProgStats, FeatFentryOnBPF, FeatLinkIter},
-	"trixie-amd64":   {FeatFentry, FeatFexit, FeatFmodRet, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatLinkIter},
-	"sid-amd64":      {FeatFentry, FeatFexit, FeatFmodRet, FeatFentrySleep, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatFentryOnBPF, FeatLinkIter},
-	"sid-rt-amd64":   {FeatFentry, FeatFexit, FeatFmodRet, FeatFentrySleep, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatFentryOnBPF, FeatLinkIter},
-	"sid-arm64":      {FeatFentry, FeatFexit, FeatFmodRet, FeatFentrySleep, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatFentryOnBPF, FeatLinkIter},
+	"bookworm-amd64": {FeatFentry, FeatFexit, FeatLSM, FeatTpBtf, FeatKprobe, FeatProgStats, FeatFentryOnBPF, FeatLinkIter, FeatMapIter},
+	"trixie-amd64":   {FeatFentry, FeatFexit, FeatFmodRet, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatLinkIter, FeatMapIter, FeatMapCount},
+	"sid-amd64":      {FeatFentry, FeatFexit, FeatFmodRet, FeatFentrySleep, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatFentryOnBPF, FeatLinkIter, FeatMapIter, FeatMapCount},
+	"sid-rt-amd64":   {FeatFentry, FeatFexit, FeatFmodRet, FeatFentrySleep, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatFentryOnBPF, FeatLinkIter, FeatMapIter, FeatMapCount},
+	"sid-arm64":      {FeatFentry, FeatFexit, FeatFmodRet, FeatFentrySleep, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatFentryOnBPF, FeatLinkIter, FeatMapIter, FeatMapCount},
 }
 
 // Entry is the matrix entry this binary runs in, "" outside the matrix.
