@@ -64,6 +64,12 @@ type Config struct {
 	// in BPFFS (scan_pin.go) and, without them, "auto" scans by syscall
 	// and finds owners by the /proc walk.
 	OneShot bool
+	// Maps reads every BPF map on the node at each scan (Snapshot.Maps).
+	Maps bool
+	// MapCountBound, above 0, counts the elements of hash maps whose count
+	// the kernel cannot give (no bpf_map_sum_elem_count, before Linux
+	// 6.6) by walking at most that many keys: one syscall per key.
+	MapCountBound int
 	// Parallel is how many goroutines read programs seen for the first
 	// time (default 1). One-shot commands set it to the CPU count; the
 	// long-running agent keeps one, since after its first scan nearly
@@ -90,6 +96,7 @@ type Agent struct {
 	stats  *stats.Ctl
 	smp    *stats.Sampler // sampled mode only
 	prof   *profiles      // with Config.Profile only
+	maps   *mapReader     // with Config.Maps only
 	kernel KernelInfo
 	eps    *episodeTracker
 
@@ -219,6 +226,9 @@ func New(cfg Config) (*Agent, error) {
 		a.attr = newAttribution(cfg)
 		a.ownerSlow = ownerSlow
 	}
+	if cfg.Maps {
+		a.maps = newMapReader(&cfg)
+	}
 	return a, nil
 }
 
@@ -317,6 +327,9 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 	// Joins kept by the reader and no owner refresh: a program whose
 	// counters did not move is the same as in the last scan.
 	a.assemble(snap, progs, dt, a.smp, a.r.joinsKept && !st.OwnersRefreshed)
+	if a.maps != nil {
+		snap.Maps, snap.MapScan = a.maps.read(snap.Programs)
+	}
 
 	st.Duration = a.cfg.Now().Sub(start)
 	snap.Scan = st
@@ -341,6 +354,7 @@ func (a *Agent) Close() []Episode {
 	if a.prof != nil {
 		a.prof.close()
 	}
+	a.maps.close()
 	a.r.fdinfo.Close()
 	if a.attr != nil {
 		a.attr.close()

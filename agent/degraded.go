@@ -25,6 +25,8 @@ const (
 	FeatureCgroupLinks   = "cgroup link targets"
 	FeatureNetdevAttach  = "interface attachments"
 	FeatureCalibration   = "calibration"
+	FeatureMapIterator   = "map iterator"
+	FeatureMaps          = "maps"
 )
 
 // usedCaps are the capabilities the agent uses beyond the ones without
@@ -106,6 +108,14 @@ func (a *Agent) degraded() []string {
 		}
 		if sd := &a.r.steady; sd.tried && sd.off != "" {
 			add(FeatureSteadyRead, sd.off)
+		}
+	}
+	if m := a.maps; m != nil {
+		switch {
+		case m.err != nil:
+			add(FeatureMaps, m.err.Error())
+		case !configured && m.r != nil && !m.r.Source().Iterator:
+			add(FeatureMapIterator, m.r.Source().Reason)
 		}
 	}
 	if a.r.factsErr != nil {

@@ -236,6 +236,10 @@ type Snapshot struct {
 	StatsTax StatsTax `json:"stats_tax"`
 	// StatsCosts are the measured stats costs per run (calibration).
 	StatsCosts []StatsCost `json:"stats_costs,omitempty"`
+	// Maps is every BPF map on the node, ascending by id, with Config.Maps;
+	// MapScan says how they were read.
+	Maps    []Map   `json:"maps,omitempty"`
+	MapScan MapScan `json:"map_scan"`
 }
 
 // StatsMode is the agent's --stats (internal/config validates it).

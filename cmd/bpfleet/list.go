@@ -106,6 +106,9 @@ scripts and log pipelines.`,
 			}
 			cfg.Parallel = runtime.NumCPU()
 			cfg.OneShot = !c.Watch
+			// list shows programs (their own memory included): reading
+			// every map would only slow the one-shot scan.
+			cfg.Maps = false
 			a, err := newAgent(cfg)
 			if err != nil {
 				return err

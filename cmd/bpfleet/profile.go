@@ -43,6 +43,7 @@ saying so.`,
 			}
 			cfg := agentConfig(c.Scan)
 			cfg.Profile = args
+			cfg.Maps = false // the profile shows run times only
 			cfg.ProfileWindow, cfg.ProfilePeriod = c.Profile.Window, c.Profile.Period
 			a, err := newAgent(cfg)
 			if err != nil {

@@ -117,6 +117,11 @@ type Scan struct {
 	// ScanSource is auto, iterator or syscall (agent.ScanSource*).
 	ScanSource     string
 	QuietIntervals int
+	// NoMaps skips reading the node's BPF maps; MapCountBound, above 0,
+	// counts hash maps' elements by walking their keys where the kernel
+	// cannot count them (before Linux 6.6).
+	NoMaps        bool
+	MapCountBound int
 	// BPFFSSet says --bpffs was given: a missing default mount is only
 	// "no pins to find", a missing mount the operator named is a mistake.
 	BPFFSSet bool
@@ -154,6 +159,9 @@ func (s *Scan) Validate() error {
 	}
 	if s.NoIterator && s.ScanSource == "iterator" {
 		errs = append(errs, problem("--scan-source", s.ScanSource, "contradicts --no-iterator: drop one of them"))
+	}
+	if s.MapCountBound < 0 {
+		errs = append(errs, problem("--map-count-bound", fmt.Sprint(s.MapCountBound), "want 0 (no key walks) or a bound on the keys walked per map"))
 	}
 	if s.QuietIntervals < 1 {
 		errs = append(errs, problem("--quiet-intervals", fmt.Sprint(s.QuietIntervals), "want at least 1"))

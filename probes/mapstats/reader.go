@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"unsafe"
 
+	"github.com/bpfleet/bpfleet/probes/internal/coreload"
 	"github.com/bpfleet/bpfleet/probes/internal/fdinfo"
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -87,7 +88,9 @@ type Options struct {
 	// NoIterator reads by syscalls only (tests, and callers that know the
 	// iterator is refused).
 	NoIterator bool
-	// CacheDir is the CO-RE cache directory ("" for none).
+	// CacheDir is the CO-RE cache directory: "" for the one every probe
+	// shares ($BPFLEET_CACHE_DIR, else the user cache directory), "-" for
+	// none.
 	CacheDir string
 }
 
@@ -133,7 +136,14 @@ func NewReader(opts Options) (*Reader, error) {
 		r.source.Reason = "iterator not asked for"
 		return r, nil
 	}
-	it, _, err := LoadCached(opts.CacheDir)
+	dirName := opts.CacheDir
+	switch dirName {
+	case "":
+		dirName = coreload.DefaultCacheDir()
+	case "-":
+		dirName = ""
+	}
+	it, _, err := LoadCached(dirName)
 	if err != nil {
 		r.source.Reason = fmt.Sprintf("loading iter/bpf_map: %v", err)
 		return r, nil
@@ -141,6 +151,10 @@ func NewReader(opts Options) (*Reader, error) {
 	r.it, r.source.Iterator = it, true
 	return r, nil
 }
+
+// Source says how reads read the maps: the iterator, or the syscall walk
+// and why.
+func (r *Reader) Source() Source { return r.source }
 
 // Close releases the iterator and the fdinfo directory.
 func (r *Reader) Close() error {

@@ -1,0 +1,195 @@
+package agent
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/bpfleet/bpfleet/probes/mapstats"
+)
+
+// Map is one BPF map on the node as the latest scan read it
+// (probes/mapstats), with the loaded programs that use it.
+type Map struct {
+	ID         uint32 `json:"id"`
+	Name       string `json:"name"`
+	Type       string `json:"type"` // as bpftool prints it: hash, array, ringbuf, ...
+	KeySize    uint32 `json:"key_size"`
+	ValueSize  uint32 `json:"value_size"`
+	MaxEntries uint32 `json:"max_entries"`
+	Flags      uint32 `json:"flags"`
+	// MemoryBytes is the kernel's own figure for the map
+	// (map->ops->map_mem_usage(), fdinfo "memlock:"); nil where it could
+	// not be read (the map vanished before its fd was opened).
+	MemoryBytes *uint64 `json:"memory_bytes"`
+	// Entries is the element count, for the hash family only; nil with
+	// EntriesReason saying why (not a hash map, a kernel without
+	// bpf_map_sum_elem_count and no --map-count-bound).
+	Entries       *uint64 `json:"entries"`
+	EntriesMethod string  `json:"entries_method,omitempty"` // kfunc or walk
+	EntriesReason string  `json:"entries_reason,omitempty"`
+	// Fullness is Entries / MaxEntries; nil without Entries.
+	Fullness *float64 `json:"fullness"`
+	// ProgramIDs are the loaded programs whose map_ids name the map,
+	// ascending; empty for a map only a pin or a process's fd keeps.
+	ProgramIDs []uint32 `json:"program_ids"`
+}
+
+// MapScan says how the maps of a snapshot were read.
+type MapScan struct {
+	// Source is iterator (one read of iter/bpf_map, no fd but for the
+	// memory of maps whose figure can change) or syscall (GET_NEXT_ID,
+	// GET_FD_BY_ID, OBJ_GET_INFO_BY_FD per map); empty: maps not read.
+	Source string `json:"source,omitempty"`
+	// FallbackReason says why the iterator is not used.
+	FallbackReason string `json:"fallback_reason,omitempty"`
+	// Error is a failed read (the snapshot then has no maps).
+	Error string `json:"error,omitempty"`
+}
+
+// mapTypeNames names enum bpf_map_type as bpftool does.
+var mapTypeNames = [...]string{
+	"unspec", "hash", "array", "prog_array", "perf_event_array",
+	"percpu_hash", "percpu_array", "stack_trace", "cgroup_array",
+	"lru_hash", "lru_percpu_hash", "lpm_trie", "array_of_maps",
+	"hash_of_maps", "devmap", "sockmap", "cpumap", "xskmap", "sockhash",
+	"cgroup_storage", "reuseport_sockarray", "percpu_cgroup_storage",
+	"queue", "stack", "sk_storage", "devmap_hash", "struct_ops", "ringbuf",
+	"inode_storage", "task_storage", "bloom_filter", "user_ringbuf",
+	"cgrp_storage", "arena",
+}
+
+// MapTypeName names a bpf_map_type.
+func MapTypeName(t uint32) string { return enumName(mapTypeNames[:], t, "type_") }
+
+// mapReader reads the node's maps for Scan; nil when Config.Maps is off.
+type mapReader struct {
+	r *mapstats.Reader
+	// err is why no reader could be made; reported in every snapshot.
+	err error
+	out []Map
+}
+
+func newMapReader(cfg *Config) *mapReader {
+	r, err := mapstats.NewReader(mapstats.Options{CountBound: cfg.MapCountBound, NoIterator: cfg.NoIterator || cfg.ScanSource == ScanSourceSyscall})
+	if err != nil {
+		return &mapReader{err: fmt.Errorf("reading maps: %w", err)}
+	}
+	return &mapReader{r: r}
+}
+
+// read returns the node's maps joined with the programs that use them.
+// The slice is new each scan: snapshots are never written after Scan.
+func (m *mapReader) read(progs []*ProgramStat) ([]Map, MapScan) {
+	if m.err != nil {
+		return nil, MapScan{Error: m.err.Error()}
+	}
+	maps, src, err := m.r.Read()
+	scan := MapScan{Source: ScanSourceSyscall, FallbackReason: src.Reason}
+	if src.Iterator {
+		scan = MapScan{Source: ScanSourceIterator}
+	}
+	if err != nil {
+		scan.Error = err.Error()
+		return nil, scan
+	}
+	out := make([]Map, len(maps))
+	for i := range maps {
+		out[i] = fromMapstats(&maps[i])
+	}
+	joinMapUsers(out, progs)
+	return out, scan
+}
+
+func (m *mapReader) close() {
+	if m != nil && m.r != nil {
+		m.r.Close()
+	}
+}
+
+func fromMapstats(s *mapstats.Map) Map {
+	m := Map{ID: s.ID, Name: s.Name, Type: MapTypeName(uint32(s.Type)), KeySize: s.KeySize, ValueSize: s.ValueSize,
+		MaxEntries: s.MaxEntries, Flags: s.Flags}
+	if s.MemoryKnown {
+		v := s.Memory
+		m.MemoryBytes = &v
+	}
+	if s.Entries.Known {
+		n := s.Entries.Count
+		m.Entries = &n
+		switch s.Entries.How {
+		case mapstats.CountKfunc:
+			m.EntriesMethod = "kfunc"
+		case mapstats.CountWalk:
+			m.EntriesMethod = "walk"
+		}
+		if f, ok := s.Fullness(); ok {
+			m.Fullness = &f
+		}
+	} else {
+		m.EntriesReason = s.Entries.Reason
+	}
+	return m
+}
+
+// joinMapUsers fills each map's ProgramIDs from the programs' map_ids.
+// maps is in ascending id order (the iterator's and the walk's).
+func joinMapUsers(maps []Map, progs []*ProgramStat) {
+	for _, p := range progs {
+		for _, id := range p.MapIDs {
+			i, ok := slices.BinarySearchFunc(maps, id, func(m Map, id uint32) int { return int(int64(m.ID) - int64(id)) })
+			if ok {
+				maps[i].ProgramIDs = append(maps[i].ProgramIDs, p.ID)
+			}
+		}
+	}
+	for i := range maps {
+		slices.Sort(maps[i].ProgramIDs)
+	}
+}
+
+// HashFamily says the kernel keeps an element count for maps of this
+// type (the only ones with Entries where the kernel has the kfunc).
+func (m *Map) HashFamily() bool {
+	switch m.Type {
+	case "hash", "percpu_hash", "lru_hash", "lru_percpu_hash", "hash_of_maps":
+		return true
+	}
+	return false
+}
+
+// ProgramMemory is a program's own kernel memory: its JIT image, its
+// translated instructions and what fdinfo's memlock charges it (maps not
+// included: they are counted once, as maps).
+func ProgramMemory(p *Program) uint64 {
+	n := uint64(p.JitedSize) + uint64(p.XlatedSize)
+	if p.Memlock != nil {
+		n += *p.Memlock
+	}
+	return n
+}
+
+// MapMemory sums the memory of the maps named by ids, each counted once
+// however often it is named: the rollup rule for a program, a workload, an
+// owner or the node (exporter/METRICS.md, "Maps").
+func MapMemory(byID map[uint32]*Map, ids ...[]uint32) uint64 {
+	seen := map[uint32]bool{}
+	var n uint64
+	for _, l := range ids {
+		for _, id := range l {
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+			if m := byID[id]; m != nil && m.MemoryBytes != nil {
+				n += *m.MemoryBytes
+			}
+		}
+	}
+	return n
+}
+
+// compile-time check that the map type enum the names follow is the
+// kernel's (cilium/ebpf spells the same values).
+var _ = [1]struct{}{}[ebpf.RingBuf-27]

@@ -1,0 +1,173 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+
+	"github.com/bpfleet/bpfleet/probes/mapstats"
+)
+
+// mapMemlock reads memlock: from the test's own fd of m.
+func mapMemlock(t *testing.T, m *ebpf.Map) uint64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", m.FD()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "memlock:"); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no memlock: in %q", b)
+	return 0
+}
+
+// TestScanMaps: a snapshot with Config.Maps has every map, a hash map's
+// entries as inserted, its memory the kernel's fdinfo figure, and the
+// program that uses it in ProgramIDs; the program's memory is its JIT
+// image, instructions and memlock.
+func TestScanMaps(t *testing.T) {
+	for _, src := range []string{ScanSourceIterator, ScanSourceSyscall} {
+		t.Run(src, func(t *testing.T) {
+			hash, err := ebpf.NewMap(&ebpf.MapSpec{Name: "scan_maps_h", Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: 16})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer hash.Close()
+			for k := uint32(0); k < 6; k++ {
+				if err := hash.Put(k, uint64(k)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			arr, err := ebpf.NewMap(&ebpf.MapSpec{Name: "scan_maps_a", Type: ebpf.Array, KeySize: 4, ValueSize: 64, MaxEntries: 8})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer arr.Close()
+			// A socket filter that names both maps (a map fd load each).
+			prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "scan_maps_p", Type: ebpf.SocketFilter, License: "GPL",
+				Instructions: asm.Instructions{
+					asm.LoadMapPtr(asm.R1, hash.FD()),
+					asm.LoadMapPtr(asm.R1, arr.FD()),
+					asm.Mov.Imm(asm.R0, 0),
+					asm.Return(),
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer prog.Close()
+			pid := progID(t, prog)
+			hid, aid := mapID(t, hash), mapID(t, arr)
+
+			// The syscall walk has no element count of its own: the opt-in
+			// bounded key walk gives it.
+			bound := 0
+			if src == ScanSourceSyscall {
+				bound = 100
+			}
+			a, err := New(Config{Maps: true, ScanSource: src, MapCountBound: bound})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			s, err := a.Scan(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.MapScan.Error != "" || s.MapScan.Source != src {
+				t.Fatalf("map scan %+v, want source %s", s.MapScan, src)
+			}
+			byID := map[uint32]*Map{}
+			for i := range s.Maps {
+				byID[s.Maps[i].ID] = &s.Maps[i]
+			}
+			h, ar := byID[hid], byID[aid]
+			if h == nil || ar == nil {
+				t.Fatalf("maps %d, %d missing from %d maps", hid, aid, len(s.Maps))
+			}
+			if h.Type != "hash" || h.Name != "scan_maps_h" || h.KeySize != 4 || h.ValueSize != 8 || h.MaxEntries != 16 {
+				t.Errorf("hash map %+v", h)
+			}
+			if src == ScanSourceIterator && h.EntriesReason == mapstats.ReasonNoKfunc {
+				t.Skipf("the kernel has no element count: %s", h.EntriesReason)
+			}
+			if h.Entries == nil || *h.Entries != 6 || h.Fullness == nil || *h.Fullness != 6.0/16 {
+				t.Errorf("hash map entries %v fullness %v (%s), want 6 and 0.375", h.Entries, h.Fullness, h.EntriesReason)
+			}
+			if want := map[string]string{ScanSourceIterator: "kfunc", ScanSourceSyscall: "walk"}[src]; h.EntriesMethod != want {
+				t.Errorf("hash map entries counted by %q, want %q", h.EntriesMethod, want)
+			}
+			if ar.Type != "array" || ar.Entries != nil || ar.EntriesReason == "" {
+				t.Errorf("array map %+v: want no entries, with a reason", ar)
+			}
+			for _, c := range []struct {
+				m   *Map
+				own *ebpf.Map
+			}{{h, hash}, {ar, arr}} {
+				if want := mapMemlock(t, c.own); c.m.MemoryBytes == nil || *c.m.MemoryBytes != want {
+					t.Errorf("map %s memory %v, want fdinfo's %d", c.m.Name, c.m.MemoryBytes, want)
+				}
+				if !slices.Contains(c.m.ProgramIDs, pid) {
+					t.Errorf("map %s users %v, want program %d among them", c.m.Name, c.m.ProgramIDs, pid)
+				}
+			}
+			var p *ProgramStat
+			for _, x := range s.Programs {
+				if x.ID == pid {
+					p = x
+				}
+			}
+			if p == nil {
+				t.Fatalf("program %d not in the snapshot", pid)
+			}
+			info, err := prog.Info()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Memlock == nil || ProgramMemory(&p.Program) != uint64(p.JitedSize)+uint64(p.XlatedSize)+*p.Memlock || p.XlatedSize == 0 {
+				t.Errorf("program memory %d from jited %d xlated %d memlock %v", ProgramMemory(&p.Program), p.JitedSize, p.XlatedSize, p.Memlock)
+			}
+			if ids, _ := info.MapIDs(); !slices.Equal(slices.Sorted(slices.Values(idsU32(ids))), slices.Sorted(slices.Values(p.MapIDs))) {
+				t.Errorf("program map ids %v, kernel says %v", p.MapIDs, ids)
+			}
+			byIDm := map[uint32]*Map{hid: h, aid: ar}
+			if got, want := MapMemory(byIDm, p.MapIDs, p.MapIDs), *h.MemoryBytes+*ar.MemoryBytes; got != want {
+				t.Errorf("MapMemory counts a map named twice twice: %d, want %d", got, want)
+			}
+		})
+	}
+}
+
+func mapID(t *testing.T, m *ebpf.Map) uint32 {
+	t.Helper()
+	info, err := m.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, ok := info.ID()
+	if !ok {
+		t.Fatal("no map id")
+	}
+	return uint32(id)
+}
+
+func idsU32(ids []ebpf.MapID) []uint32 {
+	out := make([]uint32, len(ids))
+	for i, id := range ids {
+		out[i] = uint32(id)
+	}
+	return out
+}
