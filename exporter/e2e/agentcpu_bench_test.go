@@ -61,6 +61,34 @@ func TestBenchAgentCPU(t *testing.T) {
 	prom := backends.StartPrometheus(t)
 	fl := newFleetLoad(t, 1000)
 	defer fl.close()
+	// 3,000 maps beside the programs (issue 25's node): hash maps holding
+	// a few elements and arrays, which the agent reads at every scan.
+	nMaps := 3000
+	if v := os.Getenv("BPFLEET_BENCH_MAPS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			t.Fatalf("BPFLEET_BENCH_MAPS=%q: want a count", v)
+		}
+		nMaps = n
+	}
+	for i := range nMaps {
+		spec := &ebpf.MapSpec{Name: fmt.Sprintf("bench_m%d", i%100), Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 16}
+		if i%2 == 1 {
+			spec.Type = ebpf.Hash
+		}
+		m, err := ebpf.NewMap(spec)
+		if err != nil {
+			t.Fatalf("creating map %d of %d: %v", i, nMaps, err)
+		}
+		defer m.Close()
+		if spec.Type == ebpf.Hash {
+			for k := range uint32(i % 16) {
+				if err := m.Put(k, uint64(k)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
 
 	type run struct {
 		name, bin string
@@ -80,6 +108,7 @@ func TestBenchAgentCPU(t *testing.T) {
 		{name: "this-2", bin: bpfleetBin},
 		{name: "this-no-export", bin: bpfleetBin, env: []string{"OTEL_METRICS_EXPORTER=none"}},
 		{name: "this-no-gzip", bin: bpfleetBin, args: []string{"--otlp-compression", "none"}},
+		{name: "this-no-maps", bin: bpfleetBin, args: []string{"--no-maps"}},
 		{name: "this-profiled", bin: bpfleetBin, pprof: true},
 	}
 	if b := os.Getenv("BPFLEET_BENCH_BASELINE"); b != "" {
@@ -161,8 +190,8 @@ func TestBenchAgentCPU(t *testing.T) {
 			if ss, err := prom.Query(context.Background(), q); err == nil && len(ss) == 1 {
 				self = fmt.Sprintf("%.3f%%", 100*ss[0].Value)
 			}
-			t.Logf("BENCH agentcpu %s level=%s, 1,000 programs (50 reloaded %d times), --interval 10s, export 10s gzip, %.0f s: CPU %.4f%% of one core by schedstat (%.2f ms per 10 s), %s by its own bpf.agent.cpu; RSS %.1f MB at start of window, %.1f MB max, %.1f MB at end",
-				p.name, level, reloads, elapsed.Seconds(), cpus[p.name], 10*(cpu1-p.cpu0).Seconds()*1000/elapsed.Seconds(), self, float64(p.rss0)/1000, float64(max(p.max, rss))/1000, float64(rss)/1000)
+			t.Logf("BENCH agentcpu %s level=%s, 1,000 programs (50 reloaded %d times) and %d maps, --interval 10s, export 10s gzip, %.0f s: CPU %.4f%% of one core by schedstat (%.2f ms per 10 s), %s by its own bpf.agent.cpu; RSS %.1f MB at start of window, %.1f MB max, %.1f MB at end",
+				p.name, level, reloads, nMaps, elapsed.Seconds(), cpus[p.name], 10*(cpu1-p.cpu0).Seconds()*1000/elapsed.Seconds(), self, float64(p.rss0)/1000, float64(max(p.max, rss))/1000, float64(rss)/1000)
 		}
 		this := (cpus["this"] + cpus["this-2"]) / 2
 		t.Logf("BENCH agentcpu level=%s: this build %.4f%% of one core (mean of twins %.4f%% and %.4f%%)", level, this, cpus["this"], cpus["this-2"])
@@ -170,8 +199,8 @@ func TestBenchAgentCPU(t *testing.T) {
 			base := (cpus["baseline"] + cpus["baseline-2"]) / 2
 			t.Logf("BENCH agentcpu level=%s: baseline %.4f%% (twins %.4f%% and %.4f%%); this/baseline CPU %.2f", level, base, cpus["baseline"], cpus["baseline-2"], this/base)
 		}
-		t.Logf("BENCH agentcpu level=%s by difference (schedstat): export %.3f%% (gzip %.3f%%), the rest (scans, owners, view, runtime) %.3f%% of one core",
-			level, this-cpus["this-no-export"], this-cpus["this-no-gzip"], cpus["this-no-export"])
+		t.Logf("BENCH agentcpu level=%s by difference (schedstat): export %.3f%% (gzip %.3f%%), reading %d maps %.3f%%, the rest (scans, owners, view, runtime) %.3f%% of one core",
+			level, this-cpus["this-no-export"], this-cpus["this-no-gzip"], nMaps, this-cpus["this-no-maps"], cpus["this-no-export"])
 		wg.Wait()
 		phaseMs := map[string]map[string]float64{}
 		for _, p := range ps {
