@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
+	"github.com/bpfleet/bpfleet/internal/fdinfo"
 	"github.com/bpfleet/bpfleet/test/canary/canarytest"
 	testcounters "github.com/bpfleet/bpfleet/test/counters"
 	"github.com/cilium/ebpf"
@@ -374,7 +374,7 @@ func TestFirstReadMemlockAndFiles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, ok := bpfsys.FdinfoField(b, "memlock:")
+		m, ok := fdinfo.Field(b, "memlock:")
 		if !ok {
 			t.Fatalf("no memlock in fdinfo:\n%s", b)
 		}

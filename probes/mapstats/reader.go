@@ -7,7 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/bpfleet/bpfleet/probes/internal/coreload"
-	"github.com/bpfleet/bpfleet/probes/internal/fdinfo"
+	"github.com/bpfleet/bpfleet/internal/fdinfo"
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 )

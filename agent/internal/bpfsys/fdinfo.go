@@ -1,11 +1,12 @@
 package bpfsys
 
 import (
-	"bytes"
 	"strconv"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/bpfleet/bpfleet/internal/fdinfo"
 )
 
 // FdinfoDir is /proc/self/fdinfo, held open so that fdinfo entries are
@@ -62,8 +63,8 @@ func (f *FdinfoFiles) Memlock(fd int, id uint32) (uint64, bool) {
 	var buf [512]byte
 	if file, ok := f.files[fd]; ok {
 		if b, ok := preadAt0(file, buf[:]); ok {
-			if pid, ok := FdinfoField(b, "prog_id:"); ok && pid == uint64(id) {
-				return FdinfoField(b, "memlock:")
+			if pid, ok := fdinfo.Field(b, "prog_id:"); ok && pid == uint64(id) {
+				return fdinfo.Field(b, "memlock:")
 			}
 		}
 		CloseFD(file)
@@ -85,12 +86,12 @@ func (f *FdinfoFiles) Memlock(fd int, id uint32) (uint64, bool) {
 		CloseFD(int(file))
 		return 0, false
 	}
-	if pid, ok := FdinfoField(b, "prog_id:"); ok && pid == uint64(id) {
+	if pid, ok := fdinfo.Field(b, "prog_id:"); ok && pid == uint64(id) {
 		f.files[fd] = int(file)
 	} else {
 		CloseFD(int(file))
 	}
-	return FdinfoField(b, "memlock:")
+	return fdinfo.Field(b, "memlock:")
 }
 
 // Release closes every kept file: none outlives the scan.
@@ -108,21 +109,4 @@ func preadAt0(fd int, buf []byte) ([]byte, bool) {
 		return nil, false
 	}
 	return buf[:n], true
-}
-
-// FdinfoField returns the unsigned value of a "key:\tvalue" line.
-func FdinfoField(b []byte, key string) (uint64, bool) {
-	for len(b) > 0 {
-		line := b
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
-		} else {
-			b = nil
-		}
-		if rest, ok := bytes.CutPrefix(line, []byte(key)); ok {
-			v, err := strconv.ParseUint(string(bytes.TrimSpace(rest)), 10, 64)
-			return v, err == nil
-		}
-	}
-	return 0, false
 }

@@ -23,6 +23,11 @@ func TestField(t *testing.T) {
 			t.Errorf("Field(%q) = %d, %v; want %d, %v", tc.key, got, ok, tc.want, tc.ok)
 		}
 	}
+	// A program's entry, its last line without a newline.
+	prog := []byte("pos:\t0\nflags:\t02000002\nmnt_id:\t15\nino:\t1057\nprog_type:\t1\nprog_jited:\t1\nprog_tag:\tabc\nprog_id:\t42\nmemlock:\t4096")
+	if v, ok := Field(prog, "memlock:"); !ok || v != 4096 {
+		t.Errorf("memlock (last line, no newline) = %d %v", v, ok)
+	}
 	if _, ok := Field([]byte("memlock:\tlots\n"), "memlock:"); ok {
 		t.Error("a value that is not a number was read")
 	}
