@@ -52,6 +52,12 @@ func (a *Agent) Calibrate(parent context.Context, budget time.Duration) ([]Calib
 // runs in that time are not counted in always mode); if stats stay on
 // without it, every figure says "not measurable: stats held elsewhere".
 func (a *Agent) CalibrateStats(ctx context.Context, types []catalog.AttachType) ([]StatsCost, error) {
+	if a.cfg.StatsMode == StatsOff {
+		// --stats=off: the agent never turns stats on, not even for the
+		// second or two the measurement would tax every program on the
+		// node (and flip stats under any other tool reading them).
+		return nil, nil
+	}
 	out, err := a.stats.MeasureTax(ctx, types, a.cfg.ProcRoot)
 	a.mu.Lock()
 	a.statsCosts = out

@@ -96,6 +96,23 @@ func TestStatsOffHoldsNothing(t *testing.T) {
 	}
 }
 
+// off: the stats-tax measurement (calibration, or the agent command's
+// tax-only run) is skipped too: it would turn stats on for every program
+// on the node while it measures.
+func TestStatsOffMeasuresNoTax(t *testing.T) {
+	skipIfStatsOn(t)
+	sp := steady.Start(t, "steady", 5000)
+	a := newTestAgentWith(t, Config{StatsMode: StatsOff, NoIterator: true})
+	costs, err := a.CalibrateStats(context.Background(), nil)
+	if err != nil || len(costs) != 0 {
+		t.Errorf("CalibrateStats with stats off: %v, %v; want nothing measured", costs, err)
+	}
+	s := scan(t, a)
+	if p := findProg(s, sp.ID); p == nil || p.RunCount != 0 {
+		t.Errorf("stats off, yet the steady program's runs were counted: %+v", p)
+	}
+}
+
 // Another holder (here the test itself, as another tool) is seen while the
 // agent holds no fd.
 func TestStatsOffSeesHolderElsewhere(t *testing.T) {
