@@ -47,7 +47,7 @@ func TestServeMaps(t *testing.T) {
 			t.Errorf("map %d is id %d, want %d", i, m.ID, bpfmaps.MapID(t, own))
 			continue
 		}
-		if want := bpfmaps.Memlock(t, own); m.MemoryBytes == nil || *m.MemoryBytes != want {
+		if want := bpfmaps.Memlock(t, own.FD()); m.MemoryBytes == nil || *m.MemoryBytes != want {
 			t.Errorf("map %s memory %v, want fdinfo's %d", m.Name, m.MemoryBytes, want)
 		} else {
 			sum += want

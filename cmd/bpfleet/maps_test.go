@@ -82,7 +82,7 @@ func TestMapsJSONTruth(t *testing.T) {
 			t.Errorf("the test's map %d is missing", id)
 			continue
 		}
-		if want := bpfmaps.Memlock(t, own); m.MemoryBytes == nil || *m.MemoryBytes != want {
+		if want := bpfmaps.Memlock(t, own.FD()); m.MemoryBytes == nil || *m.MemoryBytes != want {
 			t.Errorf("map %s memory %v, fdinfo says %d", m.Name, m.MemoryBytes, want)
 		}
 		if !slices.Contains(m.ProgramIDs, set.ProgID) || !slices.ContainsFunc(m.Users, func(u mapview.User) bool {

@@ -89,11 +89,11 @@ func MapID(t testing.TB, m *ebpf.Map) uint32 {
 	return uint32(id)
 }
 
-// Memlock is the kernel's memory figure for m: memlock: in the fdinfo of
-// the test's own fd.
-func Memlock(t testing.TB, m *ebpf.Map) uint64 {
+// Memlock is the kernel's memory figure for a map or a program: memlock:
+// in the fdinfo of the test's own fd.
+func Memlock(t testing.TB, fd int) uint64 {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", m.FD()))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", fd))
 	if err != nil {
 		t.Fatal(err)
 	}
