@@ -87,7 +87,7 @@ func (c *Maps) Validate() error {
 }
 
 // TopSorts are the columns `bpfleet top --sort` accepts.
-var TopSorts = []string{"cpu", "runs", "misses", "nsrun", "id", "name"}
+var TopSorts = []string{"cpu", "runs", "misses", "nsrun", "mem", "id", "name"}
 
 // Top is `bpfleet top`'s configuration.
 type Top struct {
