@@ -50,7 +50,9 @@ var topSorts = []struct {
 		return totalMisses(&a.Program) > totalMisses(&b.Program)
 	}},
 	{"nsrun", func(a, b *agent.ProgramStat) bool { return a.Delta.NsPerRun > b.Delta.NsPerRun }},
-	{"mem", func(a, b *agent.ProgramStat) bool { return agent.ProgramMemory(&a.Program) > agent.ProgramMemory(&b.Program) }},
+	{"mem", func(a, b *agent.ProgramStat) bool {
+		return agent.ProgramMemory(&a.Program) > agent.ProgramMemory(&b.Program)
+	}},
 	{"id", func(a, b *agent.ProgramStat) bool { return a.ID < b.ID }},
 	{"name", func(a, b *agent.ProgramStat) bool { return a.Name < b.Name }},
 }
