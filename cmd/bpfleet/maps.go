@@ -58,7 +58,7 @@ With --watch it keeps reading and prints one JSON object per interval
 			defer a.Close()
 			f := mapview.Filter{Type: c.Type, ProgID: uint32(c.Prog), Sort: c.Sort}
 			out := cmd.OutOrStdout()
-			print := func(s *agent.Snapshot) error {
+			show := func(s *agent.Snapshot) error {
 				if s.MapScan.Error != "" {
 					return fmt.Errorf("%s", s.MapScan.Error)
 				}
@@ -70,11 +70,11 @@ With --watch it keeps reading and prints one JSON object per interval
 				if err != nil {
 					return err
 				}
-				return print(s)
+				return show(s)
 			}
 			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return watchMaps(ctx, a.Scan, c.Interval, c.Count, print)
+			return watchMaps(ctx, a.Scan, c.Interval, c.Count, show)
 		},
 	}
 	registerScanFlags(cmd, &c.Scan)

@@ -70,7 +70,9 @@ func TestMapsJSONTruth(t *testing.T) {
 	}
 	var sum uint64
 	for i := range l.Maps {
-		sum += *l.Maps[i].MemoryBytes
+		if mb := l.Maps[i].MemoryBytes; mb != nil { // nil: gone before its fdinfo was read
+			sum += *mb
+		}
 	}
 	if l.MemoryBytes != sum {
 		t.Errorf("memory_bytes %d, the maps sum to %d", l.MemoryBytes, sum)
