@@ -11,6 +11,7 @@ import (
 
 	"github.com/bpfleet/bpfleet/agent"
 	"github.com/bpfleet/bpfleet/agent/history"
+	"github.com/bpfleet/bpfleet/agent/mapview"
 )
 
 type openAPIDocument struct {
@@ -111,6 +112,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"KernelInfo": agent.KernelInfo{}, "Calibration": agent.Calibration{}, "ScanStats": agent.ScanStats{},
 		"ProgramList": ProgramList{}, "Status": Status{}, "Error": Error{},
 		"History": history.Series{}, "HistoryPoint": history.Point{},
+		"Map": agent.Map{}, "MapScan": agent.MapScan{}, "MapList": mapview.List{}, "MapEntry": mapview.Map{},
+		"MapUser": mapview.User{}, "MapOwner": mapview.Owner{},
 	} {
 		s, ok := d.Components.Schemas[name]
 		if !ok {

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/bpfleet/bpfleet/agent"
 	"github.com/bpfleet/bpfleet/agent/history"
+	"github.com/bpfleet/bpfleet/agent/mapview"
 )
 
 // route is one endpoint. The table is the single source of the mux, and a
@@ -30,6 +32,7 @@ var routes = []route{
 	{path: "/v1/programs/{id}", handler: (*Server).getProgram},
 	{path: "/v1/programs/{id}/history", handler: (*Server).getHistory},
 	{path: "/v1/attach-types", handler: (*Server).getAttachTypes},
+	{path: "/v1/maps", params: []string{"type", "name", "prog_id", "pod", "namespace", "sort", "limit"}, handler: (*Server).getMaps},
 	{path: "/v1/episodes", params: []string{"open", "prog_id", "source"}, handler: (*Server).getEpisodes},
 	{path: "/healthz", handler: (*Server).getHealth},
 	{path: "/readyz", handler: (*Server).getReady},
@@ -274,6 +277,44 @@ func (s *Server) getAttachTypes(w http.ResponseWriter, r *http.Request, q url.Va
 		Seq: snap.Seq, Time: snap.Time, Kernel: snap.Kernel,
 		AttachTypes: orEmpty(snap.AttachTypes), Calibration: orEmpty(snap.Calibration),
 	})
+}
+
+// mapSortNames lists mapview.Sorts for error messages, in a fixed order.
+var mapSortNames = slices.Sorted(maps.Keys(mapview.Sorts))
+
+// getMaps serves the latest snapshot's maps with their users (mapview):
+// every map on the node when the agent reads maps, none with --no-maps
+// (scan.source is then empty).
+func (s *Server) getMaps(w http.ResponseWriter, r *http.Request, q url.Values) {
+	f := mapview.Filter{Type: q.Get("type"), Name: q.Get("name"), Pod: q.Get("pod"), Namespace: q.Get("namespace"), Sort: q.Get("sort")}
+	if f.Sort == "" {
+		f.Sort = "id"
+	}
+	if _, ok := mapview.Sorts[f.Sort]; !ok {
+		writeError(w, http.StatusBadRequest, "sort=%q: want one of %s", f.Sort, strings.Join(mapSortNames, ", "))
+		return
+	}
+	if v := q.Get("prog_id"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil || n == 0 {
+			writeError(w, http.StatusBadRequest, "prog_id=%q: want a decimal number from 1 to 4294967295", v)
+			return
+		}
+		f.ProgID = uint32(n)
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			writeError(w, http.StatusBadRequest, "limit=%q: want a positive integer", v)
+			return
+		}
+		f.Limit = n
+	}
+	snap := s.snapshot(w)
+	if snap == nil {
+		return
+	}
+	writeJSON(w, r, q, mapview.Build(snap, f))
 }
 
 // EpisodeList is the answer of /v1/episodes.

@@ -138,6 +138,7 @@ func TestBadRequests(t *testing.T) {
 		"/v1/programs?sort=size", "/v1/programs?missed=maybe", "/v1/programs?limit=0", "/v1/programs?limit=-3",
 		"/v1/programs?bogus=1", "/v1/programs?%zz", "/v1/programs/abc", "/v1/programs/0", "/v1/programs/4294967296",
 		"/v1/programs/-1", "/v1/programs/1e3", "/v1/episodes?open=2", "/v1/episodes?prog_id=x", "/v1/episodes?source=kprobe",
+		"/v1/maps?sort=size", "/v1/maps?prog_id=0", "/v1/maps?prog_id=x", "/v1/maps?limit=0", "/v1/maps?id=3",
 		"/v1/snapshot?x=1", "/v1/snapshot/", "//v1/snapshot", "/v1/../v1/snapshot",
 	} {
 		w := get(t, h, target)

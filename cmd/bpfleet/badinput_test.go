@@ -142,6 +142,14 @@ func TestBadInputRefusedAtStart(t *testing.T) {
 		{[]string{"list", "-n", "3"}, nil, "--count"},
 		{[]string{"list", "--proc-root", "/nonexistent"}, nil, "--proc-root"},
 		{[]string{"list", "--quiet-intervals", "x"}, nil, "--quiet-intervals"},
+		// maps
+		{[]string{"maps", "-o", "yaml"}, nil, "--output"},
+		{[]string{"maps", "--sort", "size"}, nil, "--sort"},
+		{[]string{"maps", "--watch", "--interval", "1ms"}, nil, "--interval"},
+		{[]string{"maps", "--interval", "1s"}, nil, "--interval"},
+		{[]string{"maps", "--prog", "-1"}, nil, "--prog"},
+		{[]string{"maps", "--no-maps"}, nil, "--no-maps"},
+		{[]string{"maps", "--map-count-bound", "-1"}, nil, "--map-count-bound"},
 		// top
 		{[]string{"top", "--interval", "10ms"}, nil, "--interval"},
 		{[]string{"top", "--sort", "bogus"}, nil, "--sort"},

@@ -29,7 +29,7 @@ type listOutput struct {
 	Time        time.Time              `json:"time"`
 	Kernel      agent.KernelInfo       `json:"kernel"`
 	Stats       agent.StatsState       `json:"stats"`
-	Programs    []agent.Program        `json:"programs"`
+	Programs    []listProgram          `json:"programs"`
 	AttachTypes []agent.AttachTypeStat `json:"attach_types"`
 	Scan        agent.ScanStats        `json:"scan"`
 	// StatsTax and AgentCPUShare: what watching costs (see agent/internal/stats/statstax.go).
@@ -43,7 +43,7 @@ type listWatchOutput struct {
 	Interval    time.Duration          `json:"interval_ns"`
 	Kernel      agent.KernelInfo       `json:"kernel"`
 	Stats       agent.StatsState       `json:"stats"`
-	Programs    []*agent.ProgramStat   `json:"programs"`
+	Programs    []listWatchProgram     `json:"programs"`
 	AttachTypes []agent.AttachTypeStat `json:"attach_types"`
 	Episodes    []agent.Episode        `json:"episodes"`
 	Scan        agent.ScanStats        `json:"scan"`
@@ -52,14 +52,32 @@ type listWatchOutput struct {
 	AgentCPUShare float64        `json:"agent_cpu_share"`
 }
 
+// listProgram is a program as list -o json shows it, with its own kernel
+// memory (agent.ProgramMemory: JIT image, instructions, memlock; its maps
+// are `bpfleet maps`').
+type listProgram struct {
+	agent.Program
+	MemoryBytes uint64 `json:"memory_bytes"`
+}
+
+// listWatchProgram is a program of one --watch interval, with its memory.
+type listWatchProgram struct {
+	*agent.ProgramStat
+	MemoryBytes uint64 `json:"memory_bytes"`
+}
+
 func newListOutput(s *agent.Snapshot, watch bool) any {
 	if watch {
-		return listWatchOutput{Time: s.Time, Interval: s.Interval, Kernel: s.Kernel, Stats: s.Stats, Programs: s.Programs,
+		progs := make([]listWatchProgram, len(s.Programs))
+		for i, p := range s.Programs {
+			progs[i] = listWatchProgram{p, agent.ProgramMemory(&p.Program)}
+		}
+		return listWatchOutput{Time: s.Time, Interval: s.Interval, Kernel: s.Kernel, Stats: s.Stats, Programs: progs,
 			AttachTypes: s.AttachTypes, Episodes: s.Episodes, Scan: s.Scan, StatsTax: s.StatsTax, AgentCPUShare: s.AgentCPUShare}
 	}
-	progs := make([]agent.Program, len(s.Programs))
+	progs := make([]listProgram, len(s.Programs))
 	for i := range s.Programs {
-		progs[i] = s.Programs[i].Program
+		progs[i] = listProgram{s.Programs[i].Program, agent.ProgramMemory(&s.Programs[i].Program)}
 	}
 	return listOutput{Time: s.Time, Kernel: s.Kernel, Stats: s.Stats, Programs: progs, AttachTypes: s.AttachTypes, Scan: s.Scan,
 		StatsTax: s.StatsTax, AgentCPUShare: s.AgentCPUShare}
@@ -187,7 +205,7 @@ func everyInterval(ctx context.Context, src snapshotSource, every time.Duration,
 // built.
 func warmJSON(pretty bool) {
 	if pretty {
-		_, _ = json.Marshal(listOutput{Programs: []agent.Program{{Links: []agent.Link{{}}, Owners: []agent.Owner{{}}}},
+		_, _ = json.Marshal(listOutput{Programs: []listProgram{{Program: agent.Program{Links: []agent.Link{{}}, Owners: []agent.Owner{{}}}}},
 			AttachTypes: []agent.AttachTypeStat{{}}})
 		return
 	}
@@ -225,12 +243,12 @@ func printTable(w io.Writer, s *agent.Snapshot) error {
 	progs := append([]*agent.ProgramStat(nil), s.Programs...)
 	sort.Slice(progs, func(i, j int) bool { return progs[i].ID < progs[j].ID })
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tTYPE\tATTACH\tTARGET\tRUNS\tRUN TIME\tNS/RUN\tMISSES\tOWNER\tNAME")
+	fmt.Fprintln(tw, "ID\tTYPE\tATTACH\tTARGET\tRUNS\tRUN TIME\tNS/RUN\tMISSES\tMEM\tOWNER\tNAME")
 	for i := range progs {
 		p := progs[i]
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Type, p.AttachType, trunc(p.AttachTarget, 32),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Type, p.AttachType, trunc(p.AttachTarget, 32),
 			p.RunCount, time.Duration(p.RunTimeNs).Round(time.Microsecond), nsPerRun(p.RunTimeNs, p.RunCount),
-			missesCell(&p.Program), ownerCell(p.Owners), p.Name)
+			missesCell(&p.Program), fmtBytes(agent.ProgramMemory(&p.Program)), ownerCell(p.Owners), p.Name)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -10,6 +10,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+
+	"github.com/bpfleet/bpfleet/test/bpfmaps"
 )
 
 func loadSocketFilters(t *testing.T, n int) map[uint32]bool {
@@ -98,4 +100,53 @@ func TestUnprivilegedOneLine(t *testing.T) {
 	if len(lines) != 1 || !strings.Contains(lines[0], "CAP_SYS_ADMIN") || !strings.Contains(lines[0], "CAP_BPF") || !strings.Contains(lines[0], "CAP_PERFMON") {
 		t.Errorf("unprivileged list said:\n%s", out)
 	}
+}
+
+// TestListProgramMemory: list -o json gives a program's own memory as its
+// JIT image, its translated instructions and its fdinfo memlock, as the
+// kernel reports them to the test.
+func TestListProgramMemory(t *testing.T) {
+	bin := bpfleetBin(t)
+	set := bpfmaps.New(t, "list_mem", 1, 4)
+	out, err := exec.Command(bin, "list", "-o", "json").Output()
+	if err != nil {
+		t.Fatalf("list -o json: %v", err)
+	}
+	var doc struct {
+		Programs []struct {
+			ID            uint32  `json:"id"`
+			MemoryBytes   *uint64 `json:"memory_bytes"`
+			VerifiedInsns *uint32 `json:"verified_insns"`
+		} `json:"programs"`
+	}
+	if err := json.Unmarshal(out, &doc); err != nil {
+		t.Fatalf("list -o json is not JSON: %v", err)
+	}
+	info, err := set.Prog.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	jited, err := info.JitedSize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	xlated, err := info.TranslatedSize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	insns, _ := info.VerifiedInstructions()
+	want := uint64(jited) + uint64(xlated) + bpfmaps.Memlock(t, set.Prog.FD())
+	for _, p := range doc.Programs {
+		if p.ID != set.ProgID {
+			continue
+		}
+		if p.MemoryBytes == nil || *p.MemoryBytes != want {
+			t.Errorf("program %d memory_bytes %v, want jited %d + xlated %d + memlock = %d", p.ID, p.MemoryBytes, jited, xlated, want)
+		}
+		if p.VerifiedInsns == nil || *p.VerifiedInsns != insns {
+			t.Errorf("program %d verified_insns %v, kernel says %d", p.ID, p.VerifiedInsns, insns)
+		}
+		return
+	}
+	t.Fatalf("program %d not listed", set.ProgID)
 }

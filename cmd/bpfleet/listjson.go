@@ -73,7 +73,7 @@ func writeListJSON(w io.Writer, s *agent.Snapshot) error {
 	return err
 }
 
-// appendProgram encodes one agent.Program in its struct's field order.
+// appendProgram encodes one listProgram in its struct's field order.
 // Each key is appended with its separator and quotes as one literal.
 func appendProgram(b []byte, p *agent.Program, lt *loadTimes) ([]byte, error) {
 	b = append(b, `{"id":`...)
@@ -143,6 +143,8 @@ func appendProgram(b []byte, p *agent.Program, lt *loadTimes) ([]byte, error) {
 			return nil, err
 		}
 	}
+	// listProgram's own field, after the embedded Program's.
+	b = appendUint(b, `,"memory_bytes":`, agent.ProgramMemory(p))
 	return append(b, '}'), nil
 }
 

@@ -1,6 +1,6 @@
 // Command bpfleet is the node agent and its command-line tools: agent, top,
-// list, bench, probe and version. Each subcommand lives in its own file and
-// registers itself on rootCmd from an init function.
+// list, maps, bench, probe, profile and version. Each subcommand lives in
+// its own file and registers itself on rootCmd from an init function.
 package main
 
 import (

@@ -34,8 +34,9 @@ func init() {
 	cmd := &cobra.Command{
 		Use:   "top",
 		Short: "Live view of BPF programs sorted by CPU share, with misses highlighted",
-		Long: `top shows every BPF program's per-interval cost and misses, refreshed every
---interval, with a per-attach-type panel.
+		Long: `top shows every BPF program's per-interval cost and misses and its own
+memory (MEM: JIT image, instructions, memlock), refreshed every --interval,
+with a per-attach-type panel.
 
 Keys: q quit · ↑ ↓ (or j k) select a program · Enter or d open its detail
 view · s next sort column · r reverse · c cpu · n runs/s · m misses · / filter
@@ -44,7 +45,8 @@ by name, type, attach type or target (Enter to apply, Esc to clear).
 The detail view graphs the selected program over the last 5 minutes (at most
 600 intervals): runs/s, ns/run, CPU share, recursion misses/s with their kind,
 and kprobe link missed/s, beside its facts (tag, type, attach type and target,
-sleepable, owners: pid → container → pod, links) and its open miss episode.
+sleepable, memory, owners: pid → container → pod, links), its maps (entries of
+max, a fullness bar, memory: the kernel's figure) and its open miss episode.
 Esc returns to the list. With --remote the history comes from the agent.
 Graphs use Unicode block characters when LC_ALL, LC_CTYPE or LANG names
 UTF-8, ASCII otherwise or with --ascii.

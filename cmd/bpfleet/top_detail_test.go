@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/bpfleet/bpfleet/agent/history"
+	"github.com/bpfleet/bpfleet/test/bpfmaps"
 	"github.com/bpfleet/bpfleet/test/canary"
 	"github.com/bpfleet/bpfleet/test/canary/canarytest"
 	"github.com/creack/pty"
@@ -411,5 +412,50 @@ func TestAgentServesHistory(t *testing.T) {
 	}
 	if code := get("/v1/programs/4294967295/history", nil); code != 404 {
 		t.Errorf("history of an unknown program: %d, want 404", code)
+	}
+}
+
+// TestTopMapsInPty: top's MEM column shows a program's own memory as the
+// kernel reports it, and its detail view lists its maps with entries/max,
+// the fullness bar and each map's memory (the kernel's figure), under
+// their sum.
+func TestTopMapsInPty(t *testing.T) {
+	set := bpfmaps.New(t, "top_maps", 5, 10)
+	info, err := set.Prog.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	jited, err := info.JitedSize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	xlated, err := info.TranslatedSize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	progMem := fmtBytes(uint64(jited) + uint64(xlated) + bpfmaps.Memlock(t, set.Prog.FD()))
+	var sum uint64
+	for _, m := range set.Maps() {
+		sum += bpfmaps.Memlock(t, m.FD())
+	}
+
+	scr, tty, _ := ptyTop(t, 30, 100, []string{"LC_ALL=C.UTF-8"}, "top", "--interval", "300ms", "--filter", "top_maps")
+	list := scr.waitFor(t, "the test's program in the list", func(f string) bool { return listRow(f, set.ProgID) != nil })
+	if row := strings.Join(listRow(list, set.ProgID), " "); !strings.HasSuffix(row, " "+progMem) {
+		t.Errorf("program %d row %q does not end in its memory %s (jited %d + xlated %d + memlock):\n%s", set.ProgID, row, progMem, jited, xlated, list)
+	}
+	selectAndOpen(t, scr, tty, set.ProgID)
+	hashLine := regexp.MustCompile(`top_maps_h +hash +5/10 +█████░░░░░ 50% +` + regexp.QuoteMeta(fmtBytes(bpfmaps.Memlock(t, set.Hash.FD()))))
+	frame := scr.waitFor(t, "the maps in the detail view", func(f string) bool { return hashLine.MatchString(f) })
+	checkFits(t, "detail view with maps", frame, 30, 100)
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`MAPS \(3\) .* ` + regexp.QuoteMeta(fmtBytes(sum))),
+		regexp.MustCompile(`top_maps_a +array +-/16 +- +` + regexp.QuoteMeta(fmtBytes(bpfmaps.Memlock(t, set.Array.FD())))),
+		regexp.MustCompile(`top_maps_r +ringbuf +-/65536 +- +` + regexp.QuoteMeta(fmtBytes(bpfmaps.Memlock(t, set.RingBuf.FD())))),
+		regexp.MustCompile(`memory +` + regexp.QuoteMeta(progMem)),
+	} {
+		if !want.MatchString(frame) {
+			t.Errorf("detail view lacks %s:\n%s", want, frame)
+		}
 	}
 }

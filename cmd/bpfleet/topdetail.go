@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -97,7 +99,10 @@ func (v *topView) renderDetail(f *frame, s *agent.Snapshot) {
 		pts = d.series.Points
 	}
 	episodes := v.episodeLines(s)
-	body := f.rows - 3 - len(episodes)
+	// The program's maps take at most a third of what is left, the graphs
+	// and facts the rest.
+	maps := v.mapLines(s, (f.rows-3-len(episodes))/3)
+	body := f.rows - 3 - len(episodes) - len(maps)
 	fw := factsWidth
 	if f.cols < 2*factsWidth {
 		fw = 0 // too narrow for columns: graphs only
@@ -124,8 +129,15 @@ func (v *topView) renderDetail(f *frame, s *agent.Snapshot) {
 		}
 		f.add("", l)
 	}
-	for len(f.lines) < f.rows-len(episodes) {
+	for len(f.lines) < f.rows-len(episodes)-len(maps) {
 		f.add("", "")
+	}
+	for i, l := range maps {
+		style := ""
+		if i == 0 {
+			style = ansiRev
+		}
+		f.add(style, l)
 	}
 	for _, e := range episodes {
 		f.add(ansiRed, e)
@@ -388,6 +400,7 @@ func (v *topView) factLines() []string {
 		kv("miss kind", orDash(p.MissKind)),
 		kv("loaded", loaded),
 		kv("runs", strconv.FormatUint(p.RunCount, 10)),
+		kv("memory", fmtBytes(agent.ProgramMemory(&p.Program))),
 		kv("misses", misses),
 		kv("link miss", linkMissed),
 	}
@@ -429,6 +442,55 @@ func (v *topView) factLines() []string {
 	}
 	for i := range out {
 		out[i] = padRunes(out[i], factsWidth)
+	}
+	return out
+}
+
+// mapLines are the program's maps, one line each with its fullness bar,
+// under a header with their memory (each map once), in at most room lines.
+func (v *topView) mapLines(s *agent.Snapshot, room int) []string {
+	p := v.detail.prog
+	if p == nil || room < 1 {
+		return nil
+	}
+	switch {
+	case len(p.MapIDs) == 0:
+		return []string{"maps: none"}
+	case s.MapScan.Error != "":
+		return []string{"maps: " + s.MapScan.Error}
+	case s.MapScan.Source == "":
+		return []string{fmt.Sprintf("maps: %d, not read (--no-maps)", len(p.MapIDs))}
+	}
+	byID := make(map[uint32]*agent.Map, len(p.MapIDs))
+	for _, id := range p.MapIDs {
+		if i, ok := slices.BinarySearchFunc(s.Maps, id, func(m agent.Map, id uint32) int { return cmp.Compare(m.ID, id) }); ok {
+			byID[id] = &s.Maps[i]
+		}
+	}
+	out := []string{fmt.Sprintf("%-17s %-10s %13s %-15s %9s", fmt.Sprintf("MAPS (%d)", len(p.MapIDs)), "TYPE", "ENTRIES/MAX", "FULL",
+		fmtBytes(agent.MapMemory(byID, p.MapIDs)))}
+	for i, id := range p.MapIDs {
+		if len(out) == room {
+			if room > 1 { // the header stays
+				out[room-1] = fmt.Sprintf("  +%d more maps (bpfleet maps --prog %d)", len(p.MapIDs)-i+1, p.ID)
+			}
+			break
+		}
+		m := byID[id]
+		if m == nil {
+			out = append(out, fmt.Sprintf("  %d: gone since the scan", id))
+			continue
+		}
+		entries := "-"
+		if m.Entries != nil {
+			entries = strconv.FormatUint(*m.Entries, 10)
+		}
+		mem := "?"
+		if m.MemoryBytes != nil {
+			mem = fmtBytes(*m.MemoryBytes)
+		}
+		out = append(out, fmt.Sprintf("  %-15s %-10s %13s %-15s %9s", trunc(m.Name, 15), trunc(m.Type, 10),
+			entries+"/"+strconv.FormatUint(uint64(m.MaxEntries), 10), fullBar(m.Fullness, 10, v.ascii), mem))
 	}
 	return out
 }

@@ -50,6 +50,9 @@ var topSorts = []struct {
 		return totalMisses(&a.Program) > totalMisses(&b.Program)
 	}},
 	{"nsrun", func(a, b *agent.ProgramStat) bool { return a.Delta.NsPerRun > b.Delta.NsPerRun }},
+	{"mem", func(a, b *agent.ProgramStat) bool {
+		return agent.ProgramMemory(&a.Program) > agent.ProgramMemory(&b.Program)
+	}},
 	{"id", func(a, b *agent.ProgramStat) bool { return a.ID < b.ID }},
 	{"name", func(a, b *agent.ProgramStat) bool { return a.Name < b.Name }},
 }
@@ -312,29 +315,34 @@ type listColumn struct {
 
 // listColumns are the list's columns in order, declared once so the two
 // layouts cannot drift apart. The narrow one drops type, target and owner
-// and narrows the rest, so the rates still show on an 80-column terminal
-// (the detail view has the rest).
+// and narrows the rest, so the rates and memory still show on an 80-column
+// terminal (the detail view has the rest). The wide one's columns before
+// OWNER fit fullWidth.
 var listColumns = []listColumn{
 	{in: [numLayouts]colIn{{"ID", 7}, {"ID", 7}},
 		cell: func(p *agent.ProgramStat) string { return strconv.FormatUint(uint64(p.ID), 10) }},
-	{in: [numLayouts]colIn{{"NAME", 16}, {"NAME", 14}}, align: alignLeft,
+	{in: [numLayouts]colIn{{"NAME", 16}, {"NAME", 12}}, align: alignLeft,
 		cell: func(p *agent.ProgramStat) string { return p.Name }},
-	{in: [numLayouts]colIn{layoutWide: {"TYPE", 14}}, align: alignLeft,
+	{in: [numLayouts]colIn{layoutWide: {"TYPE", 13}}, align: alignLeft,
 		cell: func(p *agent.ProgramStat) string { return p.Type }},
-	{in: [numLayouts]colIn{{"ATTACH", 12}, {"ATTACH", 10}}, align: alignLeft,
+	{in: [numLayouts]colIn{{"ATTACH", 12}, {"ATTACH", 8}}, align: alignLeft,
 		cell: func(p *agent.ProgramStat) string { return p.AttachType }},
-	{in: [numLayouts]colIn{layoutWide: {"TARGET", 22}}, align: alignLeft,
+	{in: [numLayouts]colIn{layoutWide: {"TARGET", 16}}, align: alignLeft,
 		cell: func(p *agent.ProgramStat) string { return p.AttachTarget }},
-	{in: [numLayouts]colIn{{"RUNS/S", 11}, {"RUNS/S", 8}},
+	{in: [numLayouts]colIn{{"RUNS/S", 11}, {"RUNS/S", 7}},
 		cell: func(p *agent.ProgramStat) string { return fmtRate(p.Delta.RunsPerSec) }},
-	{in: [numLayouts]colIn{{"NS/RUN", 9}, {"NS/RUN", 8}},
+	{in: [numLayouts]colIn{{"NS/RUN", 9}, {"NS/RUN", 7}},
 		cell: func(p *agent.ProgramStat) string { return fmtNs(p.Delta.NsPerRun) }},
 	{in: [numLayouts]colIn{{"CPU%", 7}, {"CPU%", 6}},
 		cell: func(p *agent.ProgramStat) string { return fmtPct(p.Delta.CPUShare) }},
-	{in: [numLayouts]colIn{{"MISSES/S", 9}, {"MISS/S", 8}},
+	{in: [numLayouts]colIn{{"MISSES/S", 9}, {"MISS/S", 7}},
 		cell: func(p *agent.ProgramStat) string { return fmtRate(p.Delta.MissesPerSec) }},
-	{in: [numLayouts]colIn{{"MISSES", 10}, {"MISSES", 9}},
+	{in: [numLayouts]colIn{{"MISSES", 10}, {"MISSES", 7}},
 		cell: totalMissesCell},
+	// The program's own memory (JIT image, instructions, memlock); its
+	// maps are in the detail view and `bpfleet maps`.
+	{in: [numLayouts]colIn{{"MEM", 8}, {"MEM", 8}},
+		cell: func(p *agent.ProgramStat) string { return fmtBytes(agent.ProgramMemory(&p.Program)) }},
 	{in: [numLayouts]colIn{layoutWide: {"OWNER", 0}}, align: alignRest,
 		cell: func(p *agent.ProgramStat) string { return ownerCell(p.Owners) }},
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -117,14 +118,31 @@ func TestSparkRows(t *testing.T) {
 
 func fixtureSnapshot(n int) *agent.Snapshot {
 	t0 := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	s := &agent.Snapshot{Seq: 2, Time: t0, Interval: time.Second, Kernel: agent.KernelInfo{Release: "6.18.0", Arch: "x86_64"}, Stats: agent.StatsState{Enabled: true}}
+	s := &agent.Snapshot{Seq: 2, Time: t0, Interval: time.Second, Kernel: agent.KernelInfo{Release: "6.18.0", Arch: "x86_64"}, Stats: agent.StatsState{Enabled: true},
+		MapScan: agent.MapScan{Source: agent.ScanSourceIterator}}
+	// Twelve maps, every program using them all: more than a detail view
+	// has lines for on a small terminal. The first is a hash map 9/64 full.
+	var mapIDs []uint32
+	for i := 1; i <= 12; i++ {
+		mem := uint64(i) << 12
+		m := agent.Map{ID: uint32(i), Name: fmt.Sprintf("map_%d_with_a_long_name", i), Type: "array", MaxEntries: 16, MemoryBytes: &mem, EntriesReason: "not a hash map"}
+		if i == 1 {
+			e, f := uint64(9), 9.0/64
+			m.Type, m.MaxEntries, m.Entries, m.Fullness, m.EntriesReason = "hash", 64, &e, &f, ""
+		}
+		s.Maps = append(s.Maps, m)
+		mapIDs = append(mapIDs, m.ID)
+	}
 	for i := 1; i <= n; i++ {
 		m := uint64(i * 3)
+		memlock := uint64(4096)
+
 		s.Programs = append(s.Programs, &agent.ProgramStat{
 			Program: agent.Program{ID: uint32(i), Name: fmt.Sprintf("prog_%d_with_a_long_name", i), Type: "tracing", AttachType: "fentry",
 				AttachTarget: "some_kernel_function_with_a_long_name", RecursionMisses: &m, MissKind: agent.MissKindRecursion,
 				Owners: []agent.Owner{{PID: 100 + i, Comm: "café-agent", ContainerID: strings.Repeat("ab", 32), Runtime: "containerd", PodName: "pod", PodNamespace: "ns"}},
-				Links:  []agent.Link{{ID: uint32(1000 + i), Type: "perf_event", Missed: &m}}},
+				Links:  []agent.Link{{ID: uint32(1000 + i), Type: "perf_event", Missed: &m}},
+				MapIDs: mapIDs, JitedSize: 100, XlatedSize: 124 * uint32(i), Memlock: &memlock},
 			Delta: agent.Rates{Runs: uint64(i * 100), RunTimeNs: uint64(i * 10000), Misses: uint64(i), RunsPerSec: float64(i * 100), CPUShare: 0.001 * float64(i), NsPerRun: 100},
 		})
 	}
@@ -232,6 +250,7 @@ func TestDetailUnloaded(t *testing.T) {
 // recursion misses, with the newest interval's count.
 func TestDetailLinkMissed(t *testing.T) {
 	snap := fixtureSnapshot(1)
+	snap.Programs[0].MapIDs = nil // room for every fact on 24 rows
 	store := history.New(10)
 	for i := 0; i < 4; i++ {
 		s := *snap
@@ -251,5 +270,43 @@ func TestDetailLinkMissed(t *testing.T) {
 		if !strings.Contains(frame, want) {
 			t.Errorf("detail view lacks %q:\n%s", want, frame)
 		}
+	}
+}
+
+// The list's MEM column is the program's own memory; the detail view lists
+// its maps under their memory counted once, each with entries/max, a
+// fullness bar and its memory, and says how many more there are when the
+// terminal is short.
+func TestDetailMaps(t *testing.T) {
+	snap := fixtureSnapshot(2)
+	v := newTopView()
+	v.setSort("id")
+	list := strings.ReplaceAll(ansi.ReplaceAllString(v.renderScreen(snap, 24, 80), ""), "\r", "")
+	if !strings.Contains(list, " MEM") || !regexp.MustCompile(`(?m)^ +1 .* 4\.2 KiB$`).MatchString(list) {
+		t.Errorf("list lacks the MEM column or program 1's 100+124+4096 bytes as 4.2 KiB:\n%s", list)
+	}
+	v.key('d')
+	for _, c := range []struct {
+		rows  int
+		ascii bool
+		want  []string
+	}{
+		{60, false, []string{"MAPS (12)", "312 KiB", "  map_1_with_a_l… hash                9/64 █░░░░░░░░░ 14%    4.0 KiB", "  map_12_with_a_… array               -/16 -                48.0 KiB", "memory    4.2 KiB"}},
+		{60, true, []string{"9/64 #......... 14%"}},
+		{24, false, []string{"MAPS (12)", "map_4_with", "+8 more maps (bpfleet maps --prog 1)"}},
+	} {
+		v.ascii = c.ascii
+		frame := ansi.ReplaceAllString(v.renderScreen(snap, c.rows, 100), "")
+		for _, w := range c.want {
+			if !strings.Contains(frame, w) {
+				t.Errorf("%d rows, ascii %v: detail view lacks %q:\n%s", c.rows, c.ascii, w, frame)
+			}
+		}
+	}
+	// Maps not read: the view says so rather than listing nothing.
+	noMaps := *snap
+	noMaps.Maps, noMaps.MapScan = nil, agent.MapScan{}
+	if frame := ansi.ReplaceAllString(v.renderScreen(&noMaps, 40, 100), ""); !strings.Contains(frame, "maps: 12, not read (--no-maps)") {
+		t.Errorf("without maps read the view does not say so:\n%s", frame)
 	}
 }

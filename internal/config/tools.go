@@ -25,30 +25,69 @@ type List struct {
 
 // Validate checks every flag.
 func (c *List) Validate() error {
-	errs := []error{c.Scan.Validate()}
-	if !slices.Contains([]string{"table", "json", "jsonl"}, c.Output) {
-		errs = append(errs, problem("--output", c.Output, "want table, json or jsonl"))
+	return errors.Join(append([]error{c.Scan.Validate()}, validateWatch(c.Output, c.Watch, c.Interval, c.Count, c.IntervalSet, c.CountSet)...)...)
+}
+
+// validateWatch checks the output and --watch flags list and maps share.
+func validateWatch(output string, watch bool, interval time.Duration, count int, intervalSet, countSet bool) []error {
+	var errs []error
+	if !slices.Contains([]string{"table", "json", "jsonl"}, output) {
+		errs = append(errs, problem("--output", output, "want table, json or jsonl"))
 	}
-	if c.Watch {
-		if c.Interval < MinToolInterval {
-			errs = append(errs, problem("--interval", c.Interval.String(), "want at least %v", MinToolInterval))
+	if watch {
+		if interval < MinToolInterval {
+			errs = append(errs, problem("--interval", interval.String(), "want at least %v", MinToolInterval))
 		}
-		if c.Count < 0 {
-			errs = append(errs, problem("--count", strconv.Itoa(c.Count), "want 0 (until interrupted) or a positive number of intervals"))
+		if count < 0 {
+			errs = append(errs, problem("--count", strconv.Itoa(count), "want 0 (until interrupted) or a positive number of intervals"))
 		}
 	} else {
-		if c.IntervalSet {
-			errs = append(errs, problem("--interval", c.Interval.String(), "only used with --watch: add --watch or drop it"))
+		if intervalSet {
+			errs = append(errs, problem("--interval", interval.String(), "only used with --watch: add --watch or drop it"))
 		}
-		if c.CountSet {
-			errs = append(errs, problem("--count", strconv.Itoa(c.Count), "only used with --watch: add --watch or drop it"))
+		if countSet {
+			errs = append(errs, problem("--count", strconv.Itoa(count), "only used with --watch: add --watch or drop it"))
 		}
+	}
+	return errs
+}
+
+// MapSorts are the orders `bpfleet maps --sort` accepts (agent/mapview's
+// Sorts, which a test holds to this list).
+var MapSorts = []string{"memory", "fullness", "entries", "id", "name"}
+
+// Maps is `bpfleet maps`' configuration.
+type Maps struct {
+	Scan     Scan
+	Output   string // table, json or jsonl
+	Pretty   bool
+	Watch    bool
+	Interval time.Duration
+	Count    int
+	Sort     string
+	Type     string // keep maps of this type
+	Prog     int64  // keep the maps this program uses; 0: all
+	// IntervalSet and CountSet say the flags were given (see List).
+	IntervalSet, CountSet bool
+}
+
+// Validate checks every flag.
+func (c *Maps) Validate() error {
+	errs := append([]error{c.Scan.Validate()}, validateWatch(c.Output, c.Watch, c.Interval, c.Count, c.IntervalSet, c.CountSet)...)
+	if c.Scan.NoMaps {
+		errs = append(errs, problem("--no-maps", "true", "bpfleet maps reads the maps: drop it"))
+	}
+	if !slices.Contains(MapSorts, c.Sort) {
+		errs = append(errs, problem("--sort", c.Sort, "want one of %s", strings.Join(MapSorts, ", ")))
+	}
+	if c.Prog < 0 || c.Prog > 1<<32-1 {
+		errs = append(errs, problem("--prog", strconv.FormatInt(c.Prog, 10), "want a program id from 1 to 4294967295 (0: every map)"))
 	}
 	return errors.Join(errs...)
 }
 
 // TopSorts are the columns `bpfleet top --sort` accepts.
-var TopSorts = []string{"cpu", "runs", "misses", "nsrun", "id", "name"}
+var TopSorts = []string{"cpu", "runs", "misses", "nsrun", "mem", "id", "name"}
 
 // Top is `bpfleet top`'s configuration.
 type Top struct {

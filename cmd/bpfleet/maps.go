@@ -1,0 +1,221 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/agent/mapview"
+	"github.com/bpfleet/bpfleet/internal/config"
+)
+
+func init() {
+	var c config.Maps
+	cmd := &cobra.Command{
+		Use:   "maps",
+		Short: "List every BPF map on this node with its memory, fullness and the programs that use it",
+		Long: `maps reads every BPF map on the node once and prints its id, name, type,
+max entries, entries and fullness (the hash family, on kernels with
+bpf_map_sum_elem_count: 6.6 and later), its memory (the kernel's own figure,
+fdinfo's memlock) and the programs that use it with their owners.
+
+It opens no map fd where the kernel has the bpf_map iterator, and never
+keeps one: another tool's maps are freed as soon as it lets them go.
+
+With --watch it keeps reading and prints one JSON object per interval
+(-o jsonl).`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			scanFlagsSet(cmd, &c.Scan)
+			c.IntervalSet, c.CountSet = cmd.Flags().Changed("interval"), cmd.Flags().Changed("count")
+			if err := c.Validate(); err != nil {
+				return err
+			}
+			output := c.Output
+			if c.Watch && output == "json" {
+				output = "jsonl"
+			}
+			cfg := agentConfig(c.Scan)
+			cfg.Maps = true
+			cfg.OneShot = !c.Watch
+			cfg.Parallel = runtime.NumCPU()
+			a, err := newAgent(cfg)
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			f := mapview.Filter{Type: c.Type, ProgID: uint32(c.Prog), Sort: c.Sort}
+			out := cmd.OutOrStdout()
+			show := func(s *agent.Snapshot) error {
+				if s.MapScan.Error != "" {
+					return fmt.Errorf("%s", s.MapScan.Error)
+				}
+				return printMaps(out, output, c.Pretty && !c.Watch, mapview.Build(s, f))
+			}
+			ctx := cmd.Context()
+			if !c.Watch {
+				s, err := a.Scan(ctx)
+				if err != nil {
+					return err
+				}
+				return show(s)
+			}
+			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return watchMaps(ctx, a.Scan, c.Interval, c.Count, show)
+		},
+	}
+	registerScanFlags(cmd, &c.Scan)
+	f := cmd.Flags()
+	f.StringVarP(&c.Output, "output", "o", "table", "output format: table, json or jsonl")
+	f.BoolVarP(&c.Pretty, "pretty", "p", false, "indent -o json output")
+	f.BoolVarP(&c.Watch, "watch", "w", false, "keep reading and print every interval")
+	f.DurationVarP(&c.Interval, "interval", "i", time.Second, fmt.Sprintf("read interval with --watch (at least %v)", config.MinToolInterval))
+	f.IntVarP(&c.Count, "count", "n", 0, "with --watch, stop after this many intervals (0: until interrupted)")
+	f.StringVarP(&c.Sort, "sort", "s", "memory", "order: "+strings.Join(config.MapSorts, ", ")+" (all but id and name descending)")
+	f.StringVarP(&c.Type, "type", "t", "", "only maps of this type (as bpftool names it: hash, array, ringbuf, ...)")
+	f.Int64Var(&c.Prog, "prog", 0, "only the maps this program id uses")
+	rootCmd.AddCommand(cmd)
+}
+
+// watchMaps reads at once, then once per tick, count times in all (0:
+// until ctx ends), and hands each snapshot to fn: maps have no deltas, so
+// the first read is shown rather than kept as a baseline.
+func watchMaps(ctx context.Context, src snapshotSource, every time.Duration, count int, fn func(*agent.Snapshot) error) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for n := 0; count == 0 || n < count; n++ {
+		if n > 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+		}
+		s, err := src(ctx)
+		if err != nil {
+			return err
+		}
+		if err := fn(s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func printMaps(w io.Writer, output string, pretty bool, l mapview.List) error {
+	if output == "table" {
+		return printMapsTable(w, &l)
+	}
+	enc := json.NewEncoder(w)
+	if pretty {
+		enc.SetIndent("", "  ")
+	}
+	return enc.Encode(l)
+}
+
+func printMapsTable(w io.Writer, l *mapview.List) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tTYPE\tMAX ENTRIES\tENTRIES\tFULL\tMEMORY\tUSERS")
+	unknown, reason := 0, ""
+	for i := range l.Maps {
+		m := &l.Maps[i]
+		entries := "-"
+		switch {
+		case m.Entries != nil:
+			entries = strconv.FormatUint(*m.Entries, 10)
+		case m.HashFamily():
+			entries, unknown, reason = "?", unknown+1, m.EntriesReason
+		}
+		mem := "?"
+		if m.MemoryBytes != nil {
+			mem = fmtBytes(*m.MemoryBytes)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", m.ID, m.Name, m.Type, m.MaxEntries, entries,
+			fullBar(m.Fullness, 10, false), mem, usersCell(m.Users))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\n%d maps of %d, %s in all (the kernel's figure, each map once); %s\n", len(l.Maps), l.Total, fmtBytes(l.MemoryBytes), mapScanLine(l.Scan))
+	if unknown > 0 {
+		fmt.Fprintf(w, "entries unknown for %d hash maps: %s\n", unknown, reason)
+	}
+	return nil
+}
+
+// mapScanLine says how the maps were read.
+func mapScanLine(s agent.MapScan) string {
+	l := "read by " + s.Source
+	if s.FallbackReason != "" {
+		l += " (" + s.FallbackReason + ")"
+	}
+	return l
+}
+
+// usersCell names a map's first user and its first owner, and how many
+// more users there are.
+func usersCell(users []mapview.User) string {
+	if len(users) == 0 {
+		return "-"
+	}
+	u := users[0]
+	s := u.ProgName + "(" + strconv.FormatUint(uint64(u.ProgID), 10) + ")"
+	if len(u.Owners) > 0 {
+		o := u.Owners[0]
+		s += " " + o.Comm + "(" + strconv.Itoa(o.PID) + ")"
+		if o.PodName != "" {
+			s += " " + o.PodNamespace + "/" + o.PodName
+		}
+	}
+	if len(users) > 1 {
+		s += " +" + strconv.Itoa(len(users)-1)
+	}
+	return s
+}
+
+// fmtBytes writes n in binary units, three significant digits at most.
+func fmtBytes(n uint64) string {
+	if n < 1024 {
+		return strconv.FormatUint(n, 10) + " B"
+	}
+	v, unit := float64(n), 0
+	for v >= 1024 && unit < 5 {
+		v /= 1024
+		unit++
+	}
+	prec := 1
+	if v >= 100 {
+		prec = 0
+	}
+	return strconv.FormatFloat(v, 'f', prec, 64) + " " + [...]string{"", "KiB", "MiB", "GiB", "TiB", "PiB"}[unit]
+}
+
+// fullBar draws a fullness as width cells and a percentage ("-" without
+// one); above 1 (an LRU map the kernel let overshoot) it is drawn full.
+func fullBar(f *float64, width int, ascii bool) string {
+	if f == nil {
+		return "-"
+	}
+	on, off := "█", "░"
+	if ascii {
+		on, off = "#", "."
+	}
+	n := min(max(int(*f*float64(width)+0.5), 0), width)
+	if *f > 0 && n == 0 {
+		n = 1 // a map with an element shows one
+	}
+	return strings.Repeat(on, n) + strings.Repeat(off, width-n) + " " + strconv.FormatFloat(*f*100, 'f', 0, 64) + "%"
+}
