@@ -1,6 +1,10 @@
-package agent
+package reader
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/cilium/ebpf"
+)
 
 // Kernel enum values are turned into the names users know: program types as
 // bpftool prints them, attach types as libbpf's SEC() names.
@@ -26,6 +30,17 @@ const (
 	progTypeExt           = 28
 	progTypeLSM           = 29
 )
+
+// ProgType is the bpf_prog_type ProgTypeName calls name
+// (ebpf.UnspecifiedProgram for a name it does not know).
+func ProgType(name string) ebpf.ProgramType {
+	for i, n := range progTypeNames {
+		if n == name {
+			return ebpf.ProgramType(i)
+		}
+	}
+	return ebpf.UnspecifiedProgram
+}
 
 // ProgTypeName names a bpf_prog_type.
 func ProgTypeName(t uint32) string { return enumName(progTypeNames[:], t, "type_") }
@@ -117,9 +132,9 @@ func tracingAttachName(expected uint32, sleepable *bool) string {
 	return name
 }
 
-// trampolineAttach reports whether an attach type runs through a BPF
+// TrampolineAttach reports whether an attach type runs through a BPF
 // trampoline (which disables migration, not preemption).
-func trampolineAttach(name string) bool {
+func TrampolineAttach(name string) bool {
 	switch name {
 	case "fentry", "fexit", "fmod_ret", "fentry.s", "fexit.s", "fmod_ret.s", "lsm", "lsm.s":
 		return true
