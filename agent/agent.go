@@ -61,8 +61,8 @@ type Config struct {
 	// OneShot says the agent scans once and exits (list without
 	// --watch). Loading the iterator costs more than the one syscall scan
 	// it would replace, so it reads the iterators a running agent pinned
-	// in BPFFS (scan_pin.go) and, without them, "auto" scans by syscall
-	// and finds owners by the /proc walk.
+	// in BPFFS (agent/internal/reader/scan_pin.go) and, without them,
+	// "auto" scans by syscall and finds owners by the /proc walk.
 	OneShot bool
 	// Parallel is how many goroutines read programs seen for the first
 	// time (default 1). One-shot commands set it to the CPU count; the

@@ -7,10 +7,10 @@ import (
 	"github.com/bpfleet/bpfleet/agent/owners"
 )
 
-// The attribution's half of target classes (targets.go has the reader's):
-// a cgroup or interface that belongs to a pod the filler names (the
-// Kubernetes API) gets the pod's workload as its class, and a program no
-// process holds is owned by that pod.
+// The attribution's half of target classes (agent/internal/reader/targets.go
+// has the reader's): a cgroup or interface that belongs to a pod the filler
+// names (the Kubernetes API) gets the pod's workload as its class, and a
+// program no process holds is owned by that pod.
 
 // workloadName is a pod's workload as the filler names it; the zero value:
 // not named.

@@ -8,6 +8,6 @@
 // targets and their classes (targets.go), the iterator facts (iter.go),
 // the kernel enums' names (names.go), the join of links and facts to
 // programs and the eviction of gone ids. It caches what never changes
-// for an id between reads; the agent (agent.go, assemble.go) turns two
-// reads into a snapshot.
+// for an id between reads; the agent package (agent.go, assemble.go)
+// turns two reads into a snapshot.
 package reader

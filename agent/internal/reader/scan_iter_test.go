@@ -16,7 +16,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 )
 
-// iterReader is an agent whose scan source is the iterator, or a skip with
+// iterReader is a reader whose scan source is the iterator, or a skip with
 // the reason the kernel gave.
 func iterReader(t *testing.T) *Reader {
 	t.Helper()
@@ -54,7 +54,7 @@ func manyMaps(t *testing.T, n int) *ebpf.Program {
 // counters in both iterator scans) must read the same in both sources,
 // counters (the canary's genuine misses included), identity, sizes, map ids
 // and memlock. Ids in one source and not the other are programs loaded or
-// unloaded in between (each agent's own iterator among them) and are only
+// unloaded in between (each reader's own iterator among them) and are only
 // counted.
 func TestIteratorMatchesSyscall(t *testing.T) {
 	it := iterReader(t)
@@ -70,10 +70,10 @@ func TestIteratorMatchesSyscall(t *testing.T) {
 	b := scan(t, sys)
 	a2 := scan(t, it)
 	if a.Scan.Source != ScanSourceIterator || a.Scan.FallbackReason != "" {
-		t.Fatalf("iterator agent reports source %q (%q)", a.Scan.Source, a.Scan.FallbackReason)
+		t.Fatalf("iterator reader reports source %q (%q)", a.Scan.Source, a.Scan.FallbackReason)
 	}
 	if b.Scan.Source != ScanSourceSyscall || b.Scan.FallbackReason == "" {
-		t.Fatalf("syscall agent reports source %q without a reason (%q)", b.Scan.Source, b.Scan.FallbackReason)
+		t.Fatalf("syscall reader reports source %q without a reason (%q)", b.Scan.Source, b.Scan.FallbackReason)
 	}
 	byID := func(s *snapshot) map[uint32]*Program {
 		m := map[uint32]*Program{}
@@ -83,7 +83,7 @@ func TestIteratorMatchesSyscall(t *testing.T) {
 		return m
 	}
 	// a2 is the steady-state scan (records of known ids carry only the
-	// counters; the rest comes from the agent's cache): that is the one
+	// counters; the rest comes from the reader's cache): that is the one
 	// compared, a only tells idle programs.
 	sb, sa := byID(b), byID(a)
 	compared, onlyOne := 0, 0
@@ -101,13 +101,13 @@ func TestIteratorMatchesSyscall(t *testing.T) {
 		}
 		want := *q
 		got := *p
-		if want.Sleepable == nil || got.Sleepable == nil { // the syscall agent loads its facts iterator only when needed
+		if want.Sleepable == nil || got.Sleepable == nil { // the syscall reader loads its facts iterator only when needed
 			want.Sleepable, got.Sleepable = nil, nil
 			want.MissKind, got.MissKind = "", ""
 		}
 		want.Owners, got.Owners = nil, nil
 		// Both turn the same load_time (ns since boot) into wall time
-		// against a boot time each agent computes from its own clock
+		// against a boot time each reader computes from its own clock
 		// reads: they may differ by the time between those reads.
 		if d := got.LoadTime.Sub(want.LoadTime); d < -time.Millisecond || d > time.Millisecond {
 			t.Errorf("prog %d: load time %v vs %v", p.ID, got.LoadTime, want.LoadTime)
@@ -136,7 +136,7 @@ func TestIteratorMatchesSyscall(t *testing.T) {
 	}
 }
 
-// TestIteratorFailsHalfway: the iterator stops working after the agent
+// TestIteratorFailsHalfway: the iterator stops working after the reader
 // chose it (here: its link and program are closed under it). The next
 // scan must not be half a snapshot: it is read by syscall, says why, and
 // still has the canary's exact count; later scans stay on syscall.
@@ -224,11 +224,11 @@ func TestIteratorCheckRefuses(t *testing.T) {
 	}
 }
 
-// TestOneShotCheckRefuses: a one-shot agent's first read is checked as
+// TestOneShotCheckRefuses: a one-shot reader's first read is checked as
 // readIter's is: an iterator that cannot read per-CPU stats is refused
 // with the reason, and the scan is the syscall scan's.
 func TestOneShotCheckRefuses(t *testing.T) {
-	// Stats on (held by the agent) before the program runs.
+	// Stats on (held by newTestReader) before the program runs.
 	a := newTestReader(t, Options{OneShot: true, ScanSource: ScanSourceIterator, BPFFS: []string{t.TempDir()}, Parallel: 2})
 	if a.iter == nil {
 		t.Skipf("scan source is syscall on this kernel: %s", a.fallback)
@@ -339,9 +339,9 @@ func (w withoutStats) ReadEach(fn func(*progstats.Record)) error {
 	})
 }
 
-// TestOneShotScanEqualsCached: the scan of a one-shot agent (readIterOnce:
+// TestOneShotScanEqualsCached: the read of a one-shot reader (readIterOnce:
 // nothing cached, values from a slab) gives every program exactly what
-// a long-running agent's first iterator read (readIter) gives, links,
+// a long-running reader's first iterator read (readIter) gives, links,
 // facts, map ids and miss kinds included; a program whose record lacks its
 // sums, or has more maps than a record holds, is read by syscall there too.
 // Its room for programs and slab chunks are made small here, so that the
@@ -400,7 +400,7 @@ func TestOneShotScanEqualsCached(t *testing.T) {
 	if compared != len(ours) {
 		t.Errorf("compared %d of the test's %d programs", compared, len(ours))
 	}
-	// A later scan of the same one-shot agent is a whole read again.
+	// A later scan of the same one-shot reader is a whole read again.
 	s3 := scan(t, one)
 	if findProg(s3, noSums) == nil || findProg(s3, scantest.ProgID(t, mm)) == nil {
 		t.Errorf("second one-shot scan lost programs: %d listed", len(s3.Programs))

@@ -128,7 +128,7 @@ func TestLinksIteratorMatchesSyscall(t *testing.T) {
 	}
 	b := scan(t, sys)
 	if b.Scan.LinksSource != ScanSourceSyscall || b.Scan.LinksFallbackReason == "" {
-		t.Fatalf("syscall agent: links source %q, reason %q", b.Scan.LinksSource, b.Scan.LinksFallbackReason)
+		t.Fatalf("syscall reader: links source %q, reason %q", b.Scan.LinksSource, b.Scan.LinksFallbackReason)
 	}
 }
 
@@ -255,7 +255,7 @@ func BenchmarkLinks(b *testing.B) {
 	}
 }
 
-// TestLinksIteratorChurn creates and closes raw_tp links while an agent
+// TestLinksIteratorChurn creates and closes raw_tp links while a reader
 // reads links from the iterator: every scan must list links whole (type,
 // attach type, program, target) with no errors, a link settled late below
 // the known id included (it is read by syscall).

@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// steadyReader is an agent whose reader has the iterator source, or a skip
+// steadyReader is a reader with the iterator source, or a skip
 // with the reason this kernel gives.
 func steadyReader(t *testing.T) *Reader {
 	t.Helper()
@@ -44,7 +44,7 @@ func readSteady(t *testing.T, a *Reader) (map[uint32]Program, ScanStats) {
 	return byID, st
 }
 
-// settle reads until a read does not walk: other tests' and the agent's
+// settle reads until a read does not walk: other tests' and the reader's
 // own loads are drained by then. It skips where the node has no steady
 // read.
 func settle(t *testing.T, a *Reader) (map[uint32]Program, ScanStats) {

@@ -18,7 +18,7 @@ import (
 // keys its series by, so a pod's restart adds none. The reader gives the
 // classes the kernel's facts say (a cgroup's path, an interface's driver
 // and name); the attribution names the pod's workload where the Kubernetes
-// API knows it (attribution.go).
+// API knows it (agent/attribution.go, agent/podtargets.go).
 
 // targetState is what the reader keeps to name link targets: read once per
 // new link (a link's target never changes), never per scan.

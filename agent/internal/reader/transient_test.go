@@ -65,7 +65,7 @@ func TestTransientClassification(t *testing.T) {
 }
 
 // TestLinksChurningUnderScan creates and closes raw tracepoint links in a
-// tight loop while the agent scans: links caught mid-create or mid-teardown
+// tight loop while the reader reads: links caught mid-create or mid-teardown
 // must show as vanished (or not at all), never as scan errors.
 func TestLinksChurningUnderScan(t *testing.T) {
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
