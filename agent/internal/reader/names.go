@@ -20,9 +20,6 @@ var progTypeNames = [...]string{
 }
 
 const (
-	progTypeSchedCls      = 3
-	progTypeSchedAct      = 4
-	progTypeXDP           = 6
 	progTypePerfEvent     = 7
 	progTypeRawTracepoint = 17
 	progTypeTracing       = 26
