@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
+	"github.com/bpfleet/bpfleet/agent/internal/reader"
 	"github.com/bpfleet/bpfleet/agent/internal/stats"
-	"github.com/bpfleet/bpfleet/agent/owners"
 )
 
 // Config is the agent's configuration. The zero value is usable: defaults
@@ -61,8 +61,8 @@ type Config struct {
 	// OneShot says the agent scans once and exits (list without
 	// --watch). Loading the iterator costs more than the one syscall scan
 	// it would replace, so it reads the iterators a running agent pinned
-	// in BPFFS (scan_pin.go) and, without them, "auto" scans by syscall
-	// and finds owners by the /proc walk.
+	// in BPFFS (agent/internal/reader/scan_pin.go) and, without them,
+	// "auto" scans by syscall and finds owners by the /proc walk.
 	OneShot bool
 	// Maps reads every BPF map on the node at each scan (Snapshot.Maps).
 	Maps bool
@@ -92,7 +92,7 @@ type Scanner interface {
 type Agent struct {
 	mu     sync.Mutex
 	cfg    Config
-	r      *reader
+	r      *reader.Reader
 	stats  *stats.Ctl
 	smp    *stats.Sampler // sampled mode only
 	prof   *profiles      // with Config.Profile only
@@ -168,21 +168,14 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{
 		cfg:        cfg,
-		r:          newReader(),
 		kernel:     ReadKernelInfo(cfg.ProcRoot),
 		eps:        newEpisodeTracker(cfg.QuietIntervals),
 		ownerKnown: map[uint32]bool{},
 		sysctl:     stats.NewSysctlReader(cfg.ProcRoot),
 		caps:       missingCaps(),
 	}
-	a.r.parallel = cfg.Parallel
-	a.r.oneShot = cfg.OneShot
-	a.r.targets.netns = owners.HostNetns(cfg.ProcRoot)
-	if !cfg.NoIterator {
-		a.r.loadFacts = loadProgIter
-	}
 	if _, _, err := bpfsys.NextID(bpfsys.CmdProgGetNextID, 0); err != nil {
-		return nil, fmt.Errorf("%w (%v)", errPrivilege, err)
+		return nil, fmt.Errorf("%w (%v)", reader.ErrPrivilege, err)
 	}
 	if cfg.StatsMode != "" {
 		if !cfg.StatsMode.Valid() {
@@ -198,30 +191,18 @@ func New(cfg Config) (*Agent, error) {
 	if len(cfg.Profile) > 0 {
 		a.prof = newProfiles(cfg.Profile, cfg.ProfileWindow, cfg.ProfilePeriod)
 	}
-	// The scan source is chosen once per kernel, here (after every
-	// check that can fail New, so nothing leaks): the iterator when
-	// this kernel loads it (its first read is checked before use), else
-	// the syscall path with the reason in every snapshot.
-	switch {
-	case cfg.NoIterator:
-		a.r.fallback = "iterator disabled by configuration"
-	case cfg.ScanSource == ScanSourceSyscall:
-		a.r.fallback = "syscall source chosen by configuration"
-	case cfg.OneShot:
-		// A running agent's pinned iterator costs one open; loading one
-		// costs more than the syscall scan it would replace.
-		var why string
-		if a.r.iter, a.r.pin, why = openPinnedStatsIter(cfg.BPFFS); a.r.iter != nil {
-			break
-		}
-		if cfg.ScanSource == ScanSourceIterator {
-			a.r.iter, a.r.fallback = loadStatsIter()
-			break
-		}
-		a.r.fallback = "one scan, no pinned iterator (" + why + "): loading one costs more than the syscall scan it replaces"
-	default:
-		a.r.iter, a.r.fallback = loadStatsIter()
-	}
+	// The reader chooses the scan source once per kernel, here (after
+	// every check that can fail New, so nothing leaks): the iterator when
+	// this kernel loads it, else the syscall path with the reason in
+	// every snapshot.
+	a.r = reader.New(reader.Options{
+		NoIterator: cfg.NoIterator,
+		ScanSource: cfg.ScanSource,
+		OneShot:    cfg.OneShot,
+		BPFFS:      cfg.BPFFS,
+		Parallel:   cfg.Parallel,
+		ProcRoot:   cfg.ProcRoot,
+	})
 	if cfg.Owners {
 		a.attr = newAttribution(cfg)
 		a.ownerSlow = ownerSlow
@@ -287,7 +268,7 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 		early = &earlyHolders{c: make(chan holders, 1), horizon: a.maxProgID}
 		go func() { early.c <- a.attr.readHolders() }()
 	}
-	progs, st, err := a.r.readView(start)
+	progs, st, err := a.r.ReadView(start)
 	if err != nil {
 		if early != nil {
 			<-early.c // the walk must not outlive the scan
@@ -326,7 +307,7 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 	a.prevCPU = cpu
 	// Joins kept by the reader and no owner refresh: a program whose
 	// counters did not move is the same as in the last scan.
-	a.assemble(snap, progs, dt, a.smp, a.r.joinsKept && !st.OwnersRefreshed)
+	a.assemble(snap, progs, dt, a.smp, a.r.JoinsKept() && !st.OwnersRefreshed)
 	if a.maps != nil {
 		snap.Maps, snap.MapScan = a.maps.read(snap.Programs)
 	}
@@ -334,11 +315,20 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 	st.Duration = a.cfg.Now().Sub(start)
 	snap.Scan = st
 	a.prevTime = now
-	if n := progs.len(); n > 0 {
-		a.maxProgID = progs.at(n - 1).ID // read in id order
+	if n := progs.Len(); n > 0 {
+		a.maxProgID = progs.At(n - 1).ID // read in id order
 	}
 	a.seq++
 	return snap, nil
+}
+
+// SteadyRead says whether scans read counters without a walk while no
+// program is loaded or unloaded (known after the first scan), with the
+// table's variant when they do, and why not, in one line, when they don't.
+func (a *Agent) SteadyRead() (bool, string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.r.SteadyRead()
 }
 
 // Close releases the stats fd and the iterator, and ends open episodes.
@@ -355,17 +345,9 @@ func (a *Agent) Close() []Episode {
 		a.prof.close()
 	}
 	a.maps.close()
-	a.r.fdinfo.Close()
 	if a.attr != nil {
 		a.attr.close()
 	}
-	if a.r.source != nil {
-		a.r.source.Close()
-	}
-	if a.r.iter != nil {
-		a.r.iter.Close()
-	}
-	a.r.closeLinks()
-	a.r.steady.close()
+	a.r.Close()
 	return a.eps.closeAll("shutdown")
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfleet/bpfleet/agent/internal/scantest"
 	"github.com/bpfleet/bpfleet/internal/fdinfo"
 	"github.com/bpfleet/bpfleet/test/canary/canarytest"
 	testcounters "github.com/bpfleet/bpfleet/test/counters"
@@ -47,19 +48,6 @@ func findProg(s *Snapshot, id uint32) *ProgramStat {
 		}
 	}
 	return nil
-}
-
-func progID(t *testing.T, p *ebpf.Program) uint32 {
-	t.Helper()
-	info, err := p.Info()
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, ok := info.ID()
-	if !ok {
-		t.Fatal("kernel gives no program id")
-	}
-	return uint32(id)
 }
 
 // TestGenuineRecursionMiss: each canary trigger is one genuine recursion
@@ -167,9 +155,9 @@ func TestExactRunCounts(t *testing.T) {
 	defer set.Close()
 	ids := map[string]uint32{}
 	for name, p := range set.Programs() {
-		ids[name] = progID(t, p)
+		ids[name] = scantest.ProgID(t, p)
 	}
-	trig := progID(t, set.TriggerProgram())
+	trig := scantest.ProgID(t, set.TriggerProgram())
 	s0 := scan(t, a)
 	const n = 40
 	if err := set.Trigger(n); err != nil {
@@ -359,7 +347,7 @@ func TestFirstReadMemlockAndFiles(t *testing.T) {
 	// One page and two pages of memlock, interleaved.
 	sizes := []int{2, 700}
 	want := map[uint32]uint64{}
-	for i := range 4 * readBatch {
+	for i := range 4 * 64 { // four of the reader's read batches (readBatch)
 		insns := asm.Instructions{}
 		for range sizes[i%2] - 2 {
 			insns = append(insns, asm.Mov.Imm(asm.R1, 0))
@@ -378,7 +366,7 @@ func TestFirstReadMemlockAndFiles(t *testing.T) {
 		if !ok {
 			t.Fatalf("no memlock in fdinfo:\n%s", b)
 		}
-		want[progID(t, p)] = m
+		want[scantest.ProgID(t, p)] = m
 	}
 	distinct := map[uint64]bool{}
 	for _, m := range want {
@@ -429,7 +417,7 @@ func countOpenFiles(t *testing.T) int {
 // the second scan therefore walks again, and a third (with no program
 // newer than the second's) does not.
 func TestEarlyOwnerWalkRefreshesOnce(t *testing.T) {
-	loadPrograms(t, 1) // a program to attribute, on an otherwise idle kernel
+	scantest.LoadPrograms(t, 1) // a program to attribute, on an otherwise idle kernel
 	a := newTestAgentWith(t, Config{Owners: true})
 	maxID := func(s *Snapshot) uint32 {
 		var m uint32

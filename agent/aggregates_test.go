@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/bpfleet/bpfleet/agent/internal/prog"
+	"github.com/bpfleet/bpfleet/agent/internal/reader"
+	"github.com/bpfleet/bpfleet/agent/internal/scantest"
 	"github.com/bpfleet/bpfleet/agent/internal/stats"
 )
 
@@ -274,7 +276,7 @@ func testAggregatesIncremental(t *testing.T, seed uint64) {
 		}
 		now = now.Add(time.Second)
 		snap := &Snapshot{Seq: uint64(scan + 1), Time: now, Interval: dt, Stats: state}
-		a.assemble(snap, progView{progs: f.read()}, dt, nil, kept)
+		a.assemble(snap, reader.View{Progs: f.read()}, dt, nil, kept)
 		a.prevTime = now
 
 		if got, want := snap.AttachTypes, refAttachTypes(snap.Programs, dt, overhead); !reflect.DeepEqual(got, want) {
@@ -350,7 +352,7 @@ func TestSameDynamic(t *testing.T) {
 	if c := copyOf(s); !sameDynamic(&c, &s) {
 		t.Fatal("an equal copy in new memory differs")
 	}
-	eachDynamicChange(t, func() Program { return copyOf(s) }, func(name string, p Program) {
+	scantest.EachDynamicChange(t, func() Program { return copyOf(s) }, func(name string, p Program) {
 		if sameDynamic(&p, &s) {
 			t.Errorf("sameDynamic misses a change of %s", name)
 		}
@@ -387,11 +389,11 @@ func TestOneShotScansAgain(t *testing.T) {
 		}
 		read := f.read()
 		for k, a := range []*Agent{lazy, kept} {
-			progs := progView{progs: slices.Clone(read)}
+			progs := reader.View{Progs: slices.Clone(read)}
 			if k == 0 && scan == 0 {
-				progs = progView{stats: make([]ProgramStat, len(read))} // as readIterOnce builds them
+				progs = reader.View{Stats: make([]ProgramStat, len(read))} // as readIterOnce builds them
 				for i := range read {
-					progs.stats[i].Program = read[i]
+					progs.Stats[i].Program = read[i]
 				}
 			}
 			var dt time.Duration

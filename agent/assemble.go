@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/bpfleet/bpfleet/agent/internal/prog"
+	"github.com/bpfleet/bpfleet/agent/internal/reader"
 	"github.com/bpfleet/bpfleet/agent/internal/stats"
 )
 
@@ -25,13 +26,13 @@ import (
 // joinsKept says each program's joins, owners and miss kind are what they
 // were in the last scan (reader.joinsKept): then a program whose counters
 // did not move is known unchanged without comparing it.
-func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *stats.Sampler, joinsKept bool) {
+func (a *Agent) assemble(snap *Snapshot, progs reader.View, dt time.Duration, smp *stats.Sampler, joinsKept bool) {
 	now := snap.Time
-	n := progs.len()
+	n := progs.Len()
 	a.statesFromEntries()
 	// A one-shot read's first scan keeps no states: the agent scans once
 	// (Config.OneShot). Should it scan again, its entries are the states.
-	lazy := progs.stats != nil && len(a.prevIDs) == 0
+	lazy := progs.Stats != nil && len(a.prevIDs) == 0
 	fast := joinsKept && smp == nil
 	// The same programs in the same order as the last scan (the reader
 	// kept every slot, the last scan's were in id order): their states are
@@ -61,7 +62,7 @@ func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *
 	var obs []missObservation
 	matched := 0
 	for i := range n {
-		p := progs.at(i)
+		p := progs.At(i)
 		cur := prog.CountersOf(p)
 		var prevC prog.Counters
 		var old *ProgramStat
@@ -99,8 +100,8 @@ func (a *Agent) assemble(snap *Snapshot, progs progView, dt time.Duration, smp *
 		switch {
 		case old != nil && !moved && idle(old) && sameDynamic(p, &old.Program):
 			e = old // idle and unchanged: shared with the previous snapshot
-		case progs.stats != nil:
-			e = &progs.stats[i] // a one-shot scan built it in place
+		case progs.Stats != nil:
+			e = &progs.Stats[i] // a one-shot scan built it in place
 		default:
 			e = newEntry(p)
 		}
@@ -212,9 +213,9 @@ func (a *Agent) statesFromEntries() {
 }
 
 // sameIDs says whether progs has exactly ids, in that order.
-func sameIDs(ids []uint32, progs progView) bool {
+func sameIDs(ids []uint32, progs reader.View) bool {
 	for i, id := range ids {
-		if progs.at(i).ID != id {
+		if progs.At(i).ID != id {
 			return false
 		}
 	}
@@ -279,19 +280,11 @@ func ownLinks(ls []Link) []Link {
 // nil and empty Links or Owners differ: JSON shows null for one, [] for
 // the other.
 func sameDynamic(p, o *Program) bool {
-	return p.RunCount == o.RunCount && p.RunTimeNs == o.RunTimeNs && sameValue(p.RecursionMisses, o.RecursionMisses) &&
+	return p.RunCount == o.RunCount && p.RunTimeNs == o.RunTimeNs && prog.SameValue(p.RecursionMisses, o.RecursionMisses) &&
 		p.AttachType == o.AttachType && p.AttachTarget == o.AttachTarget && p.TargetClass == o.TargetClass && p.MissKind == o.MissKind &&
-		sameValue(p.Sleepable, o.Sleepable) && sameLinks(p.Links, o.Links) &&
+		prog.SameValue(p.Sleepable, o.Sleepable) && sameLinks(p.Links, o.Links) &&
 		(p.Owners == nil) == (o.Owners == nil) && slices.Equal(p.Owners, o.Owners) &&
 		(p.Pins == nil) == (o.Pins == nil) && slices.Equal(p.Pins, o.Pins)
-}
-
-// sameValue says whether two optional values are both absent or equal.
-func sameValue[T comparable](a, b *T) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return a == b || *a == *b
 }
 
 func sameLinks(a, b []Link) bool {
@@ -301,7 +294,7 @@ func sameLinks(a, b []Link) bool {
 	for i := range a {
 		x, y := &a[i], &b[i]
 		if x.ID != y.ID || x.ProgID != y.ProgID || x.Type != y.Type || x.AttachType != y.AttachType ||
-			x.Target != y.Target || x.TargetClass != y.TargetClass || !sameValue(x.Missed, y.Missed) {
+			x.Target != y.Target || x.TargetClass != y.TargetClass || !prog.SameValue(x.Missed, y.Missed) {
 			return false
 		}
 	}

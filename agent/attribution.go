@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 
+	"github.com/bpfleet/bpfleet/agent/internal/reader"
 	"github.com/bpfleet/bpfleet/agent/owners"
 	"github.com/bpfleet/bpfleet/probes/taskfile"
 	"github.com/cilium/ebpf"
@@ -125,6 +126,18 @@ func newAttribution(cfg Config) *attribution {
 	return at
 }
 
+// openPinnedTaskfile opens the task_file iterator a running agent pinned
+// (probes/taskfile/pin.go), so a one-shot list finds owners in one read
+// rather than a /proc walk; nil when there is none.
+func openPinnedTaskfile(bpffs []string) (owners.Source, string) {
+	for _, dir := range bpffs {
+		if it, err := taskfile.OpenPinned(dir); err == nil {
+			return taskfileSource{it}, taskfile.PinPath(dir)
+		}
+	}
+	return nil, ""
+}
+
 // taskfileSource adapts the task_file iterator to owners.Source.
 type taskfileSource struct{ it *taskfile.Iter }
 
@@ -160,7 +173,7 @@ func (at *attribution) readHolders() holders {
 
 // refresh takes new holders and re-reads attachments; the returned errors
 // are counted in the scan's stats, never fatal.
-func (at *attribution) refresh(progs progView, h holders) []error {
+func (at *attribution) refresh(progs reader.View, h holders) []error {
 	var errs []error
 	at.netnsSeen++
 	if _, ok := at.filler.(generationFiller); !ok {
@@ -196,17 +209,17 @@ func (at *attribution) refresh(progs progView, h holders) []error {
 	// bpf() calls on a busy node.
 	var cgTypes []ebpf.ProgramType
 	netdev := false
-	for i := range progs.len() {
-		p := progs.at(i)
+	for i := range progs.Len() {
+		p := progs.At(i)
 		if len(p.Links) > 0 || len(at.progs[p.ID].owners) > 0 {
 			continue
 		}
-		switch t := at.progType(p); {
+		switch t := reader.ProgType(p.Type); {
 		case isCgroupProgType(t):
 			if !containsType(cgTypes, t) {
 				cgTypes = append(cgTypes, t)
 			}
-		case t == progTypeXDP || t == progTypeSchedCls || t == progTypeSchedAct:
+		case t == ebpf.XDP || t == ebpf.SchedCLS || t == ebpf.SchedACT:
 			netdev = true
 		}
 	}
@@ -222,7 +235,7 @@ func (at *attribution) refresh(progs progView, h holders) []error {
 	if netdev {
 		var a []owners.Attachment
 		var st owners.AttachStats
-		if err := inNetns(at.hostNetns, func() { a, st = owners.NetdevAttachments() }); err != nil {
+		if err := owners.InNetns(at.hostNetns, func() { a, st = owners.NetdevAttachments() }); err != nil {
 			errs = append(errs, fmt.Errorf("querying interface attachments: %w", err))
 		}
 		atts = append(atts, a...)
@@ -286,15 +299,6 @@ func (at *attribution) setFiller(f OwnerFiller) {
 // one it handed out.
 func sameOwners(a, b []owners.Owner) bool {
 	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
-}
-
-func (at *attribution) progType(p *Program) ebpf.ProgramType {
-	for i, n := range progTypeNames {
-		if n == p.Type {
-			return ebpf.ProgramType(i)
-		}
-	}
-	return ebpf.UnspecifiedProgram
 }
 
 func isCgroupProgType(t ebpf.ProgramType) bool {

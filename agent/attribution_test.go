@@ -6,6 +6,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/bpfleet/bpfleet/agent/internal/scantest"
 	"github.com/bpfleet/bpfleet/agent/owners"
 	"github.com/cilium/ebpf"
 )
@@ -31,21 +32,21 @@ func (f *plainFiller) Fill(o *Owner) { o.PodName = f.name }
 // again), unless the filler's Generation moved (then every owner is filled
 // again) or the filler has none; the owners equal a fresh agent's.
 func TestOwnerRefreshReusesUnchanged(t *testing.T) {
-	progs := loadPrograms(t, 8)
+	progs := scantest.LoadPrograms(t, 8)
 	ids := make([]uint32, len(progs))
 	for i, p := range progs {
-		ids[i] = progID(t, p)
+		ids[i] = scantest.ProgID(t, p)
 	}
 	reload := func(i int) {
 		t.Helper()
 		progs[i].Close()
-		p, err := ebpf.NewProgram(socketFilterSpec())
+		p, err := ebpf.NewProgram(scantest.SocketFilterSpec())
 		if err != nil {
 			t.Fatal(err)
 		}
 		progs[i] = p
 		t.Cleanup(func() { p.Close() })
-		ids[i] = progID(t, p)
+		ids[i] = scantest.ProgID(t, p)
 	}
 	a := newTestAgentWith(t, Config{Owners: true, OwnerIterator: true})
 	f := &podFiller{name: "pod-1", gen: 1}

@@ -98,16 +98,17 @@ func (a *Agent) degraded() []string {
 		add(FeatureStats, err.Error())
 	}
 	configured := a.cfg.NoIterator || a.cfg.ScanSource == ScanSourceSyscall || a.cfg.OneShot
-	switch {
+	lost := a.r.Losses()
+	switch src, why := a.r.Source(); {
 	case configured:
-	case a.r.iter == nil:
-		add(FeatureProgIterator, a.r.fallback)
+	case src != ScanSourceIterator:
+		add(FeatureProgIterator, why)
 	default:
-		if a.r.lsrc.tried && a.r.lsrc.iter == nil {
-			add(FeatureLinkIterator, a.r.lsrc.fallback)
+		if lost.LinkIterator != "" {
+			add(FeatureLinkIterator, lost.LinkIterator)
 		}
-		if sd := &a.r.steady; sd.tried && sd.off != "" {
-			add(FeatureSteadyRead, sd.off)
+		if lost.SteadyRead != "" {
+			add(FeatureSteadyRead, lost.SteadyRead)
 		}
 	}
 	if m := a.maps; m != nil {
@@ -118,8 +119,8 @@ func (a *Agent) degraded() []string {
 			add(FeatureMapIterator, m.r.Source().Reason)
 		}
 	}
-	if a.r.factsErr != nil {
-		add(FeatureFacts, a.r.factsErr.Error())
+	if lost.Facts != nil {
+		add(FeatureFacts, lost.Facts.Error())
 	}
 	if at := a.attr; at != nil {
 		if at.iterErr != nil {
@@ -138,7 +139,7 @@ func (a *Agent) degraded() []string {
 			add(FeatureNetdevAttach, at.netDenied)
 		}
 	}
-	if err := a.r.targets.cgroupErr; err != nil {
+	if err := lost.CgroupLinks; err != nil {
 		add(FeatureCgroupLinks, err.Error())
 	}
 	for _, c := range a.calibration {

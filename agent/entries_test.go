@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfleet/bpfleet/agent/internal/scantest"
 	"github.com/cilium/ebpf"
 )
 
@@ -19,8 +20,8 @@ import (
 // handed out).
 func TestEntriesSharedAcrossSnapshots(t *testing.T) {
 	a := newTestAgentWith(t, Config{StatsMode: StatsAlways})
-	progs := loadPrograms(t, 2)
-	idleID, busyID := progID(t, progs[0]), progID(t, progs[1])
+	progs := scantest.LoadPrograms(t, 2)
+	idleID, busyID := scantest.ProgID(t, progs[0]), scantest.ProgID(t, progs[1])
 	run := func() {
 		if _, err := progs[1].Run(&ebpf.RunOptions{Data: make([]byte, 14), Repeat: 10}); err != nil {
 			t.Fatalf("test-running program %d: %v", busyID, err)
@@ -67,8 +68,8 @@ func TestOwnerGoneWhileJoinsKept(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	a := newTestAgentWith(t, Config{Owners: true, OwnerRefresh: time.Nanosecond})
-	progs := loadPrograms(t, 1)
-	id := progID(t, progs[0])
+	progs := scantest.LoadPrograms(t, 1)
+	id := scantest.ProgID(t, progs[0])
 	pin := filepath.Join(dir, "prog")
 	if err := progs[0].Pin(pin); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/bpfleet/bpfleet/agent/internal/reader"
 	"github.com/bpfleet/bpfleet/internal/sysfile"
 )
 
@@ -177,7 +178,7 @@ func fullyPreemptible(k *KernelInfo) bool {
 // the holder can be switched out mid-run: the kernel matrix measured tp_btf
 // and fentry programs preempted on 7.2 full/lazy and PREEMPT_RT kernels.
 func guardedAttach(name string) bool {
-	if trampolineAttach(name) {
+	if reader.TrampolineAttach(name) {
 		return true
 	}
 	switch name {
@@ -242,7 +243,7 @@ func missKind(p *Program, k *KernelInfo) string {
 	if k.Preempt == "unknown" || (k.Preempt == "PREEMPT_DYNAMIC" && k.PreemptMode == "" && guarded) {
 		return MissKindUnknown
 	}
-	if p.Sleepable == nil && (trampolineAttach(p.AttachType) || strings.HasSuffix(p.AttachType, "?")) {
+	if p.Sleepable == nil && (reader.TrampolineAttach(p.AttachType) || strings.HasSuffix(p.AttachType, "?")) {
 		return MissKindUnknown
 	}
 	return MissKindRecursion

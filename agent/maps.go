@@ -4,8 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/cilium/ebpf"
-
+	"github.com/bpfleet/bpfleet/agent/internal/reader"
 	"github.com/bpfleet/bpfleet/probes/mapstats"
 )
 
@@ -47,21 +46,6 @@ type MapScan struct {
 	// Error is a failed read (the snapshot then has no maps).
 	Error string `json:"error,omitempty"`
 }
-
-// mapTypeNames names enum bpf_map_type as bpftool does.
-var mapTypeNames = [...]string{
-	"unspec", "hash", "array", "prog_array", "perf_event_array",
-	"percpu_hash", "percpu_array", "stack_trace", "cgroup_array",
-	"lru_hash", "lru_percpu_hash", "lpm_trie", "array_of_maps",
-	"hash_of_maps", "devmap", "sockmap", "cpumap", "xskmap", "sockhash",
-	"cgroup_storage", "reuseport_sockarray", "percpu_cgroup_storage",
-	"queue", "stack", "sk_storage", "devmap_hash", "struct_ops", "ringbuf",
-	"inode_storage", "task_storage", "bloom_filter", "user_ringbuf",
-	"cgrp_storage", "arena",
-}
-
-// MapTypeName names a bpf_map_type.
-func MapTypeName(t uint32) string { return enumName(mapTypeNames[:], t, "type_") }
 
 // mapReader reads the node's maps for Scan; nil when Config.Maps is off.
 type mapReader struct {
@@ -109,7 +93,7 @@ func (m *mapReader) close() {
 }
 
 func fromMapstats(s *mapstats.Map) Map {
-	m := Map{ID: s.ID, Name: s.Name, Type: MapTypeName(uint32(s.Type)), KeySize: s.KeySize, ValueSize: s.ValueSize,
+	m := Map{ID: s.ID, Name: s.Name, Type: reader.MapTypeName(uint32(s.Type)), KeySize: s.KeySize, ValueSize: s.ValueSize,
 		MaxEntries: s.MaxEntries, Flags: s.Flags}
 	if s.MemoryKnown {
 		v := s.Memory
@@ -189,7 +173,3 @@ func MapMemory(byID map[uint32]*Map, ids ...[]uint32) uint64 {
 	}
 	return n
 }
-
-// compile-time check that the map type enum the names follow is the
-// kernel's (cilium/ebpf spells the same values).
-var _ = [1]struct{}{}[ebpf.RingBuf-27]

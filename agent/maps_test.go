@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 
+	"github.com/bpfleet/bpfleet/agent/internal/scantest"
 	"github.com/bpfleet/bpfleet/probes/mapstats"
 )
 
@@ -69,7 +70,7 @@ func TestScanMaps(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer prog.Close()
-			pid := progID(t, prog)
+			pid := scantest.ProgID(t, prog)
 			hid, aid := mapID(t, hash), mapID(t, arr)
 
 			// The syscall walk has no element count of its own: the opt-in

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfleet/bpfleet/agent/internal/scantest"
 	"github.com/bpfleet/bpfleet/probes/progstats"
 )
 
@@ -34,7 +35,7 @@ func BenchmarkOneShotPin(b *testing.B) {
 		b.Skipf("the kernel refuses the stats iterator: %v", err)
 	}
 	b.Cleanup(func() { pub.Close() })
-	loadPrograms(b, 1000)
+	scantest.LoadPrograms(b, 1000)
 	ctx := context.Background()
 	cfg := Config{OneShot: true, BPFFS: []string{dir}, Parallel: runtime.NumCPU()}
 	oneShot := func() {

@@ -1,6 +1,10 @@
 package agent
 
-import "time"
+import (
+	"time"
+
+	"github.com/bpfleet/bpfleet/agent/internal/reader"
+)
 
 // ownerStablePeriod is the owner refresh period while every owner process
 // is watched: what it still catches (a program's fd passed to a new
@@ -38,18 +42,18 @@ type earlyHolders struct {
 // them only when a program appeared that has not been attributed yet or
 // the refresh period passed (then early delivers the holders): walking
 // every process's fds is the most expensive part of a scan.
-func (a *Agent) attachOwners(progs progView, now time.Time, st *ScanStats, early *earlyHolders) bool {
+func (a *Agent) attachOwners(progs reader.View, now time.Time, st *ScanStats, early *earlyHolders) bool {
 	if a.attr == nil {
 		return false
 	}
 	refresh := early != nil
-	n := progs.len()
+	n := progs.Len()
 	a.attr.beginApply()
 	// The same programs as the last scan, all attributed then: none to
 	// look up.
-	if !a.r.joinsKept || !a.ownerAllKnown {
+	if !a.r.JoinsKept() || !a.ownerAllKnown {
 		for i := range n {
-			if !a.ownerKnown[progs.at(i).ID] {
+			if !a.ownerKnown[progs.At(i).ID] {
 				refresh = true
 				break
 			}
@@ -59,7 +63,7 @@ func (a *Agent) attachOwners(progs progView, now time.Time, st *ScanStats, early
 	if refresh {
 		// apply expects each program as join left it: kept joins carry
 		// the last refresh's owners and attachments.
-		a.r.rejoin(progs)
+		a.r.Rejoin(progs)
 		horizon := ^uint32(0)
 		var h holders
 		if early != nil {
@@ -69,24 +73,24 @@ func (a *Agent) attachOwners(progs progView, now time.Time, st *ScanStats, early
 		}
 		for _, err := range a.attr.refresh(progs, h) {
 			st.Errors++
-			st.addError(err)
+			st.AddError(err)
 		}
 		a.ownersAt = now
 		clear(a.ownerKnown)
 		a.ownerAllKnown = true
 		for i := range n {
-			if id := progs.at(i).ID; id <= horizon {
+			if id := progs.At(i).ID; id <= horizon {
 				a.ownerKnown[id] = true
 			} else {
 				a.ownerAllKnown = false
 			}
 		}
 	}
-	if refresh || !a.r.joinsKept {
+	if refresh || !a.r.JoinsKept() {
 		// Kept joins carry the last scan's owners, read from the same
 		// answers.
 		for i := range n {
-			a.attr.apply(progs.at(i))
+			a.attr.apply(progs.At(i))
 		}
 	}
 	if refresh {

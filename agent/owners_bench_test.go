@@ -7,6 +7,8 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/bpfleet/bpfleet/agent/internal/reader"
+	"github.com/bpfleet/bpfleet/agent/internal/scantest"
 	"github.com/bpfleet/bpfleet/test/pods"
 )
 
@@ -28,7 +30,7 @@ func (cgroupFiller) Fill(o *Owner) { o.FillFromCgroup() }
 // holders read alone (the kernel's walk and Scanner.Scan), rest-ns/op the
 // refresh and apply.
 func BenchmarkOwnerRefresh(b *testing.B) {
-	progs := loadPrograms(b, 1000)
+	progs := scantest.LoadPrograms(b, 1000)
 	a, err := New(Config{Owners: true, OwnerIterator: true})
 	if err != nil {
 		b.Fatal(err)
@@ -49,7 +51,7 @@ func BenchmarkOwnerRefresh(b *testing.B) {
 		for range k {
 			i := next % len(progs)
 			progs[i].Close()
-			p, err := ebpf.NewProgram(socketFilterSpec())
+			p, err := ebpf.NewProgram(scantest.SocketFilterSpec())
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -57,15 +59,15 @@ func BenchmarkOwnerRefresh(b *testing.B) {
 			next++
 		}
 	}
-	r := newReader()
-	defer r.fdinfo.Close()
+	r := reader.New(reader.Options{NoIterator: true})
+	defer r.Close()
 	var tHolders, tRest time.Duration
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		reload(50)
-		v, _, err := r.readView(time.Now())
+		v, _, err := r.ReadView(time.Now())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -76,8 +78,8 @@ func BenchmarkOwnerRefresh(b *testing.B) {
 		for _, err := range a.attr.refresh(v, h) {
 			b.Logf("refresh: %v", err)
 		}
-		for j := range v.len() {
-			a.attr.apply(v.at(j))
+		for j := range v.Len() {
+			a.attr.apply(v.At(j))
 		}
 		t2 := time.Now()
 		tHolders += t1.Sub(t0)
@@ -127,13 +129,13 @@ func BenchmarkOwnerRefreshPods(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	r := newReader()
-	defer r.fdinfo.Close()
+	r := reader.New(reader.Options{NoIterator: true})
+	defer r.Close()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		v, _, err := r.readView(time.Now())
+		v, _, err := r.ReadView(time.Now())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -141,8 +143,8 @@ func BenchmarkOwnerRefreshPods(b *testing.B) {
 		for _, err := range a.attr.refresh(v, a.attr.readHolders()) {
 			b.Logf("refresh: %v", err)
 		}
-		for j := range v.len() {
-			a.attr.apply(v.at(j))
+		for j := range v.Len() {
+			a.attr.apply(v.At(j))
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"testing"
 
+	"github.com/bpfleet/bpfleet/agent/internal/scantest"
 	"golang.org/x/sys/unix"
 )
 
@@ -55,7 +56,7 @@ func TestOwnerWatch(t *testing.T) {
 // An owner process that exits makes the next scan re-read owners, long
 // before the refresh period: the program's owners then no longer name it.
 func TestOwnerExitRefreshesOwners(t *testing.T) {
-	progs := loadPrograms(t, 1)
+	progs := scantest.LoadPrograms(t, 1)
 	info, err := progs[0].Info()
 	if err != nil {
 		t.Fatal(err)

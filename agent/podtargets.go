@@ -3,13 +3,14 @@ package agent
 import (
 	"strings"
 
+	"github.com/bpfleet/bpfleet/agent/internal/reader"
 	"github.com/bpfleet/bpfleet/agent/owners"
 )
 
-// The attribution's half of target classes (targets.go has the reader's):
-// a cgroup or interface that belongs to a pod the filler names (the
-// Kubernetes API) gets the pod's workload as its class, and a program no
-// process holds is owned by that pod.
+// The attribution's half of target classes (agent/internal/reader/targets.go
+// has the reader's): a cgroup or interface that belongs to a pod the filler
+// names (the Kubernetes API) gets the pod's workload as its class, and a
+// program no process holds is owned by that pod.
 
 // workloadName is a pod's workload as the filler names it; the zero value:
 // not named.
@@ -58,7 +59,7 @@ func (at *attribution) netnsPod(ifindex int, nsid int32) owners.Container {
 	}
 	if !at.nsWalked {
 		// An error leaves this scan's new interfaces without a pod.
-		_ = inNetns(at.hostNetns, func() { at.nsByID, _ = owners.NetnsContainers(at.procRoot) })
+		_ = owners.InNetns(at.hostNetns, func() { at.nsByID, _ = owners.NetnsContainers(at.procRoot) })
 		at.nsWalked = true
 	}
 	c := at.nsByID[nsid]
@@ -108,8 +109,8 @@ func (at *attribution) joinAttachments(atts []owners.Attachment) {
 			}
 			j.owners = append(j.owners, o)
 		}
-		j.target = joinStrings(targets)
-		if cl := joinStrings(classes); cl != j.target {
+		j.target = reader.JoinStrings(targets)
+		if cl := reader.JoinStrings(classes); cl != j.target {
 			j.class = cl
 		}
 		at.attached[id] = j
@@ -154,7 +155,7 @@ func (at *attribution) applyLinkPods(p *Program) {
 		}
 	}
 	if upgraded {
-		p.TargetClass = joinClasses(p.Links)
+		p.TargetClass = reader.JoinClasses(p.Links)
 	}
 }
 

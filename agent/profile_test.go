@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bpfleet/bpfleet/agent/internal/scantest"
 	"github.com/bpfleet/bpfleet/probes/profiler"
 )
 
@@ -34,7 +35,7 @@ func TestAgentProfilesSelected(t *testing.T) {
 		t.Skipf("timed target: %v", err)
 	}
 	defer tt.Close()
-	id := progID(t, tt.Prog)
+	id := scantest.ProgID(t, tt.Prog)
 	a := newTestAgentWith(t, Config{Profile: []string{"id:" + strconv.Itoa(int(id))}, NoIterator: true})
 	s1 := scan(t, a)
 	frozen, _ := json.Marshal(s1)

@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"testing"
+
+	"github.com/bpfleet/bpfleet/agent/internal/scantest"
 )
 
 // BenchmarkScanSampled is BenchmarkScan with --stats=sampled (1 s of every
@@ -15,7 +17,7 @@ func BenchmarkScanSampled(b *testing.B) { benchScanMode(b, StatsSampled) }
 func BenchmarkScanAlways(b *testing.B) { benchScanMode(b, StatsAlways) }
 
 func benchScanMode(b *testing.B, mode StatsMode) {
-	loadPrograms(b, 1000)
+	scantest.LoadPrograms(b, 1000)
 	a, err := New(Config{StatsMode: mode})
 	if err != nil {
 		b.Fatal(err)
@@ -27,7 +29,7 @@ func benchScanMode(b *testing.B, mode StatsMode) {
 			b.Fatal(err)
 		}
 	}
-	benchAgainstFloor(b, false, func() int {
+	scantest.BenchAgainstFloor(b, false, func() int {
 		s, err := a.Scan(ctx)
 		if err != nil {
 			b.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/bpfleet/bpfleet/agent/internal/prog"
+	"github.com/bpfleet/bpfleet/agent/internal/reader"
 	"github.com/bpfleet/bpfleet/agent/internal/stats"
 	"github.com/bpfleet/bpfleet/internal/config"
 )
@@ -19,6 +20,37 @@ type (
 	ProgramStat = prog.ProgramStat
 	ProfileStat = prog.ProfileStat
 )
+
+// The reader (agent/internal/reader) fills ScanStats and reads the
+// iterator facts; re-exported here for consumers.
+type (
+	ScanStats   = reader.ScanStats
+	ProgFacts   = reader.ProgFacts
+	FactsSource = reader.FactsSource
+)
+
+// Scan sources: where a scan reads programs and their counters from
+// (reader.ScanSourceIterator, reader.ScanSourceSyscall).
+const (
+	ScanSourceIterator = reader.ScanSourceIterator
+	ScanSourceSyscall  = reader.ScanSourceSyscall
+)
+
+// Unattached is the attach type of a program that no link or attachment
+// names (reader.Unattached).
+const Unattached = reader.Unattached
+
+// ProgTypeName names a bpf_prog_type (reader.ProgTypeName).
+func ProgTypeName(t uint32) string { return reader.ProgTypeName(t) }
+
+// AttachTypeName names a bpf_attach_type (reader.AttachTypeName).
+func AttachTypeName(t uint32) string { return reader.AttachTypeName(t) }
+
+// LinkTypeName names a bpf_link_type (reader.LinkTypeName).
+func LinkTypeName(t uint32) string { return reader.LinkTypeName(t) }
+
+// MapTypeName names a bpf_map_type (reader.MapTypeName).
+func MapTypeName(t uint32) string { return reader.MapTypeName(t) }
 
 // Run-time stats' state and tax live in agent/internal/stats, which
 // controls stats and computes them; re-exported here for consumers.
@@ -159,49 +191,6 @@ type Calibration struct {
 	// kernel refusal): the node lost a calibration it could have.
 	Inconclusive bool    `json:"inconclusive,omitempty"`
 	OverheadNs   float64 `json:"overhead_ns"`
-}
-
-// ScanStats is the agent's account of its own work in one scan.
-type ScanStats struct {
-	Duration time.Duration `json:"duration_ns"`
-	Programs int           `json:"programs"`
-	Links    int           `json:"links"`
-	// Vanished counts objects that came or went under the scan: freed
-	// between GET_NEXT_ID and GET_FD_BY_ID (ENOENT), or a link still being
-	// created or torn down (EAGAIN, after one retry). A normal race, not an
-	// error.
-	Vanished int `json:"vanished"`
-	// Errors counts objects that could not be read for another reason.
-	Errors    int      `json:"errors"`
-	ErrorMsgs []string `json:"error_messages,omitempty"`
-	// OwnersRefreshed is true when this scan re-read /proc for owners.
-	OwnersRefreshed bool `json:"owners_refreshed"`
-	// Source is where programs and counters were read from: "iterator"
-	// (one iter/bpf_prog read, no per-program syscall) or "syscall".
-	Source string `json:"source"`
-	// FallbackReason says why a node that could use the iterator does
-	// not (kernel refusal, lockdown, --no-iterator); empty otherwise.
-	FallbackReason string `json:"fallback_reason,omitempty"`
-	// IteratorPin is the bpffs pin of a running agent's iterator that a
-	// one-shot list read instead of loading its own; empty otherwise.
-	IteratorPin string `json:"iterator_pin,omitempty"`
-	// OwnersPin is the bpffs pin of a running agent's task_file iterator
-	// that a one-shot list found owners with instead of walking /proc.
-	OwnersPin string `json:"owners_pin,omitempty"`
-	// LinksSource is where links (and kprobe link missed) were read
-	// from: "iterator" (one iter/bpf_link read; a link it cannot read is
-	// read by syscall) or "syscall".
-	LinksSource string `json:"links_source"`
-	// LinksFallbackReason says why links are read by syscall.
-	LinksFallbackReason string `json:"links_fallback_reason,omitempty"`
-	// Walk is true when this scan walked every program (an iterator pass
-	// or the syscall path); false when, no program having been loaded or
-	// unloaded since the last walk, the counters came from one stats
-	// table read (agent/scan_steady.go).
-	Walk bool `json:"walk"`
-	// WalkReason says why a scan walked: the first read, programs loaded
-	// or unloaded, records lost, or why this node has no steady read.
-	WalkReason string `json:"walk_reason,omitempty"`
 }
 
 // Snapshot is one scan with its deltas against the previous one. It is the

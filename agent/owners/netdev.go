@@ -90,8 +90,13 @@ func Netdevs() ([]Netdev, error) {
 // runtime discards it, so no other goroutine ever runs in the foreign
 // namespace. (Restoring matters: a locked goroutine that exits on the main
 // thread wedges it instead of ending it, which would pin the namespace for
-// the agent's lifetime.) Needs CAP_SYS_ADMIN.
+// the agent's lifetime.) Needs CAP_SYS_ADMIN. An empty nsPath (HostNetns's
+// answer when the agent runs in the host's namespace) runs f right here.
 func InNetns(nsPath string, f func()) error {
+	if nsPath == "" {
+		f()
+		return nil
+	}
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()

@@ -213,3 +213,11 @@ func (o *Owner) Workload() (kind, name string) {
 	}
 	return o.WorkloadKind, o.WorkloadName
 }
+
+// SameValue says whether two optional values are both absent or equal.
+func SameValue[T comparable](a, b *T) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a == b || *a == *b
+}

@@ -1,4 +1,4 @@
-package agent
+package reader
 
 import (
 	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
@@ -6,7 +6,7 @@ import (
 
 // decodeXDP decodes an XDP link: the interface (targets.go names it and
 // its class).
-func (r *reader) decodeXDP(l *Link, info *bpfsys.LinkInfo) {
+func (r *Reader) decodeXDP(l *Link, info *bpfsys.LinkInfo) {
 	l.AttachType = "xdp"
 	r.netdevTarget(l, info.U32(bpfsys.LinkIfindex))
 }

@@ -1,4 +1,4 @@
-package agent
+package reader
 
 import (
 	"fmt"
@@ -52,7 +52,7 @@ func loadLinkIter() (linkIter, error) {
 // readLinksIter reads every link from the iterator when the scan source is
 // the iterator; ok=false sends the caller to the syscall path. The source
 // and why it is not the iterator go into st either way.
-func (r *reader) readLinksIter(st *ScanStats) ([]Link, bool) {
+func (r *Reader) readLinksIter(st *ScanStats) ([]Link, bool) {
 	ls := &r.lsrc
 	if r.iter == nil {
 		r.closeLinks()
@@ -101,7 +101,7 @@ func (r *reader) readLinksIter(st *ScanStats) ([]Link, bool) {
 
 // linksFromIter turns one pass of the iterator into links, decoding each
 // new link's info with the syscall path's own decoder (newLinkStatic).
-func (r *reader) linksFromIter(st *ScanStats) ([]Link, error) {
+func (r *Reader) linksFromIter(st *ScanStats) ([]Link, error) {
 	ls := &r.lsrc
 	// Links up to the highest id of the last read need no fields: the
 	// iterator writes their id and type only (kprobe links aside).
@@ -188,7 +188,7 @@ func checkLinkRecords(progID uint32, recs []linkstats.Record) error {
 }
 
 // closeLinks releases the link iterator.
-func (r *reader) closeLinks() {
+func (r *Reader) closeLinks() {
 	if r.lsrc.iter != nil {
 		r.lsrc.iter.Close()
 		r.lsrc.iter = nil

@@ -1,6 +1,10 @@
-package agent
+package reader
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/cilium/ebpf"
+)
 
 // Kernel enum values are turned into the names users know: program types as
 // bpftool prints them, attach types as libbpf's SEC() names.
@@ -16,9 +20,6 @@ var progTypeNames = [...]string{
 }
 
 const (
-	progTypeSchedCls      = 3
-	progTypeSchedAct      = 4
-	progTypeXDP           = 6
 	progTypePerfEvent     = 7
 	progTypeRawTracepoint = 17
 	progTypeTracing       = 26
@@ -26,6 +27,17 @@ const (
 	progTypeExt           = 28
 	progTypeLSM           = 29
 )
+
+// ProgType is the bpf_prog_type ProgTypeName calls name
+// (ebpf.UnspecifiedProgram for a name it does not know).
+func ProgType(name string) ebpf.ProgramType {
+	for i, n := range progTypeNames {
+		if n == name {
+			return ebpf.ProgramType(i)
+		}
+	}
+	return ebpf.UnspecifiedProgram
+}
 
 // ProgTypeName names a bpf_prog_type.
 func ProgTypeName(t uint32) string { return enumName(progTypeNames[:], t, "type_") }
@@ -117,9 +129,9 @@ func tracingAttachName(expected uint32, sleepable *bool) string {
 	return name
 }
 
-// trampolineAttach reports whether an attach type runs through a BPF
+// TrampolineAttach reports whether an attach type runs through a BPF
 // trampoline (which disables migration, not preemption).
-func trampolineAttach(name string) bool {
+func TrampolineAttach(name string) bool {
 	switch name {
 	case "fentry", "fexit", "fmod_ret", "fentry.s", "fexit.s", "fmod_ret.s", "lsm", "lsm.s":
 		return true
@@ -135,3 +147,18 @@ func enumName(names []string, v uint32, prefix string) string {
 	}
 	return prefix + strconv.FormatUint(uint64(v), 10)
 }
+
+// mapTypeNames names enum bpf_map_type as bpftool does.
+var mapTypeNames = [...]string{
+	"unspec", "hash", "array", "prog_array", "perf_event_array",
+	"percpu_hash", "percpu_array", "stack_trace", "cgroup_array",
+	"lru_hash", "lru_percpu_hash", "lpm_trie", "array_of_maps",
+	"hash_of_maps", "devmap", "sockmap", "cpumap", "xskmap", "sockhash",
+	"cgroup_storage", "reuseport_sockarray", "percpu_cgroup_storage",
+	"queue", "stack", "sk_storage", "devmap_hash", "struct_ops", "ringbuf",
+	"inode_storage", "task_storage", "bloom_filter", "user_ringbuf",
+	"cgrp_storage", "arena",
+}
+
+// MapTypeName names a bpf_map_type.
+func MapTypeName(t uint32) string { return enumName(mapTypeNames[:], t, "type_") }

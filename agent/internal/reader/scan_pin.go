@@ -1,11 +1,9 @@
-package agent
+package reader
 
 import (
 	"strings"
 
-	"github.com/bpfleet/bpfleet/agent/owners"
 	"github.com/bpfleet/bpfleet/probes/progstats"
-	"github.com/bpfleet/bpfleet/probes/taskfile"
 )
 
 // openPinnedStatsIter opens the stats iterator a running agent pinned in
@@ -26,16 +24,4 @@ func openPinnedStatsIter(bpffs []string) (statsIter, string, string) {
 		why = append(why, err.Error())
 	}
 	return nil, "", strings.Join(why, "; ")
-}
-
-// openPinnedTaskfile opens the task_file iterator a running agent pinned
-// (probes/taskfile/pin.go), so a one-shot list finds owners in one read
-// rather than a /proc walk; nil when there is none.
-func openPinnedTaskfile(bpffs []string) (owners.Source, string) {
-	for _, dir := range bpffs {
-		if it, err := taskfile.OpenPinned(dir); err == nil {
-			return taskfileSource{it}, taskfile.PinPath(dir)
-		}
-	}
-	return nil, ""
 }

@@ -1,4 +1,4 @@
-package agent
+package reader
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
+	"github.com/bpfleet/bpfleet/agent/internal/scantest"
 	"github.com/bpfleet/bpfleet/probes/linkstats"
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -57,11 +58,11 @@ func makeRawTPLinks(tb testing.TB, n int) {
 	}
 }
 
-// linkAgent is an iterator-source agent whose links come from the
+// linkReader is an iterator-source reader whose links come from the
 // bpf_link iterator, or a skip with the kernel's reason.
-func linkAgent(t *testing.T) *Agent {
+func linkReader(t *testing.T) *Reader {
 	t.Helper()
-	a := iterAgent(t)
+	a := iterReader(t)
 	s := scan(t, a)
 	if s.Scan.LinksSource != ScanSourceIterator {
 		t.Skipf("links are read by syscall on this kernel: %s", s.Scan.LinksFallbackReason)
@@ -75,9 +76,9 @@ func linkAgent(t *testing.T) *Agent {
 // Link in both sources — type, attach type, target, program, and missed.
 func TestLinksIteratorMatchesSyscall(t *testing.T) {
 	makeRawTPLinks(t, 3)
-	a := linkAgent(t)
-	sys := newTestAgentWith(t, Config{NoIterator: true})
-	read := func(r *reader) map[uint32]Link {
+	a := linkReader(t)
+	sys := newTestReader(t, Options{NoIterator: true})
+	read := func(r *Reader) map[uint32]Link {
 		var st ScanStats
 		r.seq++
 		ls, err := r.readLinks(&st)
@@ -92,19 +93,19 @@ func TestLinksIteratorMatchesSyscall(t *testing.T) {
 	}
 	// The first iterator read decodes every link afresh: with every record
 	// whole it must not make a single bpf() call.
-	clear(a.r.links)
-	a.r.lsrc.knownMax = 0
+	clear(a.links)
+	a.lsrc.knownMax = 0
 	c0 := bpfsys.SyscallCount.Load()
-	it1 := read(a.r)
+	it1 := read(a)
 	calls := bpfsys.SyscallCount.Load() - c0
 	whole := true
-	for _, r := range a.r.lsrc.recs {
+	for _, r := range a.lsrc.recs {
 		whole = whole && r.Known && r.Whole
 	}
 	if whole && calls != 0 {
 		t.Errorf("iterator read of %d whole links made %d bpf() calls", len(it1), calls)
 	}
-	sc, it2 := read(sys.r), read(a.r)
+	sc, it2 := read(sys), read(a)
 	same, only := 0, 0
 	for id, l := range it1 {
 		s, ok1 := sc[id]
@@ -127,7 +128,7 @@ func TestLinksIteratorMatchesSyscall(t *testing.T) {
 	}
 	b := scan(t, sys)
 	if b.Scan.LinksSource != ScanSourceSyscall || b.Scan.LinksFallbackReason == "" {
-		t.Fatalf("syscall agent: links source %q, reason %q", b.Scan.LinksSource, b.Scan.LinksFallbackReason)
+		t.Fatalf("syscall reader: links source %q, reason %q", b.Scan.LinksSource, b.Scan.LinksFallbackReason)
 	}
 }
 
@@ -149,8 +150,8 @@ func (f *failing) Read(dst []linkstats.Record) ([]linkstats.Record, error) {
 // for good; that scan's links are read by syscall and complete.
 func TestLinksIteratorFailsHalfway(t *testing.T) {
 	makeRawTPLinks(t, 2)
-	a := iterAgent(t)
-	a.r.lsrc.load = func() (linkIter, error) {
+	a := iterReader(t)
+	a.lsrc.load = func() (linkIter, error) {
 		it, err := loadLinkIter()
 		if err != nil {
 			return nil, err
@@ -201,16 +202,13 @@ func TestLinkRecordCheck(t *testing.T) {
 // x-syscall is the iterator's time over the syscall path's.
 func BenchmarkLinks(b *testing.B) {
 	makeRawTPLinks(b, 200)
-	a, err := New(Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	a := New(Options{})
 	defer a.Close()
-	if _, err := a.Scan(context.Background()); err != nil {
+	if _, _, err := a.ReadView(time.Now()); err != nil {
 		b.Fatal(err)
 	}
-	if a.r.lsrc.iter == nil {
-		b.Skipf("links are read by syscall on this kernel: %s", a.r.lsrc.fallback)
+	if a.lsrc.iter == nil {
+		b.Skipf("links are read by syscall on this kernel: %s", a.lsrc.fallback)
 	}
 	for _, first := range []bool{false, true} {
 		name := "steady"
@@ -225,13 +223,13 @@ func BenchmarkLinks(b *testing.B) {
 			var st ScanStats
 			for b.Loop() {
 				if first {
-					clear(a.r.links)
-					a.r.lsrc.knownMax = 0
+					clear(a.links)
+					a.lsrc.knownMax = 0
 					sys.links = map[uint32]*linkStatic{}
 				}
 				t0 := time.Now()
-				a.r.seq++
-				ls, err := a.r.readLinks(&st)
+				a.seq++
+				ls, err := a.readLinks(&st)
 				t1 := time.Now()
 				src := st.LinksSource
 				c0 := bpfsys.SyscallCount.Load()
@@ -243,7 +241,7 @@ func BenchmarkLinks(b *testing.B) {
 				tSys += time.Since(t1)
 				tIt += t1.Sub(t0)
 				if err != nil || src != ScanSourceIterator {
-					b.Fatalf("iterator read: %v (%s)", err, a.r.lsrc.fallback)
+					b.Fatalf("iterator read: %v (%s)", err, a.lsrc.fallback)
 				}
 				n = len(ls)
 			}
@@ -257,12 +255,12 @@ func BenchmarkLinks(b *testing.B) {
 	}
 }
 
-// TestLinksIteratorChurn creates and closes raw_tp links while an agent
+// TestLinksIteratorChurn creates and closes raw_tp links while a reader
 // reads links from the iterator: every scan must list links whole (type,
 // attach type, program, target) with no errors, a link settled late below
 // the known id included (it is read by syscall).
 func TestLinksIteratorChurn(t *testing.T) {
-	a := linkAgent(t)
+	a := linkReader(t)
 	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.RawTracepoint, License: "GPL",
 		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}})
 	if err != nil {
@@ -303,7 +301,7 @@ func TestLinksIteratorChurn(t *testing.T) {
 				if l.ProgID != ps.ID || l.Type == "" || l.AttachType == "" {
 					t.Errorf("scan %d: link %+v of program %d", scans, l, ps.ID)
 				}
-				if ps.ID == progID(t, p) {
+				if ps.ID == scantest.ProgID(t, p) {
 					seen++
 					if l.Target != "task_rename" {
 						t.Errorf("scan %d: churned link %+v", scans, l)
@@ -319,10 +317,10 @@ func TestLinksIteratorChurn(t *testing.T) {
 // TestLinksOneShotPinned: a one-shot scan reading a running agent's pinned
 // bpf_prog iterator reads links by syscall, and says why.
 func TestLinksOneShotPinned(t *testing.T) {
-	a := iterAgent(t)
-	a.r.pin = "/sys/fs/bpf/pinned-by-an-agent" // what openPinnedStatsIter sets
+	a := iterReader(t)
+	a.pin = "/sys/fs/bpf/pinned-by-an-agent" // what openPinnedStatsIter sets
 	s := scan(t, a)
-	if s.Scan.LinksSource != ScanSourceSyscall || !strings.Contains(s.Scan.LinksFallbackReason, "one scan") || a.r.lsrc.iter != nil {
-		t.Fatalf("links source %q (%q), iterator loaded %v", s.Scan.LinksSource, s.Scan.LinksFallbackReason, a.r.lsrc.iter != nil)
+	if s.Scan.LinksSource != ScanSourceSyscall || !strings.Contains(s.Scan.LinksFallbackReason, "one scan") || a.lsrc.iter != nil {
+		t.Fatalf("links source %q (%q), iterator loaded %v", s.Scan.LinksSource, s.Scan.LinksFallbackReason, a.lsrc.iter != nil)
 	}
 }

@@ -1,4 +1,4 @@
-package agent
+package reader
 
 import (
 	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
@@ -6,7 +6,7 @@ import (
 
 // decodeTCX decodes a tcx or netkit link, which share their layout: the
 // attach type (ingress, egress, peer...) and the interface.
-func (r *reader) decodeTCX(l *Link, info *bpfsys.LinkInfo) {
+func (r *Reader) decodeTCX(l *Link, info *bpfsys.LinkInfo) {
 	l.AttachType = AttachTypeName(info.U32(bpfsys.LinkIfAttachType))
 	r.netdevTarget(l, info.U32(bpfsys.LinkIfindex))
 }

@@ -1,4 +1,4 @@
-package agent
+package reader
 
 import (
 	"encoding/hex"
@@ -139,7 +139,7 @@ func fallbackReason(err error, target string) string {
 }
 
 // fallBack leaves the iterator for the syscall path for good.
-func (r *reader) fallBack(reason string) {
+func (r *Reader) fallBack(reason string) {
 	if r.iter != nil {
 		r.iter.Close()
 		r.iter = nil
@@ -148,8 +148,8 @@ func (r *reader) fallBack(reason string) {
 	r.fallback = reason
 }
 
-// source reports the scan source and, on the syscall path, why.
-func (r *reader) scanSource() (string, string) {
+// Source reports the scan source and, on the syscall path, why.
+func (r *Reader) Source() (string, string) {
 	if r.iter != nil {
 		return ScanSourceIterator, ""
 	}
@@ -159,7 +159,7 @@ func (r *reader) scanSource() (string, string) {
 // pass runs one iterator read with whole records only for ids above known,
 // and checks the first read ever against the kernel's own info
 // (checkRecords) before any of it is used.
-func (r *reader) pass(known uint32) ([]progstats.Stat, []progstats.Record, error) {
+func (r *Reader) pass(known uint32) ([]progstats.Stat, []progstats.Record, error) {
 	if err := r.iter.SetKnownMaxID(known); err != nil {
 		return nil, nil, err
 	}
@@ -187,7 +187,7 @@ func (r *reader) pass(known uint32) ([]progstats.Stat, []progstats.Record, error
 // The steady state is a merge: the pass and the previous order are both in
 // ascending id order, so a known program's static part is found without a
 // map lookup, and only its counters are decoded and set.
-func (r *reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) {
+func (r *Reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) {
 	// Without a load or unload since the last read, the statistics come
 	// from the stats table without a walk (scan_steady.go); a one-shot
 	// reader scans once and never loads it.
@@ -314,7 +314,7 @@ func (r *reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) 
 // programs that is ~1 MB and ~250 fresh pages (a page fault each) less
 // than readIter's first read and the snapshot's copy (BenchmarkOneShotPin).
 // A later scan of the same agent, if any, is readIter's first read.
-func (r *reader) readIterOnce(bootWall time.Time, st *ScanStats) ([]ProgramStat, error) {
+func (r *Reader) readIterOnce(bootWall time.Time, st *ScanStats) ([]ProgramStat, error) {
 	if err := r.iter.SetKnownMaxID(0); err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package agent
+package reader
 
 import (
 	"fmt"
@@ -140,7 +140,7 @@ func (sd *steadySource) close() {
 // steadyRead returns the statistics of r.order's programs, in its order,
 // without a walk, or ok=false with why the scan must walk (st says it
 // either way).
-func (r *reader) steadyRead(st *ScanStats) ([]progstats.Stat, bool) {
+func (r *Reader) steadyRead(st *ScanStats) ([]progstats.Stat, bool) {
 	sd := &r.steady
 	if !sd.tried {
 		sd.open(len(r.progs))
@@ -244,14 +244,12 @@ func (sd *steadySource) keepAddrs(addrs []uint64, walked bool) []uint64 {
 // SteadyRead says whether scans read counters without a walk while no
 // program is loaded or unloaded (known after the first scan), with the
 // table's variant when they do, and why not, in one line, when they don't.
-func (a *Agent) SteadyRead() (bool, string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	sd := &a.r.steady
+func (r *Reader) SteadyRead() (bool, string) {
+	sd := &r.steady
 	switch {
 	case sd.w != nil && sd.tab != nil:
 		return true, fmt.Sprintf("stats table (%s) over %d CPUs", sd.tab.Variant(), sd.cpus)
-	case !sd.tried && a.r.iter == nil:
+	case !sd.tried && r.iter == nil:
 		return false, "programs are read by syscall: every scan walks"
 	case !sd.tried:
 		return false, "not decided yet (the first scan loads it)"

@@ -1,4 +1,4 @@
-package agent
+package reader
 
 import (
 	"context"
@@ -65,7 +65,7 @@ func TestTransientClassification(t *testing.T) {
 }
 
 // TestLinksChurningUnderScan creates and closes raw tracepoint links in a
-// tight loop while the agent scans: links caught mid-create or mid-teardown
+// tight loop while the reader reads: links caught mid-create or mid-teardown
 // must show as vanished (or not at all), never as scan errors.
 func TestLinksChurningUnderScan(t *testing.T) {
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
@@ -77,10 +77,7 @@ func TestLinksChurningUnderScan(t *testing.T) {
 		t.Fatalf("loading a raw_tp program: %v", err)
 	}
 	defer prog.Close()
-	a, err := New(Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := New(Options{})
 	defer a.Close()
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -102,14 +99,14 @@ func TestLinksChurningUnderScan(t *testing.T) {
 	var vanished, scans int
 	deadline := time.Now().Add(2 * time.Second)
 	for time.Now().Before(deadline) {
-		s, err := a.Scan(ctx)
+		_, st, err := a.ReadView(time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
 		scans++
-		vanished += s.Scan.Vanished
-		if s.Scan.Errors > 0 {
-			t.Errorf("scan %d: %d errors: %v", scans, s.Scan.Errors, s.Scan.ErrorMsgs)
+		vanished += st.Vanished
+		if st.Errors > 0 {
+			t.Errorf("scan %d: %d errors: %v", scans, st.Errors, st.ErrorMsgs)
 			break
 		}
 	}

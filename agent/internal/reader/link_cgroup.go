@@ -1,4 +1,4 @@
-package agent
+package reader
 
 import (
 	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
@@ -6,7 +6,7 @@ import (
 
 // decodeCgroup decodes a cgroup link: its attach type and the cgroup
 // (targets.go names it and its class).
-func (r *reader) decodeCgroup(l *Link, info *bpfsys.LinkInfo) {
+func (r *Reader) decodeCgroup(l *Link, info *bpfsys.LinkInfo) {
 	l.AttachType = AttachTypeName(info.U32(bpfsys.LinkCgroupAttachType))
 	r.cgroupTarget(l, info.U64(bpfsys.LinkCgroupID))
 }

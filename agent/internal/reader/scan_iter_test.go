@@ -1,4 +1,4 @@
-package agent
+package reader
 
 import (
 	"errors"
@@ -9,19 +9,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfleet/bpfleet/agent/internal/scantest"
 	"github.com/bpfleet/bpfleet/probes/progstats"
 	"github.com/bpfleet/bpfleet/test/canary/canarytest"
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 )
 
-// iterAgent is an agent whose scan source is the iterator, or a skip with
+// iterReader is a reader whose scan source is the iterator, or a skip with
 // the reason the kernel gave.
-func iterAgent(t *testing.T) *Agent {
+func iterReader(t *testing.T) *Reader {
 	t.Helper()
-	a := newTestAgent(t)
-	if a.r.iter == nil {
-		t.Skipf("scan source is syscall on this kernel: %s", a.r.fallback)
+	a := newTestReader(t, Options{})
+	if a.iter == nil {
+		t.Skipf("scan source is syscall on this kernel: %s", a.fallback)
 	}
 	return a
 }
@@ -53,28 +54,28 @@ func manyMaps(t *testing.T, n int) *ebpf.Program {
 // counters in both iterator scans) must read the same in both sources,
 // counters (the canary's genuine misses included), identity, sizes, map ids
 // and memlock. Ids in one source and not the other are programs loaded or
-// unloaded in between (each agent's own iterator among them) and are only
+// unloaded in between (each reader's own iterator among them) and are only
 // counted.
 func TestIteratorMatchesSyscall(t *testing.T) {
-	it := iterAgent(t)
-	sys := newTestAgentWith(t, Config{NoIterator: true})
+	it := iterReader(t)
+	sys := newTestReader(t, Options{NoIterator: true})
 	c, canaryID := canarytest.Load(t)
 	if err := c.Trigger(3); err != nil {
 		t.Fatal(err)
 	}
-	many := progID(t, manyMaps(t, progstats.MaxMapIDs+1))
-	loadPrograms(t, 5)
+	many := scantest.ProgID(t, manyMaps(t, progstats.MaxMapIDs+1))
+	scantest.LoadPrograms(t, 5)
 
 	a := scan(t, it)
 	b := scan(t, sys)
 	a2 := scan(t, it)
 	if a.Scan.Source != ScanSourceIterator || a.Scan.FallbackReason != "" {
-		t.Fatalf("iterator agent reports source %q (%q)", a.Scan.Source, a.Scan.FallbackReason)
+		t.Fatalf("iterator reader reports source %q (%q)", a.Scan.Source, a.Scan.FallbackReason)
 	}
 	if b.Scan.Source != ScanSourceSyscall || b.Scan.FallbackReason == "" {
-		t.Fatalf("syscall agent reports source %q without a reason (%q)", b.Scan.Source, b.Scan.FallbackReason)
+		t.Fatalf("syscall reader reports source %q without a reason (%q)", b.Scan.Source, b.Scan.FallbackReason)
 	}
-	byID := func(s *Snapshot) map[uint32]*Program {
+	byID := func(s *snapshot) map[uint32]*Program {
 		m := map[uint32]*Program{}
 		for i := range s.Programs {
 			m[s.Programs[i].ID] = &s.Programs[i].Program
@@ -82,7 +83,7 @@ func TestIteratorMatchesSyscall(t *testing.T) {
 		return m
 	}
 	// a2 is the steady-state scan (records of known ids carry only the
-	// counters; the rest comes from the agent's cache): that is the one
+	// counters; the rest comes from the reader's cache): that is the one
 	// compared, a only tells idle programs.
 	sb, sa := byID(b), byID(a)
 	compared, onlyOne := 0, 0
@@ -100,13 +101,13 @@ func TestIteratorMatchesSyscall(t *testing.T) {
 		}
 		want := *q
 		got := *p
-		if want.Sleepable == nil || got.Sleepable == nil { // the syscall agent loads its facts iterator only when needed
+		if want.Sleepable == nil || got.Sleepable == nil { // the syscall reader loads its facts iterator only when needed
 			want.Sleepable, got.Sleepable = nil, nil
 			want.MissKind, got.MissKind = "", ""
 		}
 		want.Owners, got.Owners = nil, nil
 		// Both turn the same load_time (ns since boot) into wall time
-		// against a boot time each agent computes from its own clock
+		// against a boot time each reader computes from its own clock
 		// reads: they may differ by the time between those reads.
 		if d := got.LoadTime.Sub(want.LoadTime); d < -time.Millisecond || d > time.Millisecond {
 			t.Errorf("prog %d: load time %v vs %v", p.ID, got.LoadTime, want.LoadTime)
@@ -135,12 +136,12 @@ func TestIteratorMatchesSyscall(t *testing.T) {
 	}
 }
 
-// TestIteratorFailsHalfway: the iterator stops working after the agent
+// TestIteratorFailsHalfway: the iterator stops working after the reader
 // chose it (here: its link and program are closed under it). The next
 // scan must not be half a snapshot: it is read by syscall, says why, and
 // still has the canary's exact count; later scans stay on syscall.
 func TestIteratorFailsHalfway(t *testing.T) {
-	a := iterAgent(t)
+	a := iterReader(t)
 	c, canaryID := canarytest.Load(t)
 	if err := c.Trigger(2); err != nil {
 		t.Fatal(err)
@@ -148,7 +149,7 @@ func TestIteratorFailsHalfway(t *testing.T) {
 	if s := scan(t, a); s.Scan.Source != ScanSourceIterator {
 		t.Fatalf("first scan from %s", s.Scan.Source)
 	}
-	a.r.iter.Close()
+	a.iter.Close()
 	s := scan(t, a)
 	if s.Scan.Source != ScanSourceSyscall || !strings.Contains(s.Scan.FallbackReason, "iterator read failed") {
 		t.Fatalf("after the iterator broke: source %q, reason %q", s.Scan.Source, s.Scan.FallbackReason)
@@ -189,61 +190,61 @@ func (u unreadable) ReadEach(fn func(*progstats.Record)) error {
 // that read is used; a record without sums in a later scan is read by
 // syscall instead of reported as zero.
 func TestIteratorCheckRefuses(t *testing.T) {
-	a := iterAgent(t)
-	err := checkStatsIter(unreadable{a.r.iter})
+	a := iterReader(t)
+	err := checkStatsIter(unreadable{a.iter})
 	if err == nil || !strings.Contains(err.Error(), "per-CPU") {
 		t.Fatalf("check of an iterator without sums: %v", err)
 	}
-	sf := loadPrograms(t, 1)[0]
+	sf := scantest.LoadPrograms(t, 1)[0]
 	for range 4 {
 		if _, _, err := sf.Test(make([]byte, 14)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// A kernel like that on the first scan: refused, with the reason.
-	b := iterAgent(t)
-	b.r.iter = unreadable{b.r.iter}
+	b := iterReader(t)
+	b.iter = unreadable{b.iter}
 	if s := scan(t, b); s.Scan.Source != ScanSourceSyscall || !strings.Contains(s.Scan.FallbackReason, "per-CPU") {
 		t.Fatalf("first read without sums: source %q, reason %q", s.Scan.Source, s.Scan.FallbackReason)
 	}
-	if p := findProg(scan(t, b), progID(t, sf)); p == nil || p.RunCount != 4 {
+	if p := findProg(scan(t, b), scantest.ProgID(t, sf)); p == nil || p.RunCount != 4 {
 		t.Fatalf("after the refusal the program reads %+v, want 4 runs", p)
 	}
 
 	// After a good first read: records without sums are read by syscall.
 	scan(t, a)
-	a.r.iter = unreadable{a.r.iter}
+	a.iter = unreadable{a.iter}
 	s := scan(t, a)
 	if s.Scan.Source != ScanSourceIterator {
 		t.Fatalf("source %s after a checked first read", s.Scan.Source)
 	}
-	p := findProg(s, progID(t, sf))
+	p := findProg(s, scantest.ProgID(t, sf))
 	if p == nil || p.RunCount != 4 || p.Memlock == nil {
 		t.Fatalf("program without iterator sums read as %+v, want 4 runs from a syscall", p)
 	}
 }
 
-// TestOneShotCheckRefuses: a one-shot agent's first read is checked as
+// TestOneShotCheckRefuses: a one-shot reader's first read is checked as
 // readIter's is: an iterator that cannot read per-CPU stats is refused
 // with the reason, and the scan is the syscall scan's.
 func TestOneShotCheckRefuses(t *testing.T) {
-	// Stats on (held by the agent) before the program runs.
-	a := newTestAgentWith(t, Config{OneShot: true, StatsMode: StatsAlways, ScanSource: ScanSourceIterator, BPFFS: []string{t.TempDir()}, Parallel: 2})
-	if a.r.iter == nil {
-		t.Skipf("scan source is syscall on this kernel: %s", a.r.fallback)
+	// Stats on (held by newTestReader) before the program runs.
+	a := newTestReader(t, Options{OneShot: true, ScanSource: ScanSourceIterator, BPFFS: []string{t.TempDir()}, Parallel: 2})
+	if a.iter == nil {
+		t.Skipf("scan source is syscall on this kernel: %s", a.fallback)
 	}
-	sf := loadPrograms(t, 1)[0]
+	sf := scantest.LoadPrograms(t, 1)[0]
 	for range 4 {
 		if _, _, err := sf.Test(make([]byte, 14)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	a.r.iter = unreadable{a.r.iter}
+	a.iter = unreadable{a.iter}
 	s := scan(t, a)
 	if s.Scan.Source != ScanSourceSyscall || !strings.Contains(s.Scan.FallbackReason, "per-CPU") {
 		t.Fatalf("one-shot first read without sums: source %q, reason %q", s.Scan.Source, s.Scan.FallbackReason)
 	}
-	if p := findProg(s, progID(t, sf)); p == nil || p.RunCount != 4 {
+	if p := findProg(s, scantest.ProgID(t, sf)); p == nil || p.RunCount != 4 {
 		t.Fatalf("after the refusal the program reads %+v, want 4 runs", p)
 	}
 }
@@ -252,17 +253,17 @@ func TestOneShotCheckRefuses(t *testing.T) {
 // unloads programs: no scan may fail or count an error, and a program
 // loaded throughout keeps its exact run count in every snapshot.
 func TestIteratorScanWhileLoading(t *testing.T) {
-	a := iterAgent(t)
-	stay := loadPrograms(t, 1)[0]
+	a := iterReader(t)
+	stay := scantest.LoadPrograms(t, 1)[0]
 	for range 3 {
 		if _, _, err := stay.Test(make([]byte, 14)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	id := progID(t, stay)
+	id := scantest.ProgID(t, stay)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	spec := socketFilterSpec()
+	spec := scantest.SocketFilterSpec()
 	wg.Go(func() {
 		for {
 			select {
@@ -338,9 +339,9 @@ func (w withoutStats) ReadEach(fn func(*progstats.Record)) error {
 	})
 }
 
-// TestOneShotScanEqualsCached: the scan of a one-shot agent (readIterOnce:
+// TestOneShotScanEqualsCached: the read of a one-shot reader (readIterOnce:
 // nothing cached, values from a slab) gives every program exactly what
-// a long-running agent's first iterator read (readIter) gives, links,
+// a long-running reader's first iterator read (readIter) gives, links,
 // facts, map ids and miss kinds included; a program whose record lacks its
 // sums, or has more maps than a record holds, is read by syscall there too.
 // Its room for programs and slab chunks are made small here, so that the
@@ -348,29 +349,26 @@ func (w withoutStats) ReadEach(fn func(*progstats.Record)) error {
 func TestOneShotScanEqualsCached(t *testing.T) {
 	defer func(c, s int) { oneShotCap, slabChunk = c, s }(oneShotCap, slabChunk)
 	oneShotCap, slabChunk = 2, 3
-	sf := loadPrograms(t, 3)
+	sf := scantest.LoadPrograms(t, 3)
 	mm := manyMaps(t, progstats.MaxMapIDs+1)
-	one, err := New(Config{OneShot: true, ScanSource: ScanSourceIterator, BPFFS: []string{t.TempDir()}, Parallel: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
+	one := New(Options{OneShot: true, ScanSource: ScanSourceIterator, BPFFS: []string{t.TempDir()}, Parallel: 2})
 	defer one.Close()
-	if one.r.iter == nil {
-		t.Skipf("scan source is syscall on this kernel: %s", one.r.fallback)
+	if one.iter == nil {
+		t.Skipf("scan source is syscall on this kernel: %s", one.fallback)
 	}
-	noSums := progID(t, sf[0])
-	one.r.iter = withoutStats{one.r.iter, noSums}
-	cached := iterAgent(t)
-	ours := map[uint32]bool{progID(t, mm): true, one.r.iter.ProgramID(): true, cached.r.iter.ProgramID(): true}
+	noSums := scantest.ProgID(t, sf[0])
+	one.iter = withoutStats{one.iter, noSums}
+	cached := iterReader(t)
+	ours := map[uint32]bool{scantest.ProgID(t, mm): true, one.iter.ProgramID(): true, cached.iter.ProgramID(): true}
 	for _, p := range sf {
-		ours[progID(t, p)] = true
+		ours[scantest.ProgID(t, p)] = true
 	}
 	s1, s2 := scan(t, one), scan(t, cached)
 	if s1.Scan.Source != ScanSourceIterator || s2.Scan.Source != ScanSourceIterator {
 		t.Fatalf("sources: one-shot %s (%s), cached %s", s1.Scan.Source, s1.Scan.FallbackReason, s2.Scan.Source)
 	}
-	if len(one.r.progs) != 0 || one.r.order != nil {
-		t.Errorf("the one-shot scan cached %d programs (order %d)", len(one.r.progs), len(one.r.order))
+	if len(one.progs) != 0 || one.order != nil {
+		t.Errorf("the one-shot scan cached %d programs (order %d)", len(one.progs), len(one.order))
 	}
 	compared := 0
 	for i := range s2.Programs {
@@ -387,7 +385,7 @@ func TestOneShotScanEqualsCached(t *testing.T) {
 			t.Errorf("program %d: load time %v one-shot, %v cached", p.ID, p.LoadTime, q.LoadTime)
 		}
 		p.LoadTime, q.LoadTime = time.Time{}, time.Time{}
-		if !ours[p.ID] || p.ID == one.r.iter.ProgramID() || p.ID == cached.r.iter.ProgramID() {
+		if !ours[p.ID] || p.ID == one.iter.ProgramID() || p.ID == cached.iter.ProgramID() {
 			// Not idle between the two scans (the iterators ran).
 			p.RunCount, p.RunTimeNs, p.RecursionMisses = 0, 0, nil
 			q.RunCount, q.RunTimeNs, q.RecursionMisses = 0, 0, nil
@@ -402,9 +400,9 @@ func TestOneShotScanEqualsCached(t *testing.T) {
 	if compared != len(ours) {
 		t.Errorf("compared %d of the test's %d programs", compared, len(ours))
 	}
-	// A later scan of the same one-shot agent is a whole read again.
+	// A later scan of the same one-shot reader is a whole read again.
 	s3 := scan(t, one)
-	if findProg(s3, noSums) == nil || findProg(s3, progID(t, mm)) == nil {
+	if findProg(s3, noSums) == nil || findProg(s3, scantest.ProgID(t, mm)) == nil {
 		t.Errorf("second one-shot scan lost programs: %d listed", len(s3.Programs))
 	}
 }

@@ -1,4 +1,4 @@
-package agent
+package reader
 
 import (
 	"runtime"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfleet/bpfleet/agent/internal/scantest"
 	"github.com/bpfleet/bpfleet/probes/bpfevents"
 	"github.com/bpfleet/bpfleet/probes/statstable"
 	"github.com/bpfleet/bpfleet/test/canary/canarytest"
@@ -14,25 +15,22 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// steadyAgent is an agent whose reader has the iterator source, or a skip
+// steadyReader is a reader with the iterator source, or a skip
 // with the reason this kernel gives.
-func steadyAgent(t *testing.T) *Agent {
+func steadyReader(t *testing.T) *Reader {
 	t.Helper()
-	a, err := New(Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := New(Options{})
 	t.Cleanup(func() { a.Close() })
-	if a.r.iter == nil {
-		t.Skipf("scan source is syscall on this kernel: %s", a.r.fallback)
+	if a.iter == nil {
+		t.Skipf("scan source is syscall on this kernel: %s", a.fallback)
 	}
 	return a
 }
 
 // readSteady reads once and returns the programs by id and the stats.
-func readSteady(t *testing.T, a *Agent) (map[uint32]Program, ScanStats) {
+func readSteady(t *testing.T, a *Reader) (map[uint32]Program, ScanStats) {
 	t.Helper()
-	progs, st, err := a.r.read(time.Now())
+	progs, st, err := a.read(time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,14 +44,14 @@ func readSteady(t *testing.T, a *Agent) (map[uint32]Program, ScanStats) {
 	return byID, st
 }
 
-// settle reads until a read does not walk: other tests' and the agent's
+// settle reads until a read does not walk: other tests' and the reader's
 // own loads are drained by then. It skips where the node has no steady
 // read.
-func settle(t *testing.T, a *Agent) (map[uint32]Program, ScanStats) {
+func settle(t *testing.T, a *Reader) (map[uint32]Program, ScanStats) {
 	t.Helper()
 	for range 50 {
 		progs, st := readSteady(t, a)
-		if a.r.steady.w == nil {
+		if a.steady.w == nil {
 			t.Skipf("no steady read on this kernel: %s", st.WalkReason)
 		}
 		if !st.Walk {
@@ -67,11 +65,11 @@ func settle(t *testing.T, a *Agent) (map[uint32]Program, ScanStats) {
 
 func socketFilter(t *testing.T) (*ebpf.Program, uint32) {
 	t.Helper()
-	p, err := ebpf.NewProgram(socketFilterSpec())
+	p, err := ebpf.NewProgram(scantest.SocketFilterSpec())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p, progID(t, p)
+	return p, scantest.ProgID(t, p)
 }
 
 // TestSteadyReadLoadUnload: a program loaded between two reads appears in
@@ -84,7 +82,7 @@ func TestSteadyReadLoadUnload(t *testing.T) {
 		t.Skipf("BPF_ENABLE_STATS refused: %v", err)
 	}
 	defer stats.Close()
-	a := steadyAgent(t)
+	a := steadyReader(t)
 	settle(t, a)
 	p, id := socketFilter(t)
 	progs, st := readSteady(t, a)
@@ -129,7 +127,7 @@ func TestSteadyReadEqualsObjInfo(t *testing.T) {
 	if err == nil {
 		defer stats.Close()
 	}
-	a := steadyAgent(t)
+	a := steadyReader(t)
 	c, canaryID := canarytest.Load(t)
 	settle(t, a)
 	var progs map[uint32]Program
@@ -178,7 +176,7 @@ func TestSteadyReadEqualsObjInfo(t *testing.T) {
 // TestSteadyReadLost: a watcher whose ring overflowed (more loads and
 // unloads on one CPU than it holds) makes the next read walk.
 func TestSteadyReadLost(t *testing.T) {
-	a := steadyAgent(t)
+	a := steadyReader(t)
 	settle(t, a)
 	func() {
 		runtime.LockOSThread()
@@ -215,7 +213,7 @@ func TestSteadyReadLost(t *testing.T) {
 // no read fails, none reports a program closed before the read began, and
 // every program open across a read is in it.
 func TestSteadyReadChurn(t *testing.T) {
-	a := steadyAgent(t)
+	a := steadyReader(t)
 	settle(t, a)
 	stable, stableID := socketFilter(t)
 	defer stable.Close()
@@ -259,15 +257,12 @@ func TestSteadyReadChurn(t *testing.T) {
 // TestSteadyReadGrowsTable: a table too small for the programs is
 // reloaded bigger, and the steady read goes on.
 func TestSteadyReadGrowsTable(t *testing.T) {
-	a, err := New(Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := New(Options{})
 	defer a.Close()
-	if a.r.iter == nil {
-		t.Skipf("scan source is syscall on this kernel: %s", a.r.fallback)
+	if a.iter == nil {
+		t.Skipf("scan source is syscall on this kernel: %s", a.fallback)
 	}
-	a.r.steady.load = func(cpus, _ int) (*bpfevents.Watcher, *statstable.Table, error) {
+	a.steady.load = func(cpus, _ int) (*bpfevents.Watcher, *statstable.Table, error) {
 		tab, err := statstable.Load(cpus, 4)
 		if err != nil {
 			return nil, nil, err
@@ -287,7 +282,7 @@ func TestSteadyReadGrowsTable(t *testing.T) {
 	if len(progs) <= 4 {
 		t.Fatalf("%d programs: not more than the table's 4 slots", len(progs))
 	}
-	if c := a.r.steady.tab.Cap(); c < len(progs) {
+	if c := a.steady.tab.Cap(); c < len(progs) {
 		t.Fatalf("table of %d slots for %d programs", c, len(progs))
 	}
 }

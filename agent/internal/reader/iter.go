@@ -1,4 +1,4 @@
-package agent
+package reader
 
 import (
 	"fmt"
@@ -49,7 +49,7 @@ func needsFacts(progType uint32) bool {
 // needs it, so nodes (and one-shot commands) without such programs never
 // pay for loading kernel BTF and a CO-RE program. A refusal is remembered
 // and reported once per snapshot in Degraded.
-func (r *reader) ensureFacts() {
+func (r *Reader) ensureFacts() {
 	if r.source != nil || r.factsErr != nil || r.loadFacts == nil {
 		return
 	}

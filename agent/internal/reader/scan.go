@@ -1,4 +1,4 @@
-package agent
+package reader
 
 import (
 	"encoding/hex"
@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
+	"github.com/bpfleet/bpfleet/agent/internal/prog"
 	"github.com/bpfleet/bpfleet/probes/progstats"
 	"golang.org/x/sys/unix"
 )
@@ -59,9 +60,9 @@ type linkStatic struct {
 	seen        uint64
 }
 
-// reader reads every program and link in the kernel. It is not safe for
+// Reader reads every program and link in the kernel. It is not safe for
 // concurrent use; the Agent serialises scans.
-type reader struct {
+type Reader struct {
 	seq    uint64
 	progs  map[uint32]*progStatic
 	links  map[uint32]*linkStatic
@@ -119,8 +120,8 @@ type reader struct {
 	joinsKept bool
 }
 
-func newReader() *reader {
-	r := &reader{
+func newReader() *Reader {
+	r := &Reader{
 		progs:   map[uint32]*progStatic{},
 		links:   map[uint32]*linkStatic{},
 		facts:   map[uint32]ProgFacts{},
@@ -132,60 +133,62 @@ func newReader() *reader {
 	return r
 }
 
-// errPrivilege is returned when the kernel refuses to enumerate programs.
-var errPrivilege = errors.New("the kernel refused to list BPF programs: bpfleet needs CAP_SYS_ADMIN (GET_NEXT_ID/GET_FD_BY_ID), CAP_BPF and CAP_PERFMON; run as root or grant them")
+// ErrPrivilege is returned when the kernel refuses to enumerate programs.
+var ErrPrivilege = errors.New("the kernel refused to list BPF programs: bpfleet needs CAP_SYS_ADMIN (GET_NEXT_ID/GET_FD_BY_ID), CAP_BPF and CAP_PERFMON; run as root or grant them")
 
-// progView is the programs of one scan: a []Program, or, from a one-shot
+// View is the programs of one scan: a []Program, or, from a one-shot
 // scan (readIterOnce), the Programs of a []ProgramStat, built where the
 // snapshot has them so that Agent.Scan copies none.
-type progView struct {
-	progs []Program
-	stats []ProgramStat
+type View struct {
+	Progs []Program
+	Stats []ProgramStat
 }
 
-func (v progView) len() int {
-	if v.stats != nil {
-		return len(v.stats)
+// Len is how many programs the scan read.
+func (v View) Len() int {
+	if v.Stats != nil {
+		return len(v.Stats)
 	}
-	return len(v.progs)
+	return len(v.Progs)
 }
 
-func (v progView) at(i int) *Program {
-	if v.stats != nil {
-		return &v.stats[i].Program
+// At is the i-th program the scan read.
+func (v View) At(i int) *Program {
+	if v.Stats != nil {
+		return &v.Stats[i].Program
 	}
-	return &v.progs[i]
+	return &v.Progs[i]
 }
 
 // read returns every program in the kernel, with links and iterator facts
 // joined, plus the scan's own accounting.
-func (r *reader) read(now time.Time) ([]Program, ScanStats, error) {
-	v, st, err := r.readView(now)
-	if v.stats != nil {
-		progs := make([]Program, len(v.stats))
-		for i := range v.stats {
-			progs[i] = v.stats[i].Program
+func (r *Reader) read(now time.Time) ([]Program, ScanStats, error) {
+	v, st, err := r.ReadView(now)
+	if v.Stats != nil {
+		progs := make([]Program, len(v.Stats))
+		for i := range v.Stats {
+			progs[i] = v.Stats[i].Program
 		}
 		return progs, st, err
 	}
-	return v.progs, st, err
+	return v.Progs, st, err
 }
 
-// readView is read, the programs of a one-shot scan left in their
+// ReadView is read, the programs of a one-shot scan left in their
 // snapshot's slice.
-func (r *reader) readView(now time.Time) (progView, ScanStats, error) {
+func (r *Reader) ReadView(now time.Time) (View, ScanStats, error) {
 	r.seq++
 	st := ScanStats{Walk: true} // readIter says when it did not walk
 	bootWall := bootTimeWall(now)
 
 	r.metas = nil
 	if r.iter != nil {
-		var v progView
+		var v View
 		var err error
 		if r.oneShot && r.order == nil {
-			v.stats, err = r.readIterOnce(bootWall, &st)
+			v.Stats, err = r.readIterOnce(bootWall, &st)
 		} else {
-			v.progs, err = r.readIter(bootWall, &st)
+			v.Progs, err = r.readIter(bootWall, &st)
 		}
 		if err == nil {
 			return r.finish(v, &st, false, r.order, r.metas)
@@ -216,24 +219,24 @@ func (r *reader) readView(now time.Time) (progView, ScanStats, error) {
 		}
 	})
 	if errors.Is(err, unix.EPERM) || denied && len(progs) == 0 {
-		return progView{}, st, errPrivilege
+		return View{}, st, ErrPrivilege
 	}
 	if err != nil {
-		return progView{}, st, err
+		return View{}, st, err
 	}
-	return r.finish(progView{progs: progs}, &st, wantFacts, nil, nil)
+	return r.finish(View{Progs: progs}, &st, wantFacts, nil, nil)
 }
 
 // finish reads the links and, on the syscall path, the iterator facts, and
 // joins them to progs (statics: as in join).
-func (r *reader) finish(progs progView, st *ScanStats, wantFacts bool, statics []*progStatic, metas []progMeta) (progView, ScanStats, error) {
-	st.Source, st.FallbackReason = r.scanSource()
+func (r *Reader) finish(progs View, st *ScanStats, wantFacts bool, statics []*progStatic, metas []progMeta) (View, ScanStats, error) {
+	st.Source, st.FallbackReason = r.Source()
 	if r.iter != nil {
 		st.IteratorPin = r.pin
 	}
 	links, err := r.readLinks(st)
 	if err != nil {
-		return progView{}, *st, err
+		return View{}, *st, err
 	}
 
 	if wantFacts && r.iter == nil {
@@ -242,7 +245,7 @@ func (r *reader) finish(progs progView, st *ScanStats, wantFacts bool, statics [
 	if r.source != nil && r.iter == nil {
 		if err := r.source.ReadFacts(r.facts); err != nil {
 			st.Errors++
-			st.addError(fmt.Errorf("reading bpf_prog iterator: %w", err))
+			st.AddError(fmt.Errorf("reading bpf_prog iterator: %w", err))
 			clear(r.facts)
 		}
 	}
@@ -254,18 +257,20 @@ func (r *reader) finish(progs progView, st *ScanStats, wantFacts bool, statics [
 	r.inPlace = false
 	if !r.joinsKept {
 		for i := range statics {
-			resetJoins(progs.at(i), &statics[i].prog)
+			resetJoins(progs.At(i), &statics[i].prog)
 		}
 		r.join(progs, links, statics, metas)
 	}
 	r.lastLinks = links
-	r.evict(progs.len(), len(links))
-	st.Programs = progs.len()
+	r.evict(progs.Len(), len(links))
+	st.Programs = progs.Len()
 	st.Links = len(links)
 	return progs, *st, nil
 }
 
-func (st *ScanStats) addError(err error) {
+// AddError keeps the message of an error the scan counted in Errors (the
+// first eight).
+func (st *ScanStats) AddError(err error) {
 	const maxMsgs = 8
 	if len(st.ErrorMsgs) < maxMsgs {
 		st.ErrorMsgs = append(st.ErrorMsgs, err.Error())
@@ -273,7 +278,7 @@ func (st *ScanStats) addError(err error) {
 }
 
 // keep accounts for one object's read error and says whether to keep it.
-func (r *reader) keep(st *ScanStats, err error) bool {
+func (r *Reader) keep(st *ScanStats, err error) bool {
 	switch {
 	case err == nil:
 		return true
@@ -281,7 +286,7 @@ func (r *reader) keep(st *ScanStats, err error) bool {
 		st.Vanished++
 	default:
 		st.Errors++
-		st.addError(err)
+		st.AddError(err)
 	}
 	return false
 }
@@ -324,7 +329,7 @@ const readBatch = 64
 // read batches of them as they arrive, so the enumeration overlaps the
 // reads and a first scan (`bpfleet list`, where every program is new and
 // costs a map-id read and an fdinfo read) runs on every CPU.
-func (r *reader) readProgs(bootWall time.Time, keep func(progRead)) error {
+func (r *Reader) readProgs(bootWall time.Time, keep func(progRead)) error {
 	r.fdinfo.Open()
 	if r.parallel < 2 {
 		defer r.scratch.fdinfo.Release()
@@ -384,7 +389,7 @@ func (r *reader) readProgs(bootWall time.Time, keep func(progRead)) error {
 }
 
 // eachProgID calls fn with every program id in ascending order.
-func (r *reader) eachProgID(fn func(uint32)) error {
+func (r *Reader) eachProgID(fn func(uint32)) error {
 	var id uint32
 	for {
 		next, ok, err := bpfsys.NextID(bpfsys.CmdProgGetNextID, id)
@@ -412,7 +417,7 @@ func newScratch(dir *bpfsys.FdinfoDir) scratch {
 // readOne reads one program, whole when it was not seen before. The cache
 // is only read here, so concurrent calls (each with its own scratch) are
 // safe.
-func (r *reader) readOne(id uint32, bootWall time.Time, sc *scratch) progRead {
+func (r *Reader) readOne(id uint32, bootWall time.Time, sc *scratch) progRead {
 	cached := r.progs[id]
 	p, s, err := readProg(id, cached, bootWall, sc)
 	if err != nil && cameOrWent(err) {
@@ -496,7 +501,7 @@ func newProgStatic(fd int, info *bpfsys.ProgInfo, n uint32, bootWall time.Time, 
 // readLinks lists every link. A link's attachment never changes, so only
 // links with a counter (kprobe missed) are opened again on later scans;
 // the rest cost one GET_NEXT_ID each.
-func (r *reader) readLinks(st *ScanStats) ([]Link, error) {
+func (r *Reader) readLinks(st *ScanStats) ([]Link, error) {
 	if links, ok := r.readLinksIter(st); ok { // scan_links.go
 		return links, nil
 	}
@@ -527,14 +532,14 @@ func (r *reader) readLinks(st *ScanStats) ([]Link, error) {
 			continue
 		case err != nil:
 			st.Errors++
-			st.addError(err)
+			st.AddError(err)
 			continue
 		}
 		links = append(links, l)
 	}
 }
 
-func (r *reader) readLink(id uint32, c *linkStatic) (Link, error) {
+func (r *Reader) readLink(id uint32, c *linkStatic) (Link, error) {
 	fd, err := bpfsys.FDByID(bpfsys.CmdLinkGetFDByID, id)
 	if err != nil {
 		return Link{}, fmt.Errorf("opening link %d: %w", id, err)
@@ -580,7 +585,7 @@ type linkNameFunc func(ptrOff, lenOff int) string
 // asking name for the name strings the kernel hands out only into a buffer
 // (linkName on the syscall path, the record's on the iterator's). Each
 // kind's decoding is in its own file, link_<kind>.go.
-func (r *reader) newLinkStatic(info *bpfsys.LinkInfo, n uint32, name linkNameFunc) *linkStatic {
+func (r *Reader) newLinkStatic(info *bpfsys.LinkInfo, n uint32, name linkNameFunc) *linkStatic {
 	c := &linkStatic{link: Link{ID: info.ID, ProgID: info.ProgID, Type: LinkTypeName(info.Type)}}
 	l := &c.link
 	switch info.Type {
@@ -618,7 +623,7 @@ func (r *reader) newLinkStatic(info *bpfsys.LinkInfo, n uint32, name linkNameFun
 
 // linkName asks the kernel for a link's name string (tracepoint, function,
 // path) with a second OBJ_GET_INFO call that hands it a buffer.
-func (r *reader) linkName(fd int, ptrOff, lenOff int) string {
+func (r *Reader) linkName(fd int, ptrOff, lenOff int) string {
 	var info bpfsys.LinkInfo
 	info.SetU64(ptrOff, uint64(uintptr(unsafe.Pointer(&r.nameBuf[0]))))
 	info.SetU32(lenOff, uint32(len(r.nameBuf)))
@@ -632,14 +637,14 @@ func (r *reader) linkName(fd int, ptrOff, lenOff int) string {
 // program's attach type, target and sleepable flag. statics, when not nil,
 // are the programs' cached parts in progs' order (the iterator path);
 // otherwise they are looked up by id.
-func (r *reader) join(progs progView, links []Link, statics []*progStatic, metas []progMeta) {
+func (r *Reader) join(progs View, links []Link, statics []*progStatic, metas []progMeta) {
 	// Programs come in ascending id order (both sources read in id
 	// order): then each program's links are one run of the links sorted
 	// by program id, found by a merge, without a map.
 	ascending := true
-	n := progs.len()
+	n := progs.Len()
 	for i := 1; i < n && ascending; i++ {
-		ascending = progs.at(i-1).ID < progs.at(i).ID
+		ascending = progs.At(i-1).ID < progs.At(i).ID
 	}
 	var byProg map[uint32][]Link
 	sorted := make([]Link, len(links)) // this scan's own: snapshots share it, nothing else writes it
@@ -659,7 +664,7 @@ func (r *reader) join(progs progView, links []Link, statics []*progStatic, metas
 	k := 0
 	sleepable := make([]bool, n) // one allocation for every flag of the scan
 	for i := range n {
-		p := progs.at(i)
+		p := progs.At(i)
 		var s *progMeta
 		var f ProgFacts
 		var haveFacts bool
@@ -725,19 +730,19 @@ func (r *reader) join(progs progView, links []Link, statics []*progStatic, metas
 		}
 		p.AttachType = p.Links[0].AttachType
 		p.AttachTarget = joinTargets(p.Links)
-		p.TargetClass = joinClasses(p.Links)
+		p.TargetClass = JoinClasses(p.Links)
 	}
 }
 
-// rejoin joins a scan whose joins were kept (joinsKept) again, from its
+// Rejoin joins a scan whose joins were kept (JoinsKept) again, from its
 // slots' statics and its links: for an owner refresh, whose answers replace
 // what the kept joins carry.
-func (r *reader) rejoin(progs progView) {
+func (r *Reader) Rejoin(progs View) {
 	if !r.joinsKept {
 		return
 	}
 	for i := range r.order {
-		resetJoins(progs.at(i), &r.order[i].prog)
+		resetJoins(progs.At(i), &r.order[i].prog)
 	}
 	r.join(progs, r.lastLinks, r.order, nil)
 	r.joinsKept = false
@@ -750,7 +755,7 @@ func sameLinkList(a, b []Link) bool {
 		return false
 	}
 	for i := range a {
-		if a[i].ID != b[i].ID || a[i].ProgID != b[i].ProgID || !sameValue(a[i].Missed, b[i].Missed) {
+		if a[i].ID != b[i].ID || a[i].ProgID != b[i].ProgID || !prog.SameValue(a[i].Missed, b[i].Missed) {
 			return false
 		}
 	}
@@ -766,11 +771,11 @@ func joinTargets(links []Link) string {
 	for i, l := range links {
 		ts[i] = l.Target
 	}
-	return joinStrings(ts)
+	return JoinStrings(ts)
 }
 
-// joinStrings joins up to three distinct non-empty strings.
-func joinStrings(ss []string) string {
+// JoinStrings joins up to three distinct non-empty strings.
+func JoinStrings(ss []string) string {
 	var out []string
 	for _, s := range ss {
 		if s == "" || contains(out, s) {
@@ -796,7 +801,7 @@ func contains(xs []string, x string) bool {
 
 // evict forgets programs and links not seen in this scan: ids are never
 // reused within a boot, so a gone id is gone for good.
-func (r *reader) evict(progs, links int) {
+func (r *Reader) evict(progs, links int) {
 	// Every cached entry was seen when the counts match: nothing to walk.
 	if len(r.progs) != progs {
 		for id, s := range r.progs {

@@ -1,4 +1,4 @@
-package agent
+package reader
 
 import (
 	"errors"
@@ -18,7 +18,7 @@ import (
 // keys its series by, so a pod's restart adds none. The reader gives the
 // classes the kernel's facts say (a cgroup's path, an interface's driver
 // and name); the attribution names the pod's workload where the Kubernetes
-// API knows it (attribution.go).
+// API knows it (agent/attribution.go, agent/podtargets.go).
 
 // targetState is what the reader keeps to name link targets: read once per
 // new link (a link's target never changes), never per scan.
@@ -42,7 +42,7 @@ type targetState struct {
 }
 
 // netdev is the interface ifindex of the agent's namespace.
-func (r *reader) netdev(ifindex uint32) (owners.Netdev, bool) {
+func (r *Reader) netdev(ifindex uint32) (owners.Netdev, bool) {
 	t := &r.targets
 	if d, ok := t.netdevs[int(ifindex)]; ok {
 		return d, true
@@ -52,7 +52,7 @@ func (r *reader) netdev(ifindex uint32) (owners.Netdev, bool) {
 	}
 	var ds []owners.Netdev
 	// An error leaves the interfaces unnamed.
-	_ = inNetns(t.netns, func() { ds, _ = owners.Netdevs() })
+	_ = owners.InNetns(t.netns, func() { ds, _ = owners.Netdevs() })
 	t.netdevs = make(map[int]owners.Netdev, len(ds))
 	for _, d := range ds {
 		t.netdevs[d.Index] = d
@@ -65,7 +65,7 @@ func (r *reader) netdev(ifindex uint32) (owners.Netdev, bool) {
 // netdevTarget names l's interface ifindex (an XDP, tcx or netkit link):
 // its name, its class, and, when its other end is in another namespace,
 // the hint the attribution finds the pod with.
-func (r *reader) netdevTarget(l *Link, ifindex uint32) {
+func (r *Reader) netdevTarget(l *Link, ifindex uint32) {
 	if ifindex == 0 { // the interface went away: the link is defunct
 		return
 	}
@@ -88,7 +88,7 @@ func (r *reader) netdevTarget(l *Link, ifindex uint32) {
 // cgroupTarget names l's cgroup, whose id is id (a cgroup link): its path,
 // its class and the pod UID the path holds. A cgroup that cannot be opened
 // by id keeps cgroup:<id> with the class cgroup.
-func (r *reader) cgroupTarget(l *Link, id uint64) {
+func (r *Reader) cgroupTarget(l *Link, id uint64) {
 	l.Target, l.TargetClass = "cgroup:"+strconv.FormatUint(id, 10), "cgroup"
 	t := &r.targets
 	if !t.cgroupMountKnown {
@@ -112,15 +112,6 @@ func (r *reader) cgroupTarget(l *Link, id uint64) {
 	}
 }
 
-// inNetns runs f in the network namespace at path, "" the agent's own.
-func inNetns(path string, f func()) error {
-	if path == "" {
-		f()
-		return nil
-	}
-	return owners.InNetns(path, f)
-}
-
 // pathClass is a binary's path's class, empty when the path is its own.
 func pathClass(p string) string {
 	if c := owners.PathClass(p); c != p {
@@ -129,9 +120,9 @@ func pathClass(p string) string {
 	return ""
 }
 
-// joinClasses is joinTargets for the links' classes: empty when no link's
+// JoinClasses is joinTargets for the links' classes: empty when no link's
 // target has a class.
-func joinClasses(links []Link) string {
+func JoinClasses(links []Link) string {
 	if len(links) == 1 {
 		return links[0].TargetClass // nothing to join: no allocation
 	}
@@ -148,5 +139,5 @@ func joinClasses(links []Link) string {
 			cs[i] = l.Target
 		}
 	}
-	return joinStrings(cs)
+	return JoinStrings(cs)
 }

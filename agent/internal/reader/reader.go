@@ -1,0 +1,113 @@
+package reader
+
+import (
+	"github.com/bpfleet/bpfleet/agent/owners"
+)
+
+// Options configure a Reader: the agent's scan settings (agent.Config has
+// the same fields, documented there).
+type Options struct {
+	// NoIterator: no bpf_prog iterators, neither the scan source nor the
+	// facts one.
+	NoIterator bool
+	// ScanSource is ScanSourceIterator, ScanSourceSyscall or "auto"
+	// (empty).
+	ScanSource string
+	// OneShot: the reader reads once, so it caches nothing for a next
+	// read and prefers a running agent's pinned iterator (scan_pin.go).
+	OneShot bool
+	// BPFFS are the bpffs mounts searched for that pin.
+	BPFFS []string
+	// Parallel is how many goroutines read programs seen for the first
+	// time.
+	Parallel int
+	// ProcRoot is where procfs is mounted: interfaces are named in its
+	// pid 1's network namespace (owners.HostNetns).
+	ProcRoot string
+}
+
+// New prepares a reader and chooses its scan source, once per kernel: the
+// iterator when this kernel loads it (its first read is checked before
+// use), else the syscall path with the reason in every read's ScanStats.
+func New(o Options) *Reader {
+	r := newReader()
+	r.parallel = o.Parallel
+	r.oneShot = o.OneShot
+	r.targets.netns = owners.HostNetns(o.ProcRoot)
+	if !o.NoIterator {
+		r.loadFacts = loadProgIter
+	}
+	switch {
+	case o.NoIterator:
+		r.fallback = "iterator disabled by configuration"
+	case o.ScanSource == ScanSourceSyscall:
+		r.fallback = "syscall source chosen by configuration"
+	case o.OneShot:
+		// A running agent's pinned iterator costs one open; loading one
+		// costs more than the syscall scan it would replace.
+		var why string
+		if r.iter, r.pin, why = openPinnedStatsIter(o.BPFFS); r.iter != nil {
+			break
+		}
+		if o.ScanSource == ScanSourceIterator {
+			r.iter, r.fallback = loadStatsIter()
+			break
+		}
+		r.fallback = "one scan, no pinned iterator (" + why + "): loading one costs more than the syscall scan it replaces"
+	default:
+		r.iter, r.fallback = loadStatsIter()
+	}
+	return r
+}
+
+// JoinsKept says the last read found the same programs in the same slots
+// and the same links as the one before, so it joined nothing: every
+// program's joins (and what the agent added to them: owners, miss kind)
+// are the previous read's, as they stand in its slot.
+func (r *Reader) JoinsKept() bool { return r.joinsKept }
+
+// Losses are what the reader could not do on this node, each with why;
+// empty or nil: nothing lost.
+type Losses struct {
+	// LinkIterator: links are read by syscall although programs are
+	// read by the iterator.
+	LinkIterator string
+	// SteadyRead: every read walks although programs are read by the
+	// iterator.
+	SteadyRead string
+	// Facts: the bpf_prog facts iterator could not be loaded.
+	Facts error
+	// CgroupLinks: a cgroup link's cgroup could not be opened by id.
+	CgroupLinks error
+}
+
+// Losses says what the reader has lost so far (the scan source's own
+// fallback is Source's).
+func (r *Reader) Losses() Losses {
+	var l Losses
+	if r.iter != nil {
+		if r.lsrc.tried && r.lsrc.iter == nil {
+			l.LinkIterator = r.lsrc.fallback
+		}
+		if sd := &r.steady; sd.tried && sd.off != "" {
+			l.SteadyRead = sd.off
+		}
+	}
+	l.Facts = r.factsErr
+	l.CgroupLinks = r.targets.cgroupErr
+	return l
+}
+
+// Close releases the iterators, the steady read's watcher and table and
+// the fdinfo directory.
+func (r *Reader) Close() {
+	r.fdinfo.Close()
+	if r.source != nil {
+		r.source.Close()
+	}
+	if r.iter != nil {
+		r.iter.Close()
+	}
+	r.closeLinks()
+	r.steady.close()
+}
