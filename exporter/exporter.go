@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/exemplar"
@@ -110,6 +111,9 @@ type Exporter struct {
 	push      *pusher // nil: no pushed metric destination (see Config.ScanInterval)
 	progCache map[uint32]cachedAttrs
 	owners    map[string]*aggSeries
+	// mapSets are the attribute sets of the latest scan's map keys
+	// (memory.go).
+	mapSets   map[mapKey]attribute.Set
 	attach    map[string]*aggSeries
 	workloads map[workloadKey]*workloadSeries
 	// byRank is every workload series, in the order of the last sort

@@ -34,6 +34,15 @@ type view struct {
 	stats                    statsView
 	profiles                 []profileSeries
 	scanSource               attribute.Set
+
+	// Memory and maps (memory.go): the node's totals at every level; per
+	// map key at the program and workload levels; bpf.*.memory per
+	// program, workload key or owner; verified instructions per program
+	// or key.
+	node   nodeMemory
+	maps   []mapSeries
+	memory []valueSeries
+	insns  []valueSeries
 }
 
 // statsView is what the stats-mode and stats-tax metrics read.
@@ -227,6 +236,11 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 			attribute.String(attrScanFallbackReason, s.Scan.FallbackReason)),
 	}
 
+	byID := buildNodeMemory(s, v)
+	if byID != nil && (e.cfg.Level == LevelProgram || e.cfg.Level == LevelWorkload) {
+		e.buildMaps(s, v)
+	}
+
 	if e.cfg.Level == LevelProgram {
 		sel := selectPrograms(s.Programs, e.cfg.MaxPrograms)
 		v.dropped = len(s.Programs) - len(sel)
@@ -235,6 +249,7 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 			p := &s.Programs[i].Program
 			c := e.programAttrs(p)
 			v.programs = append(v.programs, programSeries{attrs: c.set, start: p.LoadTime, runs: p.RunCount, runTimeNs: p.RunTimeNs, misses: p.RecursionMisses})
+			programMemory(v, c.attrs, c.set, p, byID)
 			for _, l := range p.Links {
 				if l.Missed == nil {
 					continue
@@ -261,6 +276,7 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 
 	if e.cfg.Level == LevelWorkload {
 		e.buildWorkloads(s, v, now)
+		e.workloadMemory(s, v, byID)
 	}
 
 	if e.cfg.Level == LevelOwner {
@@ -278,6 +294,7 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 			a.programs = len(o.ProgramIDs)
 			v.owners = append(v.owners, *a)
 		}
+		ownerMemory(s, v, byID)
 		for k := range e.owners {
 			if !live[k] {
 				delete(e.owners, k)

@@ -29,17 +29,14 @@ type workloadKey struct {
 }
 
 func workloadKeyOf(p *agent.Program) workloadKey {
-	o := primaryOwner(p)
+	g := groupOf(p)
 	k := workloadKey{
 		name: stableName(p.Name), typ: p.Type, attachType: p.AttachType, target: p.AttachTarget, missKind: p.MissKind,
-		namespace: o.PodNamespace, exe: exeName(o.Comm, o.Exe),
+		namespace: g.namespace, kind: g.kind, workload: g.workload, exe: g.exe,
 	}
 	if p.TargetClass != "" {
 		k.target = p.TargetClass
 	}
-	// A pod without a controller (a bare pod, a static pod) is its own
-	// workload: its name is as stable as it gets.
-	k.kind, k.workload = o.Workload()
 	return k
 }
 
@@ -123,6 +120,9 @@ type workloadSeries struct {
 	// programs.
 	start    time.Time
 	lastSeen time.Time
+	// memSets are attrs with each bpf.memory.kind (program, map), made
+	// the first time the key is exported with its memory.
+	memSets [2]attribute.Set
 }
 
 // programLast is what a program had counted at the previous scan, and

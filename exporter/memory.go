@@ -1,0 +1,327 @@
+package exporter
+
+import (
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/bpfleet/bpfleet/agent"
+)
+
+// Values of bpf.memory.kind: a program's own memory (JIT image,
+// translated instructions, its memlock charge) or the maps'.
+const (
+	memoryProgram = "program"
+	memoryMap     = "map"
+)
+
+var (
+	kindProgram     = attribute.String(attrMemoryKind, memoryProgram)
+	kindMap         = attribute.String(attrMemoryKind, memoryMap)
+	nodeProgramsSet = attribute.NewSet(kindProgram)
+	nodeMapsSet     = attribute.NewSet(kindMap)
+)
+
+// ownerGroup is the part of a workload key that says who owns a program
+// by workload, not by instance: a map's workload series are keyed by the
+// groups of the programs that use it.
+type ownerGroup struct {
+	namespace, kind, workload, exe string
+}
+
+func groupOf(p *agent.Program) ownerGroup {
+	o := primaryOwner(p)
+	g := ownerGroup{namespace: o.PodNamespace, exe: exeName(o.Comm, o.Exe)}
+	// A pod without a controller (a bare pod, a static pod) is its own
+	// workload: its name is as stable as it gets.
+	g.kind, g.workload = o.Workload()
+	return g
+}
+
+func (g ownerGroup) kvs(kv []attribute.KeyValue) []attribute.KeyValue {
+	add := func(name, v string) {
+		if v != "" {
+			kv = append(kv, attribute.String(name, v))
+		}
+	}
+	add(attrK8sNamespaceName, g.namespace)
+	add(attrK8sWorkloadKind, g.kind)
+	add(attrK8sWorkloadName, g.workload)
+	add(attrProcessExecutableName, g.exe)
+	return kv
+}
+
+// mapKey is one map series: at the program level one map (its id) for one
+// owner group of the programs that use it; at the workload level (id 0)
+// every map of one name (less a suffix made per instance) and type used by
+// programs of one group. A map with no program, or only programs no
+// process owns, has the empty group.
+type mapKey struct {
+	id        uint32
+	name, typ string
+	g         ownerGroup
+}
+
+// mapSeries is a key's values: memory, entries and max entries summed over
+// its maps (each once), fullness the highest of them.
+type mapSeries struct {
+	attrs                     attribute.Set
+	memory, entries, capacity uint64
+	hasMemory, hasEntries     bool
+	fullness                  float64
+	hasFullness               bool
+}
+
+func (ms *mapSeries) add(m *agent.Map) {
+	ms.capacity += uint64(m.MaxEntries)
+	if m.MemoryBytes != nil {
+		ms.memory += *m.MemoryBytes
+		ms.hasMemory = true
+	}
+	if m.Entries != nil {
+		ms.entries += *m.Entries
+		ms.hasEntries = true
+	}
+	if m.Fullness != nil && (!ms.hasFullness || *m.Fullness > ms.fullness) {
+		ms.fullness = *m.Fullness
+		ms.hasFullness = true
+	}
+}
+
+// valueSeries is one gauge value with its attributes.
+type valueSeries struct {
+	attrs attribute.Set
+	v     uint64
+}
+
+// nodeMemory is the node's totals, each map and program once.
+type nodeMemory struct {
+	programs uint64
+	// mapsRead: the scan read the maps (Config.Maps, no error); without
+	// it no map figure is exported rather than a false zero.
+	mapsRead bool
+	maps     uint64
+	count    int
+	source   attribute.Set
+}
+
+// buildNodeMemory fills v.node and returns the snapshot's maps by id (nil
+// when the maps were not read).
+func buildNodeMemory(s *agent.Snapshot, v *view) map[uint32]*agent.Map {
+	for _, p := range s.Programs {
+		v.node.programs += agent.ProgramMemory(&p.Program)
+	}
+	if s.MapScan.Source == "" || s.MapScan.Error != "" {
+		return nil
+	}
+	byID := make(map[uint32]*agent.Map, len(s.Maps))
+	for i := range s.Maps {
+		m := &s.Maps[i]
+		byID[m.ID] = m
+		if m.MemoryBytes != nil {
+			v.node.maps += *m.MemoryBytes
+		}
+	}
+	v.node.mapsRead, v.node.count = true, len(s.Maps)
+	v.node.source = attribute.NewSet(attribute.String(attrScanSource, s.MapScan.Source),
+		attribute.String(attrScanFallbackReason, s.MapScan.FallbackReason))
+	return byID
+}
+
+// memorySets are a series' attributes with each bpf.memory.kind.
+func memorySets(kv []attribute.KeyValue) (prog, maps attribute.Set) {
+	with := func(k attribute.KeyValue) attribute.Set {
+		return attribute.NewSet(append(append(make([]attribute.KeyValue, 0, len(kv)+1), kv...), k)...)
+	}
+	return with(kindProgram), with(kindMap)
+}
+
+// addMemory appends a series' program and map memory to v.memory; the map
+// figure only when the maps were read.
+func addMemory(v *view, progSet, mapSet attribute.Set, prog, maps uint64) {
+	v.memory = append(v.memory, valueSeries{progSet, prog})
+	if v.node.mapsRead {
+		v.memory = append(v.memory, valueSeries{mapSet, maps})
+	}
+}
+
+// programMemory adds one exported program's memory and verified
+// instructions (program level).
+func programMemory(v *view, kv []attribute.KeyValue, set attribute.Set, p *agent.Program, byID map[uint32]*agent.Map) {
+	ps, ms := memorySets(kv)
+	addMemory(v, ps, ms, agent.ProgramMemory(p), agent.MapMemory(byID, p.MapIDs))
+	if p.VerifiedInsns != nil {
+		v.insns = append(v.insns, valueSeries{set, uint64(*p.VerifiedInsns)})
+	}
+}
+
+// workloadMemory adds each exported workload key's memory: its loaded
+// programs' own, and the maps they use, each once per key; verified
+// instructions the most of any of its programs. Called after
+// buildWorkloads, whose progLast names each program's series.
+func (e *Exporter) workloadMemory(s *agent.Snapshot, v *view, byID map[uint32]*agent.Map) {
+	type keyMemory struct {
+		prog       uint64
+		mapIDs     [][]uint32
+		insns      uint32
+		hasInsns   bool
+		inExported bool
+	}
+	acc := make(map[*workloadSeries]*keyMemory, len(v.workloads))
+	for _, w := range v.workloads {
+		acc[w] = &keyMemory{inExported: true}
+	}
+	for _, entry := range s.Programs {
+		l := e.progLast[entry.ID]
+		if l == nil {
+			continue
+		}
+		k := acc[l.w]
+		if k == nil {
+			continue // a key over --max-programs
+		}
+		p := &entry.Program
+		k.prog += agent.ProgramMemory(p)
+		k.mapIDs = append(k.mapIDs, p.MapIDs)
+		if p.VerifiedInsns != nil && (!k.hasInsns || *p.VerifiedInsns > k.insns) {
+			k.insns, k.hasInsns = *p.VerifiedInsns, true
+		}
+	}
+	for _, w := range v.workloads {
+		if w.loaded == 0 {
+			continue // in its grace period: no program, no memory
+		}
+		if w.memSets[0].Len() == 0 {
+			w.memSets[0], w.memSets[1] = memorySets(w.kv)
+		}
+		k := acc[w]
+		addMemory(v, w.memSets[0], w.memSets[1], k.prog, agent.MapMemory(byID, k.mapIDs...))
+		if k.hasInsns {
+			v.insns = append(v.insns, valueSeries{w.attrs, uint64(k.insns)})
+		}
+	}
+}
+
+// ownerMemory adds each owner's memory: its programs' own, and the maps
+// they use, each once per owner.
+func ownerMemory(s *agent.Snapshot, v *view, byID map[uint32]*agent.Map) {
+	progs := make(map[uint32]*agent.Program, len(s.Programs))
+	for _, p := range s.Programs {
+		progs[p.ID] = &p.Program
+	}
+	for i := range s.Owners {
+		o := &s.Owners[i]
+		var own uint64
+		mapIDs := make([][]uint32, 0, len(o.ProgramIDs))
+		for _, id := range o.ProgramIDs {
+			if p := progs[id]; p != nil {
+				own += agent.ProgramMemory(p)
+				mapIDs = append(mapIDs, p.MapIDs)
+			}
+		}
+		kv := ownerKVs([]attribute.KeyValue{attribute.String(attrOwnerKey, o.Key)}, o.PID, o.Comm, "", o.ContainerID, o.PodName, o.Namespace)
+		ps, ms := memorySets(kv)
+		addMemory(v, ps, ms, own, agent.MapMemory(byID, mapIDs...))
+	}
+}
+
+// buildMaps fills v.maps (program and workload levels): each map under
+// each owner group of its programs, so a map shared by programs of
+// several workloads is in each workload's series, and once in each.
+// Called with e.mu held.
+func (e *Exporter) buildMaps(s *agent.Snapshot, v *view) {
+	groups := make(map[uint32]ownerGroup, len(s.Programs))
+	for _, p := range s.Programs {
+		groups[p.ID] = groupOf(&p.Program)
+	}
+	agg := make(map[mapKey]*mapSeries, len(s.Maps))
+	var order []mapKey
+	var gs []ownerGroup
+	for i := range s.Maps {
+		m := &s.Maps[i]
+		gs = gs[:0]
+		for _, id := range m.ProgramIDs {
+			g := groups[id]
+			dup := false
+			for _, h := range gs {
+				dup = dup || h == g
+			}
+			if !dup {
+				gs = append(gs, g)
+			}
+		}
+		if len(gs) == 0 {
+			gs = append(gs, ownerGroup{})
+		}
+		for _, g := range gs {
+			k := mapKey{name: stableName(m.Name), typ: m.Type, g: g}
+			if e.cfg.Level == LevelProgram {
+				k.id, k.name = m.ID, m.Name
+			}
+			ms := agg[k]
+			if ms == nil {
+				ms = &mapSeries{}
+				agg[k] = ms
+				order = append(order, k)
+			}
+			ms.add(m)
+		}
+	}
+	// Attribute sets are kept while their key is: at the workload level
+	// nearly every key, scan after scan.
+	sets := make(map[mapKey]attribute.Set, len(order))
+	v.maps = make([]mapSeries, 0, len(order))
+	for _, k := range order {
+		set, ok := e.mapSets[k]
+		if !ok {
+			kv := make([]attribute.KeyValue, 0, 7)
+			if k.id != 0 {
+				kv = append(kv, attribute.Int64(attrMapID, int64(k.id)))
+			}
+			kv = append(kv, attribute.String(attrMapName, k.name), attribute.String(attrMapType, k.typ))
+			set = attribute.NewSet(k.g.kvs(kv)...)
+		}
+		sets[k] = set
+		ms := agg[k]
+		ms.attrs = set
+		v.maps = append(v.maps, *ms)
+	}
+	e.mapSets = sets
+}
+
+// Observers of the memory and map rows (metrics.go).
+
+func observeMaps(val func(*mapSeries) (float64, bool), float bool) func(*view, sink) {
+	return func(v *view, s sink) {
+		for i := range v.maps {
+			x, ok := val(&v.maps[i])
+			switch {
+			case !ok:
+			case float:
+				s.Float(x, v.maps[i].attrs)
+			default:
+				s.Int(int64(x), v.maps[i].attrs)
+			}
+		}
+	}
+}
+
+func observeValues(series func(*view) []valueSeries) func(*view, sink) {
+	return func(v *view, s sink) {
+		for _, x := range series(v) {
+			s.Int(int64(x.v), x.attrs)
+		}
+	}
+}
+
+func mapMemory(m *mapSeries) (float64, bool)   { return float64(m.memory), m.hasMemory }
+func mapEntries(m *mapSeries) (float64, bool)  { return float64(m.entries), m.hasEntries }
+func mapCapacity(m *mapSeries) (float64, bool) { return float64(m.capacity), true }
+func mapFullness(m *mapSeries) (float64, bool) { return m.fullness, m.hasFullness }
+func memorySeries(v *view) []valueSeries       { return v.memory }
+func insnSeries(v *view) []valueSeries         { return v.insns }
+
+func observeNodeMemory(v *view, s sink) {
+	s.Int(int64(v.node.programs), nodeProgramsSet)
+	if v.node.mapsRead {
+		s.Int(int64(v.node.maps), nodeMapsSet)
+	}
+}
