@@ -144,47 +144,50 @@ func addMemory(v *view, progSet, mapSet attribute.Set, prog, maps uint64) {
 }
 
 // programMemory adds one exported program's memory and verified
-// instructions (program level).
-func programMemory(v *view, kv []attribute.KeyValue, set attribute.Set, p *agent.Program, byID map[uint32]*agent.Map) {
-	ps, ms := memorySets(kv)
-	addMemory(v, ps, ms, agent.ProgramMemory(p), agent.MapMemory(byID, p.MapIDs))
+// instructions (program level). The sets with the memory kinds are cached
+// with the program's own (cachedAttrs), made once per program and owner.
+func (e *Exporter) programMemory(v *view, c cachedAttrs, p *agent.Program, byID map[uint32]*agent.Map) {
+	if c.memSets[0].Len() == 0 {
+		c.memSets[0], c.memSets[1] = memorySets(c.attrs)
+		e.progCache[p.ID] = c
+	}
+	var maps uint64
+	if v.node.mapsRead {
+		maps = agent.MapMemory(byID, p.MapIDs)
+	}
+	addMemory(v, c.memSets[0], c.memSets[1], agent.ProgramMemory(p), maps)
 	if p.VerifiedInsns != nil {
-		v.insns = append(v.insns, valueSeries{set, uint64(*p.VerifiedInsns)})
+		v.insns = append(v.insns, valueSeries{c.set, uint64(*p.VerifiedInsns)})
+	}
+}
+
+// keyMemory is what a workload key's loaded programs hold, summed by
+// buildWorkloads as it meets them: their own memory, the map ids they use
+// (each list the kernel's, without repeats), the most verified
+// instructions among them.
+type keyMemory struct {
+	prog     uint64
+	mapIDs   [][]uint32
+	insns    uint32
+	hasInsns bool
+}
+
+func (k *keyMemory) add(p *agent.Program) {
+	k.prog += agent.ProgramMemory(p)
+	if len(p.MapIDs) > 0 {
+		k.mapIDs = append(k.mapIDs, p.MapIDs)
+	}
+	if p.VerifiedInsns != nil && (!k.hasInsns || *p.VerifiedInsns > k.insns) {
+		k.insns, k.hasInsns = *p.VerifiedInsns, true
 	}
 }
 
 // workloadMemory adds each exported workload key's memory: its loaded
 // programs' own, and the maps they use, each once per key; verified
 // instructions the most of any of its programs. Called after
-// buildWorkloads, whose progLast names each program's series.
-func (e *Exporter) workloadMemory(s *agent.Snapshot, v *view, byID map[uint32]*agent.Map) {
-	type keyMemory struct {
-		prog       uint64
-		mapIDs     [][]uint32
-		insns      uint32
-		hasInsns   bool
-		inExported bool
-	}
-	acc := make(map[*workloadSeries]*keyMemory, len(v.workloads))
-	for _, w := range v.workloads {
-		acc[w] = &keyMemory{inExported: true}
-	}
-	for _, entry := range s.Programs {
-		l := e.progLast[entry.ID]
-		if l == nil {
-			continue
-		}
-		k := acc[l.w]
-		if k == nil {
-			continue // a key over --max-programs
-		}
-		p := &entry.Program
-		k.prog += agent.ProgramMemory(p)
-		k.mapIDs = append(k.mapIDs, p.MapIDs)
-		if p.VerifiedInsns != nil && (!k.hasInsns || *p.VerifiedInsns > k.insns) {
-			k.insns, k.hasInsns = *p.VerifiedInsns, true
-		}
-	}
+// buildWorkloads, which summed each key's keyMemory.
+func workloadMemory(v *view, byID map[uint32]*agent.Map) {
+	v.memory = make([]valueSeries, 0, 2*len(v.workloads))
 	for _, w := range v.workloads {
 		if w.loaded == 0 {
 			continue // in its grace period: no program, no memory
@@ -192,10 +195,13 @@ func (e *Exporter) workloadMemory(s *agent.Snapshot, v *view, byID map[uint32]*a
 		if w.memSets[0].Len() == 0 {
 			w.memSets[0], w.memSets[1] = memorySets(w.kv)
 		}
-		k := acc[w]
-		addMemory(v, w.memSets[0], w.memSets[1], k.prog, agent.MapMemory(byID, k.mapIDs...))
-		if k.hasInsns {
-			v.insns = append(v.insns, valueSeries{w.attrs, uint64(k.insns)})
+		var maps uint64
+		if v.node.mapsRead {
+			maps = agent.MapMemory(byID, w.mem.mapIDs...)
+		}
+		addMemory(v, w.memSets[0], w.memSets[1], w.mem.prog, maps)
+		if w.mem.hasInsns {
+			v.insns = append(v.insns, valueSeries{w.attrs, uint64(w.mem.insns)})
 		}
 	}
 }

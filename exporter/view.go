@@ -107,6 +107,8 @@ type cachedAttrs struct {
 	key   programKey
 	attrs []attribute.KeyValue
 	set   attribute.Set
+	// memSets: set with each bpf.memory.kind, made on first use.
+	memSets [2]attribute.Set
 }
 
 // primaryOwner picks the owner the program's series carry: a process that
@@ -249,7 +251,7 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 			p := &s.Programs[i].Program
 			c := e.programAttrs(p)
 			v.programs = append(v.programs, programSeries{attrs: c.set, start: p.LoadTime, runs: p.RunCount, runTimeNs: p.RunTimeNs, misses: p.RecursionMisses})
-			programMemory(v, c.attrs, c.set, p, byID)
+			e.programMemory(v, c, p, byID)
 			for _, l := range p.Links {
 				if l.Missed == nil {
 					continue
@@ -276,7 +278,7 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 
 	if e.cfg.Level == LevelWorkload {
 		e.buildWorkloads(s, v, now)
-		e.workloadMemory(s, v, byID)
+		workloadMemory(v, byID)
 	}
 
 	if e.cfg.Level == LevelOwner {
