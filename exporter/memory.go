@@ -207,14 +207,19 @@ func workloadMemory(v *view, byID map[uint32]*agent.Map) {
 }
 
 // ownerMemory adds each owner's memory: its programs' own, and the maps
-// they use, each once per owner.
-func ownerMemory(s *agent.Snapshot, v *view, byID map[uint32]*agent.Map) {
+// they use, each once per owner. Called after the owner aggregates are
+// updated: their attribute sets are the owners'.
+func (e *Exporter) ownerMemory(s *agent.Snapshot, v *view, byID map[uint32]*agent.Map) {
 	progs := make(map[uint32]*agent.Program, len(s.Programs))
 	for _, p := range s.Programs {
 		progs[p.ID] = &p.Program
 	}
 	for i := range s.Owners {
 		o := &s.Owners[i]
+		a := e.owners[o.Key]
+		if a == nil {
+			continue
+		}
 		var own uint64
 		mapIDs := make([][]uint32, 0, len(o.ProgramIDs))
 		for _, id := range o.ProgramIDs {
@@ -223,9 +228,14 @@ func ownerMemory(s *agent.Snapshot, v *view, byID map[uint32]*agent.Map) {
 				mapIDs = append(mapIDs, p.MapIDs)
 			}
 		}
-		kv := ownerKVs([]attribute.KeyValue{attribute.String(attrOwnerKey, o.Key)}, o.PID, o.Comm, "", o.ContainerID, o.PodName, o.Namespace)
-		ps, ms := memorySets(kv)
-		addMemory(v, ps, ms, own, agent.MapMemory(byID, mapIDs...))
+		if a.memSets[0].Len() == 0 {
+			a.memSets[0], a.memSets[1] = memorySets(a.attrs.ToSlice())
+		}
+		var maps uint64
+		if v.node.mapsRead {
+			maps = agent.MapMemory(byID, mapIDs...)
+		}
+		addMemory(v, a.memSets[0], a.memSets[1], own, maps)
 	}
 }
 

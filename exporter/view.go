@@ -82,6 +82,8 @@ type aggSeries struct {
 	acc      accumulator
 	programs int
 	overhead *float64 // seconds; attach types only
+	// memSets: attrs with each bpf.memory.kind; owners only (memory.go).
+	memSets [2]attribute.Set
 }
 
 type accumulator struct {
@@ -296,7 +298,7 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 			a.programs = len(o.ProgramIDs)
 			v.owners = append(v.owners, *a)
 		}
-		ownerMemory(s, v, byID)
+		e.ownerMemory(s, v, byID)
 		for k := range e.owners {
 			if !live[k] {
 				delete(e.owners, k)
