@@ -178,9 +178,11 @@ it belongs to.** Programs use maps through their ` + "`map_ids`" + `:
 
 So the map rows of one workload sum to that workload's map memory with each map once, and
 summing a rollup across rollups counts a shared map as often as it is shared: the node total is
-` + "`bpf.node.memory`" + `, never a sum of the others. Map series are not capped by ` + "`--max-programs`" + `:
-there is one per map at most at the ` + "`program`" + ` level, one per name, type and workload at
-the ` + "`workload`" + ` level.
+` + "`bpf.node.memory`" + `, never a sum of the others. Map series are not chosen by
+` + "`--max-programs`" + ` (one per map and owner group at the ` + "`program`" + ` level, one per name, type
+and owner group at the ` + "`workload`" + ` level), only held to the SDK's cardinality limit it sets
+(2 × the cap + 64 series per metric): series over it fold into ` + "`otel.metric.overflow`" + ` and are
+counted in ` + "`bpf.agent.programs.dropped`" + `.
 
 Which maps fail when full: ` + "`hash`, `percpu_hash`, `hash_of_maps`" + ` refuse a new key (-E2BIG)
 once at max entries (BPFMapNearlyFull alerts on them); ` + "`lru_hash`" + ` and ` + "`lru_percpu_hash`" + ` evict
