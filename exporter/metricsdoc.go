@@ -242,7 +242,9 @@ BenchmarkExport, in one process with the scan; gzip is about 1 ms of it).
 Pod restarts alone (` + "`TestBenchFleetPodChurn`" + `: 300 pods with the 6 per-pod kinds, 1,800 programs,
 restarted 3 times): per kind 12 series (9 for tc, tcx, XDP) in one generation and 12 (9) ever,
 1.00×; keyed by cgroup path and interface name they would be 900 per kind in one generation and
-3,600 ever (4.00×). ` + "`TestPodChurnSeries`" + ` (` + "`make test`" + `) checks the same with 12 pods.
+3,600 ever (4.00×). ` + "`TestPodChurnSeries`" + ` (` + "`make test`" + `) checks the same with 12 pods (since the
+memory series, 20 series per kind, 15 for tc, tcx, XDP, in one generation and ever: its agent reads no
+maps, so ` + "`bpf.program.memory`" + ` of kind program and ` + "`bpf.program.verified_insns`" + ` add 2 per key).
 
 `
 
