@@ -216,6 +216,11 @@ func (e *Exporter) Update(ctx context.Context, snap *agent.Snapshot) {
 	e.mu.Lock()
 	e.scans++
 	e.scanErrors += int64(snap.Scan.Errors)
+	if snap.MapScan.Error != "" {
+		// The maps were not read: their series are absent, not zero,
+		// and this is where the loss is counted.
+		e.scanErrors++
+	}
 	now := time.Now()
 	e.view = e.buildView(snap, now)
 	e.mu.Unlock()

@@ -240,7 +240,7 @@ var metricDefs = []metricDef{
 		"Links the latest scan saw.",
 		fromView(func(v *view, s sink) { s.Int(int64(v.linksSeen), empty) })},
 	{"bpf.agent.scan.errors", "{error}", kindCounter, intValue, allLevels, noAttrs,
-		"Objects a scan could not read (not counting objects that vanished), plus failed scans.",
+		"Objects a scan could not read (not counting objects that vanished), plus failed scans, and scans whose map read failed (their map figures are absent).",
 		fromView(func(v *view, s sink) { s.Int(v.scanErrors, empty) })},
 	{"bpf.agent.stats.enabled", "", kindGauge, intValue, allLevels, noAttrs,
 		"1 while the kernel accrues run counts and run time (BPF_ENABLE_STATS fd or kernel.bpf_stats_enabled), else 0.",
