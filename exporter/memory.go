@@ -134,6 +134,15 @@ func memorySets(kv []attribute.KeyValue) (prog, maps attribute.Set) {
 	return with(kindProgram), with(kindMap)
 }
 
+// memorySeriesPer is how many memory series a program, key or owner has:
+// its own memory, and its maps' when they were read.
+func memorySeriesPer(v *view) int {
+	if v.node.mapsRead {
+		return 2
+	}
+	return 1
+}
+
 // addMemory appends a series' program and map memory to v.memory; the map
 // figure only when the maps were read.
 func addMemory(v *view, progSet, mapSet attribute.Set, prog, maps uint64) {
@@ -187,7 +196,7 @@ func (k *keyMemory) add(p *agent.Program) {
 // instructions the most of any of its programs. Called after
 // buildWorkloads, which summed each key's keyMemory.
 func workloadMemory(v *view, byID map[uint32]*agent.Map) {
-	v.memory = make([]valueSeries, 0, 2*len(v.workloads))
+	v.memory = make([]valueSeries, 0, memorySeriesPer(v)*len(v.workloads))
 	for _, w := range v.workloads {
 		if w.loaded == 0 {
 			continue // in its grace period: no program, no memory

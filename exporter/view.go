@@ -249,6 +249,7 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 		sel := selectPrograms(s.Programs, e.cfg.MaxPrograms)
 		v.dropped = len(s.Programs) - len(sel)
 		v.programs = make([]programSeries, 0, len(sel))
+		v.memory = make([]valueSeries, 0, memorySeriesPer(v)*len(sel))
 		for _, i := range sel {
 			p := &s.Programs[i].Program
 			c := e.programAttrs(p)
