@@ -15,7 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/exemplar"
@@ -111,9 +110,10 @@ type Exporter struct {
 	push      *pusher // nil: no pushed metric destination (see Config.ScanInterval)
 	progCache map[uint32]cachedAttrs
 	owners    map[string]*aggSeries
-	// mapSets are the attribute sets of the latest scan's map keys
-	// (memory.go).
-	mapSets   map[mapKey]attribute.Set
+	// mapKeys, mapGroups and mapGen are buildMaps' state (memory.go).
+	mapKeys   map[mapKey]*mapKeyState
+	mapGroups map[uint32]*programGroup
+	mapGen    uint64
 	attach    map[string]*aggSeries
 	workloads map[workloadKey]*workloadSeries
 	// byRank is every workload series, in the order of the last sort
@@ -155,6 +155,8 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 		cfg:       cfg,
 		log:       cfg.Log,
 		progCache: map[uint32]cachedAttrs{},
+		mapKeys:   map[mapKey]*mapKeyState{},
+		mapGroups: map[uint32]*programGroup{},
 		owners:    map[string]*aggSeries{},
 		attach:    map[string]*aggSeries{},
 		workloads: map[workloadKey]*workloadSeries{},

@@ -248,23 +248,60 @@ func (e *Exporter) ownerMemory(s *agent.Snapshot, v *view, byID map[uint32]*agen
 	}
 }
 
+// mapKeyState is a map key's attribute set, kept while the key is seen,
+// and where this scan's series is in v.maps.
+type mapKeyState struct {
+	set attribute.Set
+	gen uint64 // the scan that saw the key last
+	idx int
+}
+
+// programGroup is a program's owner group, kept while the snapshot entry
+// it was read from is handed out again (an unchanged program keeps its
+// entry from scan to scan).
+type programGroup struct {
+	entry *agent.ProgramStat
+	g     ownerGroup
+	gen   uint64
+}
+
 // buildMaps fills v.maps (program and workload levels): each map under
 // each owner group of its programs, so a map shared by programs of
 // several workloads is in each workload's series, and once in each.
-// Called with e.mu held.
+// Called with e.mu held. The key states and program groups persist
+// across scans (no per-scan maps: at 1,000 maps they were most of the
+// work), pruned of what the scan did not see.
 func (e *Exporter) buildMaps(s *agent.Snapshot, v *view) {
-	groups := make(map[uint32]ownerGroup, len(s.Programs))
+	e.mapGen++
+	gen := e.mapGen
 	for _, p := range s.Programs {
-		groups[p.ID] = groupOf(&p.Program)
+		pg := e.mapGroups[p.ID]
+		if pg == nil {
+			pg = &programGroup{}
+			e.mapGroups[p.ID] = pg
+		}
+		if pg.entry != p {
+			pg.entry, pg.g = p, groupOf(&p.Program)
+		}
+		pg.gen = gen
 	}
-	agg := make(map[mapKey]*mapSeries, len(s.Maps))
-	var order []mapKey
+	if len(e.mapGroups) > len(s.Programs) {
+		for id, pg := range e.mapGroups {
+			if pg.gen != gen {
+				delete(e.mapGroups, id)
+			}
+		}
+	}
+	v.maps = make([]mapSeries, 0, len(s.Maps))
 	var gs []ownerGroup
 	for i := range s.Maps {
 		m := &s.Maps[i]
 		gs = gs[:0]
 		for _, id := range m.ProgramIDs {
-			g := groups[id]
+			var g ownerGroup
+			if pg := e.mapGroups[id]; pg != nil {
+				g = pg.g
+			}
 			dup := false
 			for _, h := range gs {
 				dup = dup || h == g
@@ -281,35 +318,30 @@ func (e *Exporter) buildMaps(s *agent.Snapshot, v *view) {
 			if e.cfg.Level == LevelProgram {
 				k.id, k.name = m.ID, m.Name
 			}
-			ms := agg[k]
-			if ms == nil {
-				ms = &mapSeries{}
-				agg[k] = ms
-				order = append(order, k)
+			st := e.mapKeys[k]
+			if st == nil {
+				kv := make([]attribute.KeyValue, 0, 7)
+				if k.id != 0 {
+					kv = append(kv, attribute.Int64(attrMapID, int64(k.id)))
+				}
+				kv = append(kv, attribute.String(attrMapName, k.name), attribute.String(attrMapType, k.typ))
+				st = &mapKeyState{set: attribute.NewSet(k.g.kvs(kv)...)}
+				e.mapKeys[k] = st
 			}
-			ms.add(m)
+			if st.gen != gen {
+				st.gen, st.idx = gen, len(v.maps)
+				v.maps = append(v.maps, mapSeries{attrs: st.set})
+			}
+			v.maps[st.idx].add(m)
 		}
 	}
-	// Attribute sets are kept while their key is: at the workload level
-	// nearly every key, scan after scan.
-	sets := make(map[mapKey]attribute.Set, len(order))
-	v.maps = make([]mapSeries, 0, len(order))
-	for _, k := range order {
-		set, ok := e.mapSets[k]
-		if !ok {
-			kv := make([]attribute.KeyValue, 0, 7)
-			if k.id != 0 {
-				kv = append(kv, attribute.Int64(attrMapID, int64(k.id)))
+	if len(e.mapKeys) > len(v.maps) {
+		for k, st := range e.mapKeys {
+			if st.gen != gen {
+				delete(e.mapKeys, k)
 			}
-			kv = append(kv, attribute.String(attrMapName, k.name), attribute.String(attrMapType, k.typ))
-			set = attribute.NewSet(k.g.kvs(kv)...)
 		}
-		sets[k] = set
-		ms := agg[k]
-		ms.attrs = set
-		v.maps = append(v.maps, *ms)
 	}
-	e.mapSets = sets
 }
 
 // Observers of the memory and map rows (metrics.go).

@@ -273,3 +273,17 @@ func TestMapSeriesSurviveReload(t *testing.T) {
 		t.Errorf("across the reload: %v %v, then %v %v; want the same series, 0.95 then 0.4", a.attrs.Encoded(attribute.DefaultEncoder()), a.value, b.attrs.Encoded(attribute.DefaultEncoder()), b.value)
 	}
 }
+
+// At the program level every reload makes new map keys (new ids): the
+// exporter keeps the state of those the latest scan saw, no more.
+func TestMapStateForgetsUnloaded(t *testing.T) {
+	e, _, _ := newTestExporter(t, Config{Level: LevelProgram})
+	for i := uint32(1); i <= 5; i++ {
+		e.Update(context.Background(), withMaps(snapshot(uint64(i), memProg(i, "enter", "obs", "tracer", "tracer", 10*i)), bpfMap(10*i, "events", "hash", 4096, 100, 1), bpfMap(10*i+1, "pinned", "array", 64, 1, -1)))
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.mapKeys) != 2 || len(e.mapGroups) != 1 {
+		t.Errorf("after 5 reloads: %d map keys, %d program groups kept; want 2 and 1", len(e.mapKeys), len(e.mapGroups))
+	}
+}
