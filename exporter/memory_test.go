@@ -59,7 +59,7 @@ func series(pts []point, keys ...string) []string {
 		var l []string
 		for _, k := range keys {
 			if v, ok := p.attrs.Value(attribute.Key(k)); ok {
-				l = append(l, k+"="+v.Emit())
+				l = append(l, k+"="+v.String())
 			}
 		}
 		out = append(out, fmt.Sprintf("%s %g", strings.Join(l, ","), p.value))
