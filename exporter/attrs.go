@@ -17,6 +17,12 @@ const (
 	attrLinkID           = "bpf.link.id"
 	attrLinkType         = "bpf.link.type"
 
+	// A map, and what a memory figure counts.
+	attrMapID      = "bpf.map.id"
+	attrMapName    = "bpf.map.name"
+	attrMapType    = "bpf.map.type"
+	attrMemoryKind = "bpf.memory.kind"
+
 	// Its owner.
 	attrOwnerKey              = "bpf.owner.key"
 	attrProcessPID            = "process.pid"
@@ -80,8 +86,20 @@ var (
 		attrK8sNamespaceName, attrK8sWorkloadKind, attrK8sWorkloadName, attrProcessExecutableName,
 	}
 	// infoAttrs join a program's identity to its workload series.
-	infoAttrs        = append([]string{attrProgramID, attrProgramTag, attrProcessPID, attrContainerID, attrK8sPodName}, workloadAttrs...)
-	ownerAttrs       = []string{attrOwnerKey, attrProcessPID, attrProcessExecutableName, attrContainerID, attrK8sPodName, attrK8sNamespaceName}
+	infoAttrs  = append([]string{attrProgramID, attrProgramTag, attrProcessPID, attrContainerID, attrK8sPodName}, workloadAttrs...)
+	ownerAttrs = []string{attrOwnerKey, attrProcessPID, attrProcessExecutableName, attrContainerID, attrK8sPodName, attrK8sNamespaceName}
+	// mapWorkloadAttrs key a map at the workload level: what survives a
+	// reload (the map's name and type, the workload of the programs that
+	// use it); mapAttrs add its id at the program level.
+	mapWorkloadAttrs = []string{
+		attrMapName, attrMapType,
+		attrK8sNamespaceName, attrK8sWorkloadKind, attrK8sWorkloadName, attrProcessExecutableName,
+	}
+	mapAttrs         = append([]string{attrMapID}, mapWorkloadAttrs...)
+	programMemAttrs  = append([]string{attrMemoryKind}, programAttrs...)
+	workloadMemAttrs = append([]string{attrMemoryKind}, workloadAttrs...)
+	ownerMemAttrs    = append([]string{attrMemoryKind}, ownerAttrs...)
+	memoryKindAttrs  = []string{attrMemoryKind}
 	attachAttrs      = []string{attrAttachType}
 	exportAttrs      = []string{attrSignal}
 	scanAttrs        = []string{attrScanSource, attrScanFallbackReason}

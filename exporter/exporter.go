@@ -110,6 +110,10 @@ type Exporter struct {
 	push      *pusher // nil: no pushed metric destination (see Config.ScanInterval)
 	progCache map[uint32]cachedAttrs
 	owners    map[string]*aggSeries
+	// mapKeys, mapGroups and mapGen are buildMaps' state (memory.go).
+	mapKeys   map[mapKey]*mapKeyState
+	mapGroups map[uint32]*programGroup
+	mapGen    uint64
 	attach    map[string]*aggSeries
 	workloads map[workloadKey]*workloadSeries
 	// byRank is every workload series, in the order of the last sort
@@ -151,6 +155,8 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 		cfg:       cfg,
 		log:       cfg.Log,
 		progCache: map[uint32]cachedAttrs{},
+		mapKeys:   map[mapKey]*mapKeyState{},
+		mapGroups: map[uint32]*programGroup{},
 		owners:    map[string]*aggSeries{},
 		attach:    map[string]*aggSeries{},
 		workloads: map[workloadKey]*workloadSeries{},
@@ -212,6 +218,11 @@ func (e *Exporter) Update(ctx context.Context, snap *agent.Snapshot) {
 	e.mu.Lock()
 	e.scans++
 	e.scanErrors += int64(snap.Scan.Errors)
+	if snap.MapScan.Error != "" {
+		// The maps were not read: their series are absent, not zero,
+		// and this is where the loss is counted.
+		e.scanErrors++
+	}
 	now := time.Now()
 	e.view = e.buildView(snap, now)
 	e.mu.Unlock()

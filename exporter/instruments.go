@@ -30,7 +30,7 @@ func b2i(b bool) int64 {
 // and workload counters are produced (series.go), capped by --max-programs
 // alone.
 func (e *Exporter) overflow(v *view) int64 {
-	n := max(len(v.info), len(v.owners), len(v.attach))
+	n := max(len(v.info), len(v.owners), len(v.attach), len(v.maps), len(v.memory), len(v.insns))
 	over := 0
 	if e.limit > 0 && n > e.limit-1 {
 		over = n - (e.limit - 1)

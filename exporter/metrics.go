@@ -126,6 +126,48 @@ var metricDefs = []metricDef{
 			}
 		})},
 
+	{"bpf.map.memory", "By", kindGauge, intValue, programLevels, mapAttrs,
+		"Kernel memory of the map (fdinfo memlock: the kernel's map_mem_usage()), one series per owner group (namespace, workload, executable) of the programs that use it: see \"Maps\" below.",
+		fromView(observeMaps(mapMemory, intValue))},
+	{"bpf.map.entries", "{entry}", kindGauge, intValue, programLevels, mapAttrs,
+		"Elements in the map, for the hash family (hash, percpu_hash, lru_hash, lru_percpu_hash, hash_of_maps) where the kernel counts them (bpf_map_sum_elem_count, Linux 6.6+) or --map-count-bound walks them; absent otherwise.",
+		fromView(observeMaps(mapEntries, intValue))},
+	{"bpf.map.max_entries", "{entry}", kindGauge, intValue, programLevels, mapAttrs,
+		"The map's max_entries.",
+		fromView(observeMaps(mapCapacity, intValue))},
+	{"bpf.map.fullness", "1", kindGauge, floatValue, programLevels, mapAttrs,
+		"Entries / max entries, where entries are known.",
+		fromView(observeMaps(mapFullness, floatValue))},
+	{"bpf.program.memory", "By", kindGauge, intValue, programLevels, programMemAttrs,
+		"Kernel memory of the program: bpf.memory.kind=program its own (JIT image + translated instructions + its fdinfo memlock), map the maps it uses (each once).",
+		fromView(observeValues(memorySeries))},
+	{"bpf.program.verified_insns", "{instruction}", kindGauge, intValue, programLevels, programAttrs,
+		"Instructions the verifier processed to load the program (Linux 5.16+): how close it came to the verifier's limit.",
+		fromView(observeValues(insnSeries))},
+
+	{"bpf.map.memory", "By", kindGauge, intValue, workloadLevels, mapWorkloadAttrs,
+		"Kernel memory of the key's maps (same name less a per-instance suffix, same type, used by programs of the same workload), each map once.",
+		fromView(observeMaps(mapMemory, intValue))},
+	{"bpf.map.entries", "{entry}", kindGauge, intValue, workloadLevels, mapWorkloadAttrs,
+		"Elements in the key's hash-family maps, summed; absent where no map of the key has a count.",
+		fromView(observeMaps(mapEntries, intValue))},
+	{"bpf.map.max_entries", "{entry}", kindGauge, intValue, workloadLevels, mapWorkloadAttrs,
+		"max_entries of the key's maps, summed.",
+		fromView(observeMaps(mapCapacity, intValue))},
+	{"bpf.map.fullness", "1", kindGauge, floatValue, workloadLevels, mapWorkloadAttrs,
+		"The fullest of the key's maps (entries / max entries).",
+		fromView(observeMaps(mapFullness, floatValue))},
+	{"bpf.program.memory", "By", kindGauge, intValue, workloadLevels, workloadMemAttrs,
+		"Kernel memory of the key's loaded programs: kind program their own, summed; map the maps they use, each once.",
+		fromView(observeValues(memorySeries))},
+	{"bpf.program.verified_insns", "{instruction}", kindGauge, intValue, workloadLevels, workloadAttrs,
+		"The most instructions the verifier processed for any of the key's loaded programs (Linux 5.16+).",
+		fromView(observeValues(insnSeries))},
+
+	{"bpf.owner.memory", "By", kindGauge, intValue, ownerLevels, ownerMemAttrs,
+		"Kernel memory of the owner's programs: kind program their own, map the maps they use, each once.",
+		fromView(observeValues(memorySeries))},
+
 	{"bpf.owner.run.count", "{run}", kindCounter, intValue, ownerLevels, ownerAttrs,
 		"Runs of the owner's programs since the agent started.",
 		runsFromView(aggInt(ownerSeries, accRuns))},
@@ -164,6 +206,24 @@ var metricDefs = []metricDef{
 			}
 		})},
 
+	{"bpf.node.memory", "By", kindGauge, intValue, allLevels, memoryKindAttrs,
+		"Kernel memory of every BPF program (kind program) and every map (kind map) on the node, each once: maps only their programs use, pinned maps, maps a process holds by fd alone. The map figure only where the agent reads maps (not with --no-maps).",
+		fromView(observeNodeMemory)},
+	{"bpf.agent.maps", "{map}", kindGauge, intValue, allLevels, noAttrs,
+		"Maps the latest scan saw (absent with --no-maps).",
+		fromView(func(v *view, s sink) {
+			if v.node.mapsRead {
+				s.Int(int64(v.node.count), empty)
+			}
+		})},
+	{"bpf.agent.map_scan.source", "", kindGauge, intValue, allLevels, scanAttrs,
+		"1, for the source the latest scan read maps from: iterator (one iter/bpf_map read) or syscall, with the reason the iterator is not used.",
+		fromView(func(v *view, s sink) {
+			if v.node.mapsRead {
+				s.Int(1, v.node.source)
+			}
+		})},
+
 	{"bpf.agent.scan.duration", "s", kindHistogram, floatValue, allLevels, noAttrs,
 		"Time one scan of the kernel's programs, links and owners took.",
 		recordedPerScan},
@@ -180,7 +240,7 @@ var metricDefs = []metricDef{
 		"Links the latest scan saw.",
 		fromView(func(v *view, s sink) { s.Int(int64(v.linksSeen), empty) })},
 	{"bpf.agent.scan.errors", "{error}", kindCounter, intValue, allLevels, noAttrs,
-		"Objects a scan could not read (not counting objects that vanished), plus failed scans.",
+		"Objects a scan could not read (not counting objects that vanished), plus failed scans, and scans whose map read failed (their map figures are absent).",
 		fromView(func(v *view, s sink) { s.Int(v.scanErrors, empty) })},
 	{"bpf.agent.stats.enabled", "", kindGauge, intValue, allLevels, noAttrs,
 		"1 while the kernel accrues run counts and run time (BPF_ENABLE_STATS fd or kernel.bpf_stats_enabled), else 0.",

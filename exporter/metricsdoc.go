@@ -149,6 +149,47 @@ that pod (` + "`k8s.*`" + ` from the API).
 
 `
 
+// mapsDoc is the rollup rule of the memory and map metrics (memory.go,
+// agent.MapMemory), checked by TestMapRollups and exporter/e2e's
+// TestMapsToPrometheus.
+const mapsDoc = `## Maps and memory
+
+BPF maps and programs live in kernel memory that no process's RSS shows, and a full hash map
+makes updates fail: the program drops what it meant to record. The agent reads every map on the
+node at each scan (` + "`iter/bpf_map`" + `, else one syscall walk; ` + "`bpf.agent.map_scan.source`" + ` says
+which) without holding its fds; ` + "`--no-maps`" + ` turns it off, and every map figure is then absent,
+not zero. A map's memory is the kernel's own figure (fdinfo ` + "`memlock`" + `, ` + "`map_mem_usage()`" + `); its
+entries are the kernel's element count for the hash family (` + "`bpf_map_sum_elem_count`" + `, Linux 6.6+;
+on older kernels only with ` + "`--map-count-bound`" + `, a walk of the keys), absent for other types, and
+then so is its fullness (entries / max entries). A program's own memory (` + "`bpf.memory.kind`" + `
+program) is its JIT image plus its translated instructions plus its fdinfo memlock; the maps it
+uses are kind map.
+
+**Rollup rule: a map shared by several programs is counted once per node and once per rollup
+it belongs to.** Programs use maps through their ` + "`map_ids`" + `:
+
+| rollup | a map counts |
+| --- | --- |
+| ` + "`bpf.node.memory`" + ` (every level) | once per node, with or without programs (pinned maps, maps a process holds by fd alone) |
+| a program (` + "`bpf.program.memory{bpf.memory.kind=\"map\"}`" + `, ` + "`program`" + ` level) | once in each program that uses it |
+| a workload key (` + "`bpf.program.memory`" + `, ` + "`workload`" + ` level) | once per key, however many of the key's programs use it |
+| an owner (` + "`bpf.owner.memory`" + `) | once per owner |
+| a map series (` + "`bpf.map.*`" + `) | once per owner group of the programs that use it: namespace, workload kind and name, executable (a map with no owned program: one series without them). At the ` + "`workload`" + ` level the series is keyed by the map's name (a suffix made per instance as ` + "`*`" + `, as program names) and type and that group, never by id: a reloaded map continues its series; memory, entries and max entries are summed over the key's maps, fullness is the fullest. At the ` + "`program`" + ` level each map has its id. |
+
+So the map rows of one workload sum to that workload's map memory with each map once, and
+summing a rollup across rollups counts a shared map as often as it is shared: the node total is
+` + "`bpf.node.memory`" + `, never a sum of the others. Map series are not chosen by
+` + "`--max-programs`" + ` (one per map and owner group at the ` + "`program`" + ` level, one per name, type
+and owner group at the ` + "`workload`" + ` level), only held to the SDK's cardinality limit it sets
+(2 × the cap + 64 series per metric): series over it fold into ` + "`otel.metric.overflow`" + ` and are
+counted in ` + "`bpf.agent.programs.dropped`" + `.
+
+Which maps fail when full: ` + "`hash`, `percpu_hash`, `hash_of_maps`" + ` refuse a new key (-E2BIG)
+once at max entries (BPFMapNearlyFull alerts on them); ` + "`lru_hash`" + ` and ` + "`lru_percpu_hash`" + ` evict
+the least recently used key instead (full is their steady state); arrays are always full.
+
+`
+
 // seriesDoc states the series per node of each level, checked against a
 // real Prometheus by exporter/e2e's fleet test (TestFleetSmall asserts the
 // workload level's stay put across reloads; make bench BENCH=fleet prints
@@ -159,16 +200,21 @@ Prometheus series one node adds (the OTLP points of one export, plus ` + "`targe
 A attach types that have programs, C calibrated attach types, O owners, P programs exported,
 P_m of them with a recursion_misses counter (Linux 5.12+: all), L kprobe links with a missed
 count, K workload keys (distinct name, type, attach type and target class, miss kind, namespace,
-workload, executable: see "Series that stay put"), K_m and K_l the keys with a misses counter and with kprobe links:
+workload, executable: see "Series that stay put"), K_m and K_l the keys with a misses counter and with kprobe links;
+M map series ("Maps and memory": at the ` + "`program`" + ` level about one per map, at the ` + "`workload`" + ` level one per map name, type and
+workload), M_h of them with entries (the hash family):
 
 | level | series per node | grows with reloads |
 | --- | --- | --- |
 | ` + "`attach-type`" + ` | B + 5A + C | no |
-| ` + "`owner`" + ` | B + 5A + C + 4O | by 4 per restarted owner (pid / container / pod) |
-| ` + "`workload`" + ` (default) | B + 5A + C + 2K + K_m + K_l (+ P with ` + "`--program-info`" + `) | no (the info metric: by P per reload) |
-| ` + "`program`" + ` | B + 5A + C + 2P + P_m + L | by 2P + P_m + L per reload of all programs |
+| ` + "`owner`" + ` | B + 5A + C + 6O | by 6 per restarted owner (pid / container / pod) |
+| ` + "`workload`" + ` (default) | B + 5A + C + 5K + K_m + K_l + 2M + 2M_h (+ P with ` + "`--program-info`" + `) | no (the info metric: by P per reload) |
+| ` + "`program`" + ` | B + 5A + C + 5P + P_m + L + 2M + 2M_h | by 5P + P_m + L + 2M + 2M_h per reload of all programs and their maps |
 
-B is the agent's own, 28–29 in the runs below: its gauges and counters, ` + "`bpf.agent.export.errors`" + ` for 2
+5K and 5P: run count, run time, memory of two kinds, verified instructions (Linux 5.16+). B is the
+agent's own, 28–29 in the runs below, 4 more since the map metrics (` + "`bpf.node.memory`" + ` of two
+kinds, ` + "`bpf.agent.maps`, `bpf.agent.map_scan.source`" + `), which the measured figures below
+predate: its gauges and counters, ` + "`bpf.agent.export.errors`" + ` for 2
 signals, the scan duration histogram (12 buckets, +Inf, sum, count), ` + "`target_info`" + `, and with
 calibration the stats-cost and stats-tax gauges (one per measured kind and program type). K ≤ P: K = P when every
 program has its own name (the worst case), K ≪ P where one workload loads the same program many
@@ -196,7 +242,9 @@ BenchmarkExport, in one process with the scan; gzip is about 1 ms of it).
 Pod restarts alone (` + "`TestBenchFleetPodChurn`" + `: 300 pods with the 6 per-pod kinds, 1,800 programs,
 restarted 3 times): per kind 12 series (9 for tc, tcx, XDP) in one generation and 12 (9) ever,
 1.00×; keyed by cgroup path and interface name they would be 900 per kind in one generation and
-3,600 ever (4.00×). ` + "`TestPodChurnSeries`" + ` (` + "`make test`" + `) checks the same with 12 pods.
+3,600 ever (4.00×). ` + "`TestPodChurnSeries`" + ` (` + "`make test`" + `) checks the same with 12 pods (since the
+memory series, 20 series per kind, 15 for tc, tcx, XDP, in one generation and ever: its agent reads no
+maps, so ` + "`bpf.program.memory`" + ` of kind program and ` + "`bpf.program.verified_insns`" + ` add 2 per key).
 
 `
 
@@ -256,6 +304,7 @@ func MetricsDoc() string {
 	b.WriteString("\n")
 	b.WriteString(statsTaxDoc)
 	b.WriteString(stableDoc)
+	b.WriteString(mapsDoc)
 	b.WriteString(seriesDoc)
 	b.WriteString(spanDoc)
 	b.WriteString(lossDoc)
@@ -275,7 +324,7 @@ Nothing the agent drops goes uncounted:
 | the span export queue | a span the full queue refuses (a long backend outage), every span of a batch the backend did not take after the exporter's retries | ` + "`bpf.agent.spans.dropped`" + ` | ` + "`TestSpanQueueCountsEveryLoss`" + `, ` + "`TestSpansDeliveredOrCounted`" + ` (real Jaeger), ` + "`TestSoakFlappingCollector`" + ` |
 | a metric export | the points of an export the backend refused or never answered; the counters are cumulative, so the next export that gets through carries the totals | ` + "`bpf.agent.export.errors{signal=\"metrics\"}`" + ` | ` + "`TestBackendFaults`" + `; the totals recovered: ` + "`TestSoakFlappingCollector`" + ` (real Prometheus) |
 | ` + "`--max-programs`" + ` and the SDK's cardinality limit | program series (or workload keys) left out of an export; series folded into ` + "`otel.metric.overflow`" + ` | ` + "`bpf.agent.programs.dropped`" + ` | ` + "`TestMaxProgramsDropsAndCounts`" + ` |
-| a scan | an object the scan could not read (one that vanished meanwhile is not a loss), or the whole scan | ` + "`bpf.agent.scan.errors`" + `; ` + "`bpf.agent.scans`" + ` stops growing | ` + "`TestScanErrorsCounted`" + `; a vanished object is no error: ` + "`TestTransientClassification`" + `, ` + "`TestLinksChurningUnderScan`" + ` |
+| a scan | an object the scan could not read (one that vanished meanwhile is not a loss), or the whole scan, or its maps (every map figure then absent, not zero) | ` + "`bpf.agent.scan.errors`" + `; ` + "`bpf.agent.scans`" + ` stops growing | ` + "`TestScanErrorsCounted`" + `, ` + "`TestNoMapsNoMapSeries`" + ` (maps); a vanished object is no error: ` + "`TestTransientClassification`" + `, ` + "`TestLinksChurningUnderScan`" + ` |
 | an episode's events | intervals beyond the first 64 of one episode | the span's ` + "`bpf.episode.truncated`" + ` | ` + "`TestEpisodeIntervalsBounded`" + ` |
 | the sampled mode's record of an interval | more stats events than it keeps: the interval is estimated, not exact | ` + "`bpf.agent.stats.exact`" + ` is 0 for it | ` + "`TestCoverageSpan`" + ` |
 | the load/unload watcher's ring | overwritten load or unload records: the next scan walks every program, so no count is lost | the API's ` + "`scan.walk_reason`" + ` ("load/unload records lost") | ` + "`TestSteadyReadLost`" + ` |

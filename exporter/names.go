@@ -22,11 +22,17 @@ func PrometheusName(name string) (string, error) {
 
 // prometheusName is the name Prometheus' OTLP receiver gives the metric
 // with its default translation (underscores, unit suffix, _total on
-// counters); exporter/e2e checks these against a real Prometheus.
+// counters, _ratio on gauges of unit 1); exporter/e2e checks these against
+// a real Prometheus.
 func (d metricDef) prometheusName() string {
 	n := strings.ReplaceAll(d.Name, ".", "_")
-	if d.Unit == "s" {
+	switch {
+	case d.Unit == "s":
 		n += "_seconds"
+	case d.Unit == "By":
+		n += "_bytes"
+	case d.Unit == "1" && d.Kind == kindGauge:
+		n += "_ratio"
 	}
 	if d.Kind == kindCounter {
 		n += "_total"

@@ -85,3 +85,36 @@ func benchUpdate(b *testing.B, level Level, busy bool, mode agent.StatsMode) {
 		}
 	}
 }
+
+// BenchmarkUpdateMaps is Update's map and memory work (memory.go) at
+// 1,000 idle programs with distinct names, each with a hash map of its
+// own and one of 100 maps shared by 10 programs: 1,100 maps, every map
+// series and memory rollup rebuilt each scan.
+func BenchmarkUpdateMaps(b *testing.B) {
+	for _, level := range []Level{LevelWorkload, LevelProgram} {
+		b.Run(level.String(), func(b *testing.B) {
+			e, err := New(context.Background(), Config{Level: level, MaxPrograms: 1000})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer e.Shutdown(context.Background())
+			now := time.Now()
+			ps := make([]agent.ProgramStat, 1000)
+			maps := make([]agent.Map, 0, 1100)
+			for i := range ps {
+				id := uint32(i + 1)
+				ps[i] = podProg(id, fmt.Sprintf("flt_%04d", i), "w", "w-1", 100, now.Add(-time.Hour), 10, 0)
+				ps[i].MapIDs = []uint32{id, 10_000 + id%100}
+				maps = append(maps, bpfMap(id, fmt.Sprintf("own_%04d", i), "hash", 4096, 100, i%100))
+			}
+			for i := range 100 {
+				maps = append(maps, bpfMap(uint32(10_000+i), fmt.Sprintf("shared_%02d", i), "array", 512, 4, -1))
+			}
+			snap := withMaps(snapshot(1, ps...), maps...)
+			for n := 0; b.Loop(); n++ {
+				snap.Seq, snap.Time = uint64(n+2), snap.Time.Add(10*time.Second)
+				e.Update(context.Background(), snap)
+			}
+		})
+	}
+}

@@ -34,6 +34,15 @@ type view struct {
 	stats                    statsView
 	profiles                 []profileSeries
 	scanSource               attribute.Set
+
+	// Memory and maps (memory.go): the node's totals at every level; per
+	// map key at the program and workload levels; bpf.*.memory per
+	// program, workload key or owner; verified instructions per program
+	// or key.
+	node   nodeMemory
+	maps   []mapSeries
+	memory []valueSeries
+	insns  []valueSeries
 }
 
 // statsView is what the stats-mode and stats-tax metrics read.
@@ -73,6 +82,8 @@ type aggSeries struct {
 	acc      accumulator
 	programs int
 	overhead *float64 // seconds; attach types only
+	// memSets: attrs with each bpf.memory.kind; owners only (memory.go).
+	memSets [2]attribute.Set
 }
 
 type accumulator struct {
@@ -98,6 +109,8 @@ type cachedAttrs struct {
 	key   programKey
 	attrs []attribute.KeyValue
 	set   attribute.Set
+	// memSets: set with each bpf.memory.kind, made on first use.
+	memSets [2]attribute.Set
 }
 
 // primaryOwner picks the owner the program's series carry: a process that
@@ -227,14 +240,21 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 			attribute.String(attrScanFallbackReason, s.Scan.FallbackReason)),
 	}
 
+	byID := buildNodeMemory(s, v)
+	if byID != nil && (e.cfg.Level == LevelProgram || e.cfg.Level == LevelWorkload) {
+		e.buildMaps(s, v)
+	}
+
 	if e.cfg.Level == LevelProgram {
 		sel := selectPrograms(s.Programs, e.cfg.MaxPrograms)
 		v.dropped = len(s.Programs) - len(sel)
 		v.programs = make([]programSeries, 0, len(sel))
+		v.memory = make([]valueSeries, 0, memorySeriesPer(v)*len(sel))
 		for _, i := range sel {
 			p := &s.Programs[i].Program
 			c := e.programAttrs(p)
 			v.programs = append(v.programs, programSeries{attrs: c.set, start: p.LoadTime, runs: p.RunCount, runTimeNs: p.RunTimeNs, misses: p.RecursionMisses})
+			e.programMemory(v, c, p, byID)
 			for _, l := range p.Links {
 				if l.Missed == nil {
 					continue
@@ -261,6 +281,7 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 
 	if e.cfg.Level == LevelWorkload {
 		e.buildWorkloads(s, v, now)
+		workloadMemory(v, byID)
 	}
 
 	if e.cfg.Level == LevelOwner {
@@ -278,6 +299,7 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 			a.programs = len(o.ProgramIDs)
 			v.owners = append(v.owners, *a)
 		}
+		e.ownerMemory(s, v, byID)
 		for k := range e.owners {
 			if !live[k] {
 				delete(e.owners, k)

@@ -29,17 +29,14 @@ type workloadKey struct {
 }
 
 func workloadKeyOf(p *agent.Program) workloadKey {
-	o := primaryOwner(p)
+	g := groupOf(p)
 	k := workloadKey{
 		name: stableName(p.Name), typ: p.Type, attachType: p.AttachType, target: p.AttachTarget, missKind: p.MissKind,
-		namespace: o.PodNamespace, exe: exeName(o.Comm, o.Exe),
+		namespace: g.namespace, kind: g.kind, workload: g.workload, exe: g.exe,
 	}
 	if p.TargetClass != "" {
 		k.target = p.TargetClass
 	}
-	// A pod without a controller (a bare pod, a static pod) is its own
-	// workload: its name is as stable as it gets.
-	k.kind, k.workload = o.Workload()
 	return k
 }
 
@@ -123,6 +120,11 @@ type workloadSeries struct {
 	// programs.
 	start    time.Time
 	lastSeen time.Time
+	// mem is what the key's loaded programs hold this scan (memory.go);
+	// memSets are attrs with each bpf.memory.kind (program, map), made
+	// the first time the key is exported with its memory.
+	mem     keyMemory
+	memSets [2]attribute.Set
 }
 
 // programLast is what a program had counted at the previous scan, and
@@ -167,6 +169,7 @@ func linkMissed(p *agent.Program) (uint64, bool) {
 func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 	for _, w := range e.byRank {
 		w.loaded = 0
+		w.mem = keyMemory{mapIDs: w.mem.mapIDs[:0]}
 	}
 	e.gen++
 	for i, entry := range s.Programs {
@@ -175,6 +178,7 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 			// Idle since the last scan (most programs, most scans): its
 			// key, counters and info set are the last scan's.
 			prev.w.loaded++
+			prev.w.mem.add(&entry.Program)
 			prev.w.lastSeen = now
 			prev.gen = e.gen
 			if e.cfg.ProgramInfo {
@@ -240,6 +244,7 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 		w.acc.misses += growth(cur.misses, last.misses)
 		w.acc.linkMissed += growth(cur.linkMissed, last.linkMissed)
 		w.loaded++
+		w.mem.add(p)
 		w.lastSeen = now
 		if prev == nil {
 			prev = &programLast{}

@@ -192,6 +192,31 @@ func ownerRunTime(n *names, sel, by string) string {
 const workload = "k8s_namespace_name, k8s_workload_kind, k8s_workload_name, k8s_pod_name, container_id, process_executable_name"
 const workloadLegend = "{{k8s_namespace_name}} {{k8s_workload_kind}}/{{k8s_workload_name}} {{k8s_pod_name}} {{process_executable_name}}"
 
+// mapWorkload is what a map series (and a workload key's memory) says of
+// its owner: the workload and executable, never the pod (METRICS.md, "Maps
+// and memory").
+const mapWorkload = "k8s_namespace_name, k8s_workload_kind, k8s_workload_name, process_executable_name"
+const mapWorkloadLegend = "{{k8s_namespace_name}} {{k8s_workload_kind}}/{{k8s_workload_name}} {{process_executable_name}}"
+
+// memoryByWorkload is the node's BPF memory by workload: the maps of each
+// workload (the map series of one workload hold each of its maps once) and
+// its programs' own memory, and the node's total, each map once.
+func memoryByWorkload(n *names, sel string) []*prometheus.DataqueryBuilder {
+	return []*prometheus.DataqueryBuilder{
+		query(fmt.Sprintf("sum by (%s) (%s{%s})", mapWorkload, n.m("bpf.map.memory"), sel), "maps of "+mapWorkloadLegend),
+		query(fmt.Sprintf(`sum by (%s) (%s{%s, bpf_memory_kind="program"})`, mapWorkload, n.m("bpf.program.memory"), sel), "programs of "+mapWorkloadLegend),
+		query(fmt.Sprintf("sum by (instance) (%s{%s})", n.m("bpf.node.memory"), sel), "{{instance}} total"),
+	}
+}
+
+// fullestMaps is the k fullest maps (entries / max entries, the hash
+// family) by name, type and workload, across reloads.
+func fullestMaps(n *names, sel, by string, k int) string {
+	return fmt.Sprintf("topk(%d, max by (%s, bpf_map_name, bpf_map_type, %s) (%s{%s}))", k, by, mapWorkload, n.m("bpf.map.fullness"), sel)
+}
+
+const fullestLegend = "{{bpf_map_name}} ({{bpf_map_type}}) " + mapWorkloadLegend
+
 func fleet(n *names) *dashboard.DashboardBuilder {
 	b := base("bpfleet / Fleet", "bpfleet-fleet",
 		"BPF programs across the fleet: recursion misses, cost by attach type and workload, agent health. Metrics: exporter/METRICS.md.")
@@ -225,6 +250,12 @@ func fleet(n *names) *dashboard.DashboardBuilder {
 			query(fmt.Sprintf("sum by (bpf_attach_type) (%s)\n/\nsum by (bpf_attach_type) (%s)", rate(atRunTime, fleetSel), rate(atRunCount, fleetSel)), "{{bpf_attach_type}}"))).
 		WithPanel(series("CPU time by node", "Time all BPF programs ran on each node, in CPUs.", "percentunit", 12,
 			query(fmt.Sprintf("sum by (instance) (%s)", rate(atRunTime, fleetSel)), "{{instance}}")))
+
+	b = b.WithRow(dashboard.NewRowBuilder("Memory and maps")).
+		WithPanel(series("BPF memory by node", "Kernel memory of every BPF program and map on each node, each map once (in no process's RSS).", "bytes", 12,
+			query(fmt.Sprintf("sum by (instance, bpf_memory_kind) (%s{%s})", n.m("bpf.node.memory"), fleetSel), "{{instance}} {{bpf_memory_kind}}"))).
+		WithPanel(series("Fullest maps", "The 10 fullest hash-family maps of the selected nodes (entries / max entries), by node, map name and type, workload; hash, percpu_hash and hash_of_maps refuse new keys when full (BPFMapNearlyFull), LRU maps evict.", "percentunit", 12,
+			query(fullestMaps(n, fleetSel, "instance", 10), "{{instance}} "+fullestLegend)))
 
 	b = b.WithRow(dashboard.NewRowBuilder("Stats tax and the agent's cost")).
 		WithPanel(series("Stats tax by node", "CPU seconds per second (in CPUs) that BPF run-time stats accounting adds on each node now, and what it would add with stats always on. Absent where it cannot be measured (stats held by another tool, calibration off).", "percentunit", 8,
@@ -283,6 +314,20 @@ func node(n *names) *dashboard.DashboardBuilder {
 			query(fmt.Sprintf("topk(10, sum by (bpf_program_name, bpf_program_id, bpf_attach_type) (%s)\n/\nsum by (bpf_program_name, bpf_program_id, bpf_attach_type) (%s))", rate(runTime, nodeSel), rate(runCount, nodeSel)), progLegend))).
 		WithPanel(series("CPU time by workload", "Time the programs each workload holds ran, in CPUs.", "percentunit", 12,
 			query(ownerRunTime(n, nodeSel, workload), workloadLegend)))
+
+	b = b.WithRow(dashboard.NewRowBuilder("Memory and maps")).
+		WithPanel(single("BPF memory", "Kernel memory of every BPF program and map on the node, each once.", "bytes", 6,
+			query(fmt.Sprintf("sum(%s{%s})", n.m("bpf.node.memory"), nodeSel), ""))).
+		WithPanel(single("Maps", "Maps on the node at the latest scan.", "none", 6,
+			query(fmt.Sprintf("max(%s{%s})", n.m("bpf.agent.maps"), nodeSel), ""))).
+		WithPanel(single("Fullest map", "The fullest hash-family map's entries / max entries.", "percentunit", 6,
+			query(fmt.Sprintf("max(%s{%s})", n.m("bpf.map.fullness"), nodeSel), ""))).
+		WithPanel(single("Map memory", "Kernel memory of the node's maps, each once.", "bytes", 6,
+			query(fmt.Sprintf(`sum(%s{%s, bpf_memory_kind="map"})`, n.m("bpf.node.memory"), nodeSel), ""))).
+		WithPanel(series("BPF memory by workload", "The maps each workload's programs use (each map once per workload; a map shared by several workloads is in each) and the programs' own memory (JIT image, instructions), by namespace, workload and executable; and the node's total, each map once. Maps no owned program uses have no workload.", "bytes", 12,
+			memoryByWorkload(n, nodeSel)...)).
+		WithPanel(series("Fullest maps", "The 10 fullest hash-family maps (entries / max entries) by name, type and workload, continued across reloads; hash, percpu_hash and hash_of_maps refuse new keys when full (BPFMapNearlyFull), LRU maps evict.", "percentunit", 12,
+			query(fullestMaps(n, nodeSel, "instance", 10), fullestLegend)))
 
 	b = b.WithRow(dashboard.NewRowBuilder("Agent")).
 		WithPanel(series("Scan duration", "Time one scan took: median and 99th percentile.", "s", 12,

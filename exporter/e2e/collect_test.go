@@ -26,6 +26,7 @@ import (
 // data from that Prometheus.
 func TestAgentThroughCollector(t *testing.T) {
 	c, id := canarytest.Load(t)
+	holdHashMap(t)
 	prom := backends.StartPrometheus(t)
 	jg := backends.StartJaeger(t)
 	start := time.Now()
@@ -77,6 +78,7 @@ func TestAgentThroughCollector(t *testing.T) {
 // the dashboards are checked at both levels.
 func TestPrometheusScrape(t *testing.T) {
 	c, id := canarytest.Load(t)
+	holdHashMap(t)
 	scraped := func(node string, args ...string) (*agentProc, backends.ScrapeTarget) {
 		port := strconv.Itoa(backends.FreePort(t))
 		a := startAgent(t, []string{

@@ -188,6 +188,7 @@ func release(t *testing.T) string {
 // flagged and flushed.
 func TestAgentToPrometheusAndJaeger(t *testing.T) {
 	c, id := canarytest.Load(t)
+	holdHashMap(t)
 	start := time.Now()
 	prom := backends.StartPrometheus(t)
 	t.Logf("Prometheus ready in %v", time.Since(start).Round(time.Millisecond))

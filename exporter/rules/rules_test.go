@@ -34,8 +34,9 @@ func TestRulesUnit(t *testing.T) {
 // TestRulesThousandNodes runs the rules over a generated fleet of 1,000
 // nodes (two CPU models, every node with a workload-level program series
 // and agent series): one node's calibrated overhead regresses, one node's
-// program misses, one node is drained (its agent stops cleanly) and one
-// node's kernel is upgraded. Exactly those alerts fire, and the join on
+// program misses, one node is drained (its agent stops cleanly), one
+// node's kernel is upgraded and one node's hash map fills (every node has
+// one, half full). Exactly those alerts fire, and the join on
 // target_info holds for every node.
 func TestRulesThousandNodes(t *testing.T) {
 	const nodes = 1000
@@ -48,7 +49,7 @@ func TestRulesThousandNodes(t *testing.T) {
 	fmt.Fprintf(&b, "rule_files:\n  - %s\nevaluation_interval: 1m\ntests:\n  - name: 1000 nodes\n    interval: 1m\n    input_series:\n", abs)
 	series := func(s, values string) { fmt.Fprintf(&b, "      - series: '%s'\n        values: '%s'\n", s, values) }
 	node := func(i int) string { return fmt.Sprintf("node-%04d", i) }
-	const regressed, missing, drained, upgraded = 7, 500, 998, 321
+	const regressed, missing, drained, upgraded, full = 7, 500, 998, 321, 654
 	for i := range nodes {
 		n := node(i)
 		cpu := "AMD EPYC"
@@ -79,6 +80,11 @@ func TestRulesThousandNodes(t *testing.T) {
 			misses = "0x20 0+10x20"
 		}
 		series(fmt.Sprintf(`bpf_program_recursion_misses_total{job="bpfleet-agent",instance="%s",bpf_program_name="probe",bpf_miss_kind="recursion",bpf_attach_type="tp_btf",k8s_namespace_name="obs",k8s_workload_kind="DaemonSet",k8s_workload_name="tracer",process_executable_name="tracer"}`, n), misses)
+		fullness := "0.5" + life
+		if i == full {
+			fullness = "0.5x5 0.97x35"
+		}
+		series(fmt.Sprintf(`bpf_map_fullness_ratio{job="bpfleet-agent",instance="%s",bpf_map_name="flows",bpf_map_type="hash",k8s_namespace_name="obs",k8s_workload_kind="DaemonSet",k8s_workload_name="tracer",process_executable_name="tracer"}`, n), fullness)
 	}
 	fmt.Fprintf(&b, `    alert_rule_test:
       - eval_time: 35m
@@ -94,6 +100,13 @@ func TestRulesThousandNodes(t *testing.T) {
             exp_annotations:
               summary: "BPF program probe on %[2]s is skipping runs (recursion misses growing)"
               description: "The kernel skipped runs of this tp_btf program because its recursion guard was held: the tool that owns it (tracer, DaemonSet obs/tracer) is blind to those events."
+      - eval_time: 25m
+        alertname: BPFMapNearlyFull
+        exp_alerts:
+          - exp_labels: {severity: warning, job: bpfleet-agent, instance: %[4]s, bpf_map_name: flows, bpf_map_type: hash, k8s_namespace_name: obs, k8s_workload_kind: DaemonSet, k8s_workload_name: tracer, process_executable_name: tracer}
+            exp_annotations:
+              summary: "BPF map flows on %[4]s is 97%% full"
+              description: "A hash map refuses new keys at max_entries: the programs that use it (tracer, DaemonSet obs/tracer) silently drop what they meant to record. Raise max_entries, or find what fills it (bpfleet maps)."
       - eval_time: 25m
         alertname: BPFleetAgentDown
         exp_alerts: []
@@ -111,7 +124,7 @@ func TestRulesThousandNodes(t *testing.T) {
         exp_samples:
           - labels: '{}'
             value: 1
-`, node(regressed), node(missing), nodes)
+`, node(regressed), node(missing), nodes, node(full))
 	f := filepath.Join(dir, "fleet_test.yaml")
 	if err := os.WriteFile(f, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
