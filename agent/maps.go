@@ -156,18 +156,41 @@ func ProgramMemory(p *Program) uint64 {
 
 // MapMemory sums the memory of the maps named by ids, each counted once
 // however often it is named: the rollup rule for a program, a workload, an
-// owner or the node (exporter/METRICS.md, "Maps").
+// owner or the node (exporter/METRICS.md, "Maps and memory").
 func MapMemory(byID map[uint32]*Map, ids ...[]uint32) uint64 {
-	seen := map[uint32]bool{}
+	var s MapSummer
+	return s.Sum(byID, ids...)
+}
+
+// MapSummer is MapMemory for callers that sum many times a scan (the
+// exporter, once per workload key): it keeps its set of ids seen between
+// calls instead of making one each time.
+type MapSummer struct{ seen map[uint32]struct{} }
+
+// Sum is MapMemory.
+func (s *MapSummer) Sum(byID map[uint32]*Map, ids ...[]uint32) uint64 {
 	var n uint64
+	add := func(id uint32) {
+		if m := byID[id]; m != nil && m.MemoryBytes != nil {
+			n += *m.MemoryBytes
+		}
+	}
+	if len(ids) == 1 {
+		// One program's map_ids: the kernel lists each map once.
+		for _, id := range ids[0] {
+			add(id)
+		}
+		return n
+	}
+	if s.seen == nil {
+		s.seen = map[uint32]struct{}{}
+	}
+	clear(s.seen)
 	for _, l := range ids {
 		for _, id := range l {
-			if seen[id] {
-				continue
-			}
-			seen[id] = true
-			if m := byID[id]; m != nil && m.MemoryBytes != nil {
-				n += *m.MemoryBytes
+			if _, dup := s.seen[id]; !dup {
+				s.seen[id] = struct{}{}
+				add(id)
 			}
 		}
 	}

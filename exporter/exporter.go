@@ -123,6 +123,16 @@ type Exporter struct {
 	progLast map[uint32]*programLast
 	gen      uint64 // Updates so far: marks the programs each one saw
 	keySeq   uint64 // workload keys created so far
+	// keysMoved says the last buildWorkloads met a program it had not
+	// seen, one under another key, or a program set of another size: the
+	// keys' memory (which counters do not change) may have moved.
+	// progsLast is that size, prevMaps the last snapshot's maps (never
+	// written).
+	keysMoved bool
+	progsLast int
+	prevMaps  []agent.Map
+	// sum sums map memory without a set per call.
+	sum agent.MapSummer
 	spans    spanState
 	scans    int64
 	// scanErrors counts unreadable objects and failed scans.

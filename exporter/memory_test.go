@@ -287,3 +287,45 @@ func TestMapStateForgetsUnloaded(t *testing.T) {
 		t.Errorf("after 5 reloads: %d map keys, %d program groups kept; want 2 and 1", len(e.mapKeys), len(e.mapGroups))
 	}
 }
+
+// TestWorkloadMemoryFollowsChanges: a scan that changes nothing the memory
+// comes from reuses the last scan's series (memory.go), so every change
+// must still show: a map's memory moving, a program moving to another
+// key, a program loaded beside the others.
+func TestWorkloadMemoryFollowsChanges(t *testing.T) {
+	e, r, _ := newTestExporter(t, Config{Level: LevelWorkload})
+	mem := func(kind, workload string) float64 {
+		t.Helper()
+		got, _ := collect(t, r)
+		for _, p := range got["bpf.program.memory"] {
+			k, _ := p.attrs.Value(attrMemoryKind)
+			w, _ := p.attrs.Value(attrK8sWorkloadName)
+			if k.AsString() == kind && w.AsString() == workload {
+				return p.value
+			}
+		}
+		return -1
+	}
+	ctx := context.Background()
+	update := func(seq uint64, workload string, memory uint64, progs ...agent.ProgramStat) {
+		ps := append([]agent.ProgramStat{memProg(1, "enter", "obs", workload, "tracer", 10)}, progs...)
+		e.Update(ctx, withMaps(snapshot(seq, ps...), bpfMap(10, "events", "hash", memory, 100, 5)))
+	}
+	update(1, "tracer", 4096)
+	if m := mem("map", "tracer"); m != 4096 {
+		t.Fatalf("map memory %v, want 4096", m)
+	}
+	update(2, "tracer", 4096)
+	update(3, "tracer", 8192) // a NO_PREALLOC hash grew
+	if m := mem("map", "tracer"); m != 8192 {
+		t.Errorf("after the map grew: %v, want 8192", m)
+	}
+	update(4, "tracer2", 8192) // the same program, now another workload's
+	if m, old := mem("map", "tracer2"), mem("map", "tracer"); m != 8192 || old > 0 {
+		t.Errorf("after the move: new key %v, old key %v; want 8192 and nothing", m, old)
+	}
+	update(5, "tracer2", 8192, memProg(2, "exit", "obs", "tracer2", "tracer", 10))
+	if m := mem("map", "tracer2"); m != 8192 {
+		t.Errorf("a second program of the key using the same map: %v, want it counted once: 8192", m)
+	}
+}

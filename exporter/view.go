@@ -281,7 +281,7 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 
 	if e.cfg.Level == LevelWorkload {
 		e.buildWorkloads(s, v, now)
-		workloadMemory(v, byID)
+		e.workloadMemory(s, v, byID, e.view)
 	}
 
 	if e.cfg.Level == LevelOwner {

@@ -172,6 +172,8 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 		w.mem = keyMemory{mapIDs: w.mem.mapIDs[:0]}
 	}
 	e.gen++
+	e.keysMoved = len(s.Programs) != e.progsLast
+	e.progsLast = len(s.Programs)
 	for i, entry := range s.Programs {
 		prev := e.progLast[entry.ID]
 		if prev != nil && prev.entry == entry {
@@ -192,6 +194,8 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 		if prev != nil && prev.key == k {
 			w = prev.w
 		} else {
+			// New, or under another key: the keys' memory moved.
+			e.keysMoved = true
 			w = e.workloads[k]
 		}
 		if w == nil {
