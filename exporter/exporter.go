@@ -132,9 +132,9 @@ type Exporter struct {
 	progsLast int
 	prevMaps  []agent.Map
 	// sum sums map memory without a set per call.
-	sum agent.MapSummer
-	spans    spanState
-	scans    int64
+	sum   agent.MapSummer
+	spans spanState
+	scans int64
 	// scanErrors counts unreadable objects and failed scans.
 	scanErrors int64
 
