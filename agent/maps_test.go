@@ -2,11 +2,7 @@ package agent
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -14,27 +10,8 @@ import (
 
 	"github.com/bpfleet/bpfleet/agent/internal/scantest"
 	"github.com/bpfleet/bpfleet/probes/mapstats"
+	"github.com/bpfleet/bpfleet/test/bpfmaps"
 )
-
-// mapMemlock reads memlock: from the test's own fd of m.
-func mapMemlock(t *testing.T, m *ebpf.Map) uint64 {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", m.FD()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "memlock:"); ok {
-			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Fatalf("no memlock: in %q", b)
-	return 0
-}
 
 // TestScanMaps: a snapshot with Config.Maps has every map, a hash map's
 // entries as inserted, its memory the kernel's fdinfo figure, and the
@@ -71,7 +48,7 @@ func TestScanMaps(t *testing.T) {
 			}
 			defer prog.Close()
 			pid := scantest.ProgID(t, prog)
-			hid, aid := mapID(t, hash), mapID(t, arr)
+			hid, aid := bpfmaps.MapID(t, hash), bpfmaps.MapID(t, arr)
 
 			// The syscall walk has no element count of its own: the opt-in
 			// bounded key walk gives it.
@@ -118,7 +95,7 @@ func TestScanMaps(t *testing.T) {
 				m   *Map
 				own *ebpf.Map
 			}{{h, hash}, {ar, arr}} {
-				if want := mapMemlock(t, c.own); c.m.MemoryBytes == nil || *c.m.MemoryBytes != want {
+				if want := bpfmaps.Memlock(t, c.own.FD()); c.m.MemoryBytes == nil || *c.m.MemoryBytes != want {
 					t.Errorf("map %s memory %v, want fdinfo's %d", c.m.Name, c.m.MemoryBytes, want)
 				}
 				if !slices.Contains(c.m.ProgramIDs, pid) {
@@ -150,19 +127,6 @@ func TestScanMaps(t *testing.T) {
 			}
 		})
 	}
-}
-
-func mapID(t *testing.T, m *ebpf.Map) uint32 {
-	t.Helper()
-	info, err := m.Info()
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, ok := info.ID()
-	if !ok {
-		t.Fatal("no map id")
-	}
-	return uint32(id)
 }
 
 func idsU32(ids []ebpf.MapID) []uint32 {

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,28 +12,8 @@ import (
 	"github.com/cilium/ebpf/asm"
 
 	"github.com/bpfleet/bpfleet/test/backends"
+	"github.com/bpfleet/bpfleet/test/bpfmaps"
 )
-
-// fdMemlock reads memlock: from this process's fdinfo of fd: the kernel's
-// figure, read without the agent.
-func fdMemlock(t *testing.T, fd int) uint64 {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", fd))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "memlock:"); ok {
-			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Fatalf("no memlock: in fdinfo %d: %q", fd, b)
-	return 0
-}
 
 // wantValue waits until q returns one sample equal to want.
 func wantValue(t *testing.T, prom *backends.Prometheus, q string, want float64) {
@@ -133,7 +111,7 @@ func TestMapsToPrometheus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hmem, amem, pmem := fdMemlock(t, hash.FD()), fdMemlock(t, arr.FD()), fdMemlock(t, prog.FD())
+	hmem, amem, pmem := bpfmaps.Memlock(t, hash.FD()), bpfmaps.Memlock(t, arr.FD()), bpfmaps.Memlock(t, prog.FD())
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

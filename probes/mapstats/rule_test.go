@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bpfleet/bpfleet/probes/internal/coreload"
+	"github.com/bpfleet/bpfleet/test/bpfmaps"
 	"github.com/bpfleet/bpfleet/test/kernels/expect"
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
@@ -76,13 +77,13 @@ func TestMemoryRule(t *testing.T) {
 				}
 			}
 			rule := memoryRule(spec.Type, spec.Flags)
-			empty := fdinfoMemlock(t, m)
+			empty := bpfmaps.Memlock(t, m.FD())
 			for i := range 20 {
 				if err := m.Put(key(i), val(i)); err != nil {
 					t.Fatalf("putting %d: %v", i, err)
 				}
 			}
-			filled := fdinfoMemlock(t, m)
+			filled := bpfmaps.Memlock(t, m.FD())
 			r := newReader(t, Options{})
 			got := readOne(t, r, m)
 			if !got.MemoryKnown || got.Memory != filled {
@@ -95,7 +96,7 @@ func TestMemoryRule(t *testing.T) {
 					}
 				}
 			}
-			drained := fdinfoMemlock(t, m)
+			drained := bpfmaps.Memlock(t, m.FD())
 			t.Logf("memlock empty %d, 20 elements %d, 10 deleted %d", empty, filled, drained)
 			if changed, moves := empty != filled || filled != drained, rule != memFixed && usage; changed != moves {
 				t.Errorf("rule %d, but memlock empty %d, filled %d, drained %d", rule, empty, filled, drained)

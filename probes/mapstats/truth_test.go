@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bpfleet/bpfleet/test/bpfmaps"
 	"github.com/bpfleet/bpfleet/test/kernels/expect"
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -120,27 +121,6 @@ func keysNow(t testing.TB, m *ebpf.Map) int {
 		t.Fatalf("walking keys: %v", err)
 	}
 	return n
-}
-
-// fdinfoMemlock reads memlock: from the test's own fd of m, parsed here
-// and not by the package's reader.
-func fdinfoMemlock(t testing.TB, m *ebpf.Map) uint64 {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", m.FD()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "memlock:"); ok {
-			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Fatalf("no memlock: in %q", b)
-	return 0
 }
 
 // mapsDebug reads cur_entries by map id from bpffs' preloaded maps.debug
@@ -268,7 +248,7 @@ func TestTruth(t *testing.T) {
 						continue
 					}
 					want := Map{ID: id, Type: info.Type, Name: info.Name, KeySize: info.KeySize, ValueSize: info.ValueSize,
-						MaxEntries: info.MaxEntries, Flags: info.Flags, Memory: fdinfoMemlock(t, tm.m), MemoryKnown: true}
+						MaxEntries: info.MaxEntries, Flags: info.Flags, Memory: bpfmaps.Memlock(t, tm.m.FD()), MemoryKnown: true}
 					gotShape := m
 					gotShape.Entries = Entries{}
 					if gotShape != want {
