@@ -168,22 +168,28 @@ scripts and log pipelines.`,
 }
 
 func watchList(ctx context.Context, a *agent.Agent, out io.Writer, output string, every time.Duration, count int) error {
-	return everyInterval(ctx, a.Scan, every, count, func(s *agent.Snapshot) error { return printList(out, output, s) })
+	return everyInterval(ctx, a.Scan, every, count, true, func(s *agent.Snapshot) error { return printList(out, output, s) })
 }
 
-// everyInterval takes a baseline snapshot (the first delta needs one), then
-// one per tick, count times (0: until ctx ends), and hands each to fn.
-func everyInterval(ctx context.Context, src snapshotSource, every time.Duration, count int, fn func(*agent.Snapshot) error) error {
-	if _, err := src(ctx); err != nil {
-		return err
+// everyInterval hands fn one snapshot per tick, count times (0: until ctx
+// ends). With baseline, a first snapshot is taken and not shown (the first
+// delta needs one); without (maps have no deltas), the first is shown at
+// once.
+func everyInterval(ctx context.Context, src snapshotSource, every time.Duration, count int, baseline bool, fn func(*agent.Snapshot) error) error {
+	if baseline {
+		if _, err := src(ctx); err != nil {
+			return err
+		}
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for n := 0; count == 0 || n < count; n++ {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
+		if baseline || n > 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
 		}
 		s, err := src(ctx)
 		if err != nil {

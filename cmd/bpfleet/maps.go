@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -74,7 +73,7 @@ With --watch it keeps reading and prints one JSON object per interval
 			}
 			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return watchMaps(ctx, a.Scan, c.Interval, c.Count, show)
+			return everyInterval(ctx, a.Scan, c.Interval, c.Count, false, show)
 		},
 	}
 	registerScanFlags(cmd, &c.Scan)
@@ -88,31 +87,6 @@ With --watch it keeps reading and prints one JSON object per interval
 	f.StringVarP(&c.Type, "type", "t", "", "only maps of this type (as bpftool names it: hash, array, ringbuf, ...)")
 	f.Int64Var(&c.Prog, "prog", 0, "only the maps this program id uses")
 	rootCmd.AddCommand(cmd)
-}
-
-// watchMaps reads at once, then once per tick, count times in all (0:
-// until ctx ends), and hands each snapshot to fn: maps have no deltas, so
-// the first read is shown rather than kept as a baseline.
-func watchMaps(ctx context.Context, src snapshotSource, every time.Duration, count int, fn func(*agent.Snapshot) error) error {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for n := 0; count == 0 || n < count; n++ {
-		if n > 0 {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-t.C:
-			}
-		}
-		s, err := src(ctx)
-		if err != nil {
-			return err
-		}
-		if err := fn(s); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func printMaps(w io.Writer, output string, pretty bool, l mapview.List) error {

@@ -82,7 +82,7 @@ func runProfile(ctx context.Context, src snapshotSource, out, errw io.Writer, ev
 	if ok == 0 {
 		return errors.New("no program to profile: none matches, or none could be profiled (see above)")
 	}
-	return everyInterval(ctx, src, every, count, func(s *agent.Snapshot) error {
+	return everyInterval(ctx, src, every, count, true, func(s *agent.Snapshot) error {
 		return printProfiles(out, s)
 	})
 }

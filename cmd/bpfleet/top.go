@@ -133,7 +133,7 @@ func isTerminal(f *os.File) bool {
 
 // runPlain prints one block of lines per interval, for pipes and logs.
 func runPlain(ctx context.Context, src snapshotSource, v *topView, every time.Duration, w io.Writer, count int) error {
-	return everyInterval(ctx, src, every, count, func(s *agent.Snapshot) error {
+	return everyInterval(ctx, src, every, count, true, func(s *agent.Snapshot) error {
 		v.renderPlain(w, s)
 		return nil
 	})
