@@ -410,7 +410,7 @@ extensions:
     backends:
       mem:
         memory:
-          max_traces: 10000
+          max_traces: 200000
 receivers:
   otlp:
     protocols:
@@ -469,7 +469,7 @@ func (j *Jaeger) Spans(ctx context.Context, service string, tags map[string]stri
 	// exactly that many may be cut short, so it is an error, not an
 	// answer (an hour-long soak's 5,756 single-span traces once came back
 	// as 5,000 and read as lost spans).
-	const limit = 100_000
+	const limit = 100_000 // below the storage's max_traces, as Jaeger requires
 	q := url.Values{"service": {service}, "limit": {strconv.Itoa(limit)}}
 	if len(tags) > 0 {
 		b, _ := json.Marshal(tags)
