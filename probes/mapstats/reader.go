@@ -6,8 +6,8 @@ import (
 	"runtime"
 	"unsafe"
 
-	"github.com/bpfleet/bpfleet/probes/internal/coreload"
 	"github.com/bpfleet/bpfleet/internal/fdinfo"
+	"github.com/bpfleet/bpfleet/probes/internal/coreload"
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 )
