@@ -52,7 +52,6 @@ type mapReader struct {
 	r *mapstats.Reader
 	// err is why no reader could be made; reported in every snapshot.
 	err error
-	out []Map
 }
 
 func newMapReader(cfg *Config) *mapReader {
