@@ -78,11 +78,20 @@ func (m *mapReader) read(progs []*ProgramStat) ([]Map, MapScan) {
 		return nil, scan
 	}
 	out := make([]Map, len(maps))
+	// The figures the maps point to, in three arrays for the scan rather
+	// than three allocations per map (3,000 maps: 9,000 a scan).
+	b := figures{mem: make([]uint64, len(maps)), entries: make([]uint64, len(maps)), full: make([]float64, len(maps))}
 	for i := range maps {
-		out[i] = fromMapstats(&maps[i])
+		out[i] = fromMapstats(&maps[i], &b, i)
 	}
 	joinMapUsers(out, progs)
 	return out, scan
+}
+
+// figures backs the pointer fields of one scan's maps.
+type figures struct {
+	mem, entries []uint64
+	full         []float64
 }
 
 func (m *mapReader) close() {
@@ -91,16 +100,16 @@ func (m *mapReader) close() {
 	}
 }
 
-func fromMapstats(s *mapstats.Map) Map {
+func fromMapstats(s *mapstats.Map, b *figures, i int) Map {
 	m := Map{ID: s.ID, Name: s.Name, Type: reader.MapTypeName(uint32(s.Type)), KeySize: s.KeySize, ValueSize: s.ValueSize,
 		MaxEntries: s.MaxEntries, Flags: s.Flags}
 	if s.MemoryKnown {
-		v := s.Memory
-		m.MemoryBytes = &v
+		b.mem[i] = s.Memory
+		m.MemoryBytes = &b.mem[i]
 	}
 	if s.Entries.Known {
-		n := s.Entries.Count
-		m.Entries = &n
+		b.entries[i] = s.Entries.Count
+		m.Entries = &b.entries[i]
 		switch s.Entries.How {
 		case mapstats.CountKfunc:
 			m.EntriesMethod = "kfunc"
@@ -108,7 +117,8 @@ func fromMapstats(s *mapstats.Map) Map {
 			m.EntriesMethod = "walk"
 		}
 		if f, ok := s.Fullness(); ok {
-			m.Fullness = &f
+			b.full[i] = f
+			m.Fullness = &b.full[i]
 		}
 	} else {
 		m.EntriesReason = s.Entries.Reason
