@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
 
 	"github.com/bpfleet/bpfleet/agent/internal/scantest"
 	"github.com/bpfleet/bpfleet/probes/mapstats"
@@ -20,33 +19,8 @@ import (
 func TestScanMaps(t *testing.T) {
 	for _, src := range []string{ScanSourceIterator, ScanSourceSyscall} {
 		t.Run(src, func(t *testing.T) {
-			hash, err := ebpf.NewMap(&ebpf.MapSpec{Name: "scan_maps_h", Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: 16})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer hash.Close()
-			for k := uint32(0); k < 6; k++ {
-				if err := hash.Put(k, uint64(k)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			arr, err := ebpf.NewMap(&ebpf.MapSpec{Name: "scan_maps_a", Type: ebpf.Array, KeySize: 4, ValueSize: 64, MaxEntries: 8})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer arr.Close()
-			// A socket filter that names both maps (a map fd load each).
-			prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "scan_maps_p", Type: ebpf.SocketFilter, License: "GPL",
-				Instructions: asm.Instructions{
-					asm.LoadMapPtr(asm.R1, hash.FD()),
-					asm.LoadMapPtr(asm.R1, arr.FD()),
-					asm.Mov.Imm(asm.R0, 0),
-					asm.Return(),
-				}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer prog.Close()
+			set := bpfmaps.New(t, "scan_maps", 6, 16)
+			hash, arr, prog := set.Hash, set.Array, set.Prog
 			pid := scantest.ProgID(t, prog)
 			hid, aid := bpfmaps.MapID(t, hash), bpfmaps.MapID(t, arr)
 

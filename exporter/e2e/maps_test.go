@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
 
 	"github.com/bpfleet/bpfleet/test/backends"
 	"github.com/bpfleet/bpfleet/test/bpfmaps"
@@ -54,45 +53,22 @@ func holdHashMap(t *testing.T) {
 	}
 }
 
-// TestMapsToPrometheus: a hash map with 10 entries of 64 and an array,
-// both used by one socket filter this test holds, reach a real Prometheus
+// TestMapsToPrometheus: a hash map with 10 entries of 64, an array and a
+// ring buffer (test/bpfmaps), all used by one socket filter this test holds, reach a real Prometheus
 // over OTLP from two agents, one per metrics level. At the program level
 // the hash map's bpf_map_entries is the inserted count and each map's
 // bpf_map_memory_bytes the test's own fdinfo memlock; the program's
-// memory is its JIT image, instructions and memlock, plus both maps once.
+// memory is its JIT image, instructions and memlock, plus its maps once.
 // At the workload level the same figures are in series keyed by map name,
 // type and executable, without ids. The node total of maps is the sum over
 // every map once.
 func TestMapsToPrometheus(t *testing.T) {
-	hash, err := ebpf.NewMap(&ebpf.MapSpec{Name: "e2e_maps_h", Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hash.Close()
+	// A hash map with 10 of 64 entries, an array and a ring buffer, named
+	// by one socket filter that is never attached: what it costs is its
+	// memory, not its runs.
 	const entries = 10
-	for k := uint32(0); k < entries; k++ {
-		if err := hash.Put(k, uint64(k)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	arr, err := ebpf.NewMap(&ebpf.MapSpec{Name: "e2e_maps_a", Type: ebpf.Array, KeySize: 4, ValueSize: 64, MaxEntries: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer arr.Close()
-	// A socket filter that names both maps (a map fd load each) and is
-	// never attached: what it costs is its memory, not its runs.
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "e2e_maps_p", Type: ebpf.SocketFilter, License: "GPL",
-		Instructions: asm.Instructions{
-			asm.LoadMapPtr(asm.R1, hash.FD()),
-			asm.LoadMapPtr(asm.R1, arr.FD()),
-			asm.Mov.Imm(asm.R0, 0),
-			asm.Return(),
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prog.Close()
+	set := bpfmaps.New(t, "e2e_maps", entries, 64)
+	hash, arr, prog := set.Hash, set.Array, set.Prog
 	info, err := prog.Info()
 	if err != nil {
 		t.Fatal(err)
@@ -111,13 +87,13 @@ func TestMapsToPrometheus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hmem, amem, pmem := bpfmaps.Memlock(t, hash.FD()), bpfmaps.Memlock(t, arr.FD()), bpfmaps.Memlock(t, prog.FD())
+	hmem, amem, rmem, pmem := bpfmaps.Memlock(t, hash.FD()), bpfmaps.Memlock(t, arr.FD()), bpfmaps.Memlock(t, set.RingBuf.FD()), bpfmaps.Memlock(t, prog.FD())
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	exeName := filepath.Base(exe)
-	t.Logf("program %d (jited %d, xlated %d, memlock %d); hash map %d memlock %d, array memlock %d; owner %s", pid, jited, xlated, pmem, hid, hmem, amem, exeName)
+	t.Logf("program %d (jited %d, xlated %d, memlock %d); hash map %d memlock %d, array memlock %d, ring buffer memlock %d; owner %s", pid, jited, xlated, pmem, hid, hmem, amem, rmem, exeName)
 
 	prom := backends.StartPrometheus(t)
 	for node, level := range map[string]string{"e2e-maps-program": "program", "e2e-maps-workload": "workload"} {
@@ -139,7 +115,7 @@ func TestMapsToPrometheus(t *testing.T) {
 	wantValue(t, prom, `bpf_map_entries{instance="e2e-maps-program", bpf_map_name="e2e_maps_a"}`+" or vector(-1)", -1) // an array has no count
 	psel := fmt.Sprintf(`instance="e2e-maps-program", bpf_program_id="%d"`, pid)
 	wantValue(t, prom, fmt.Sprintf(`bpf_program_memory_bytes{%s, bpf_memory_kind="program"}`, psel), float64(uint64(jited)+uint64(xlated)+pmem))
-	wantValue(t, prom, fmt.Sprintf(`bpf_program_memory_bytes{%s, bpf_memory_kind="map"}`, psel), float64(hmem+amem))
+	wantValue(t, prom, fmt.Sprintf(`bpf_program_memory_bytes{%s, bpf_memory_kind="map"}`, psel), float64(hmem+amem+rmem))
 	if n, ok := info.VerifiedInstructions(); ok {
 		wantValue(t, prom, fmt.Sprintf(`bpf_program_verified_insns{%s}`, psel), float64(n))
 	}
@@ -150,7 +126,7 @@ func TestMapsToPrometheus(t *testing.T) {
 	wantValue(t, prom, fmt.Sprintf(`bpf_map_memory_bytes{%s}`, wsel), float64(hmem))
 	wantValue(t, prom, fmt.Sprintf(`bpf_map_fullness_ratio{%s}`, wsel), float64(entries)/64)
 	wantValue(t, prom, fmt.Sprintf(`count(bpf_map_entries{%s, bpf_map_id!=""}) or vector(0)`, wsel), 0)
-	wantValue(t, prom, `bpf_program_memory_bytes{instance="e2e-maps-workload", bpf_program_name="e2e_maps_p", bpf_memory_kind="map"}`, float64(hmem+amem))
+	wantValue(t, prom, `bpf_program_memory_bytes{instance="e2e-maps-workload", bpf_program_name="e2e_maps_p", bpf_memory_kind="map"}`, float64(hmem+amem+rmem))
 	wantValue(t, prom, `bpf_program_memory_bytes{instance="e2e-maps-workload", bpf_program_name="e2e_maps_p", bpf_memory_kind="program"}`, float64(uint64(jited)+uint64(xlated)+pmem))
 
 	// The node's maps: every map once, at each level the same total. At the
