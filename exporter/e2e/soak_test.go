@@ -173,8 +173,12 @@ func TestSoakFlappingCollector(t *testing.T) {
 					delivered++
 				}
 			}
-			if delivered+int(dropped) != 2*bursts {
-				return fmt.Errorf("%s: %d spans in Jaeger + %v counted dropped, want %d (2 per burst)", name, delivered, dropped, 2*bursts)
+			// Every span delivered or counted, none twice in Jaeger. Both
+			// at once is possible and allowed: an export that timed out
+			// at the agent after the Collector took it (the hour-long run:
+			// 2 of 2,878 spans per agent) is counted dropped and arrives.
+			if delivered+int(dropped) < 2*bursts || delivered > 2*bursts {
+				return fmt.Errorf("%s: %d spans in Jaeger + %v counted dropped, want %d (2 per burst), none of them lost uncounted", name, delivered, dropped, 2*bursts)
 			}
 			return nil
 		})
