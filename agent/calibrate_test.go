@@ -57,8 +57,11 @@ func TestCalibrationInSnapshot(t *testing.T) {
 	go func() {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		by <- unix.Gettid()
+		// Getpgrp is a getpgid(0) call: made before the program is
+		// loaded, or a busy machine could run it after the attach and the
+		// program count one call more than the loop below.
 		want := unix.Getpgrp()
+		by <- unix.Gettid()
 		<-goBy
 		var r helperCPU
 		var from time.Duration

@@ -62,11 +62,15 @@ func TestOwnerExitRefreshesOwners(t *testing.T) {
 		t.Fatal(err)
 	}
 	id, _ := info.ID()
-	fd, err := progs[0].Clone()
+	// The file gets a dup of its own: handing it the program's fd would
+	// give one number two owners, and the second one's finalizer would
+	// close whatever a later test opened under that number.
+	fd, err := unix.FcntlInt(uintptr(progs[0].FD()), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := os.NewFile(uintptr(fd.FD()), "prog")
+	f := os.NewFile(uintptr(fd), "prog")
+	defer f.Close()
 	child := startSleeper(t, f) // holds the program as its fd 3
 	a := newTestAgentWith(t, Config{Owners: true, OwnerIterator: true})
 	owners := func(s *Snapshot) map[int]bool {
