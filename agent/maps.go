@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/bpfleet/bpfleet/agent/internal/reader"
 	"github.com/bpfleet/bpfleet/probes/mapstats"
@@ -52,6 +53,25 @@ type mapReader struct {
 	r *mapstats.Reader
 	// err is why no reader could be made; reported in every snapshot.
 	err error
+	// prev is the last snapshot's maps, ascending by id. A map that did
+	// not move keeps its entry from scan to scan, as a program does
+	// (snapshots are never written): most scans allocate no Map, and the
+	// exporter tells an unchanged map by its pointer.
+	prev []*Map
+	// users are the programs using each map, by map id (each slice
+	// sorted, never written once made), built from usersOf: the programs'
+	// map_ids, which the kernel fixes at load. They are joined again only
+	// when a program came, went or was read anew.
+	users   map[uint32][]uint32
+	usersOf []progMaps
+}
+
+// progMaps is one program's map_ids as the join last saw them: the slice
+// itself, which the reader keeps while it keeps the program.
+type progMaps struct {
+	id  uint32
+	ids *uint32
+	n   int
 }
 
 func newMapReader(cfg *Config) *mapReader {
@@ -63,8 +83,9 @@ func newMapReader(cfg *Config) *mapReader {
 }
 
 // read returns the node's maps joined with the programs that use them.
-// The slice is new each scan: snapshots are never written after Scan.
-func (m *mapReader) read(progs []*ProgramStat) ([]Map, MapScan) {
+// The slice is new each scan; its entries are the last scan's where the
+// map did not move.
+func (m *mapReader) read(progs []*ProgramStat) ([]*Map, MapScan) {
 	if m.err != nil {
 		return nil, MapScan{Error: m.err.Error()}
 	}
@@ -75,70 +96,134 @@ func (m *mapReader) read(progs []*ProgramStat) ([]Map, MapScan) {
 	}
 	if err != nil {
 		scan.Error = err.Error()
+		m.prev = nil
 		return nil, scan
 	}
-	out := make([]Map, len(maps))
-	// The figures the maps point to, in three arrays for the scan rather
-	// than three allocations per map (3,000 maps: 9,000 a scan).
-	b := figures{mem: make([]uint64, len(maps)), entries: make([]uint64, len(maps)), full: make([]float64, len(maps))}
-	for i := range maps {
-		out[i] = fromMapstats(&maps[i], &b, i)
-	}
-	joinMapUsers(out, progs)
-	return out, scan
+	return m.build(maps, progs), scan
 }
 
-// figures backs the pointer fields of one scan's maps.
-type figures struct {
-	mem, entries []uint64
-	full         []float64
+// build makes a snapshot's maps from the reader's, joined with progs.
+func (m *mapReader) build(maps []mapstats.Map, progs []*ProgramStat) []*Map {
+	joined := m.join(progs)
+	out := make([]*Map, len(maps))
+	j := 0 // prev's first map whose id is not below maps[i]'s
+	for i := range maps {
+		s := &maps[i]
+		for j < len(m.prev) && m.prev[j].ID < s.ID {
+			j++
+		}
+		have := j < len(m.prev) && m.prev[j].ID == s.ID
+		var users []uint32
+		if have && !joined {
+			users = m.prev[j].ProgramIDs // the join's, unchanged
+		} else {
+			users = m.users[s.ID]
+		}
+		if have && sameMap(m.prev[j], s, users) {
+			out[i] = m.prev[j]
+			continue
+		}
+		out[i] = newMap(s, users)
+	}
+	m.prev = out
+	return out
+}
+
+// join rebuilds users when the programs' map_ids are not those it was
+// built from, and says whether it did.
+func (m *mapReader) join(progs []*ProgramStat) bool {
+	same := m.users != nil && len(progs) == len(m.usersOf)
+	for i := 0; same && i < len(progs); i++ {
+		p := progs[i]
+		same = m.usersOf[i] == progMaps{p.ID, unsafe.SliceData(p.MapIDs), len(p.MapIDs)}
+	}
+	if same {
+		return false
+	}
+	m.usersOf = m.usersOf[:0]
+	users := make(map[uint32][]uint32, len(m.users))
+	for _, p := range progs {
+		m.usersOf = append(m.usersOf, progMaps{p.ID, unsafe.SliceData(p.MapIDs), len(p.MapIDs)})
+		for _, id := range p.MapIDs {
+			users[id] = append(users[id], p.ID)
+		}
+	}
+	// An unchanged list keeps its old slice, so that sameMap (which
+	// compares slices by identity) keeps the map's entry; a new one is
+	// clipped: snapshots share it, and an append must not write into it.
+	for id, ids := range users {
+		slices.Sort(ids)
+		if old := m.users[id]; slices.Equal(old, ids) {
+			users[id] = old
+		} else {
+			users[id] = slices.Clip(ids)
+		}
+	}
+	m.users = users
+	return true
+}
+
+// sameMap says e, a snapshot entry, still describes s used by users.
+func sameMap(e *Map, s *mapstats.Map, users []uint32) bool {
+	if e.Name != s.Name || e.Type != reader.MapTypeName(uint32(s.Type)) || e.KeySize != s.KeySize ||
+		e.ValueSize != s.ValueSize || e.MaxEntries != s.MaxEntries || e.Flags != s.Flags ||
+		len(e.ProgramIDs) != len(users) || len(users) > 0 && &e.ProgramIDs[0] != &users[0] {
+		return false
+	}
+	if (e.MemoryBytes != nil) != s.MemoryKnown || s.MemoryKnown && *e.MemoryBytes != s.Memory {
+		return false
+	}
+	if (e.Entries != nil) != s.Entries.Known {
+		return false
+	}
+	if !s.Entries.Known {
+		return e.EntriesReason == s.Entries.Reason
+	}
+	return *e.Entries == s.Entries.Count && e.EntriesMethod == countMethod(s.Entries.How)
+}
+
+// mapEntry is a Map with the figures its pointers point to: one
+// allocation per new or changed map.
+type mapEntry struct {
+	Map
+	mem, entries uint64
+	full         float64
+}
+
+func newMap(s *mapstats.Map, users []uint32) *Map {
+	e := &mapEntry{Map: Map{ID: s.ID, Name: s.Name, Type: reader.MapTypeName(uint32(s.Type)), KeySize: s.KeySize,
+		ValueSize: s.ValueSize, MaxEntries: s.MaxEntries, Flags: s.Flags, ProgramIDs: users}}
+	m := &e.Map
+	if s.MemoryKnown {
+		e.mem = s.Memory
+		m.MemoryBytes = &e.mem
+	}
+	if !s.Entries.Known {
+		m.EntriesReason = s.Entries.Reason
+		return m
+	}
+	e.entries = s.Entries.Count
+	m.Entries, m.EntriesMethod = &e.entries, countMethod(s.Entries.How)
+	if f, ok := s.Fullness(); ok {
+		e.full = f
+		m.Fullness = &e.full
+	}
+	return m
+}
+
+func countMethod(h mapstats.CountMethod) string {
+	switch h {
+	case mapstats.CountKfunc:
+		return "kfunc"
+	case mapstats.CountWalk:
+		return "walk"
+	}
+	return ""
 }
 
 func (m *mapReader) close() {
 	if m != nil && m.r != nil {
 		m.r.Close()
-	}
-}
-
-func fromMapstats(s *mapstats.Map, b *figures, i int) Map {
-	m := Map{ID: s.ID, Name: s.Name, Type: reader.MapTypeName(uint32(s.Type)), KeySize: s.KeySize, ValueSize: s.ValueSize,
-		MaxEntries: s.MaxEntries, Flags: s.Flags}
-	if s.MemoryKnown {
-		b.mem[i] = s.Memory
-		m.MemoryBytes = &b.mem[i]
-	}
-	if s.Entries.Known {
-		b.entries[i] = s.Entries.Count
-		m.Entries = &b.entries[i]
-		switch s.Entries.How {
-		case mapstats.CountKfunc:
-			m.EntriesMethod = "kfunc"
-		case mapstats.CountWalk:
-			m.EntriesMethod = "walk"
-		}
-		if f, ok := s.Fullness(); ok {
-			b.full[i] = f
-			m.Fullness = &b.full[i]
-		}
-	} else {
-		m.EntriesReason = s.Entries.Reason
-	}
-	return m
-}
-
-// joinMapUsers fills each map's ProgramIDs from the programs' map_ids.
-// maps is in ascending id order (the iterator's and the walk's).
-func joinMapUsers(maps []Map, progs []*ProgramStat) {
-	for _, p := range progs {
-		for _, id := range p.MapIDs {
-			i, ok := slices.BinarySearchFunc(maps, id, func(m Map, id uint32) int { return int(int64(m.ID) - int64(id)) })
-			if ok {
-				maps[i].ProgramIDs = append(maps[i].ProgramIDs, p.ID)
-			}
-		}
-	}
-	for i := range maps {
-		slices.Sort(maps[i].ProgramIDs)
 	}
 }
 

@@ -43,8 +43,8 @@ func TestScanMaps(t *testing.T) {
 				t.Fatalf("map scan %+v, want source %s", s.MapScan, src)
 			}
 			byID := map[uint32]*Map{}
-			for i := range s.Maps {
-				byID[s.Maps[i].ID] = &s.Maps[i]
+			for _, m := range s.Maps {
+				byID[m.ID] = m
 			}
 			h, ar := byID[hid], byID[aid]
 			if h == nil || ar == nil {

@@ -226,8 +226,9 @@ type Snapshot struct {
 	// StatsCosts are the measured stats costs per run (calibration).
 	StatsCosts []StatsCost `json:"stats_costs,omitempty"`
 	// Maps is every BPF map on the node, ascending by id, with Config.Maps;
-	// MapScan says how they were read.
-	Maps    []Map   `json:"maps,omitempty"`
+	// MapScan says how they were read. A map that did not move since the
+	// last scan has the same entry (as programs do): never write one.
+	Maps    []*Map  `json:"maps,omitempty"`
 	MapScan MapScan `json:"map_scan"`
 }
 

@@ -110,10 +110,7 @@ type Exporter struct {
 	push      *pusher // nil: no pushed metric destination (see Config.ScanInterval)
 	progCache map[uint32]cachedAttrs
 	owners    map[string]*aggSeries
-	// mapKeys, mapGroups and mapGen are buildMaps' state (memory.go).
-	mapKeys   map[mapKey]*mapKeyState
-	mapGroups map[uint32]*programGroup
-	mapGen    uint64
+	maps      mapState
 	attach    map[string]*aggSeries
 	workloads map[workloadKey]*workloadSeries
 	// byRank is every workload series, in the order of the last sort
@@ -126,15 +123,11 @@ type Exporter struct {
 	// keysMoved says the last buildWorkloads met a program it had not
 	// seen, one under another key, or a program set of another size: the
 	// keys' memory (which counters do not change) may have moved.
-	// progsLast is that size, prevMaps the last snapshot's maps (never
-	// written).
+	// progsLast is that size.
 	keysMoved bool
 	progsLast int
-	prevMaps  []agent.Map
-	// sum sums map memory without a set per call.
-	sum   agent.MapSummer
-	spans spanState
-	scans int64
+	spans     spanState
+	scans     int64
 	// scanErrors counts unreadable objects and failed scans.
 	scanErrors int64
 
@@ -165,8 +158,7 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 		cfg:       cfg,
 		log:       cfg.Log,
 		progCache: map[uint32]cachedAttrs{},
-		mapKeys:   map[mapKey]*mapKeyState{},
-		mapGroups: map[uint32]*programGroup{},
+		maps:      mapState{keys: map[mapKey]*mapKeyState{}, groups: map[uint32]*programGroup{}},
 		owners:    map[string]*aggSeries{},
 		attach:    map[string]*aggSeries{},
 		workloads: map[workloadKey]*workloadSeries{},

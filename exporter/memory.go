@@ -1,6 +1,8 @@
 package exporter
 
 import (
+	"slices"
+
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/bpfleet/bpfleet/agent"
@@ -103,27 +105,83 @@ type nodeMemory struct {
 	source   attribute.Set
 }
 
-// buildNodeMemory fills v.node and returns the snapshot's maps by id (nil
-// when the maps were not read).
-func buildNodeMemory(s *agent.Snapshot, v *view) map[uint32]*agent.Map {
+// mapState is what the exporter keeps of the maps between scans. The
+// agent hands out the same entry for a map that did not move, so most
+// scans find every map as it was and redo nothing here.
+type mapState struct {
+	// prev is the last snapshot's maps (never written) and byID the same
+	// by id, kept up to date rather than made anew each scan.
+	prev []*agent.Map
+	byID map[uint32]*agent.Map
+	// keys, groups and gen are buildMaps': the series keys seen in the
+	// last scan, each program's owner group, and the scan count.
+	keys   map[mapKey]*mapKeyState
+	groups map[uint32]*programGroup
+	gen    uint64
+	// refs are the keys of each map of keyed, the maps buildMaps last
+	// keyed: those of keyed[i] are refs[refAt[i]:refAt[i+1]]. A map whose
+	// entry is unchanged, with no program's group moved, keeps them.
+	keyed        []*agent.Map
+	refs, refs2  []*mapKeyState
+	refAt, refA2 []int32
+	// sum sums map memory without a set per call.
+	sum agent.MapSummer
+}
+
+// mapsSeen says how a snapshot's maps compare with the last one's.
+type mapsSeen struct {
+	// same: every map is the last snapshot's entry; memory: the same
+	// maps with the same memory (entries may differ).
+	same, memory bool
+}
+
+// index fills v.node and the maps by id, and says what moved since the
+// last snapshot. byID is nil when the maps were not read.
+func (st *mapState) index(s *agent.Snapshot, v *view) (byID map[uint32]*agent.Map, seen mapsSeen) {
 	for _, p := range s.Programs {
 		v.node.programs += agent.ProgramMemory(&p.Program)
 	}
 	if s.MapScan.Source == "" || s.MapScan.Error != "" {
-		return nil
+		st.prev, st.byID = nil, nil
+		return nil, seen
 	}
-	byID := make(map[uint32]*agent.Map, len(s.Maps))
-	for i := range s.Maps {
-		m := &s.Maps[i]
-		byID[m.ID] = m
+	ids := st.byID != nil && len(s.Maps) == len(st.prev) // the same ids
+	seen = mapsSeen{same: ids, memory: ids}
+	for i, m := range s.Maps {
 		if m.MemoryBytes != nil {
 			v.node.maps += *m.MemoryBytes
 		}
+		if !ids || st.prev[i] == m {
+			continue
+		}
+		seen.same = false
+		if ids = st.prev[i].ID == m.ID; ids {
+			seen.memory = seen.memory && equalPtr(st.prev[i].MemoryBytes, m.MemoryBytes)
+		}
 	}
+	seen.memory = seen.memory && ids
+	switch {
+	case seen.same:
+	case ids: // only entries changed
+		for i, m := range s.Maps {
+			if st.prev[i] != m {
+				st.byID[m.ID] = m
+			}
+		}
+	default:
+		if st.byID == nil {
+			st.byID = make(map[uint32]*agent.Map, len(s.Maps))
+		}
+		clear(st.byID)
+		for _, m := range s.Maps {
+			st.byID[m.ID] = m
+		}
+	}
+	st.prev = s.Maps
 	v.node.mapsRead, v.node.count = true, len(s.Maps)
 	v.node.source = attribute.NewSet(attribute.String(attrScanSource, s.MapScan.Source),
 		attribute.String(attrScanFallbackReason, s.MapScan.FallbackReason))
-	return byID
+	return st.byID, seen
 }
 
 // memorySets are a series' attributes with each bpf.memory.kind.
@@ -162,7 +220,7 @@ func (e *Exporter) programMemory(v *view, c cachedAttrs, p *agent.Program, byID 
 	}
 	var maps uint64
 	if v.node.mapsRead {
-		maps = e.sum.Sum(byID, p.MapIDs)
+		maps = e.maps.sum.Sum(byID, p.MapIDs)
 	}
 	addMemory(v, c.memSets[0], c.memSets[1], agent.ProgramMemory(p), maps)
 	if p.VerifiedInsns != nil {
@@ -195,13 +253,12 @@ func (k *keyMemory) add(p *agent.Program) {
 // programs' own, and the maps they use, each once per key; verified
 // instructions the most of any of its programs. Called after
 // buildWorkloads, which summed each key's keyMemory.
-func (e *Exporter) workloadMemory(s *agent.Snapshot, v *view, byID map[uint32]*agent.Map, prev *view) {
+func (e *Exporter) workloadMemory(v *view, byID map[uint32]*agent.Map, seen mapsSeen, prev *view) {
 	// Most scans change nothing the figures come from: no program loaded,
 	// unloaded or moved to another key, and every map's memory as before.
 	// The last view's series are then this one's (views are never
 	// written), which spares a slice of two series per key every scan.
-	mapsSame := sameMapMemory(e.prevMaps, s.Maps) && (byID != nil) == (prev != nil && prev.node.mapsRead)
-	e.prevMaps = s.Maps
+	mapsSame := (byID == nil || seen.memory) && (byID != nil) == (prev != nil && prev.node.mapsRead)
 	if prev != nil && !e.keysMoved && mapsSame && len(prev.workloads) == len(v.workloads) {
 		v.memory, v.insns = prev.memory, prev.insns
 		return
@@ -216,7 +273,7 @@ func (e *Exporter) workloadMemory(s *agent.Snapshot, v *view, byID map[uint32]*a
 		}
 		var maps uint64
 		if v.node.mapsRead {
-			maps = e.sum.Sum(byID, w.mem.mapIDs...)
+			maps = e.maps.sum.Sum(byID, w.mem.mapIDs...)
 		}
 		addMemory(v, w.memSets[0], w.memSets[1], w.mem.prog, maps)
 		if w.mem.hasInsns {
@@ -252,7 +309,7 @@ func (e *Exporter) ownerMemory(s *agent.Snapshot, v *view, byID map[uint32]*agen
 		}
 		var maps uint64
 		if v.node.mapsRead {
-			maps = e.sum.Sum(byID, mapIDs...)
+			maps = e.maps.sum.Sum(byID, mapIDs...)
 		}
 		addMemory(v, a.memSets[0], a.memSets[1], own, maps)
 	}
@@ -279,79 +336,116 @@ type programGroup struct {
 // each owner group of its programs, so a map shared by programs of
 // several workloads is in each workload's series, and once in each.
 // Called with e.mu held. The key states and program groups persist
-// across scans (no per-scan maps: at 1,000 maps they were most of the
-// work), pruned of what the scan did not see.
-func (e *Exporter) buildMaps(s *agent.Snapshot, v *view) {
-	e.mapGen++
-	gen := e.mapGen
+// across scans, pruned of what the scan did not see; a map whose entry
+// did not change keeps its keys while no program's group moved, and when
+// nothing moved at all the last view's series are this one's.
+func (e *Exporter) buildMaps(s *agent.Snapshot, v *view, seen mapsSeen, prev *view) {
+	st := &e.maps
+	st.gen++
+	gen := st.gen
+	// A program that came or went changed the entries of the maps it
+	// uses (their ProgramIDs); one whose owner group changed did not, and
+	// moves every map's keys.
+	moved := false
 	for _, p := range s.Programs {
-		pg := e.mapGroups[p.ID]
+		pg := st.groups[p.ID]
 		if pg == nil {
 			pg = &programGroup{}
-			e.mapGroups[p.ID] = pg
+			st.groups[p.ID] = pg
 		}
 		if pg.entry != p {
-			pg.entry, pg.g = p, groupOf(&p.Program)
+			g := groupOf(&p.Program)
+			moved = moved || pg.entry != nil && g != pg.g
+			pg.entry, pg.g = p, g
 		}
 		pg.gen = gen
 	}
-	if len(e.mapGroups) > len(s.Programs) {
-		for id, pg := range e.mapGroups {
+	if len(st.groups) > len(s.Programs) {
+		for id, pg := range st.groups {
 			if pg.gen != gen {
-				delete(e.mapGroups, id)
+				delete(st.groups, id)
 			}
 		}
 	}
-	v.maps = make([]mapSeries, 0, len(s.Maps))
-	var gs []ownerGroup
-	for i := range s.Maps {
-		m := &s.Maps[i]
-		gs = gs[:0]
-		for _, id := range m.ProgramIDs {
-			var g ownerGroup
-			if pg := e.mapGroups[id]; pg != nil {
-				g = pg.g
-			}
-			dup := false
-			for _, h := range gs {
-				dup = dup || h == g
-			}
-			if !dup {
-				gs = append(gs, g)
-			}
+	if !moved && seen.same && prev != nil && prev.node.mapsRead {
+		v.maps = prev.maps
+		for _, k := range st.refs {
+			k.gen = gen
 		}
-		if len(gs) == 0 {
-			gs = append(gs, ownerGroup{})
+		return
+	}
+	n := len(s.Maps)
+	if prev != nil && prev.node.mapsRead {
+		n = len(prev.maps) // the keys rarely change: most scans have as many
+	}
+	v.maps = make([]mapSeries, 0, n)
+	refs, refAt := st.refs2[:0], append(st.refA2[:0], 0)
+	j := 0 // st.keyed's first map whose id is not below m's
+	for _, m := range s.Maps {
+		for j < len(st.keyed) && st.keyed[j].ID < m.ID {
+			j++
 		}
-		for _, g := range gs {
-			k := mapKey{name: stableName(m.Name), typ: m.Type, g: g}
-			if e.cfg.Level == LevelProgram {
-				k.id, k.name = m.ID, m.Name
+		if !moved && j < len(st.keyed) && st.keyed[j] == m {
+			refs = append(refs, st.refs[st.refAt[j]:st.refAt[j+1]]...)
+		} else {
+			refs = e.mapKeysOf(m, refs)
+		}
+		refAt = append(refAt, int32(len(refs)))
+		for _, k := range refs[refAt[len(refAt)-2]:] {
+			if k.gen != gen {
+				k.gen, k.idx = gen, len(v.maps)
+				v.maps = append(v.maps, mapSeries{attrs: k.set})
 			}
-			st := e.mapKeys[k]
-			if st == nil {
-				kv := make([]attribute.KeyValue, 0, 7)
-				if k.id != 0 {
-					kv = append(kv, attribute.Int64(attrMapID, int64(k.id)))
-				}
-				kv = append(kv, attribute.String(attrMapName, k.name), attribute.String(attrMapType, k.typ))
-				st = &mapKeyState{set: attribute.NewSet(k.g.kvs(kv)...)}
-				e.mapKeys[k] = st
-			}
-			if st.gen != gen {
-				st.gen, st.idx = gen, len(v.maps)
-				v.maps = append(v.maps, mapSeries{attrs: st.set})
-			}
-			v.maps[st.idx].add(m)
+			v.maps[k.idx].add(m)
 		}
 	}
-	if len(e.mapKeys) > len(v.maps) {
-		for k, st := range e.mapKeys {
-			if st.gen != gen {
-				delete(e.mapKeys, k)
+	st.keyed = s.Maps
+	st.refs, st.refs2, st.refAt, st.refA2 = refs, st.refs, refAt, st.refAt
+	if len(st.keys) > len(v.maps) {
+		for k, ks := range st.keys {
+			if ks.gen != gen {
+				delete(st.keys, k)
 			}
 		}
 	}
+}
+
+// mapKeysOf appends to refs the key states of m's series: one per owner
+// group of its programs (the empty group when none).
+func (e *Exporter) mapKeysOf(m *agent.Map, refs []*mapKeyState) []*mapKeyState {
+	st := &e.maps
+	var gs [4]ownerGroup
+	groups := gs[:0]
+	for _, id := range m.ProgramIDs {
+		var g ownerGroup
+		if pg := st.groups[id]; pg != nil {
+			g = pg.g
+		}
+		if !slices.Contains(groups, g) {
+			groups = append(groups, g)
+		}
+	}
+	if len(groups) == 0 {
+		groups = append(groups, ownerGroup{})
+	}
+	for _, g := range groups {
+		k := mapKey{name: stableName(m.Name), typ: m.Type, g: g}
+		if e.cfg.Level == LevelProgram {
+			k.id, k.name = m.ID, m.Name
+		}
+		ks := st.keys[k]
+		if ks == nil {
+			kv := make([]attribute.KeyValue, 0, 7)
+			if k.id != 0 {
+				kv = append(kv, attribute.Int64(attrMapID, int64(k.id)))
+			}
+			kv = append(kv, attribute.String(attrMapName, k.name), attribute.String(attrMapType, k.typ))
+			ks = &mapKeyState{set: attribute.NewSet(k.g.kvs(kv)...)}
+			st.keys[k] = ks
+		}
+		refs = append(refs, ks) // distinct groups: distinct keys
+	}
+	return refs
 }
 
 // Observers of the memory and map rows (metrics.go).
@@ -391,20 +485,6 @@ func observeNodeMemory(v *view, s sink) {
 	if v.node.mapsRead {
 		s.Int(int64(v.node.maps), nodeMapsSet)
 	}
-}
-
-// sameMapMemory says two snapshots' maps are the same maps with the same
-// memory (both ascending by id, as the agent reads them).
-func sameMapMemory(a, b []agent.Map) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i].ID != b[i].ID || !equalPtr(a[i].MemoryBytes, b[i].MemoryBytes) {
-			return false
-		}
-	}
-	return true
 }
 
 func equalPtr(a, b *uint64) bool {

@@ -3,6 +3,7 @@ package exporter
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -47,7 +48,10 @@ func withMaps(s *agent.Snapshot, maps ...agent.Map) *agent.Snapshot {
 			}
 		}
 	}
-	s.Maps, s.MapScan = maps, agent.MapScan{Source: agent.ScanSourceIterator}
+	s.Maps, s.MapScan = make([]*agent.Map, len(maps)), agent.MapScan{Source: agent.ScanSourceIterator}
+	for i := range maps {
+		s.Maps[i] = &maps[i]
+	}
 	return s
 }
 
@@ -283,8 +287,8 @@ func TestMapStateForgetsUnloaded(t *testing.T) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if len(e.mapKeys) != 2 || len(e.mapGroups) != 1 {
-		t.Errorf("after 5 reloads: %d map keys, %d program groups kept; want 2 and 1", len(e.mapKeys), len(e.mapGroups))
+	if len(e.maps.keys) != 2 || len(e.maps.groups) != 1 {
+		t.Errorf("after 5 reloads: %d map keys, %d program groups kept; want 2 and 1", len(e.maps.keys), len(e.maps.groups))
 	}
 }
 
@@ -327,5 +331,61 @@ func TestWorkloadMemoryFollowsChanges(t *testing.T) {
 	update(5, "tracer2", 8192, memProg(2, "exit", "obs", "tracer2", "tracer", 10))
 	if m := mem("map", "tracer2"); m != 8192 {
 		t.Errorf("a second program of the key using the same map: %v, want it counted once: 8192", m)
+	}
+}
+
+// TestMapSeriesWithSharedEntries: the agent hands out an unchanged map's
+// entry again, and the exporter then keeps that map's keys, or the whole
+// last view's series when nothing moved; every change must still show: a
+// program moving to another workload (the map's entry unchanged), a map
+// with a new count, a map gone.
+func TestMapSeriesWithSharedEntries(t *testing.T) {
+	for _, level := range []Level{LevelWorkload, LevelProgram} {
+		t.Run(level.String(), func(t *testing.T) {
+			e, r, _ := newTestExporter(t, Config{Level: level})
+			events, pinned := bpfMap(10, "events", "hash", 4096, 100, 20), bpfMap(11, "pinned", "array", 64, 1, -1)
+			events.ProgramIDs = []uint32{1}
+			maps := []*agent.Map{&events, &pinned}
+			update := func(seq uint64, workload string, maps []*agent.Map) map[string]float64 {
+				t.Helper()
+				s := snapshot(seq, memProg(1, "enter", "obs", workload, "tracer", 10))
+				s.Maps, s.MapScan = maps, agent.MapScan{Source: agent.ScanSourceIterator}
+				e.Update(context.Background(), s)
+				got, _ := collect(t, r)
+				out := map[string]float64{}
+				for _, p := range got["bpf.map.entries"] {
+					w, _ := p.attrs.Value(attrK8sWorkloadName)
+					n, _ := p.attrs.Value(attrMapName)
+					out[n.AsString()+"/"+w.AsString()] = p.value
+				}
+				for _, p := range got["bpf.map.max_entries"] {
+					n, _ := p.attrs.Value(attrMapName)
+					out[n.AsString()+" max"] = p.value
+				}
+				return out
+			}
+			check := func(what string, got, want map[string]float64) {
+				t.Helper()
+				if fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Errorf("%s: %v, want %v", what, got, want)
+				}
+			}
+			check("first", update(1, "tracer", maps), map[string]float64{"events/tracer": 20, "events max": 100, "pinned max": 1})
+			e.mu.Lock()
+			before := e.view.maps
+			e.mu.Unlock()
+			check("nothing moved", update(2, "tracer", slices.Clone(maps)), map[string]float64{"events/tracer": 20, "events max": 100, "pinned max": 1})
+			e.mu.Lock()
+			if len(before) == 0 || &e.view.maps[0] != &before[0] {
+				t.Errorf("nothing moved and the map series were built again")
+			}
+			e.mu.Unlock()
+			check("the program moved", update(3, "tracer2", slices.Clone(maps)), map[string]float64{"events/tracer2": 20, "events max": 100, "pinned max": 1})
+			grown := events
+			n := uint64(30)
+			grown.Entries = &n
+			check("a new count", update(4, "tracer2", []*agent.Map{&grown, &pinned}), map[string]float64{"events/tracer2": 30, "events max": 100, "pinned max": 1})
+			check("a map gone", update(5, "tracer2", []*agent.Map{&grown}), map[string]float64{"events/tracer2": 30, "events max": 100})
+		})
 	}
 }

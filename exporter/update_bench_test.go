@@ -3,6 +3,7 @@ package exporter
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -88,33 +89,54 @@ func benchUpdate(b *testing.B, level Level, busy bool, mode agent.StatsMode) {
 
 // BenchmarkUpdateMaps is Update's map and memory work (memory.go) at
 // 1,000 idle programs with distinct names, each with a hash map of its
-// own and one of 100 maps shared by 10 programs: 1,100 maps, every map
-// series and memory rollup rebuilt each scan.
+// own and one of 100 maps shared by 10 programs: 1,100 maps. steady: no
+// map moves, each scan's entries the last one's (as the agent hands them
+// out); moving: 100 hash maps a scan change their count (new entries).
 func BenchmarkUpdateMaps(b *testing.B) {
 	for _, level := range []Level{LevelWorkload, LevelProgram} {
-		b.Run(level.String(), func(b *testing.B) {
-			e, err := New(context.Background(), Config{Level: level, MaxPrograms: 1000})
-			if err != nil {
-				b.Fatal(err)
+		for _, moving := range []int{0, 100} {
+			name := level.String() + "/steady"
+			if moving > 0 {
+				name = level.String() + "/moving"
 			}
-			defer e.Shutdown(context.Background())
-			now := time.Now()
-			ps := make([]agent.ProgramStat, 1000)
-			maps := make([]agent.Map, 0, 1100)
-			for i := range ps {
-				id := uint32(i + 1)
-				ps[i] = podProg(id, fmt.Sprintf("flt_%04d", i), "w", "w-1", 100, now.Add(-time.Hour), 10, 0)
-				ps[i].MapIDs = []uint32{id, 10_000 + id%100}
-				maps = append(maps, bpfMap(id, fmt.Sprintf("own_%04d", i), "hash", 4096, 100, i%100))
-			}
-			for i := range 100 {
-				maps = append(maps, bpfMap(uint32(10_000+i), fmt.Sprintf("shared_%02d", i), "array", 512, 4, -1))
-			}
-			snap := withMaps(snapshot(1, ps...), maps...)
-			for n := 0; b.Loop(); n++ {
-				snap.Seq, snap.Time = uint64(n+2), snap.Time.Add(10*time.Second)
-				e.Update(context.Background(), snap)
-			}
-		})
+			b.Run(name, func(b *testing.B) {
+				e, err := New(context.Background(), Config{Level: level, MaxPrograms: 1000})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer e.Shutdown(context.Background())
+				now := time.Now()
+				ps := make([]agent.ProgramStat, 1000)
+				maps := make([]agent.Map, 0, 1100)
+				for i := range ps {
+					id := uint32(i + 1)
+					ps[i] = podProg(id, fmt.Sprintf("flt_%04d", i), "w", "w-1", 100, now.Add(-time.Hour), 10, 0)
+					ps[i].MapIDs = []uint32{id, 10_000 + id%100}
+					maps = append(maps, bpfMap(id, fmt.Sprintf("own_%04d", i), "hash", 4096, 100, i%100))
+				}
+				for i := range 100 {
+					maps = append(maps, bpfMap(uint32(10_000+i), fmt.Sprintf("shared_%02d", i), "array", 512, 4, -1))
+				}
+				snap := withMaps(snapshot(1, ps...), maps...)
+				for n := 0; b.Loop(); n++ {
+					snap.Seq, snap.Time = uint64(n+2), snap.Time.Add(10*time.Second)
+					if moving > 0 {
+						// A new slice, as the agent makes each scan, with
+						// new entries for the maps that moved.
+						snap.Maps = slices.Clone(snap.Maps)
+						for k := range moving {
+							i := (n*moving + k) % 1000
+							m := *snap.Maps[i]
+							c := *m.Entries + 1
+							f := float64(c%100) / float64(m.MaxEntries)
+							c %= 100
+							m.Entries, m.Fullness = &c, &f
+							snap.Maps[i] = &m
+						}
+					}
+					e.Update(context.Background(), snap)
+				}
+			})
+		}
 	}
 }

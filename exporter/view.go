@@ -240,9 +240,9 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 			attribute.String(attrScanFallbackReason, s.Scan.FallbackReason)),
 	}
 
-	byID := buildNodeMemory(s, v)
+	byID, seen := e.maps.index(s, v)
 	if byID != nil && (e.cfg.Level == LevelProgram || e.cfg.Level == LevelWorkload) {
-		e.buildMaps(s, v)
+		e.buildMaps(s, v, seen, e.view)
 	}
 
 	if e.cfg.Level == LevelProgram {
@@ -281,7 +281,7 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 
 	if e.cfg.Level == LevelWorkload {
 		e.buildWorkloads(s, v, now)
-		e.workloadMemory(s, v, byID, e.view)
+		e.workloadMemory(v, byID, seen, e.view)
 	}
 
 	if e.cfg.Level == LevelOwner {

@@ -120,7 +120,7 @@ func Build(s *agent.Snapshot, f Filter) List {
 	}
 	out := List{Seq: s.Seq, Time: s.Time, Scan: s.MapScan, Total: len(s.Maps), Maps: []Map{}}
 	for i := range s.Maps {
-		m := Map{Map: s.Maps[i], Users: []User{}}
+		m := Map{Map: *s.Maps[i], Users: []User{}}
 		for _, id := range m.ProgramIDs {
 			if p := progs[id]; p != nil {
 				m.Users = append(m.Users, user(p))

@@ -463,8 +463,8 @@ func (v *topView) mapLines(s *agent.Snapshot, room int) []string {
 	}
 	byID := make(map[uint32]*agent.Map, len(p.MapIDs))
 	for _, id := range p.MapIDs {
-		if i, ok := slices.BinarySearchFunc(s.Maps, id, func(m agent.Map, id uint32) int { return cmp.Compare(m.ID, id) }); ok {
-			byID[id] = &s.Maps[i]
+		if i, ok := slices.BinarySearchFunc(s.Maps, id, func(m *agent.Map, id uint32) int { return cmp.Compare(m.ID, id) }); ok {
+			byID[id] = s.Maps[i]
 		}
 	}
 	out := []string{fmt.Sprintf("%-17s %-10s %13s %-15s %9s", fmt.Sprintf("MAPS (%d)", len(p.MapIDs)), "TYPE", "ENTRIES/MAX", "FULL",

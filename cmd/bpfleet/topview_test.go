@@ -130,7 +130,7 @@ func fixtureSnapshot(n int) *agent.Snapshot {
 			e, f := uint64(9), 9.0/64
 			m.Type, m.MaxEntries, m.Entries, m.Fullness, m.EntriesReason = "hash", 64, &e, &f, ""
 		}
-		s.Maps = append(s.Maps, m)
+		s.Maps = append(s.Maps, &m)
 		mapIDs = append(mapIDs, m.ID)
 	}
 	for i := 1; i <= n; i++ {
