@@ -64,8 +64,12 @@ type Config struct {
 	// in BPFFS (agent/internal/reader/scan_pin.go) and, without them,
 	// "auto" scans by syscall and finds owners by the /proc walk.
 	OneShot bool
-	// Maps reads every BPF map on the node at each scan (Snapshot.Maps).
-	Maps bool
+	// Maps reads every BPF map on the node (Snapshot.Maps): at each scan,
+	// or with MapInterval at most that often but for scans that find a
+	// program loaded or unloaded (their maps are joined at once); scans in
+	// between carry the last read's maps.
+	Maps        bool
+	MapInterval time.Duration
 	// MapCountBound, above 0, counts the elements of hash maps whose count
 	// the kernel cannot give (no bpf_map_sum_elem_count, before Linux
 	// 6.6) by walking at most that many keys: one syscall per key.
@@ -309,7 +313,7 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 	// counters did not move is the same as in the last scan.
 	a.assemble(snap, progs, dt, a.smp, a.r.JoinsKept() && !st.OwnersRefreshed)
 	if a.maps != nil {
-		snap.Maps, snap.MapScan = a.maps.read(snap.Programs)
+		snap.Maps, snap.MapScan = a.maps.read(snap.Programs, now)
 	}
 
 	st.Duration = a.cfg.Now().Sub(start)

@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"slices"
+	"time"
 	"unsafe"
 
 	"github.com/bpfleet/bpfleet/agent/internal/reader"
@@ -46,6 +47,9 @@ type MapScan struct {
 	FallbackReason string `json:"fallback_reason,omitempty"`
 	// Error is a failed read (the snapshot then has no maps).
 	Error string `json:"error,omitempty"`
+	// ReadAt is when the maps were read: an earlier scan's time where
+	// the agent reads them every Config.MapInterval.
+	ReadAt time.Time `json:"read_at"`
 }
 
 // mapReader reads the node's maps for Scan; nil when Config.Maps is off.
@@ -53,6 +57,9 @@ type mapReader struct {
 	r *mapstats.Reader
 	// err is why no reader could be made; reported in every snapshot.
 	err error
+	// interval is Config.MapInterval; scan is the last read's.
+	interval time.Duration
+	scan     MapScan
 	// prev is the last snapshot's maps, ascending by id. A map that did
 	// not move keeps its entry from scan to scan, as a program does
 	// (snapshots are never written): most scans allocate no Map, and the
@@ -79,27 +86,31 @@ func newMapReader(cfg *Config) *mapReader {
 	if err != nil {
 		return &mapReader{err: fmt.Errorf("reading maps: %w", err)}
 	}
-	return &mapReader{r: r}
+	return &mapReader{r: r, interval: cfg.MapInterval}
 }
 
-// read returns the node's maps joined with the programs that use them.
-// The slice is new each scan; its entries are the last scan's where the
-// map did not move.
-func (m *mapReader) read(progs []*ProgramStat) ([]*Map, MapScan) {
+// read returns the node's maps joined with the programs that use them, as
+// read now or, within the interval and with the same programs, at the
+// last read (the same slice). A new slice's entries are the last read's
+// where the map did not move.
+func (m *mapReader) read(progs []*ProgramStat, now time.Time) ([]*Map, MapScan) {
 	if m.err != nil {
 		return nil, MapScan{Error: m.err.Error()}
 	}
+	if m.prev != nil && now.Sub(m.scan.ReadAt) < m.interval && m.joinedFrom(progs) {
+		return m.prev, m.scan
+	}
 	maps, src, err := m.r.Read()
-	scan := MapScan{Source: ScanSourceSyscall, FallbackReason: src.Reason}
+	m.scan = MapScan{Source: ScanSourceSyscall, FallbackReason: src.Reason, ReadAt: now}
 	if src.Iterator {
-		scan = MapScan{Source: ScanSourceIterator}
+		m.scan = MapScan{Source: ScanSourceIterator, ReadAt: now}
 	}
 	if err != nil {
-		scan.Error = err.Error()
+		m.scan.Error = err.Error()
 		m.prev = nil
-		return nil, scan
+		return nil, m.scan
 	}
-	return m.build(maps, progs), scan
+	return m.build(maps, progs), m.scan
 }
 
 // build makes a snapshot's maps from the reader's, joined with progs.
@@ -129,15 +140,24 @@ func (m *mapReader) build(maps []mapstats.Map, progs []*ProgramStat) []*Map {
 	return out
 }
 
-// join rebuilds users when the programs' map_ids are not those it was
-// built from, and says whether it did.
-func (m *mapReader) join(progs []*ProgramStat) bool {
-	same := m.users != nil && len(progs) == len(m.usersOf)
-	for i := 0; same && i < len(progs); i++ {
-		p := progs[i]
-		same = m.usersOf[i] == progMaps{p.ID, unsafe.SliceData(p.MapIDs), len(p.MapIDs)}
+// joinedFrom says users were built from progs' map_ids: no program came
+// or went, none was read anew.
+func (m *mapReader) joinedFrom(progs []*ProgramStat) bool {
+	if m.users == nil || len(progs) != len(m.usersOf) {
+		return false
 	}
-	if same {
+	for i, p := range progs {
+		if m.usersOf[i] != (progMaps{p.ID, unsafe.SliceData(p.MapIDs), len(p.MapIDs)}) {
+			return false
+		}
+	}
+	return true
+}
+
+// join rebuilds users when they were not built from progs, and says
+// whether it did.
+func (m *mapReader) join(progs []*ProgramStat) bool {
+	if m.joinedFrom(progs) {
 		return false
 	}
 	m.usersOf = m.usersOf[:0]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -109,4 +110,94 @@ func idsU32(ids []ebpf.MapID) []uint32 {
 		out[i] = uint32(id)
 	}
 	return out
+}
+
+// TestMapInterval: with Config.MapInterval, scans within the interval
+// carry the last read's maps (the same slice, its time) though a hash map
+// gained elements; a scan that finds a program loaded reads them at once,
+// and so does the first scan past the interval.
+func TestMapInterval(t *testing.T) {
+	set := bpfmaps.New(t, "map_every", 2, 16)
+	hid := bpfmaps.MapID(t, set.Hash)
+	clock := time.Now()
+	a, err := New(Config{Maps: true, MapInterval: time.Minute, Now: func() time.Time { return clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	hash := func(s *Snapshot) *Map {
+		t.Helper()
+		if s.MapScan.Error != "" {
+			t.Fatalf("map scan: %s", s.MapScan.Error)
+		}
+		i, ok := slices.BinarySearchFunc(s.Maps, hid, func(m *Map, id uint32) int { return int(int64(m.ID) - int64(id)) })
+		if !ok {
+			t.Fatalf("hash map %d missing from %d maps", hid, len(s.Maps))
+		}
+		return s.Maps[i]
+	}
+	// Where the kernel has no element count (before 6.6) only the read
+	// times say which scans read the maps.
+	counts := true
+	entries := func(m *Map) uint64 {
+		if m.Entries == nil {
+			counts = false
+			t.Logf("no element count: %s", m.EntriesReason)
+			return 0
+		}
+		return *m.Entries
+	}
+	put := func(k uint32) {
+		t.Helper()
+		if err := set.Hash.Put(k, uint64(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	first := scan(t, a)
+	if !first.MapScan.ReadAt.Equal(clock) || counts && entries(hash(first)) != 2 {
+		t.Fatalf("first scan: read at %v (scan at %v), entries %v; want a read now, 2 entries", first.MapScan.ReadAt, clock, hash(first).Entries)
+	}
+	put(2)
+	// A program loaded or unloaded between two scans makes the second read
+	// the maps as well: compare two scans that saw the same programs.
+	sameProgs := func(a, b *Snapshot) bool {
+		return slices.EqualFunc(a.Programs, b.Programs, func(p, q *ProgramStat) bool { return p.ID == q.ID })
+	}
+	prev, within := first, (*Snapshot)(nil)
+	for try := range 20 {
+		if try > 0 {
+			// The agent's own link iterator, loaded by its first scan
+			// after the programs were read, is one.
+			t.Logf("scan %d: programs came or went (%d, then %d): that scan read the maps", try, len(first.Programs), len(prev.Programs))
+		}
+		clock = clock.Add(time.Second)
+		if s := scan(t, a); sameProgs(prev, s) {
+			within = s
+			break
+		} else {
+			prev = s
+		}
+	}
+	if within == nil {
+		t.Fatal("programs came or went on the node between every two of 20 scans")
+	}
+	if !within.MapScan.ReadAt.Equal(prev.MapScan.ReadAt) || &within.Maps[0] != &prev.Maps[0] || counts && entries(hash(within)) != entries(hash(prev)) {
+		t.Errorf("within the interval, no program loaded: read at %v, entries %v; want the last read's maps (at %v, entries %v)", within.MapScan.ReadAt, hash(within).Entries, prev.MapScan.ReadAt, hash(prev).Entries)
+	}
+	if prev == first && counts && entries(hash(within)) != 2 {
+		t.Errorf("within the interval: entries %d, want the first read's 2", entries(hash(within)))
+	}
+	scantest.LoadPrograms(t, 1)
+	clock = clock.Add(10 * time.Second)
+	loaded := scan(t, a)
+	if !loaded.MapScan.ReadAt.Equal(clock) || counts && entries(hash(loaded)) != 3 {
+		t.Errorf("after a program was loaded: read at %v (scan at %v), entries %v; want a read now, 3 entries", loaded.MapScan.ReadAt, clock, hash(loaded).Entries)
+	}
+	put(3)
+	clock = clock.Add(time.Minute)
+	past := scan(t, a)
+	if !past.MapScan.ReadAt.Equal(clock) || counts && entries(hash(past)) != 4 {
+		t.Errorf("past the interval: read at %v (scan at %v), entries %v; want a read now, 4 entries", past.MapScan.ReadAt, clock, hash(past).Entries)
+	}
 }

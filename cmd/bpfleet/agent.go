@@ -65,6 +65,7 @@ or with the kubeconfig $KUBECONFIG names on a host outside any pod.`,
 	registerScanFlags(cmd, &c.Scan)
 	f.DurationVar(&c.Interval, "interval", c.Interval, fmt.Sprintf("time between scans, at least %v (a scan of 1,000 programs costs about 4 ms of CPU: %v keeps the agent under 1%% of a CPU)", config.MinScanInterval, config.MinScanInterval))
 	f.DurationVar(&c.ExportInterval, "export-interval", 0, fmt.Sprintf("metric export interval, at least %v (0: OTEL_METRIC_EXPORT_INTERVAL, else --interval); exports run right after a scan, at most one per scan", config.MinExportInterval))
+	f.DurationVar(&c.MapInterval, "map-interval", c.MapInterval, "time between reads of the node's BPF maps (memory, entries, fullness); a scan reads them sooner when a program was loaded or unloaded (0: every scan)")
 	f.StringVar((*string)(&c.Level), "metrics-level", string(c.Level), "metrics detail: workload (program series that survive reloads), program (one series set per program id: debugging), owner or attach-type")
 	f.IntVar(&c.MaxPrograms, "max-programs", c.MaxPrograms, "most programs (--metrics-level=program) or program keys (workload) exported, and the SDK's cardinality limit (0: no cap); the rest are counted in bpf.agent.programs.dropped")
 	f.BoolVar(&c.ProgramInfo, "program-info", false, "at --metrics-level=workload, also export bpf.program.info (one series per program id: new series with every reload)")
@@ -114,6 +115,7 @@ func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 
 	// Everything the agent takes comes from c, validated once by Resolve.
 	cfg := agentConfig(c.Scan)
+	cfg.MapInterval = c.MapInterval
 	cfg.StatsMode, cfg.StatsWindow, cfg.StatsPeriod = c.Stats.Mode, c.Stats.Window, c.Stats.Period
 	cfg.Profile, cfg.ProfileWindow, cfg.ProfilePeriod = c.Profile.Selectors, c.Profile.Window, c.Profile.Period
 	cfg.OwnerIterator = !c.Scan.NoIterator
