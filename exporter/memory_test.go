@@ -389,3 +389,34 @@ func TestMapSeriesWithSharedEntries(t *testing.T) {
 		})
 	}
 }
+
+// A failed map read forgets the maps the exporter kept by id: a program
+// whose map is not in the next read has no map memory, not the old one.
+func TestMapIndexAfterFailedRead(t *testing.T) {
+	e, r, _ := newTestExporter(t, Config{Level: LevelProgram})
+	ctx := context.Background()
+	mapMemory := func() float64 {
+		t.Helper()
+		got, _ := collect(t, r)
+		for _, p := range got["bpf.program.memory"] {
+			if k, _ := p.attrs.Value(attrMemoryKind); k.AsString() == memoryMap {
+				return p.value
+			}
+		}
+		return -1
+	}
+	e.Update(ctx, withMaps(snapshot(1, memProg(1, "enter", "obs", "tracer", "tracer", 10)), bpfMap(10, "events", "hash", 4096, 100, 5)))
+	if m := mapMemory(); m != 4096 {
+		t.Fatalf("map memory %v, want 4096", m)
+	}
+	failed := snapshot(2, memProg(1, "enter", "obs", "tracer", "tracer", 10))
+	failed.MapScan = agent.MapScan{Source: agent.ScanSourceIterator, Error: "reading maps: test"}
+	e.Update(ctx, failed)
+	if m := mapMemory(); m != -1 {
+		t.Errorf("after a failed read: map memory %v, want none", m)
+	}
+	e.Update(ctx, withMaps(snapshot(3, memProg(1, "enter", "obs", "tracer", "tracer", 10))))
+	if m := mapMemory(); m != 0 {
+		t.Errorf("after a read without the map: map memory %v, want 0", m)
+	}
+}
