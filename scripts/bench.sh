@@ -93,7 +93,7 @@ if selected fleet; then
 fi
 
 if selected agentcpu; then
-	section "agentcpu: one real bpfleet agent at 1,000 programs (50 reloaded every 30 s) and 3,000 maps (a --no-maps twin beside it), --interval 10s, into a real Prometheus: CPU % of one core, RSS, profile breakdown; RSS over 10,000 scans"
+	section "agentcpu: one real bpfleet agent at 1,000 programs (50 reloaded every 30 s) and 3,000 maps (twins without maps and reading them every scan beside it), --interval 10s, into a real Prometheus: CPU % of one core, RSS, profile breakdown; RSS over 10,000 scans"
 	# BPFLEET_BENCH_BASELINE=/path/to/other/bpfleet runs that build beside
 	# this one in the same window (a before/after ratio from one run);
 	# BPFLEET_BENCH_WINDOW (default 120s); BPFLEET_BENCH_PROFILES keeps the
