@@ -452,6 +452,9 @@ func (e *Exporter) mapKeysOf(m *agent.Map, refs []*mapKeyState) []*mapKeyState {
 
 func observeMaps(val func(*mapSeries) (float64, bool), float bool) func(*view, sink) {
 	return func(v *view, s sink) {
+		if !v.mapsDue {
+			return
+		}
 		for i := range v.maps {
 			x, ok := val(&v.maps[i])
 			switch {

@@ -160,3 +160,40 @@ func metricPoints(t *testing.T, line, name string) []float64 {
 	}
 	return vs
 }
+
+// With only pushed destinations the map series go out in the exports
+// after a map read, not in those between (the agent reads maps every
+// --map-interval); the node's totals and the map count go out every time.
+// A scraped or manual reader gets them at every collection
+// (TestMapRollups collects with one).
+func TestMapSeriesPushedAfterReads(t *testing.T) {
+	var out syncbuf.Buffer
+	e, err := New(context.Background(), Config{Level: LevelWorkload, ConsoleOut: &out,
+		OTel:     config.OTel{Metrics: config.Signal{Exporter: config.ExporterConsole}, Traces: config.Signal{Exporter: config.ExporterNone}},
+		Interval: 10 * time.Second, ScanInterval: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Shutdown(context.Background())
+	ctx := context.Background()
+	s := withMaps(snapshot(1, memProg(1, "enter", "obs", "tracer", "tracer", 10)), bpfMap(10, "events", "hash", 4096, 100, 5))
+	readAt := s.Time
+	for i, read := range []bool{true, false, false, true, false} {
+		s.Seq, s.Time = uint64(i+1), readAt.Add(time.Duration(i)*10*time.Second)
+		if read {
+			s.MapScan.ReadAt = s.Time
+		}
+		e.Update(ctx, s)
+		if err := e.ForceFlush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		exports := waitExports(t, &out, i+1)
+		last := exports[len(exports)-1]
+		if n := len(metricPoints(t, last, "bpf.map.memory")); (n == 1) != read || n > 1 {
+			t.Errorf("scan %d (maps read: %v): %d bpf.map.memory points", i+1, read, n)
+		}
+		if n := len(metricPoints(t, last, "bpf.node.memory")); n != 2 {
+			t.Errorf("scan %d: %d bpf.node.memory points, want 2 at every export", i+1, n)
+		}
+	}
+}

@@ -39,10 +39,14 @@ type view struct {
 	// map key at the program and workload levels; bpf.*.memory per
 	// program, workload key or owner; verified instructions per program
 	// or key.
-	node   nodeMemory
-	maps   []mapSeries
-	memory []valueSeries
-	insns  []valueSeries
+	node nodeMemory
+	maps []mapSeries
+	// mapsDue says this view's collections export the map series: always
+	// where a reader may be scraped, else only when the maps were read
+	// since the last export (Exporter.sparseMaps).
+	mapsDue bool
+	memory  []valueSeries
+	insns   []valueSeries
 }
 
 // statsView is what the stats-mode and stats-tax metrics read.
@@ -241,6 +245,7 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 	}
 
 	byID, seen := e.maps.index(s, v)
+	v.mapsDue = !e.sparseMaps || s.MapScan.ReadAt.IsZero() || s.Time.Sub(s.MapScan.ReadAt) < e.cfg.exportInterval()
 	if byID != nil && (e.cfg.Level == LevelProgram || e.cfg.Level == LevelWorkload) {
 		e.buildMaps(s, v, seen, e.view)
 	}

@@ -96,13 +96,18 @@ func TestMapsToPrometheus(t *testing.T) {
 	t.Logf("program %d (jited %d, xlated %d, memlock %d); hash map %d memlock %d, array memlock %d, ring buffer memlock %d; owner %s", pid, jited, xlated, pmem, hid, hmem, amem, rmem, exeName)
 
 	prom := backends.StartPrometheus(t)
+	// Both agents read the maps at every scan: the node totals below are
+	// compared with the map series of the same export, and the two
+	// agents' reads with each other (the default, a read every 30 s and
+	// the map series pushed only after one, is TestMapInterval's and
+	// TestMapSeriesPushedAfterReads').
 	for node, level := range map[string]string{"e2e-maps-program": "program", "e2e-maps-workload": "workload"} {
 		startAgent(t, []string{
 			"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=" + prom.OTLPEndpoint(),
 			"OTEL_EXPORTER_OTLP_METRICS_PROTOCOL=http/protobuf",
 			"OTEL_TRACES_EXPORTER=none",
 			"K8S_NODE_NAME=" + node,
-		}, "--metrics-level", level)
+		}, "--metrics-level", level, "--map-interval", "0")
 	}
 
 	// The program level: by id.
