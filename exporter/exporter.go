@@ -108,19 +108,20 @@ type Exporter struct {
 	prof   *profileProducer
 	series *seriesProducer
 	push   *pusher // nil: no pushed metric destination (see Config.ScanInterval)
-	// sparseMaps: every metric reader is pushed, so the map series (a
-	// series per map and figure: most of a node's series where maps
-	// outnumber programs) go out only in the exports after a map read
-	// (the agent reads maps every --map-interval, 30 s): a gauge pushed
-	// every 10 s unchanged only costs the agent, the wire and the
+	// sparseMemory: every metric reader is pushed, so the map, memory
+	// and verified-instruction series (a series per map and figure, and
+	// three per program or key: most of a node's series) go out only in
+	// the exports after a map read (the agent reads maps every
+	// --map-interval, 30 s, and at once after a program load): a gauge
+	// pushed every 10 s unchanged only costs the agent, the wire and the
 	// backend. A scraped reader gets them at every collection (a scrape
 	// without them would mark them stale).
-	sparseMaps bool
-	progCache  map[uint32]cachedAttrs
-	owners     map[string]*aggSeries
-	maps       mapState
-	attach     map[string]*aggSeries
-	workloads  map[workloadKey]*workloadSeries
+	sparseMemory bool
+	progCache    map[uint32]cachedAttrs
+	owners       map[string]*aggSeries
+	maps         mapState
+	attach       map[string]*aggSeries
+	workloads    map[workloadKey]*workloadSeries
 	// byRank is every workload series, in the order of the last sort
 	// over the cap (then by creation): the next sort finds it nearly
 	// sorted, and no Update walks the map.
@@ -216,7 +217,7 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 		e.tracer = noop.NewTracerProvider().Tracer("")
 	}
 	e.MetricsTarget, e.TracesTarget = sig.metricsTarget, sig.tracesTarget
-	e.sparseMaps = e.push != nil && len(e.push.dests) == len(sig.readers) && len(cfg.Readers) == 0
+	e.sparseMemory = e.push != nil && len(e.push.dests) == len(sig.readers) && len(cfg.Readers) == 0
 	if e.push != nil {
 		e.push.start()
 	}

@@ -452,7 +452,7 @@ func (e *Exporter) mapKeysOf(m *agent.Map, refs []*mapKeyState) []*mapKeyState {
 
 func observeMaps(val func(*mapSeries) (float64, bool), float bool) func(*view, sink) {
 	return func(v *view, s sink) {
-		if !v.mapsDue {
+		if !v.memoryDue {
 			return
 		}
 		for i := range v.maps {
@@ -468,8 +468,14 @@ func observeMaps(val func(*mapSeries) (float64, bool), float bool) func(*view, s
 	}
 }
 
+// observeValues observes the memory and verified-instruction rows, which
+// move only with map reads and program loads (each load makes the agent
+// read the maps).
 func observeValues(series func(*view) []valueSeries) func(*view, sink) {
 	return func(v *view, s sink) {
+		if !v.memoryDue {
+			return
+		}
 		for _, x := range series(v) {
 			s.Int(int64(x.v), x.attrs)
 		}

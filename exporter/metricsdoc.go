@@ -158,9 +158,10 @@ BPF maps and programs live in kernel memory that no process's RSS shows, and a f
 makes updates fail: the program drops what it meant to record. The agent reads every map on the
 node every ` + "`--map-interval`" + ` (30 s; at the next scan when a program was loaded or unloaded)
 with ` + "`iter/bpf_map`" + `, else one syscall walk (` + "`bpf.agent.map_scan.source`" + ` says which), without
-holding its fds. Pushed over OTLP, the ` + "`bpf.map.*`" + ` series go out in the export after each read
-(a gauge every 30 s, well within a backend's 5-minute lookback; ` + "`bpf.node.memory`" + ` and the
-rollups at every export); scraped, at every scrape. ` + "`--no-maps`" + ` turns it off, and every map
+holding its fds. Pushed over OTLP, the ` + "`bpf.map.*`" + `, ` + "`bpf.program.memory`" + `, ` + "`bpf.owner.memory`" + ` and
+` + "`bpf.program.verified_insns`" + ` series go out in the export after each read (gauges every 30 s,
+well within a backend's 5-minute lookback; a program load makes the next scan read, so a new
+key's memory is not late; ` + "`bpf.node.memory`" + ` at every export); scraped, at every scrape. ` + "`--no-maps`" + ` turns it off, and every map
 figure is then absent, not zero. A map's memory is the kernel's own figure (fdinfo ` + "`memlock`" + `, ` + "`map_mem_usage()`" + `); its
 entries are the kernel's element count for the hash family (` + "`bpf_map_sum_elem_count`" + `, Linux 6.6+;
 on older kernels only with ` + "`--map-count-bound`" + `, a walk of the keys), absent for other types, and

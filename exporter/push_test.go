@@ -161,9 +161,10 @@ func metricPoints(t *testing.T, line, name string) []float64 {
 	return vs
 }
 
-// With only pushed destinations the map series go out in the exports
-// after a map read, not in those between (the agent reads maps every
-// --map-interval); the node's totals and the map count go out every time.
+// With only pushed destinations the map, memory and verified-instruction
+// series go out in the exports after a map read, not in those between
+// (the agent reads maps every --map-interval, and at once after a program
+// load); the node's totals go out every time.
 // A scraped or manual reader gets them at every collection
 // (TestMapRollups collects with one).
 func TestMapSeriesPushedAfterReads(t *testing.T) {
@@ -189,8 +190,13 @@ func TestMapSeriesPushedAfterReads(t *testing.T) {
 		}
 		exports := waitExports(t, &out, i+1)
 		last := exports[len(exports)-1]
-		if n := len(metricPoints(t, last, "bpf.map.memory")); (n == 1) != read || n > 1 {
-			t.Errorf("scan %d (maps read: %v): %d bpf.map.memory points", i+1, read, n)
+		for _, m := range []string{"bpf.map.memory", "bpf.map.fullness", "bpf.program.verified_insns"} {
+			if n := len(metricPoints(t, last, m)); (n == 1) != read || n > 1 {
+				t.Errorf("scan %d (maps read: %v): %d %s points", i+1, read, n, m)
+			}
+		}
+		if n := len(metricPoints(t, last, "bpf.program.memory")); (n == 2) != read || n > 2 {
+			t.Errorf("scan %d (maps read: %v): %d bpf.program.memory points", i+1, read, n)
 		}
 		if n := len(metricPoints(t, last, "bpf.node.memory")); n != 2 {
 			t.Errorf("scan %d: %d bpf.node.memory points, want 2 at every export", i+1, n)

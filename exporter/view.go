@@ -41,12 +41,13 @@ type view struct {
 	// or key.
 	node nodeMemory
 	maps []mapSeries
-	// mapsDue says this view's collections export the map series: always
-	// where a reader may be scraped, else only when the maps were read
-	// since the last export (Exporter.sparseMaps).
-	mapsDue bool
-	memory  []valueSeries
-	insns   []valueSeries
+	// memoryDue says this view's collections export the map, memory and
+	// verified-instruction series: always where a reader may be scraped,
+	// else only when the maps were read since the last export
+	// (Exporter.sparseMemory).
+	memoryDue bool
+	memory    []valueSeries
+	insns     []valueSeries
 }
 
 // statsView is what the stats-mode and stats-tax metrics read.
@@ -245,7 +246,7 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 	}
 
 	byID, seen := e.maps.index(s, v)
-	v.mapsDue = !e.sparseMaps || s.MapScan.ReadAt.IsZero() || s.Time.Sub(s.MapScan.ReadAt) < e.cfg.exportInterval()
+	v.memoryDue = !e.sparseMemory || s.MapScan.ReadAt.IsZero() || s.Time.Sub(s.MapScan.ReadAt) < e.cfg.exportInterval()
 	if byID != nil && (e.cfg.Level == LevelProgram || e.cfg.Level == LevelWorkload) {
 		e.buildMaps(s, v, seen, e.view)
 	}
