@@ -50,6 +50,10 @@ if selected maps; then
 	# x-prog: ns/map over ns/prog, the bound is 1; fdinfo/read:
 	# memory figures read again per steady read (0 when no map changed).
 	go test -count=1 -run X -bench 'SteadyMapsVsProgs' -benchtime 400x ./probes/mapstats
+	# After the read: the snapshot's maps (shared entries, the join) and
+	# the exporter's map and memory work, steady and with maps moving.
+	go test -count=1 -run X -bench 'MapBuild' -benchmem -benchtime 2000x ./agent
+	go test -count=1 -run X -bench 'UpdateMaps' -benchmem -benchtime 1000x ./exporter
 fi
 
 if selected owners; then
