@@ -367,11 +367,11 @@ func (e *Exporter) buildMaps(s *agent.Snapshot, v *view, seen mapsSeen, prev *vi
 			}
 		}
 	}
+	// Nothing moved: the last view's series are this one's. The key
+	// states need no stamp: only a rebuild prunes them, and it stamps
+	// every key it meets with its own scan count.
 	if !moved && seen.same && prev != nil && prev.node.mapsRead {
 		v.maps = prev.maps
-		for _, k := range st.refs {
-			k.gen = gen
-		}
 		return
 	}
 	n := len(s.Maps)
