@@ -49,6 +49,15 @@ type Config struct {
 	// change the data. Without it the SDK's periodic reader exports every
 	// Interval.
 	ScanInterval time.Duration
+	// ResendUnchanged is how often a pushed destination (OTLP, console)
+	// is sent a program or workload counter series whose values did not
+	// move since it last got it (--resend-unchanged): every series goes
+	// out whenever it moves, and at least this often, so that idle
+	// programs cost an export a third of the points at the agent's 30 s
+	// against 10 s exports while a backend's rate() over a minute still
+	// has two points of each. 0, or no more than the export interval:
+	// every series in every export. Scraped readers get every series.
+	ResendUnchanged time.Duration
 	// ProgramInfo adds bpf.program.info at LevelWorkload: one series per
 	// loaded program, so new series with every reload.
 	ProgramInfo bool

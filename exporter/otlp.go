@@ -267,7 +267,8 @@ func (e *Exporter) metricExporter(ctx context.Context, s *config.Signal) (sdkmet
 		// http/protobuf: bpfleet's own encoder (otlpwire.go), which keeps
 		// each series' encoding between exports.
 		exp = newWireExporter(wireConfig{url: s.Endpoint, headers: headerOf(s.Headers), timeout: s.Timeout,
-			gzip: s.Compression == config.CompressionGzip, tls: tlsConf, proxy: e.cfg.OTel.Proxy.ProxyFunc()})
+			gzip: s.Compression == config.CompressionGzip, tls: tlsConf, proxy: e.cfg.OTel.Proxy.ProxyFunc(),
+			keep: 2 * max(e.cfg.ResendUnchanged, e.cfg.exportInterval())})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("creating OTLP %s metric exporter: %w", s.Protocol, err)

@@ -59,10 +59,15 @@ type wireExporter struct {
 
 	mu sync.Mutex
 	// attrs caches the encoding of attribute sets as NumberDataPoint
-	// attributes (repeated KeyValue, field 7); gen marks the sets used by
-	// the latest export, and the others are dropped after it.
-	attrs map[attribute.Distinct]*wireAttrs
-	gen   uint64
+	// attributes (repeated KeyValue, field 7). A set unused for keep is
+	// dropped (a program gone), checked every keep/4: a series left out
+	// of exports while it does not move (Config.ResendUnchanged) must
+	// keep its encoding until it is sent again, or every resend would
+	// encode it anew.
+	attrs  map[attribute.Distinct]*wireAttrs
+	now    time.Time // the export being encoded
+	keep   time.Duration
+	pruned time.Time
 	// Kept between exports: the first pass's sizes and attribute
 	// encodings, histograms' data, the request, the compressed request.
 	ms         []wireMetric
@@ -75,8 +80,8 @@ type wireExporter struct {
 }
 
 type wireAttrs struct {
-	b   []byte
-	gen uint64
+	b    []byte
+	used time.Time
 }
 
 var _ sdkmetric.Exporter = (*wireExporter)(nil)
@@ -89,6 +94,8 @@ type wireConfig struct {
 	timeout time.Duration
 	gzip    bool
 	tls     *tls.Config
+	// keep is how long an attribute set's encoding is kept unused.
+	keep time.Duration
 	// proxy is the proxy for a request's URL (nil: none), from the
 	// resolved proxy variables.
 	proxy func(*url.URL) (*url.URL, error)
@@ -146,7 +153,7 @@ func newWireExporter(c wireConfig) *wireExporter {
 		c.headers.Set("Content-Encoding", "gzip")
 	}
 	w := &wireExporter{
-		url: c.url, headers: c.headers, timeout: c.timeout, gzip: c.gzip,
+		url: c.url, headers: c.headers, timeout: c.timeout, gzip: c.gzip, keep: c.keep,
 		client: &http.Client{Transport: tr},
 		attrs:  map[attribute.Distinct]*wireAttrs{},
 	}
@@ -312,7 +319,7 @@ func partialSuccess(b []byte, contentType string) (int64, string) {
 // buffer and appending it to its parent's copied the whole request three
 // times more, and memmove was a fifth of the agent's CPU.)
 func (w *wireExporter) encode(rm *metricdata.ResourceMetrics) []byte {
-	w.gen++
+	w.now = time.Now()
 	w.ms = w.ms[:0]
 	w.pattrs = w.pattrs[:0]
 	w.hist = w.hist[:0]
@@ -387,10 +394,13 @@ func (w *wireExporter) encode(rm *metricdata.ResourceMetrics) []byte {
 	}
 	b = appendString(b, 3, schema)
 	w.req = b
-	// Forget the attribute sets this export did not use (programs gone).
-	for k, a := range w.attrs {
-		if a.gen != w.gen {
-			delete(w.attrs, k)
+	// Forget the attribute sets no export used for keep (programs gone).
+	if w.now.Sub(w.pruned) >= w.keep/4 {
+		w.pruned = w.now
+		for k, a := range w.attrs {
+			if w.now.Sub(a.used) > w.keep {
+				delete(w.attrs, k)
+			}
 		}
 	}
 	return w.req
@@ -581,7 +591,7 @@ func (w *wireExporter) pointAttrs(s attribute.Set) []byte {
 		}
 		w.attrs[k] = a
 	}
-	a.gen = w.gen
+	a.used = w.now
 	return a.b
 }
 

@@ -110,11 +110,20 @@ func TestWireEncoding(t *testing.T) {
 			t.Errorf("histogram point %v", hp)
 		}
 	}
-	// One program gone: its cached encoding is dropped after the export.
-	rm.ScopeMetrics[0].Metrics = rm.ScopeMetrics[0].Metrics[2:]
+	// One program gone: its cached encoding is dropped after the export
+	// (keep 0), but kept while within keep: a series left out while it
+	// does not move is sent again later (Config.ResendUnchanged).
+	all := rm.ScopeMetrics[0].Metrics
+	kept := newWireExporter(wireConfig{headers: http.Header{}, keep: time.Hour})
+	kept.encode(rm)
+	rm.ScopeMetrics[0].Metrics = all[2:]
 	w.encode(rm)
 	if n := len(w.attrs); n != 1 { // the empty set of the gauges
 		t.Errorf("%d cached attribute sets after the program left, want 1", n)
+	}
+	kept.encode(rm)
+	if n := len(kept.attrs); n != 2 {
+		t.Errorf("%d cached attribute sets within keep after the program left, want 2", n)
 	}
 }
 

@@ -3,6 +3,7 @@ package exporter
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -201,5 +202,55 @@ func TestMapSeriesPushedAfterReads(t *testing.T) {
 		if n := len(metricPoints(t, last, "bpf.node.memory")); n != 2 {
 			t.Errorf("scan %d: %d bpf.node.memory points, want 2 at every export", i+1, n)
 		}
+	}
+}
+
+// A pushed series whose values did not move since the destination last
+// got it is left out until Config.ResendUnchanged has passed; one that
+// moved goes out at once, and the final export at shutdown has them all.
+func TestUnchangedSeriesResent(t *testing.T) {
+	var out syncbuf.Buffer
+	const resend = 3 * time.Second
+	e, err := New(context.Background(), Config{Level: LevelProgram, ConsoleOut: &out,
+		OTel:     config.OTel{Metrics: config.Signal{Exporter: config.ExporterConsole}, Traces: config.Signal{Exporter: config.ExporterNone}},
+		Interval: 100 * time.Millisecond, ScanInterval: 10 * time.Millisecond, ResendUnchanged: resend})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Shutdown(context.Background())
+	ctx := context.Background()
+	first := time.Now()
+	steps := []struct {
+		after time.Duration // since the first export
+		runs  [2]uint64     // of programs 1 and 2
+		want  []float64     // run.count points exported
+		why   string
+	}{
+		{0, [2]uint64{10, 20}, []float64{10, 20}, "first export: every series"},
+		{150 * time.Millisecond, [2]uint64{11, 20}, []float64{11}, "only program 1 moved"},
+		{300 * time.Millisecond, [2]uint64{11, 20}, nil, "nothing moved"},
+		{resend + 200*time.Millisecond, [2]uint64{11, 20}, []float64{11, 20}, "both due again"},
+	}
+	for i, st := range steps {
+		time.Sleep(time.Until(first.Add(st.after)))
+		p1, p2 := prog(1, 100, u64(0)), prog(2, 200, u64(0))
+		p1.RunCount, p2.RunCount = st.runs[0], st.runs[1]
+		e.Update(ctx, snapshot(uint64(i+1), p1, p2))
+		exports := waitExports(t, &out, i+1)
+		got := metricPoints(t, exports[i], "bpf.program.run.count")
+		if !slices.Equal(got, st.want) {
+			t.Errorf("export %d (%s): run.count %v, want %v", i+1, st.why, got, st.want)
+		}
+		// The agent's own metrics go out every time.
+		if n := len(metricPoints(t, exports[i], "bpf.agent.scans")); n != 1 {
+			t.Errorf("export %d: %d bpf.agent.scans points, want 1", i+1, n)
+		}
+	}
+	if err := e.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	exports := lines(out.String())
+	if got := metricPoints(t, exports[len(exports)-1], "bpf.program.run.count"); len(got) != 2 {
+		t.Errorf("final export: run.count %v, want both programs", got)
 	}
 }

@@ -28,6 +28,69 @@ type seriesProducer struct {
 	// Prometheus exporter's scrapes, Config.Readers) get fresh ones.
 	reuse bool
 	buf   seriesBuf
+	// sent is what this destination last got of each series, where
+	// unchanged series are resent only every Config.ResendUnchanged
+	// (pushed destinations only: a scrape that missed a series would
+	// mark it stale). gen is the Produce count, stamped on every series
+	// seen so that series gone are dropped.
+	sent map[attribute.Distinct]*sentSeries
+	gen  uint64
+}
+
+// sentSeries is one series as a destination last got it: its values
+// (runs, run time in ns, misses, link misses; noValue where absent), the
+// start its counters count from, and when.
+type sentSeries struct {
+	v     [4]uint64
+	start time.Time
+	at    time.Time
+	gen   uint64
+}
+
+// noValue stands for a value a series does not have (a program without
+// recursion_misses, a key without kprobe links).
+const noValue = ^uint64(0)
+
+// resendAfter is how long a pushed series whose values did not move is
+// left out of exports: Config.ResendUnchanged less half an export
+// interval, so that an export a few ms early does not push the resend to
+// the next one. 0 (every export sends every series): a scraped or
+// in-process reader, no ResendUnchanged, or one within an export interval.
+func (p *seriesProducer) resendAfter() time.Duration {
+	every := p.e.cfg.exportInterval()
+	if !p.reuse || p.e.cfg.ResendUnchanged <= every {
+		return 0
+	}
+	return p.e.cfg.ResendUnchanged - every/2
+}
+
+// due says whether a series with these values goes into this export, and
+// records it as sent if so. Every series goes out at its first export,
+// whenever a value or its start moved, at least every resendAfter, and in
+// the final export at shutdown.
+func (p *seriesProducer) due(attrs attribute.Set, start, now time.Time, after time.Duration, final bool, v [4]uint64) bool {
+	if after == 0 {
+		return true
+	}
+	k := attrs.Equivalent()
+	s := p.sent[k]
+	if s == nil {
+		s = &sentSeries{}
+		p.sent[k] = s
+	} else if !final && s.v == v && s.start.Equal(start) && now.Sub(s.at) < after {
+		s.gen = p.gen
+		return false
+	}
+	*s = sentSeries{v: v, start: start, at: now, gen: p.gen}
+	return true
+}
+
+// opt is a value for sentSeries: v, or noValue without one.
+func opt(v *uint64) uint64 {
+	if v == nil {
+		return noValue
+	}
+	return *v
 }
 
 // seriesBuf is what one Produce returns: 3,000 data points at 1,000
@@ -96,9 +159,22 @@ func (p *seriesProducer) Produce(context.Context) ([]metricdata.ScopeMetrics, er
 		runs.DataPoints = append(runs.DataPoints, metricdata.DataPoint[int64]{Attributes: attrs, StartTime: st, Time: now, Value: int64(n)})
 		runTime.DataPoints = append(runTime.DataPoints, metricdata.DataPoint[float64]{Attributes: attrs, StartTime: st, Time: now, Value: float64(ns) / 1e9})
 	}
+	after, final := p.resendAfter(), e.stopping.Load()
+	if after > 0 {
+		p.gen++
+		if p.sent == nil {
+			p.sent = make(map[attribute.Distinct]*sentSeries, n)
+		}
+	}
+	due := func(attrs attribute.Set, st time.Time, v [4]uint64) bool {
+		return p.due(attrs, st, now, after, final, v)
+	}
 	for i := range v.programs {
 		s := &v.programs[i]
 		st := start(s.start)
+		if !due(s.attrs, st, [4]uint64{s.runs, s.runTimeNs, opt(s.misses), noValue}) {
+			continue
+		}
 		addRuns(s.attrs, st, s.runs, s.runTimeNs)
 		if s.misses != nil {
 			misses.DataPoints = append(misses.DataPoints, metricdata.DataPoint[int64]{Attributes: s.attrs, StartTime: st, Time: now, Value: int64(*s.misses)})
@@ -106,17 +182,38 @@ func (p *seriesProducer) Produce(context.Context) ([]metricdata.ScopeMetrics, er
 	}
 	for i := range v.links {
 		s := &v.links[i]
-		linkMissed.DataPoints = append(linkMissed.DataPoints, metricdata.DataPoint[int64]{Attributes: s.attrs, StartTime: start(s.start), Time: now, Value: int64(s.missed)})
+		st := start(s.start)
+		if !due(s.attrs, st, [4]uint64{noValue, noValue, noValue, s.missed}) {
+			continue
+		}
+		linkMissed.DataPoints = append(linkMissed.DataPoints, metricdata.DataPoint[int64]{Attributes: s.attrs, StartTime: st, Time: now, Value: int64(s.missed)})
 	}
 	for i := range v.workloads {
 		w := v.workloads[i]
 		st := start(w.start)
+		vals := [4]uint64{w.acc.runs, w.acc.runTimeNs, noValue, noValue}
+		if w.hasMisses {
+			vals[2] = w.acc.misses
+		}
+		if w.hasLinks {
+			vals[3] = w.acc.linkMissed
+		}
+		if !due(w.attrs, st, vals) {
+			continue
+		}
 		addRuns(w.attrs, st, w.acc.runs, w.acc.runTimeNs)
 		if w.hasMisses {
 			misses.DataPoints = append(misses.DataPoints, metricdata.DataPoint[int64]{Attributes: w.attrs, StartTime: st, Time: now, Value: int64(w.acc.misses)})
 		}
 		if w.hasLinks {
 			linkMissed.DataPoints = append(linkMissed.DataPoints, metricdata.DataPoint[int64]{Attributes: w.attrs, StartTime: st, Time: now, Value: int64(w.acc.linkMissed)})
+		}
+	}
+	if after > 0 && len(p.sent) > len(v.programs)+len(v.links)+len(v.workloads) {
+		for k, s := range p.sent {
+			if s.gen != p.gen {
+				delete(p.sent, k)
+			}
 		}
 	}
 	ms := b.ms[:0]

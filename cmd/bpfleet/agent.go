@@ -66,6 +66,7 @@ or with the kubeconfig $KUBECONFIG names on a host outside any pod.`,
 	f.DurationVar(&c.Interval, "interval", c.Interval, fmt.Sprintf("time between scans, at least %v (a scan of 1,000 programs costs about 4 ms of CPU: %v keeps the agent under 1%% of a CPU)", config.MinScanInterval, config.MinScanInterval))
 	f.DurationVar(&c.ExportInterval, "export-interval", 0, fmt.Sprintf("metric export interval, at least %v (0: OTEL_METRIC_EXPORT_INTERVAL, else --interval); exports run right after a scan, at most one per scan", config.MinExportInterval))
 	f.DurationVar(&c.MapInterval, "map-interval", c.MapInterval, "time between reads of the node's BPF maps (memory, entries, fullness); a scan reads them sooner when a program was loaded or unloaded (0: every scan)")
+	f.DurationVar(&c.ResendUnchanged, "resend-unchanged", c.ResendUnchanged, "how often a pushed (OTLP, console) program or workload series whose values did not move is sent again; series that move go out in every export (0: every series in every export)")
 	f.StringVar((*string)(&c.Level), "metrics-level", string(c.Level), "metrics detail: workload (program series that survive reloads), program (one series set per program id: debugging), owner or attach-type")
 	f.IntVar(&c.MaxPrograms, "max-programs", c.MaxPrograms, "most programs (--metrics-level=program) or program keys (workload) exported, and the SDK's cardinality limit (0: no cap); the rest are counted in bpf.agent.programs.dropped")
 	f.BoolVar(&c.ProgramInfo, "program-info", false, "at --metrics-level=workload, also export bpf.program.info (one series per program id: new series with every reload)")
@@ -136,18 +137,19 @@ func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 		return err
 	}
 	exp, err := exporter.New(ctx, exporter.Config{
-		Level:        level,
-		MaxPrograms:  c.MaxPrograms,
-		Interval:     c.EffectiveExportInterval(),
-		ScanInterval: c.Interval, // exports follow scans, in the same wakeup
-		ProgramInfo:  c.ProgramInfo,
-		SpanBudget:   c.SpanBudget,
-		Kernel:       a.Kernel(),
-		ClusterName:  c.ClusterName,
-		NodeName:     c.NodeName,
-		OTel:         c.OTel, // the --otlp-* flags and OTEL_* variables, resolved once
-		Console:      c.Console,
-		Log:          log,
+		Level:           level,
+		MaxPrograms:     c.MaxPrograms,
+		Interval:        c.EffectiveExportInterval(),
+		ScanInterval:    c.Interval, // exports follow scans, in the same wakeup
+		ResendUnchanged: c.ResendUnchanged,
+		ProgramInfo:     c.ProgramInfo,
+		SpanBudget:      c.SpanBudget,
+		Kernel:          a.Kernel(),
+		ClusterName:     c.ClusterName,
+		NodeName:        c.NodeName,
+		OTel:            c.OTel, // the --otlp-* flags and OTEL_* variables, resolved once
+		Console:         c.Console,
+		Log:             log,
 	})
 	if err != nil {
 		return err

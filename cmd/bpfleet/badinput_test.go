@@ -85,6 +85,7 @@ func TestBadInputRefusedAtStart(t *testing.T) {
 		agent("--interval", nil, "--interval=abc"),
 		agent("--export-interval", nil, "--export-interval=10ms"),
 		agent("--map-interval", nil, "--map-interval=-1s"),
+		agent("--resend-unchanged", nil, "--resend-unchanged=-1s"),
 		agent("--otlp-endpoint", nil, "--otlp-endpoint", "ftp://collector:4318"),
 		agent("--otlp-endpoint", nil, "--otlp-endpoint", "http://"),
 		agent("--otlp-endpoint", nil, "--otlp-endpoint", "collector:4318"), // host:port is for grpc only

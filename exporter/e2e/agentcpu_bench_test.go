@@ -42,7 +42,10 @@ import (
 // BPFLEET_BENCH_BASELINE names another bpfleet binary (e.g. built from
 // main) run beside this one, on the same programs in the same window, so a
 // change is a ratio measured in one run; BPFLEET_BENCH_PROFILES keeps the
-// profiles in that directory.
+// profiles in that directory; BPFLEET_BENCH_HZ sets their sampling rate
+// (default 1000: a 0.05% agent gives 50 samples a 100 s, so a profile to
+// split phases by wants 10000 and a long window); BPFLEET_BENCH_LEVELS
+// picks the levels (default "workload,program").
 func TestBenchAgentCPU(t *testing.T) {
 	// Two minutes: GC runs every 50-60 s here, and one cycle more or less
 	// in the window moved a 60 s figure by 15%.
@@ -71,24 +74,7 @@ func TestBenchAgentCPU(t *testing.T) {
 		}
 		nMaps = n
 	}
-	for i := range nMaps {
-		spec := &ebpf.MapSpec{Name: fmt.Sprintf("bench_m%d", i%100), Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 16}
-		if i%2 == 1 {
-			spec.Type = ebpf.Hash
-		}
-		m, err := ebpf.NewMap(spec)
-		if err != nil {
-			t.Fatalf("creating map %d of %d: %v", i, nMaps, err)
-		}
-		defer m.Close()
-		if spec.Type == ebpf.Hash {
-			for k := range uint32(i % 16) {
-				if err := m.Put(k, uint64(k)); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-	}
+	benchMaps(t, nMaps)
 
 	type run struct {
 		name, bin string
@@ -99,8 +85,11 @@ func TestBenchAgentCPU(t *testing.T) {
 	// operator would measure it, by difference: without the metric export
 	// (OTEL_METRICS_EXPORTER=none: scans, owners, the view), without
 	// gzip, without maps, with the maps read at every scan rather than
-	// every --map-interval. The CPU profile (1 kHz sampling) costs CPU of its own: the
-	// figure is the unprofiled agent's, the profile its profiled twin's.
+	// every --map-interval, with every series in every export
+	// (--resend-unchanged 0: the bench's programs never run, so the
+	// default sends each series every third export). The CPU profile
+	// (BPFLEET_BENCH_HZ) costs CPU of its own: the figure is the
+	// unprofiled agent's, the profile its profiled twin's.
 	// Identical twins ("this", "this-2") run side by side: how far two
 	// copies of one build differ is the noise any other difference must
 	// beat, and their median is the figure.
@@ -111,13 +100,26 @@ func TestBenchAgentCPU(t *testing.T) {
 		{name: "this-no-gzip", bin: bpfleetBin, args: []string{"--otlp-compression", "none"}},
 		{name: "this-no-maps", bin: bpfleetBin, args: []string{"--no-maps"}},
 		{name: "this-maps-every-scan", bin: bpfleetBin, args: []string{"--map-interval", "0"}},
+		{name: "this-resend-all", bin: bpfleetBin, args: []string{"--resend-unchanged", "0"}},
 		{name: "this-profiled", bin: bpfleetBin, pprof: true},
 	}
 	if b := os.Getenv("BPFLEET_BENCH_BASELINE"); b != "" {
 		// Profiled too: each phase's CPU before and after, in one window.
 		runs = append(runs, run{name: "baseline", bin: b}, run{name: "baseline-2", bin: b}, run{name: "baseline-profiled", bin: b, pprof: true})
 	}
-	for _, level := range []string{"workload", "program"} {
+	hz := 1000
+	if v := os.Getenv("BPFLEET_BENCH_HZ"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			t.Fatalf("BPFLEET_BENCH_HZ=%q: want a rate in Hz", v)
+		}
+		hz = n
+	}
+	levels := []string{"workload", "program"}
+	if v := os.Getenv("BPFLEET_BENCH_LEVELS"); v != "" {
+		levels = strings.Split(v, ",")
+	}
+	for _, level := range levels {
 		type proc struct {
 			run
 			a         *agentProc
@@ -158,7 +160,7 @@ func TestBenchAgentCPU(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if err := fetchProfile(p.pprofAddr, window, p.prof); err != nil {
+				if err := fetchProfile(p.pprofAddr, window, hz, p.prof); err != nil {
 					t.Errorf("CPU profile of the agent: %v", err)
 					p.prof = ""
 				}
@@ -201,18 +203,18 @@ func TestBenchAgentCPU(t *testing.T) {
 			base := (cpus["baseline"] + cpus["baseline-2"]) / 2
 			t.Logf("BENCH agentcpu level=%s: baseline %.4f%% (twins %.4f%% and %.4f%%); this/baseline CPU %.2f", level, base, cpus["baseline"], cpus["baseline-2"], this/base)
 		}
-		t.Logf("BENCH agentcpu level=%s by difference (schedstat): export %.3f%% (gzip %.3f%%), %d maps %.3f%% (read every scan: %.3f%%), the rest (scans, owners, view, runtime) %.3f%% of one core",
-			level, this-cpus["this-no-export"], this-cpus["this-no-gzip"], nMaps, this-cpus["this-no-maps"], cpus["this-maps-every-scan"]-cpus["this-no-maps"], cpus["this-no-export"])
+		t.Logf("BENCH agentcpu level=%s by difference (schedstat): export %.3f%% (gzip %.3f%%; every series in every export: +%.3f%%), %d maps %.3f%% (read every scan: %.3f%%), the rest (scans, owners, view, runtime) %.3f%% of one core",
+			level, this-cpus["this-no-export"], this-cpus["this-no-gzip"], cpus["this-resend-all"]-this, nMaps, this-cpus["this-no-maps"], cpus["this-maps-every-scan"]-cpus["this-no-maps"], cpus["this-no-export"])
 		wg.Wait()
 		phaseMs := map[string]map[string]float64{}
 		for _, p := range ps {
 			p.a.stop(t)
 			if p.prof != "" {
-				phaseMs[p.name] = breakdown(t, level, p.prof, elapsed)
+				phaseMs[p.name] = breakdown(t, level, p.prof, hz, elapsed)
 			}
 		}
 		if this, base := phaseMs["this-profiled"], phaseMs["baseline-profiled"]; this != nil && base != nil {
-			t.Logf("BENCH agentcpu level=%s per phase, ms of CPU per 10 s interval (1 kHz profiles of the profiled twins, same window): this / baseline", level)
+			t.Logf("BENCH agentcpu level=%s per phase, ms of CPU per 10 s interval (profiles of the profiled twins, same window): this / baseline", level)
 			for _, ph := range append(phases, phase{name: "total"}) {
 				ratio := "-"
 				if base[ph.name] > 0 {
@@ -223,6 +225,36 @@ func TestBenchAgentCPU(t *testing.T) {
 		}
 	}
 	t.Logf("BENCH agentcpu target: at most 0.05%% of one core at the workload level")
+}
+
+// benchMaps makes n maps: arrays and hash maps holding a few elements,
+// under 100 names, closed when t ends.
+func benchMaps(t testing.TB, n int) {
+	t.Helper()
+	maps := make([]*ebpf.Map, 0, n)
+	t.Cleanup(func() {
+		for _, m := range maps {
+			m.Close()
+		}
+	})
+	for i := range n {
+		spec := &ebpf.MapSpec{Name: fmt.Sprintf("bench_m%d", i%100), Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 16}
+		if i%2 == 1 {
+			spec.Type = ebpf.Hash
+		}
+		m, err := ebpf.NewMap(spec)
+		if err != nil {
+			t.Fatalf("creating map %d of %d: %v", i, n, err)
+		}
+		maps = append(maps, m)
+		if spec.Type == ebpf.Hash {
+			for k := range uint32(i % 16) {
+				if err := m.Put(k, uint64(k)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
 }
 
 // schedCPU is a process's CPU time in ns, the sum of its threads'
@@ -259,9 +291,9 @@ func freeLoopback(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-func fetchProfile(addr string, d time.Duration, path string) error {
+func fetchProfile(addr string, d time.Duration, hz int, path string) error {
 	c := http.Client{Timeout: d + 30*time.Second}
-	resp, err := c.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d&hz=1000", addr, int(d.Seconds())))
+	resp, err := c.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d&hz=%d", addr, int(d.Seconds()), hz))
 	if err != nil {
 		return err
 	}
@@ -302,7 +334,7 @@ var showing = regexp.MustCompile(`Showing nodes accounting for ([0-9.]+)(ms|s|us
 // breakdown prints the CPU of each phase from a profile (go tool pprof)
 // and returns each phase's ms of CPU per 10 s over the window, and the
 // total's.
-func breakdown(t *testing.T, level, prof string, window time.Duration) map[string]float64 {
+func breakdown(t *testing.T, level, prof string, hz int, window time.Duration) map[string]float64 {
 	t.Helper()
 	toMs := func(v, unit string) float64 {
 		f, _ := strconv.ParseFloat(v, 64)
@@ -335,7 +367,7 @@ func breakdown(t *testing.T, level, prof string, window time.Duration) map[strin
 	}
 	per10s := func(ms float64) float64 { return ms * 10 / window.Seconds() }
 	ms := map[string]float64{"total": per10s(total)}
-	t.Logf("BENCH agentcpu level=%s profile %s: %.0f ms of CPU sampled at 1 kHz", level, prof, total)
+	t.Logf("BENCH agentcpu level=%s profile %s: %.0f ms of CPU sampled at %d Hz", level, prof, total, hz)
 	for _, ph := range phases {
 		f, _, _ := top("-focus", ph.focus)
 		ms[ph.name] = per10s(f)
@@ -521,7 +553,18 @@ func BenchmarkExport(b *testing.B) {
 	prom := backends.StartPrometheus(b)
 	fl := newFleetLoad(b, 1000)
 	defer fl.close()
-	a, err := agent.New(agent.Config{StatsMode: agent.StatsAlways, Owners: true, OwnerIterator: true})
+	// BPFLEET_BENCH_MAPS=N: N maps beside the programs (as in
+	// TestBenchAgentCPU), read at every scan.
+	cfg := agent.Config{StatsMode: agent.StatsAlways, Owners: true, OwnerIterator: true}
+	if v := os.Getenv("BPFLEET_BENCH_MAPS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			b.Fatalf("BPFLEET_BENCH_MAPS=%q: want a count", v)
+		}
+		benchMaps(b, n)
+		cfg.Maps = true
+	}
+	a, err := agent.New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

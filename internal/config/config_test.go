@@ -37,6 +37,7 @@ func TestAgentResolve(t *testing.T) {
 		{name: "export interval below", mod: func(c *Agent) { c.ExportInterval = 100 * time.Millisecond }, want: []string{"--export-interval"}},
 		{name: "maps every scan", mod: func(c *Agent) { c.MapInterval = 0 }},
 		{name: "map interval negative", mod: func(c *Agent) { c.MapInterval = -time.Second }, want: []string{"--map-interval"}},
+		{name: "resend negative", mod: func(c *Agent) { c.ResendUnchanged = -time.Second }, want: []string{"--resend-unchanged"}},
 		{name: "env export interval below", env: map[string]string{"OTEL_METRIC_EXPORT_INTERVAL": "100"}, want: []string{"OTEL_METRIC_EXPORT_INTERVAL"}},
 		{name: "env export interval overridden by flag", mod: func(c *Agent) { c.ExportInterval = time.Second }, env: map[string]string{"OTEL_METRIC_EXPORT_INTERVAL": "100"}},
 		{name: "grpc host:port", mod: func(c *Agent) { c.OTLPEndpoint, c.OTLPProtocol = "collector:4317", "grpc" }},
