@@ -50,13 +50,15 @@ type Config struct {
 	// Interval.
 	ScanInterval time.Duration
 	// ResendUnchanged is how often a pushed destination (OTLP, console)
-	// is sent a program or workload counter series whose values did not
-	// move since it last got it (--resend-unchanged): every series goes
-	// out whenever it moves, and at least this often, so that idle
-	// programs cost an export a third of the points at the agent's 30 s
-	// against 10 s exports while a backend's rate() over a minute still
-	// has two points of each. 0, or no more than the export interval:
-	// every series in every export. Scraped readers get every series.
+	// is sent a produced series (series.go: the program and workload
+	// counters, the memory, verified-instruction and map gauges) whose
+	// values did not move since it last got it (--resend-unchanged):
+	// every series goes out whenever it moves, and at least this often,
+	// so that idle programs cost an export a third of the points at the
+	// agent's 30 s against 10 s exports while a backend's rate() over a
+	// minute still has two points of each. 0, or no more than the export
+	// interval: every series in every export. Scraped readers get every
+	// series.
 	ResendUnchanged time.Duration
 	// ProgramInfo adds bpf.program.info at LevelWorkload: one series per
 	// loaded program, so new series with every reload.
@@ -112,25 +114,16 @@ type Exporter struct {
 	registration metric.Registration
 	scanDuration metric.Float64Histogram
 
-	mu     sync.Mutex
-	view   *view
-	prof   *profileProducer
-	series *seriesProducer
-	push   *pusher // nil: no pushed metric destination (see Config.ScanInterval)
-	// sparseMemory: every metric reader is pushed, so the map, memory
-	// and verified-instruction series (a series per map and figure, and
-	// three per program or key: most of a node's series) go out only in
-	// the exports after a map read (the agent reads maps every
-	// --map-interval, 30 s, and at once after a program load): a gauge
-	// pushed every 10 s unchanged only costs the agent, the wire and the
-	// backend. A scraped reader gets them at every collection (a scrape
-	// without them would mark them stale).
-	sparseMemory bool
-	progCache    map[uint32]cachedAttrs
-	owners       map[string]*aggSeries
-	maps         mapState
-	attach       map[string]*aggSeries
-	workloads    map[workloadKey]*workloadSeries
+	mu        sync.Mutex
+	view      *view
+	prof      *profileProducer
+	series    *seriesProducer
+	push      *pusher // nil: no pushed metric destination (see Config.ScanInterval)
+	progCache map[uint32]cachedAttrs
+	owners    map[string]*aggSeries
+	maps      mapState
+	attach    map[string]*aggSeries
+	workloads map[workloadKey]*workloadSeries
 	// byRank is every workload series, in the order of the last sort
 	// over the cap (then by creation): the next sort finds it nearly
 	// sorted, and no Update walks the map.
@@ -151,8 +144,8 @@ type Exporter struct {
 
 	metricErrs, traceErrs atomic.Int64
 	errs                  errorLog
-	// overflowed is how many series the SDK's cardinality limit folded
-	// into otel.metric.overflow at the latest collection.
+	// overflowed is how many series the cardinality limit left out or
+	// folded into otel.metric.overflow at the latest collection.
 	overflowed   atomic.Int64
 	spansDropped atomic.Int64
 	stopping     atomic.Bool
@@ -226,7 +219,6 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 		e.tracer = noop.NewTracerProvider().Tracer("")
 	}
 	e.MetricsTarget, e.TracesTarget = sig.metricsTarget, sig.tracesTarget
-	e.sparseMemory = e.push != nil && len(e.push.dests) == len(sig.readers) && len(cfg.Readers) == 0
 	if e.push != nil {
 		e.push.start()
 	}
@@ -400,7 +392,7 @@ func (e *Exporter) LogErrors() {
 		e.log.Warn("telemetry errors since last interval", "failures", n, "last", last)
 	}
 	if n := e.overflowed.Load(); n > 0 {
-		e.log.Warn("series over the cardinality limit folded into otel.metric.overflow (counted in bpf.agent.programs.dropped): lower --max-programs or the metrics level", "series", n, "limit", e.limit)
+		e.log.Warn("series over the cardinality limit left out or folded into otel.metric.overflow (counted in bpf.agent.programs.dropped): lower --max-programs or the metrics level", "series", n, "limit", e.limit)
 	}
 	if n := e.spansDropped.Load(); n > e.spans.reported.Load() {
 		e.spans.reported.Store(n)

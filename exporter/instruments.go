@@ -24,11 +24,12 @@ func b2i(b bool) int64 {
 	return 0
 }
 
-// overflow is how many series of the view's largest instrument the SDK's
-// cardinality limit folds into otel.metric.overflow (the limit counts that
-// series too), and remembers it for the interval's log line. The program
-// and workload counters are produced (series.go), capped by --max-programs
-// alone.
+// overflow is how many series of the view's largest set are over the
+// cardinality limit, and remembers it for the interval's log line: an
+// instrument's the SDK folds into otel.metric.overflow (the limit counts
+// that series too), the produced gauges' the series producer leaves out
+// at the same limit. The program and workload counters (series.go) are
+// capped by --max-programs alone.
 func (e *Exporter) overflow(v *view) int64 {
 	n := max(len(v.info), len(v.owners), len(v.attach), len(v.maps), len(v.memory), len(v.insns))
 	over := 0

@@ -448,47 +448,6 @@ func (e *Exporter) mapKeysOf(m *agent.Map, refs []*mapKeyState) []*mapKeyState {
 	return refs
 }
 
-// Observers of the memory and map rows (metrics.go).
-
-func observeMaps(val func(*mapSeries) (float64, bool), float bool) func(*view, sink) {
-	return func(v *view, s sink) {
-		if !v.memoryDue {
-			return
-		}
-		for i := range v.maps {
-			x, ok := val(&v.maps[i])
-			switch {
-			case !ok:
-			case float:
-				s.Float(x, v.maps[i].attrs)
-			default:
-				s.Int(int64(x), v.maps[i].attrs)
-			}
-		}
-	}
-}
-
-// observeValues observes the memory and verified-instruction rows, which
-// move only with map reads and program loads (each load makes the agent
-// read the maps).
-func observeValues(series func(*view) []valueSeries) func(*view, sink) {
-	return func(v *view, s sink) {
-		if !v.memoryDue {
-			return
-		}
-		for _, x := range series(v) {
-			s.Int(int64(x.v), x.attrs)
-		}
-	}
-}
-
-func mapMemory(m *mapSeries) (float64, bool)   { return float64(m.memory), m.hasMemory }
-func mapEntries(m *mapSeries) (float64, bool)  { return float64(m.entries), m.hasEntries }
-func mapCapacity(m *mapSeries) (float64, bool) { return float64(m.capacity), true }
-func mapFullness(m *mapSeries) (float64, bool) { return m.fullness, m.hasFullness }
-func memorySeries(v *view) []valueSeries       { return v.memory }
-func insnSeries(v *view) []valueSeries         { return v.insns }
-
 func observeNodeMemory(v *view, s sink) {
 	s.Int(int64(v.node.programs), nodeProgramsSet)
 	if v.node.mapsRead {

@@ -420,3 +420,25 @@ func TestMapIndexAfterFailedRead(t *testing.T) {
 		t.Errorf("after a read without the map: map memory %v, want 0", m)
 	}
 }
+
+// The map series are held to the SDK's cardinality limit as the
+// instruments are, though produced: the series over it are left out and
+// counted in bpf.agent.programs.dropped, never silent.
+func TestMapSeriesCardinalityLimit(t *testing.T) {
+	e, r, _ := newTestExporter(t, Config{Level: LevelProgram, MaxPrograms: 1})
+	limit := cardinalityLimit(1)
+	maps := make([]agent.Map, 0, limit+10)
+	for i := range limit + 10 {
+		maps = append(maps, bpfMap(uint32(i+1), fmt.Sprintf("m%d", i), "hash", 4096, 100, 5))
+	}
+	e.Update(context.Background(), withMaps(snapshot(1), maps...))
+	got, _ := collect(t, r)
+	for _, name := range []string{"bpf.map.memory", "bpf.map.entries", "bpf.map.max_entries", "bpf.map.fullness"} {
+		if n := len(got[name]); n != limit-1 {
+			t.Errorf("%s: %d series, want %d (the limit, less the SDK's overflow series)", name, n, limit-1)
+		}
+	}
+	if v := value0(got["bpf.agent.programs.dropped"]); v != 11 {
+		t.Errorf("dropped = %v, want the 11 map series over the limit", v)
+	}
+}

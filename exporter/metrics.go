@@ -45,7 +45,7 @@ type source struct {
 	// counted reads them from the exporter's own counters at each
 	// collection, before the first snapshot too.
 	counted func(*Exporter, sink)
-	// series: the seriesProducer's counters of that kind (series.go),
+	// series: the seriesProducer's series of that kind (series.go),
 	// without an instrument.
 	series seriesKind
 	// profile: the profileProducer's histograms (profile.go).
@@ -76,8 +76,9 @@ func runsFromView(f func(*view, sink)) source {
 // fromExporter: observed from the exporter's own counters.
 func fromExporter(f func(*Exporter, sink)) source { return source{counted: f} }
 
-// produced: the seriesProducer's program (program level) or workload
-// (workload level) counters of kind k.
+// produced: the seriesProducer's series of kind k: the program (program
+// level) or workload (workload level) counters, and the memory,
+// verified-instruction and map gauges.
 func produced(k seriesKind) source { return source{series: k} }
 
 var (
@@ -128,45 +129,45 @@ var metricDefs = []metricDef{
 
 	{"bpf.map.memory", "By", kindGauge, intValue, programLevels, mapAttrs,
 		"Kernel memory of the map (fdinfo memlock: the kernel's map_mem_usage()), one series per owner group (namespace, workload, executable) of the programs that use it: see \"Maps\" below.",
-		fromView(observeMaps(mapMemory, intValue))},
+		produced(seriesMapMemory)},
 	{"bpf.map.entries", "{entry}", kindGauge, intValue, programLevels, mapAttrs,
 		"Elements in the map, for the hash family (hash, percpu_hash, lru_hash, lru_percpu_hash, hash_of_maps) where the kernel counts them (bpf_map_sum_elem_count, Linux 6.6+) or --map-count-bound walks them; absent otherwise.",
-		fromView(observeMaps(mapEntries, intValue))},
+		produced(seriesMapEntries)},
 	{"bpf.map.max_entries", "{entry}", kindGauge, intValue, programLevels, mapAttrs,
 		"The map's max_entries.",
-		fromView(observeMaps(mapCapacity, intValue))},
+		produced(seriesMapCapacity)},
 	{"bpf.map.fullness", "1", kindGauge, floatValue, programLevels, mapAttrs,
 		"Entries / max entries, where entries are known.",
-		fromView(observeMaps(mapFullness, floatValue))},
+		produced(seriesMapFullness)},
 	{"bpf.program.memory", "By", kindGauge, intValue, programLevels, programMemAttrs,
 		"Kernel memory of the program: bpf.memory.kind=program its own (JIT image + translated instructions + its fdinfo memlock), map the maps it uses (each once).",
-		fromView(observeValues(memorySeries))},
+		produced(seriesMemory)},
 	{"bpf.program.verified_insns", "{instruction}", kindGauge, intValue, programLevels, programAttrs,
 		"Instructions the verifier processed to load the program (Linux 5.16+): how close it came to the verifier's limit.",
-		fromView(observeValues(insnSeries))},
+		produced(seriesInsns)},
 
 	{"bpf.map.memory", "By", kindGauge, intValue, workloadLevels, mapWorkloadAttrs,
 		"Kernel memory of the key's maps (same name less a per-instance suffix, same type, used by programs of the same workload), each map once.",
-		fromView(observeMaps(mapMemory, intValue))},
+		produced(seriesMapMemory)},
 	{"bpf.map.entries", "{entry}", kindGauge, intValue, workloadLevels, mapWorkloadAttrs,
 		"Elements in the key's hash-family maps, summed; absent where no map of the key has a count.",
-		fromView(observeMaps(mapEntries, intValue))},
+		produced(seriesMapEntries)},
 	{"bpf.map.max_entries", "{entry}", kindGauge, intValue, workloadLevels, mapWorkloadAttrs,
 		"max_entries of the key's maps, summed.",
-		fromView(observeMaps(mapCapacity, intValue))},
+		produced(seriesMapCapacity)},
 	{"bpf.map.fullness", "1", kindGauge, floatValue, workloadLevels, mapWorkloadAttrs,
 		"The fullest of the key's maps (entries / max entries).",
-		fromView(observeMaps(mapFullness, floatValue))},
+		produced(seriesMapFullness)},
 	{"bpf.program.memory", "By", kindGauge, intValue, workloadLevels, workloadMemAttrs,
 		"Kernel memory of the key's loaded programs: kind program their own, summed; map the maps they use, each once.",
-		fromView(observeValues(memorySeries))},
+		produced(seriesMemory)},
 	{"bpf.program.verified_insns", "{instruction}", kindGauge, intValue, workloadLevels, workloadAttrs,
 		"The most instructions the verifier processed for any of the key's loaded programs (Linux 5.16+).",
-		fromView(observeValues(insnSeries))},
+		produced(seriesInsns)},
 
 	{"bpf.owner.memory", "By", kindGauge, intValue, ownerLevels, ownerMemAttrs,
 		"Kernel memory of the owner's programs: kind program their own, map the maps they use, each once.",
-		fromView(observeValues(memorySeries))},
+		produced(seriesMemory)},
 
 	{"bpf.owner.run.count", "{run}", kindCounter, intValue, ownerLevels, ownerAttrs,
 		"Runs of the owner's programs since the agent started.",
@@ -249,7 +250,7 @@ var metricDefs = []metricDef{
 		"1 while this agent holds a BPF_ENABLE_STATS fd.",
 		fromView(func(v *view, s sink) { s.Int(b2i(v.statsHeld), empty) })},
 	{"bpf.agent.programs.dropped", "{program}", kindGauge, intValue, allLevels, noAttrs,
-		"Programs left out of the latest export by --max-programs (at the workload level: the programs of the keys left out), plus series the SDK's cardinality limit folded into otel.metric.overflow.",
+		"Programs left out of the latest export by --max-programs (at the workload level: the programs of the keys left out), plus series over the cardinality limit (2 × the cap + 64 per metric): an instrument's folded into otel.metric.overflow by the SDK, the map, memory and verified-instruction gauges' left out.",
 		fromView(func(v *view, s sink) { s.Int(int64(v.dropped)+v.overflowed, empty) })},
 	{"bpf.agent.shutdown", "", kindGauge, intValue, allLevels, noAttrs,
 		"1 in the agent's final export when it stopped on SIGTERM (a drain, scale-down or uninstall), else 0: the alert rules do not page for an agent that left on purpose.",

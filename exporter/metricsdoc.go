@@ -39,6 +39,18 @@ their OTLP start time: Prometheus started with ` + "`--enable-feature=created-ti
 writes a zero sample there, so ` + "`increase()`" + ` counts the misses of a program's first
 interval. Gauges carry no start time.
 
+Pushed series that did not move: over OTLP (and to the console) a program or workload counter
+series, and a memory, verified-instruction or map series, goes out in every export in which
+a value of it moved, and otherwise every ` + "`--resend-unchanged`" + ` (30 s; ` + "`0`" + `: every series in
+every export), in the final export at shutdown, and at its first. The agent's own metrics, the
+owner and attach-type aggregates and the node totals go out in every export. Most programs on a
+node are idle in any 10 s, and each series is about 200 bytes of attributes to encode and
+compress: an idle series costs the agent, the wire and the backend a third as much, while any
+1-minute window (Grafana's smallest ` + "`$__rate_interval`" + `) still holds two points of it and a
+backend's 5-minute lookback always finds it. A moving series is as fresh as ever. Scraped
+(` + "`OTEL_METRICS_EXPORTER=prometheus`" + `), every series is in every scrape: one missing
+would be marked stale.
+
 Resource attributes: ` + "`service.name`" + ` (bpfleet-agent), ` + "`service.instance.id`" + ` (node
 name, else host name: Prometheus keys series by it), ` + "`host.name`" + `, ` + "`host.arch`" + `,
 ` + "`host.cpu.model.name`" + `, ` + "`os.type`" + `, ` + "`os.version`" + ` (kernel release),
@@ -158,10 +170,11 @@ BPF maps and programs live in kernel memory that no process's RSS shows, and a f
 makes updates fail: the program drops what it meant to record. The agent reads every map on the
 node every ` + "`--map-interval`" + ` (30 s; at the next scan when a program was loaded or unloaded)
 with ` + "`iter/bpf_map`" + `, else one syscall walk (` + "`bpf.agent.map_scan.source`" + ` says which), without
-holding its fds. Pushed over OTLP, the ` + "`bpf.map.*`" + `, ` + "`bpf.program.memory`" + `, ` + "`bpf.owner.memory`" + ` and
-` + "`bpf.program.verified_insns`" + ` series go out in the export after each read (gauges every 30 s,
-well within a backend's 5-minute lookback; a program load makes the next scan read, so a new
-key's memory is not late; ` + "`bpf.node.memory`" + ` at every export); scraped, at every scrape. ` + "`--no-maps`" + ` turns it off, and every map
+holding its fds. Pushed over OTLP, a ` + "`bpf.map.*`" + `, ` + "`bpf.program.memory`" + `, ` + "`bpf.owner.memory`" + ` or
+` + "`bpf.program.verified_insns`" + ` series goes out when it moved and at least every ` + "`--resend-unchanged`" + `
+("Pushed series that did not move" below), so between reads only as often as that; a program load
+makes the next scan read, so a new key's memory is not late; ` + "`bpf.node.memory`" + ` at every export;
+scraped, every series at every scrape. ` + "`--no-maps`" + ` turns it off, and every map
 figure is then absent, not zero. A map's memory is the kernel's own figure (fdinfo ` + "`memlock`" + `, ` + "`map_mem_usage()`" + `); its
 entries are the kernel's element count for the hash family (` + "`bpf_map_sum_elem_count`" + `, Linux 6.6+;
 on older kernels only with ` + "`--map-count-bound`" + `, a walk of the keys), absent for other types, and
@@ -184,8 +197,8 @@ So the map rows of one workload sum to that workload's map memory with each map 
 summing a rollup across rollups counts a shared map as often as it is shared: the node total is
 ` + "`bpf.node.memory`" + `, never a sum of the others. Map series are not chosen by
 ` + "`--max-programs`" + ` (one per map and owner group at the ` + "`program`" + ` level, one per name, type
-and owner group at the ` + "`workload`" + ` level), only held to the SDK's cardinality limit it sets
-(2 × the cap + 64 series per metric): series over it fold into ` + "`otel.metric.overflow`" + ` and are
+and owner group at the ` + "`workload`" + ` level), only held to the cardinality limit it sets
+(2 × the cap + 64 series per metric): series over it are left out and
 counted in ` + "`bpf.agent.programs.dropped`" + `.
 
 Which maps fail when full: ` + "`hash`, `percpu_hash`, `hash_of_maps`" + ` refuse a new key (-E2BIG)
@@ -200,7 +213,8 @@ the least recently used key instead (full is their steady state); arrays are alw
 // the figures below).
 const seriesDoc = `## Series per node
 
-Prometheus series one node adds (the OTLP points of one export, plus ` + "`target_info`" + `), with
+Prometheus series one node adds (the OTLP points of an export that has them all, at least every
+` + "`--resend-unchanged`" + `, plus ` + "`target_info`" + `), with
 A attach types that have programs, C calibrated attach types, O owners, P programs exported,
 P_m of them with a recursion_misses counter (Linux 5.12+: all), L kprobe links with a missed
 count, K workload keys (distinct name, type, attach type and target class, miss kind, namespace,
@@ -327,7 +341,7 @@ Nothing the agent drops goes uncounted:
 | the span budget | episode spans over ` + "`--span-budget`" + ` a minute | ` + "`bpf.agent.spans.dropped`" + ` | ` + "`TestSpanBudget`" + ` |
 | the span export queue | a span the full queue refuses (a long backend outage), every span of a batch the backend did not take after the exporter's retries | ` + "`bpf.agent.spans.dropped`" + ` | ` + "`TestSpanQueueCountsEveryLoss`" + `, ` + "`TestSpansDeliveredOrCounted`" + ` (real Jaeger), ` + "`TestSoakFlappingCollector`" + ` |
 | a metric export | the points of an export the backend refused or never answered; the counters are cumulative, so the next export that gets through carries the totals | ` + "`bpf.agent.export.errors{signal=\"metrics\"}`" + ` | ` + "`TestBackendFaults`" + `; the totals recovered: ` + "`TestSoakFlappingCollector`" + ` (real Prometheus) |
-| ` + "`--max-programs`" + ` and the SDK's cardinality limit | program series (or workload keys) left out of an export; series folded into ` + "`otel.metric.overflow`" + ` | ` + "`bpf.agent.programs.dropped`" + ` | ` + "`TestMaxProgramsDropsAndCounts`" + ` |
+| ` + "`--max-programs`" + ` and the SDK's cardinality limit | program series (or workload keys) left out of an export; series over the limit left out or folded into ` + "`otel.metric.overflow`" + ` | ` + "`bpf.agent.programs.dropped`" + ` | ` + "`TestMaxProgramsDropsAndCounts`" + ` |
 | a scan | an object the scan could not read (one that vanished meanwhile is not a loss), or the whole scan, or its maps (every map figure then absent, not zero) | ` + "`bpf.agent.scan.errors`" + `; ` + "`bpf.agent.scans`" + ` stops growing | ` + "`TestScanErrorsCounted`" + `, ` + "`TestNoMapsNoMapSeries`" + ` (maps); a vanished object is no error: ` + "`TestTransientClassification`" + `, ` + "`TestLinksChurningUnderScan`" + ` |
 | an episode's events | intervals beyond the first 64 of one episode | the span's ` + "`bpf.episode.truncated`" + ` | ` + "`TestEpisodeIntervalsBounded`" + ` |
 | the sampled mode's record of an interval | more stats events than it keeps: the interval is estimated, not exact | ` + "`bpf.agent.stats.exact`" + ` is 0 for it | ` + "`TestCoverageSpan`" + ` |

@@ -162,45 +162,49 @@ func metricPoints(t *testing.T, line, name string) []float64 {
 	return vs
 }
 
-// With only pushed destinations the map, memory and verified-instruction
-// series go out in the exports after a map read, not in those between
-// (the agent reads maps every --map-interval, and at once after a program
-// load); the node's totals go out every time.
-// A scraped or manual reader gets them at every collection
+// The gauges resend as the counters do (TestUnchangedSeriesResent): a map
+// key's figures go out together when one moved, the memory and
+// verified-instruction series when theirs did, every one at least every
+// Config.ResendUnchanged; the node's totals, from instruments, at every
+// export. A scraped or manual reader gets them all at every collection
 // (TestMapRollups collects with one).
-func TestMapSeriesPushedAfterReads(t *testing.T) {
+func TestGaugesResent(t *testing.T) {
 	var out syncbuf.Buffer
+	const resend = 3 * time.Second
 	e, err := New(context.Background(), Config{Level: LevelWorkload, ConsoleOut: &out,
 		OTel:     config.OTel{Metrics: config.Signal{Exporter: config.ExporterConsole}, Traces: config.Signal{Exporter: config.ExporterNone}},
-		Interval: 10 * time.Second, ScanInterval: 10 * time.Second})
+		Interval: 100 * time.Millisecond, ScanInterval: 10 * time.Millisecond, ResendUnchanged: resend})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Shutdown(context.Background())
 	ctx := context.Background()
-	s := withMaps(snapshot(1, memProg(1, "enter", "obs", "tracer", "tracer", 10)), bpfMap(10, "events", "hash", 4096, 100, 5))
-	readAt := s.Time
-	for i, read := range []bool{true, false, false, true, false} {
-		s.Seq, s.Time = uint64(i+1), readAt.Add(time.Duration(i)*10*time.Second)
-		if read {
-			s.MapScan.ReadAt = s.Time
-		}
+	first := time.Now()
+	type counts struct{ maps, entries, memory, insns int }
+	steps := []struct {
+		after   time.Duration
+		entries int
+		want    counts
+		why     string
+	}{
+		{0, 5, counts{1, 1, 2, 1}, "first export: every series"},
+		{150 * time.Millisecond, 6, counts{1, 1, 0, 0}, "the map's count moved"},
+		{300 * time.Millisecond, 6, counts{}, "nothing moved"},
+		{resend + 200*time.Millisecond, 6, counts{1, 1, 2, 1}, "all due again"},
+	}
+	for i, st := range steps {
+		time.Sleep(time.Until(first.Add(st.after)))
+		s := withMaps(snapshot(uint64(i+1), memProg(1, "enter", "obs", "tracer", "tracer", 10)), bpfMap(10, "events", "hash", 4096, 100, st.entries))
 		e.Update(ctx, s)
-		if err := e.ForceFlush(ctx); err != nil {
-			t.Fatal(err)
-		}
 		exports := waitExports(t, &out, i+1)
-		last := exports[len(exports)-1]
-		for _, m := range []string{"bpf.map.memory", "bpf.map.fullness", "bpf.program.verified_insns"} {
-			if n := len(metricPoints(t, last, m)); (n == 1) != read || n > 1 {
-				t.Errorf("scan %d (maps read: %v): %d %s points", i+1, read, n, m)
-			}
-		}
-		if n := len(metricPoints(t, last, "bpf.program.memory")); (n == 2) != read || n > 2 {
-			t.Errorf("scan %d (maps read: %v): %d bpf.program.memory points", i+1, read, n)
+		last := exports[i]
+		got := counts{len(metricPoints(t, last, "bpf.map.memory")), len(metricPoints(t, last, "bpf.map.entries")),
+			len(metricPoints(t, last, "bpf.program.memory")), len(metricPoints(t, last, "bpf.program.verified_insns"))}
+		if got != st.want {
+			t.Errorf("export %d (%s): map memory, map entries, program memory, verified insns points %v, want %v", i+1, st.why, got, st.want)
 		}
 		if n := len(metricPoints(t, last, "bpf.node.memory")); n != 2 {
-			t.Errorf("scan %d: %d bpf.node.memory points, want 2 at every export", i+1, n)
+			t.Errorf("export %d: %d bpf.node.memory points, want 2 at every export", i+1, n)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"context"
+	"math"
 	"slices"
 	"time"
 
@@ -12,14 +13,18 @@ import (
 	"github.com/bpfleet/bpfleet/agent"
 )
 
-// seriesProducer hands the per-program (program level) and per-workload
-// (workload level) counters to every metric reader as already aggregated
-// data, straight from the view. They are thousands of series whose values
-// the kernel already accumulated: through observable instruments each
-// value cost an Observe call — an attribute-set hash and a map lookup in
-// the SDK — and each series a map entry, 2.8 of the 8 ms an export of
-// 1,000 programs cost (make bench BENCH=agentcpu). The SDK's cardinality
-// limit does not apply to them: --max-programs caps them first.
+// seriesProducer hands every reader the series there are thousands of —
+// the per-program (program level) and per-workload (workload level)
+// counters, and the memory, verified-instruction and map gauges of
+// programs, keys, owners and maps — as already aggregated data, straight
+// from the view. Their values the kernel (or the view) already
+// aggregated: through observable instruments each value cost an Observe
+// call — an attribute-set hash and a map lookup in the SDK — and each
+// series a map entry, 2.8 of the 8 ms an export of 1,000 programs cost
+// (make bench BENCH=agentcpu). The counters are capped by --max-programs
+// alone; the gauges are held to the SDK's cardinality limit as the
+// instruments are (the series over it are left out and counted in
+// bpf.agent.programs.dropped, Exporter.overflow).
 type seriesProducer struct {
 	e *Exporter
 	// reuse: the data points of one Produce are written over by the next,
@@ -33,13 +38,54 @@ type seriesProducer struct {
 	// (pushed destinations only: a scrape that missed a series would
 	// mark it stale). gen is the Produce count, stamped on every series
 	// seen so that series gone are dropped.
-	sent map[attribute.Distinct]*sentSeries
+	sent map[sentKey]*sentSeries
 	gen  uint64
 }
 
+// seriesBuf is what one Produce returns: 3,000 counter points at 1,000
+// workload keys and as many gauges, hundreds of KB that a reused buffer
+// does not make again every export.
+type seriesBuf struct {
+	ints   [seriesKinds][]metricdata.DataPoint[int64]
+	floats [seriesKinds][]metricdata.DataPoint[float64]
+	ms     []metricdata.Metrics
+	sm     []metricdata.ScopeMetrics
+}
+
+// seriesKind names one of the seriesProducer's metrics: the metrics
+// table's rows say which (produced).
+type seriesKind int
+
+const (
+	seriesRunCount seriesKind = iota + 1
+	seriesRunTime
+	seriesMisses
+	seriesLinkMissed
+	seriesMemory // bpf.program.memory, bpf.owner.memory
+	seriesInsns
+	seriesMapMemory
+	seriesMapEntries
+	seriesMapCapacity
+	seriesMapFullness
+	seriesKinds
+)
+
+// A series family is what one resend decision covers: the values that
+// share one attribute set in one family go out together.
+const (
+	familyCounters uint8 = iota // run count, run time, misses, link misses
+	familyMemory
+	familyInsns // verified instructions: the counters' attribute set
+	familyMap   // memory, entries, max entries, fullness of a map key
+)
+
+type sentKey struct {
+	attrs  attribute.Distinct
+	family uint8
+}
+
 // sentSeries is one series as a destination last got it: its values
-// (runs, run time in ns, misses, link misses; noValue where absent), the
-// start its counters count from, and when.
+// (noValue where absent), the start its counters count from, and when.
 type sentSeries struct {
 	v     [4]uint64
 	start time.Time
@@ -48,7 +94,7 @@ type sentSeries struct {
 }
 
 // noValue stands for a value a series does not have (a program without
-// recursion_misses, a key without kprobe links).
+// recursion_misses, a key without kprobe links, a map without a count).
 const noValue = ^uint64(0)
 
 // resendAfter is how long a pushed series whose values did not move is
@@ -64,25 +110,83 @@ func (p *seriesProducer) resendAfter() time.Duration {
 	return p.e.cfg.ResendUnchanged - every/2
 }
 
+// produce is one Produce's state: where the points go and which are due.
+type produce struct {
+	p         *seriesProducer
+	b         *seriesBuf
+	now       time.Time
+	after     time.Duration
+	final     bool
+	gaugeRoom int // points each gauge may have: the cardinality limit's
+}
+
 // due says whether a series with these values goes into this export, and
 // records it as sent if so. Every series goes out at its first export,
 // whenever a value or its start moved, at least every resendAfter, and in
 // the final export at shutdown.
-func (p *seriesProducer) due(attrs attribute.Set, start, now time.Time, after time.Duration, final bool, v [4]uint64) bool {
-	if after == 0 {
+func (pr *produce) due(family uint8, attrs attribute.Set, start time.Time, v [4]uint64) bool {
+	if pr.after == 0 {
 		return true
 	}
-	k := attrs.Equivalent()
+	p := pr.p
+	k := sentKey{attrs.Equivalent(), family}
 	s := p.sent[k]
 	if s == nil {
 		s = &sentSeries{}
 		p.sent[k] = s
-	} else if !final && s.v == v && s.start.Equal(start) && now.Sub(s.at) < after {
+	} else if !pr.final && s.v == v && s.start.Equal(start) && pr.now.Sub(s.at) < pr.after {
 		s.gen = p.gen
 		return false
 	}
-	*s = sentSeries{v: v, start: start, at: now, gen: p.gen}
+	*s = sentSeries{v: v, start: start, at: pr.now, gen: p.gen}
 	return true
+}
+
+func (pr *produce) int(k seriesKind, attrs attribute.Set, start time.Time, v int64) {
+	pr.b.ints[k] = append(pr.b.ints[k], metricdata.DataPoint[int64]{Attributes: attrs, StartTime: start, Time: pr.now, Value: v})
+}
+
+func (pr *produce) float(k seriesKind, attrs attribute.Set, start time.Time, v float64) {
+	pr.b.floats[k] = append(pr.b.floats[k], metricdata.DataPoint[float64]{Attributes: attrs, StartTime: start, Time: pr.now, Value: v})
+}
+
+// gauges adds one family of int gauges (memory, verified instructions).
+func (pr *produce) gauges(k seriesKind, family uint8, ss []valueSeries) {
+	for i := range ss[:min(len(ss), pr.gaugeRoom)] {
+		if pr.due(family, ss[i].attrs, time.Time{}, [4]uint64{ss[i].v, noValue, noValue, noValue}) {
+			pr.int(k, ss[i].attrs, time.Time{}, int64(ss[i].v))
+		}
+	}
+}
+
+// maps adds the map keys' gauges.
+func (pr *produce) maps(ms []mapSeries) {
+	for i := range ms[:min(len(ms), pr.gaugeRoom)] {
+		m := &ms[i]
+		vals := [4]uint64{noValue, noValue, uint64(m.capacity), noValue}
+		if m.hasMemory {
+			vals[0] = m.memory
+		}
+		if m.hasEntries {
+			vals[1] = m.entries
+		}
+		if m.hasFullness {
+			vals[3] = math.Float64bits(m.fullness)
+		}
+		if !pr.due(familyMap, m.attrs, time.Time{}, vals) {
+			continue
+		}
+		if m.hasMemory {
+			pr.int(seriesMapMemory, m.attrs, time.Time{}, int64(m.memory))
+		}
+		if m.hasEntries {
+			pr.int(seriesMapEntries, m.attrs, time.Time{}, int64(m.entries))
+		}
+		pr.int(seriesMapCapacity, m.attrs, time.Time{}, int64(m.capacity))
+		if m.hasFullness {
+			pr.float(seriesMapFullness, m.attrs, time.Time{}, m.fullness)
+		}
+	}
 }
 
 // opt is a value for sentSeries: v, or noValue without one.
@@ -92,27 +196,6 @@ func opt(v *uint64) uint64 {
 	}
 	return *v
 }
-
-// seriesBuf is what one Produce returns: 3,000 data points at 1,000
-// workload keys, 300 KB that a reused buffer does not make again every
-// export.
-type seriesBuf struct {
-	runs, misses, linkMissed []metricdata.DataPoint[int64]
-	runTime                  []metricdata.DataPoint[float64]
-	ms                       []metricdata.Metrics
-	sm                       []metricdata.ScopeMetrics
-}
-
-// seriesKind names one of the seriesProducer's counters: the metrics
-// table's rows say which (produced), at the program and workload levels.
-type seriesKind int
-
-const (
-	seriesRunCount seriesKind = iota + 1
-	seriesRunTime
-	seriesMisses
-	seriesLinkMissed
-)
 
 // Produce implements sdkmetric.Producer.
 func (p *seriesProducer) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
@@ -129,67 +212,62 @@ func (p *seriesProducer) Produce(context.Context) ([]metricdata.ScopeMetrics, er
 	if v == nil {
 		return nil, nil
 	}
-	now := time.Now()
-	// A series with no start of its own counts from the exporter's start,
-	// as an instrument's would; one that started after the export time
-	// (a clock step) too.
-	start := func(t time.Time) time.Time {
-		if t.IsZero() || !t.Before(now) {
-			return e.started
-		}
-		return t
+	pr := produce{p: p, now: time.Now(), after: p.resendAfter(), final: e.stopping.Load(), gaugeRoom: math.MaxInt}
+	if e.limit > 0 {
+		pr.gaugeRoom = e.limit - 1 // as the SDK: the limit counts its overflow series
 	}
 	var b seriesBuf
 	if p.reuse {
 		b = p.buf
 	}
-	n := len(v.programs) + len(v.workloads)
-	runs := metricdata.Sum[int64]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: true, DataPoints: slices.Grow(b.runs[:0], n)}
-	runTime := metricdata.Sum[float64]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: true, DataPoints: slices.Grow(b.runTime[:0], n)}
-	misses := metricdata.Sum[int64]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: true, DataPoints: slices.Grow(b.misses[:0], n)}
-	linkMissed := metricdata.Sum[int64]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: true, DataPoints: b.linkMissed[:0]}
+	pr.b = &b
+	for k := range b.ints {
+		b.ints[k], b.floats[k] = b.ints[k][:0], b.floats[k][:0]
+	}
+	if pr.after > 0 {
+		p.gen++
+		if p.sent == nil {
+			p.sent = map[sentKey]*sentSeries{}
+		}
+	}
+	// A series with no start of its own counts from the exporter's start,
+	// as an instrument's would; one that started after the export time
+	// (a clock step) too.
+	start := func(t time.Time) time.Time {
+		if t.IsZero() || !t.Before(pr.now) {
+			return e.started
+		}
+		return t
+	}
 	// The stats mode shapes the run metrics as runsFromView does for the
 	// instruments: absent with stats off (the kernel did not count).
 	// Misses are exact in every mode.
 	off := v.stats.mode == agent.StatsOff
 	addRuns := func(attrs attribute.Set, st time.Time, n, ns uint64) {
-		if off {
-			return
+		if !off {
+			pr.int(seriesRunCount, attrs, st, int64(n))
+			pr.float(seriesRunTime, attrs, st, float64(ns)/1e9)
 		}
-		runs.DataPoints = append(runs.DataPoints, metricdata.DataPoint[int64]{Attributes: attrs, StartTime: st, Time: now, Value: int64(n)})
-		runTime.DataPoints = append(runTime.DataPoints, metricdata.DataPoint[float64]{Attributes: attrs, StartTime: st, Time: now, Value: float64(ns) / 1e9})
-	}
-	after, final := p.resendAfter(), e.stopping.Load()
-	if after > 0 {
-		p.gen++
-		if p.sent == nil {
-			p.sent = make(map[attribute.Distinct]*sentSeries, n)
-		}
-	}
-	due := func(attrs attribute.Set, st time.Time, v [4]uint64) bool {
-		return p.due(attrs, st, now, after, final, v)
 	}
 	for i := range v.programs {
 		s := &v.programs[i]
 		st := start(s.start)
-		if !due(s.attrs, st, [4]uint64{s.runs, s.runTimeNs, opt(s.misses), noValue}) {
+		if !pr.due(familyCounters, s.attrs, st, [4]uint64{s.runs, s.runTimeNs, opt(s.misses), noValue}) {
 			continue
 		}
 		addRuns(s.attrs, st, s.runs, s.runTimeNs)
 		if s.misses != nil {
-			misses.DataPoints = append(misses.DataPoints, metricdata.DataPoint[int64]{Attributes: s.attrs, StartTime: st, Time: now, Value: int64(*s.misses)})
+			pr.int(seriesMisses, s.attrs, st, int64(*s.misses))
 		}
 	}
 	for i := range v.links {
 		s := &v.links[i]
 		st := start(s.start)
-		if !due(s.attrs, st, [4]uint64{noValue, noValue, noValue, s.missed}) {
-			continue
+		if pr.due(familyCounters, s.attrs, st, [4]uint64{noValue, noValue, noValue, s.missed}) {
+			pr.int(seriesLinkMissed, s.attrs, st, int64(s.missed))
 		}
-		linkMissed.DataPoints = append(linkMissed.DataPoints, metricdata.DataPoint[int64]{Attributes: s.attrs, StartTime: st, Time: now, Value: int64(s.missed)})
 	}
-	for i := range v.workloads {
-		w := v.workloads[i]
+	for _, w := range v.workloads {
 		st := start(w.start)
 		vals := [4]uint64{w.acc.runs, w.acc.runTimeNs, noValue, noValue}
 		if w.hasMisses {
@@ -198,57 +276,60 @@ func (p *seriesProducer) Produce(context.Context) ([]metricdata.ScopeMetrics, er
 		if w.hasLinks {
 			vals[3] = w.acc.linkMissed
 		}
-		if !due(w.attrs, st, vals) {
+		if !pr.due(familyCounters, w.attrs, st, vals) {
 			continue
 		}
 		addRuns(w.attrs, st, w.acc.runs, w.acc.runTimeNs)
 		if w.hasMisses {
-			misses.DataPoints = append(misses.DataPoints, metricdata.DataPoint[int64]{Attributes: w.attrs, StartTime: st, Time: now, Value: int64(w.acc.misses)})
+			pr.int(seriesMisses, w.attrs, st, int64(w.acc.misses))
 		}
 		if w.hasLinks {
-			linkMissed.DataPoints = append(linkMissed.DataPoints, metricdata.DataPoint[int64]{Attributes: w.attrs, StartTime: st, Time: now, Value: int64(w.acc.linkMissed)})
+			pr.int(seriesLinkMissed, w.attrs, st, int64(w.acc.linkMissed))
 		}
 	}
-	if after > 0 && len(p.sent) > len(v.programs)+len(v.links)+len(v.workloads) {
+	pr.gauges(seriesMemory, familyMemory, v.memory)
+	pr.gauges(seriesInsns, familyInsns, v.insns)
+	pr.maps(v.maps)
+	if pr.after > 0 && len(p.sent) > len(v.programs)+len(v.links)+len(v.workloads)+len(v.memory)+len(v.insns)+len(v.maps) {
 		for k, s := range p.sent {
 			if s.gen != p.gen {
 				delete(p.sent, k)
 			}
 		}
 	}
+
 	ms := b.ms[:0]
 	// The table's rows of the level that name a series kind, in table order.
 	for _, d := range metricDefs {
-		if d.Value.series == 0 || !slices.Contains(d.Levels, e.cfg.Level) {
+		k := d.Value.series
+		if k == 0 || !slices.Contains(d.Levels, e.cfg.Level) {
 			continue
 		}
 		var data metricdata.Aggregation
-		var points int
-		switch d.Value.series {
-		case seriesRunCount:
-			data, points = runs, len(runs.DataPoints)
-		case seriesRunTime:
-			data, points = runTime, len(runTime.DataPoints)
-		case seriesMisses:
-			data, points = misses, len(misses.DataPoints)
-		case seriesLinkMissed:
-			data, points = linkMissed, len(linkMissed.DataPoints)
+		switch {
+		case len(b.ints[k]) > 0 && d.Kind == kindCounter:
+			data = metricdata.Sum[int64]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: true, DataPoints: b.ints[k]}
+		case len(b.floats[k]) > 0 && d.Kind == kindCounter:
+			data = metricdata.Sum[float64]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: true, DataPoints: b.floats[k]}
+		case len(b.ints[k]) > 0:
+			data = metricdata.Gauge[int64]{DataPoints: b.ints[k]}
+		case len(b.floats[k]) > 0:
+			data = metricdata.Gauge[float64]{DataPoints: b.floats[k]}
+		default:
+			continue
 		}
-		if points > 0 {
-			ms = append(ms, metricdata.Metrics{Name: d.Name, Description: d.Description, Unit: d.Unit, Data: data})
-		}
+		ms = append(ms, metricdata.Metrics{Name: d.Name, Description: d.Description, Unit: d.Unit, Data: data})
+	}
+	b.ms = ms
+	var sm []metricdata.ScopeMetrics
+	if len(ms) > 0 {
+		// The instruments' scope: the series are the same metrics, from
+		// the same library, whichever way they reach the reader.
+		sm = append(b.sm[:0], metricdata.ScopeMetrics{Scope: instrumentation.Scope{Name: meterName}, Metrics: ms})
+		b.sm = sm
 	}
 	if p.reuse {
-		p.buf = seriesBuf{runs: runs.DataPoints, runTime: runTime.DataPoints, misses: misses.DataPoints, linkMissed: linkMissed.DataPoints, ms: ms, sm: b.sm}
-	}
-	if len(ms) == 0 {
-		return nil, nil
-	}
-	// The instruments' scope: the series are the same metrics, from the
-	// same library, whichever way they reach the reader.
-	sm := append(b.sm[:0], metricdata.ScopeMetrics{Scope: instrumentation.Scope{Name: meterName}, Metrics: ms})
-	if p.reuse {
-		p.buf.sm = sm
+		p.buf = b
 	}
 	return sm, nil
 }

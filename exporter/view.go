@@ -25,7 +25,7 @@ type view struct {
 
 	programsSeen, linksSeen int
 	dropped                 int
-	// overflowed is the series the SDK folded into otel.metric.overflow at
+	// overflowed is the series over the cardinality limit at
 	// the latest export; spansDropped the spans over the budget so far.
 	overflowed, spansDropped int64
 	shutdown                 bool
@@ -39,15 +39,10 @@ type view struct {
 	// map key at the program and workload levels; bpf.*.memory per
 	// program, workload key or owner; verified instructions per program
 	// or key.
-	node nodeMemory
-	maps []mapSeries
-	// memoryDue says this view's collections export the map, memory and
-	// verified-instruction series: always where a reader may be scraped,
-	// else only when the maps were read since the last export
-	// (Exporter.sparseMemory).
-	memoryDue bool
-	memory    []valueSeries
-	insns     []valueSeries
+	node   nodeMemory
+	maps   []mapSeries
+	memory []valueSeries
+	insns  []valueSeries
 }
 
 // statsView is what the stats-mode and stats-tax metrics read.
@@ -246,7 +241,6 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 	}
 
 	byID, seen := e.maps.index(s, v)
-	v.memoryDue = !e.sparseMemory || s.MapScan.ReadAt.IsZero() || s.Time.Sub(s.MapScan.ReadAt) < e.cfg.exportInterval()
 	if byID != nil && (e.cfg.Level == LevelProgram || e.cfg.Level == LevelWorkload) {
 		e.buildMaps(s, v, seen, e.view)
 	}
