@@ -98,16 +98,16 @@ func TestMapsToPrometheus(t *testing.T) {
 	prom := backends.StartPrometheus(t)
 	// Both agents read the maps at every scan: the node totals below are
 	// compared with the map series of the same export, and the two
-	// agents' reads with each other (the default, a read every 30 s and
-	// the map series pushed only after one, is TestMapInterval's and
-	// TestMapSeriesPushedAfterReads').
+	// agents' reads with each other, so every map series is in every
+	// export (the defaults, a read every 30 s and a series that did not
+	// move pushed every 30 s, are TestMapInterval's and TestGaugesResent').
 	for node, level := range map[string]string{"e2e-maps-program": "program", "e2e-maps-workload": "workload"} {
 		startAgent(t, []string{
 			"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=" + prom.OTLPEndpoint(),
 			"OTEL_EXPORTER_OTLP_METRICS_PROTOCOL=http/protobuf",
 			"OTEL_TRACES_EXPORTER=none",
 			"K8S_NODE_NAME=" + node,
-		}, "--metrics-level", level, "--map-interval", "0")
+		}, "--metrics-level", level, "--map-interval", "0", "--resend-unchanged", "0")
 	}
 
 	// The program level: by id.
