@@ -162,6 +162,25 @@ func metricPoints(t *testing.T, line, name string) []float64 {
 	return vs
 }
 
+// resend is the tests' Config.ResendUnchanged: long beside their 100 ms
+// exports, so that a stalled test machine does not make a series due.
+const resend = 3 * time.Second
+
+// resendExporter exports to a buffer, as the console exporter, every
+// 100 ms, an unchanged series every resend.
+func resendExporter(t *testing.T, level Level) (*Exporter, *syncbuf.Buffer) {
+	t.Helper()
+	out := &syncbuf.Buffer{}
+	e, err := New(context.Background(), Config{Level: level, ConsoleOut: out,
+		OTel:     config.OTel{Metrics: config.Signal{Exporter: config.ExporterConsole}, Traces: config.Signal{Exporter: config.ExporterNone}},
+		Interval: 100 * time.Millisecond, ScanInterval: 10 * time.Millisecond, ResendUnchanged: resend})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Shutdown(context.Background()) })
+	return e, out
+}
+
 // The gauges resend as the counters do (TestUnchangedSeriesResent): a map
 // key's figures go out together when one moved, the memory and
 // verified-instruction series when theirs did, every one at least every
@@ -169,15 +188,7 @@ func metricPoints(t *testing.T, line, name string) []float64 {
 // export. A scraped or manual reader gets them all at every collection
 // (TestMapRollups collects with one).
 func TestGaugesResent(t *testing.T) {
-	var out syncbuf.Buffer
-	const resend = 3 * time.Second
-	e, err := New(context.Background(), Config{Level: LevelWorkload, ConsoleOut: &out,
-		OTel:     config.OTel{Metrics: config.Signal{Exporter: config.ExporterConsole}, Traces: config.Signal{Exporter: config.ExporterNone}},
-		Interval: 100 * time.Millisecond, ScanInterval: 10 * time.Millisecond, ResendUnchanged: resend})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Shutdown(context.Background())
+	e, out := resendExporter(t, LevelWorkload)
 	ctx := context.Background()
 	first := time.Now()
 	type counts struct{ maps, entries, memory, insns int }
@@ -196,7 +207,7 @@ func TestGaugesResent(t *testing.T) {
 		time.Sleep(time.Until(first.Add(st.after)))
 		s := withMaps(snapshot(uint64(i+1), memProg(1, "enter", "obs", "tracer", "tracer", 10)), bpfMap(10, "events", "hash", 4096, 100, st.entries))
 		e.Update(ctx, s)
-		exports := waitExports(t, &out, i+1)
+		exports := waitExports(t, out, i+1)
 		last := exports[i]
 		got := counts{len(metricPoints(t, last, "bpf.map.memory")), len(metricPoints(t, last, "bpf.map.entries")),
 			len(metricPoints(t, last, "bpf.program.memory")), len(metricPoints(t, last, "bpf.program.verified_insns"))}
@@ -213,15 +224,7 @@ func TestGaugesResent(t *testing.T) {
 // got it is left out until Config.ResendUnchanged has passed; one that
 // moved goes out at once, and the final export at shutdown has them all.
 func TestUnchangedSeriesResent(t *testing.T) {
-	var out syncbuf.Buffer
-	const resend = 3 * time.Second
-	e, err := New(context.Background(), Config{Level: LevelProgram, ConsoleOut: &out,
-		OTel:     config.OTel{Metrics: config.Signal{Exporter: config.ExporterConsole}, Traces: config.Signal{Exporter: config.ExporterNone}},
-		Interval: 100 * time.Millisecond, ScanInterval: 10 * time.Millisecond, ResendUnchanged: resend})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Shutdown(context.Background())
+	e, out := resendExporter(t, LevelProgram)
 	ctx := context.Background()
 	first := time.Now()
 	steps := []struct {
@@ -240,7 +243,7 @@ func TestUnchangedSeriesResent(t *testing.T) {
 		p1, p2 := prog(1, 100, u64(0)), prog(2, 200, u64(0))
 		p1.RunCount, p2.RunCount = st.runs[0], st.runs[1]
 		e.Update(ctx, snapshot(uint64(i+1), p1, p2))
-		exports := waitExports(t, &out, i+1)
+		exports := waitExports(t, out, i+1)
 		got := metricPoints(t, exports[i], "bpf.program.run.count")
 		if !slices.Equal(got, st.want) {
 			t.Errorf("export %d (%s): run.count %v, want %v", i+1, st.why, got, st.want)
