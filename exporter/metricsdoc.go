@@ -46,8 +46,9 @@ every export), in the final export at shutdown, and at its first. The agent's ow
 owner and attach-type aggregates and the node totals go out in every export. Most programs on a
 node are idle in any 10 s, and each series is about 200 bytes of attributes to encode and
 compress: an idle series costs the agent, the wire and the backend a third as much, while any
-1-minute window (Grafana's smallest ` + "`$__rate_interval`" + `) still holds two points of it and a
-backend's 5-minute lookback always finds it. A moving series is as fresh as ever. Scraped
+1-minute window still holds two points of it (the chart's dashboards give their panels a
+1-minute min interval, so their ` + "`$__rate_interval`" + ` is longer) and a backend's 5-minute
+lookback always finds it. A moving series is as fresh as ever. Scraped
 (` + "`OTEL_METRICS_EXPORTER=prometheus`" + `), every series is in every scrape: one missing
 would be marked stale.
 

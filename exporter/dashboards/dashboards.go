@@ -153,10 +153,15 @@ func query(expr, legend string) *prometheus.DataqueryBuilder {
 	return prometheus.NewDataqueryBuilder().Datasource(ds).Expr(expr).LegendFormat(legend)
 }
 
+// series is a time series panel. Its min interval is a minute: the agent
+// pushes a series that did not move every 30 s (--resend-unchanged), so a
+// rate over $__rate_interval (at least the min interval plus the
+// datasource's scrape interval) always holds two points of an idle
+// program's series, whatever scrape interval the datasource says.
 func series(title, description, unit string, w uint32, targets ...*prometheus.DataqueryBuilder) *timeseries.PanelBuilder {
 	p := timeseries.NewPanelBuilder().
 		Title(title).Description(description).Datasource(ds).
-		Unit(unit).Min(0).Height(8).Span(w).
+		Unit(unit).Min(0).Height(8).Span(w).Interval("1m").
 		FillOpacity(10).
 		Legend(common.NewVizLegendOptionsBuilder().DisplayMode(common.LegendDisplayModeTable).Placement(common.LegendPlacementRight).ShowLegend(true).Calcs([]string{"max", "lastNotNull"}))
 	for i, t := range targets {
