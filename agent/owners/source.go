@@ -161,10 +161,11 @@ func (s *ProcSource) walkPID(procfd int, pidName []byte, pid int32, dst []Holdin
 		if n <= 0 {
 			return dst
 		}
-		// procfs fills the buffer while fds remain: a reply with room
-		// for another entry was the last, and the getdents that would
-		// return 0 is saved (one of four syscalls for a typical process).
-		last := n <= len(s.fdDents)-maxFDDirent
+		// Only a reply of 0 ends the directory: getdents returns early,
+		// with room left, whenever a signal is pending for the reader
+		// (filldir64 stops after the first entry then; SIGURG, SIGCHLD
+		// are common in a Go process), so "a short reply was the last"
+		// lost a process's later fds, its BPF programs among them.
 		for off := 0; off < n; {
 			nameOff, next := direntNameOff(s.fdDents, off)
 			off = next
@@ -200,9 +201,6 @@ func (s *ProcSource) walkPID(procfd int, pidName []byte, pid int32, dst []Holdin
 				continue
 			}
 			dst = append(dst, h)
-		}
-		if last {
-			return dst
 		}
 	}
 }
@@ -299,10 +297,6 @@ func (s *ProcSource) readAt(dirfd int, name *byte) ([]byte, error) {
 
 // linux_dirent64: u64 ino, s64 off, u16 reclen, u8 type, char name[].
 const direntNameStart = 19
-
-// maxFDDirent is the largest dirent of a /proc/PID/fd entry: a name of at
-// most 10 digits plus NUL after the header, rounded up to 8 bytes.
-const maxFDDirent = 32
 
 func direntNameOff(buf []byte, off int) (nameOff, next int) {
 	reclen := int(buf[off+16]) | int(buf[off+17])<<8
