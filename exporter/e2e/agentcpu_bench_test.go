@@ -43,9 +43,12 @@ import (
 // main) run beside this one, on the same programs in the same window, so a
 // change is a ratio measured in one run; BPFLEET_BENCH_PROFILES keeps the
 // profiles in that directory; BPFLEET_BENCH_HZ sets their sampling rate
-// (default 1000: a 0.05% agent gives 50 samples a 100 s, so a profile to
-// split phases by wants 10000 and a long window); BPFLEET_BENCH_LEVELS
-// picks the levels (default "workload,program").
+// (default 1000). A higher rate helps less than it seems: Linux checks a
+// thread's CPU-time timer only at a scheduler tick, so an agent that works
+// in bursts shorter than a tick is undersampled at any rate (10 kHz over
+// 240 s sampled 3.4 of ~170 ms), and the profile shows the long bursts
+// only; the twins' differences are the breakdown to trust.
+// BPFLEET_BENCH_LEVELS picks the levels (default "workload,program").
 func TestBenchAgentCPU(t *testing.T) {
 	// Two minutes: GC runs every 50-60 s here, and one cycle more or less
 	// in the window moved a 60 s figure by 15%.
