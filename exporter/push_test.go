@@ -190,21 +190,22 @@ func resendExporter(t *testing.T, level Level) (*Exporter, *syncbuf.Buffer) {
 func TestGaugesResent(t *testing.T) {
 	e, out := resendExporter(t, LevelWorkload)
 	ctx := context.Background()
-	first := time.Now()
 	type counts struct{ maps, entries, memory, insns int }
 	steps := []struct {
-		after   time.Duration
+		pause   time.Duration // after the previous export was seen
 		entries int
 		want    counts
 		why     string
 	}{
 		{0, 5, counts{1, 1, 2, 1}, "first export: every series"},
 		{150 * time.Millisecond, 6, counts{1, 1, 0, 0}, "the map's count moved"},
-		{300 * time.Millisecond, 6, counts{}, "nothing moved"},
+		{150 * time.Millisecond, 6, counts{}, "nothing moved"},
 		{resend + 200*time.Millisecond, 6, counts{1, 1, 2, 1}, "all due again"},
 	}
 	for i, st := range steps {
-		time.Sleep(time.Until(first.Add(st.after)))
+		// Past the export interval (100 ms) since the last export: the
+		// Update exports.
+		time.Sleep(st.pause)
 		s := withMaps(snapshot(uint64(i+1), memProg(1, "enter", "obs", "tracer", "tracer", 10)), bpfMap(10, "events", "hash", 4096, 100, st.entries))
 		e.Update(ctx, s)
 		exports := waitExports(t, out, i+1)
@@ -226,20 +227,19 @@ func TestGaugesResent(t *testing.T) {
 func TestUnchangedSeriesResent(t *testing.T) {
 	e, out := resendExporter(t, LevelProgram)
 	ctx := context.Background()
-	first := time.Now()
 	steps := []struct {
-		after time.Duration // since the first export
+		pause time.Duration // after the previous export was seen
 		runs  [2]uint64     // of programs 1 and 2
 		want  []float64     // run.count points exported
 		why   string
 	}{
 		{0, [2]uint64{10, 20}, []float64{10, 20}, "first export: every series"},
 		{150 * time.Millisecond, [2]uint64{11, 20}, []float64{11}, "only program 1 moved"},
-		{300 * time.Millisecond, [2]uint64{11, 20}, nil, "nothing moved"},
+		{150 * time.Millisecond, [2]uint64{11, 20}, nil, "nothing moved"},
 		{resend + 200*time.Millisecond, [2]uint64{11, 20}, []float64{11, 20}, "both due again"},
 	}
 	for i, st := range steps {
-		time.Sleep(time.Until(first.Add(st.after)))
+		time.Sleep(st.pause) // past the export interval: the Update exports
 		p1, p2 := prog(1, 100, u64(0)), prog(2, 200, u64(0))
 		p1.RunCount, p2.RunCount = st.runs[0], st.runs[1]
 		e.Update(ctx, snapshot(uint64(i+1), p1, p2))
