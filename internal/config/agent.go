@@ -36,9 +36,9 @@ type Agent struct {
 	// MapInterval is --map-interval: between reads of the node's maps (a
 	// scan reads them sooner when a program came or went); 0: every scan.
 	MapInterval time.Duration
-	// ResendUnchanged is --resend-unchanged: how often a pushed
-	// program or workload series whose values did not move is sent
-	// again; 0: every export.
+	// ResendUnchanged is --resend-unchanged: how often a pushed program
+	// or workload counter, memory or map series whose values did not move
+	// is sent again; 0: every export.
 	ResendUnchanged time.Duration
 	Level           MetricsLevel
 	MaxPrograms     int
@@ -77,7 +77,7 @@ type Agent struct {
 const DefaultMapInterval = 30 * time.Second
 
 // DefaultResendUnchanged is how often the agent pushes a program or
-// workload series whose values did not move. Most programs on a node
+// workload counter, memory or map series whose values did not move. Most programs on a node
 // are idle in any 10 s (a runc device program runs on a device open,
 // a cgroup_sock program on a socket's creation), and each series is
 // about 200 bytes of attributes that the export encodes and gzips:
