@@ -163,7 +163,7 @@ func (pr *produce) gauges(k seriesKind, family uint8, ss []valueSeries) {
 func (pr *produce) maps(ms []mapSeries) {
 	for i := range ms[:min(len(ms), pr.gaugeRoom)] {
 		m := &ms[i]
-		vals := [4]uint64{noValue, noValue, uint64(m.capacity), noValue}
+		vals := [4]uint64{noValue, noValue, m.capacity, noValue}
 		if m.hasMemory {
 			vals[0] = m.memory
 		}
