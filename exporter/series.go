@@ -117,7 +117,8 @@ type produce struct {
 	now       time.Time
 	after     time.Duration
 	final     bool
-	gaugeRoom int // points each gauge may have: the cardinality limit's
+	runsOff   bool // --stats=off: no run count or run time
+	gaugeRoom int  // points each gauge may have: the cardinality limit's
 }
 
 // due says whether a series with these values goes into this export, and
@@ -148,6 +149,24 @@ func (pr *produce) int(k seriesKind, attrs attribute.Set, start time.Time, v int
 
 func (pr *produce) float(k seriesKind, attrs attribute.Set, start time.Time, v float64) {
 	pr.b.floats[k] = append(pr.b.floats[k], metricdata.DataPoint[float64]{Attributes: attrs, StartTime: start, Time: pr.now, Value: v})
+}
+
+// counters adds one series' counters when due: v is its run count, run
+// time in ns, recursion misses and link misses, noValue where it has none.
+func (pr *produce) counters(attrs attribute.Set, start time.Time, v [4]uint64) {
+	if !pr.due(familyCounters, attrs, start, v) {
+		return
+	}
+	if v[0] != noValue && !pr.runsOff {
+		pr.int(seriesRunCount, attrs, start, int64(v[0]))
+		pr.float(seriesRunTime, attrs, start, float64(v[1])/1e9)
+	}
+	if v[2] != noValue {
+		pr.int(seriesMisses, attrs, start, int64(v[2]))
+	}
+	if v[3] != noValue {
+		pr.int(seriesLinkMissed, attrs, start, int64(v[3]))
+	}
 }
 
 // gauges adds one family of int gauges (memory, verified instructions).
@@ -242,33 +261,16 @@ func (p *seriesProducer) Produce(context.Context) ([]metricdata.ScopeMetrics, er
 	// The stats mode shapes the run metrics as runsFromView does for the
 	// instruments: absent with stats off (the kernel did not count).
 	// Misses are exact in every mode.
-	off := v.stats.mode == agent.StatsOff
-	addRuns := func(attrs attribute.Set, st time.Time, n, ns uint64) {
-		if !off {
-			pr.int(seriesRunCount, attrs, st, int64(n))
-			pr.float(seriesRunTime, attrs, st, float64(ns)/1e9)
-		}
-	}
+	pr.runsOff = v.stats.mode == agent.StatsOff
 	for i := range v.programs {
 		s := &v.programs[i]
-		st := start(s.start)
-		if !pr.due(familyCounters, s.attrs, st, [4]uint64{s.runs, s.runTimeNs, opt(s.misses), noValue}) {
-			continue
-		}
-		addRuns(s.attrs, st, s.runs, s.runTimeNs)
-		if s.misses != nil {
-			pr.int(seriesMisses, s.attrs, st, int64(*s.misses))
-		}
+		pr.counters(s.attrs, start(s.start), [4]uint64{s.runs, s.runTimeNs, opt(s.misses), noValue})
 	}
 	for i := range v.links {
 		s := &v.links[i]
-		st := start(s.start)
-		if pr.due(familyCounters, s.attrs, st, [4]uint64{noValue, noValue, noValue, s.missed}) {
-			pr.int(seriesLinkMissed, s.attrs, st, int64(s.missed))
-		}
+		pr.counters(s.attrs, start(s.start), [4]uint64{noValue, noValue, noValue, s.missed})
 	}
 	for _, w := range v.workloads {
-		st := start(w.start)
 		vals := [4]uint64{w.acc.runs, w.acc.runTimeNs, noValue, noValue}
 		if w.hasMisses {
 			vals[2] = w.acc.misses
@@ -276,16 +278,7 @@ func (p *seriesProducer) Produce(context.Context) ([]metricdata.ScopeMetrics, er
 		if w.hasLinks {
 			vals[3] = w.acc.linkMissed
 		}
-		if !pr.due(familyCounters, w.attrs, st, vals) {
-			continue
-		}
-		addRuns(w.attrs, st, w.acc.runs, w.acc.runTimeNs)
-		if w.hasMisses {
-			pr.int(seriesMisses, w.attrs, st, int64(w.acc.misses))
-		}
-		if w.hasLinks {
-			pr.int(seriesLinkMissed, w.attrs, st, int64(w.acc.linkMissed))
-		}
+		pr.counters(w.attrs, start(w.start), vals)
 	}
 	pr.gauges(seriesMemory, familyMemory, v.memory)
 	pr.gauges(seriesInsns, familyInsns, v.insns)
