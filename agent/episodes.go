@@ -9,6 +9,12 @@ import (
 // that misses forever cannot grow the agent's memory.
 const MaxEpisodeIntervals = 64
 
+// MaxEpisodeTop bounds an episode's tasks and stacks (the most frequent).
+const MaxEpisodeTop = 5
+
+// MaxMissSamples bounds the misses one snapshot carries (Snapshot.Misses).
+const MaxMissSamples = 256
+
 type episodeKey struct {
 	source string
 	prog   uint32

@@ -13,6 +13,7 @@ import (
 // package that needs them too; the aliases keep them agent.Program,
 // agent.Link... for consumers.
 type (
+	MissCauses  = prog.MissCauses
 	Program     = prog.Program
 	Link        = prog.Link
 	Owner       = prog.Owner
@@ -108,6 +109,86 @@ const (
 	MissKindNone = "none"
 )
 
+// Miss causes (prog.Cause*): see prog/causes.go and README "Why a program
+// missed".
+const (
+	CauseRecursion   = prog.CauseRecursion
+	CauseInterrupt   = prog.CauseInterrupt
+	CausePreempted   = prog.CausePreempted
+	CauseNested      = prog.CauseNested
+	CauseUnexplained = prog.CauseUnexplained
+)
+
+// Causes lists every miss cause in display order.
+var Causes = prog.Causes
+
+// Contexts of a turned-away run, from the entry frames of its stack.
+const (
+	ContextTask    = "task"
+	ContextSoftirq = "softirq"
+	ContextHardirq = "hardirq"
+	ContextNMI     = "nmi"
+)
+
+// MissSample is one miss of a watched program, as the miss watcher
+// sampled it: where the kernel turned the run away and why.
+type MissSample struct {
+	// Time is when the kernel counted the miss.
+	Time     time.Time `json:"time"`
+	ProgID   uint32    `json:"prog_id"`
+	ProgName string    `json:"prog_name"`
+	CPU      int       `json:"cpu"`
+	// Context is the turned-away run's: task, softirq, hardirq or nmi.
+	Context string `json:"context"`
+	// Cause is one of Causes (never unexplained: a sample explains).
+	Cause string `json:"cause"`
+	// The task that was running when the run was turned away.
+	PID          int    `json:"pid"`
+	TID          int    `json:"tid"`
+	Comm         string `json:"comm,omitempty"`
+	ContainerID  string `json:"container_id,omitempty"`
+	PodName      string `json:"pod_name,omitempty"`
+	PodNamespace string `json:"pod_namespace,omitempty"`
+	// Stack is the kernel stack, innermost frame first (bounded depth):
+	// "symbol+0xoff", a BPF program's "bpf_prog_<tag>_<name>+0xoff", or
+	// the bare address where no symbol is known (MissWatch.Symbols says why).
+	Stack []string `json:"stack"`
+}
+
+// MissWatch is the miss watcher's state in a snapshot.
+type MissWatch struct {
+	// Available says whether the kernel lets the agent watch misses; when
+	// not, Reason says why in the kernel's words (every miss is then
+	// unexplained).
+	Available bool   `json:"available"`
+	Reason    string `json:"reason,omitempty"`
+	// Slots is how many programs can be watched at once (the debug
+	// registers free on every CPU, learned by trying); 0 until learned.
+	Slots int `json:"slots"`
+	// Budget is the samples each CPU may take per interval; past it a
+	// program's watchpoints stay off until the next interval.
+	Budget int `json:"budget"`
+	// Watched are the programs watched in this interval.
+	Watched []WatchedProgram `json:"watched"`
+	// Waiting are programs with an open miss episode that wait for a slot.
+	Waiting []uint32 `json:"waiting,omitempty"`
+	// Samples and OverBudget are cumulative: misses sampled, and
+	// watchpoint hits the budget turned off (counted, not sampled).
+	Samples    uint64 `json:"samples"`
+	OverBudget uint64 `json:"over_budget"`
+	// Symbols says how stacks are named: "kallsyms", or why only
+	// addresses are shown.
+	Symbols string `json:"symbols,omitempty"`
+}
+
+// WatchedProgram is one program the watcher watches.
+type WatchedProgram struct {
+	ProgID   uint32    `json:"prog_id"`
+	ProgName string    `json:"prog_name"`
+	Since    time.Time `json:"since"`
+	Samples  uint64    `json:"samples"`
+}
+
 // Episode sources.
 const (
 	SourceRecursionMisses = "recursion_misses"
@@ -149,9 +230,35 @@ type Episode struct {
 	// dropped past MaxEpisodeIntervals, and Truncated counts them).
 	Intervals []EpisodeInterval `json:"intervals"`
 	Truncated int               `json:"truncated,omitempty"`
+	// Causes are the episode's misses by cause (adding up to Misses);
+	// Contexts the sampled misses by context; Tasks and Stacks the most
+	// frequent turned-away tasks and kernel stacks of its samples
+	// (bounded: MaxEpisodeTop each).
+	Causes   MissCauses        `json:"causes"`
+	Contexts map[string]uint64 `json:"contexts,omitempty"`
+	Tasks    []EpisodeTask     `json:"tasks,omitempty"`
+	Stacks   []EpisodeStack    `json:"stacks,omitempty"`
 	// Reason says why a closed episode ended: "quiet", "vanished" (the
 	// program was unloaded) or "shutdown" (the agent stopped).
 	Reason string `json:"reason,omitempty"`
+}
+
+// EpisodeTask is a task whose runs were turned away in an episode.
+type EpisodeTask struct {
+	PID          int    `json:"pid"`
+	Comm         string `json:"comm,omitempty"`
+	ContainerID  string `json:"container_id,omitempty"`
+	PodName      string `json:"pod_name,omitempty"`
+	PodNamespace string `json:"pod_namespace,omitempty"`
+	Misses       uint64 `json:"misses"` // sampled
+}
+
+// EpisodeStack is one distinct kernel stack of an episode's samples.
+type EpisodeStack struct {
+	Cause   string   `json:"cause"`
+	Context string   `json:"context"`
+	Stack   []string `json:"stack"`
+	Misses  uint64   `json:"misses"` // sampled
 }
 
 // MissRatio is misses / (misses + runs) over the episode.
@@ -230,6 +337,11 @@ type Snapshot struct {
 	// last scan has the same entry (as programs do): never write one.
 	Maps    []*Map  `json:"maps,omitempty"`
 	MapScan MapScan `json:"map_scan"`
+	// MissWatch is the miss watcher's state; Misses the misses it sampled
+	// in this interval (bounded: MaxMissSamples, the newest kept), oldest
+	// first.
+	MissWatch MissWatch    `json:"miss_watch"`
+	Misses    []MissSample `json:"misses,omitempty"`
 }
 
 // StatsMode is the agent's --stats (internal/config validates it).

@@ -150,6 +150,13 @@ type ProgramStat struct {
 	New bool `json:"new"`
 	// Profile is set for programs chosen by Config.Profile.
 	Profile *ProfileStat `json:"profile,omitempty"`
+	// MissCauses is the program's recursion_misses by cause, cumulative
+	// since the agent first saw it (what it had missed before is
+	// unexplained): the causes add up to RecursionMisses exactly. Nil
+	// where the kernel has no recursion_misses.
+	MissCauses *MissCauses `json:"miss_causes,omitempty"`
+	// DeltaCauses is this interval's Delta.Misses by cause.
+	DeltaCauses MissCauses `json:"delta_causes"`
 }
 
 // ProfileStat is what the fentry/fexit profiler (probes/profiler) measured
