@@ -79,7 +79,26 @@ type Config struct {
 	// long-running agent keeps one, since after its first scan nearly
 	// everything is cached.
 	Parallel int
+	// WatchMisses runs the miss watcher (probes/misswatch): hardware
+	// watchpoints on the per-CPU miss counters of the programs with an
+	// open miss episode (and of WatchPrograms), as many as the CPU's debug
+	// registers allow, each sampled miss explained by its kernel stack
+	// (Snapshot.MissWatch, Snapshot.Misses, ProgramStat.MissCauses).
+	WatchMisses bool
+	// WatchPrograms are watched from the first scan whether they missed
+	// or not (`bpfleet misses PROG...`), before those with episodes.
+	WatchPrograms []uint32
+	// MissBudget is how many misses each CPU may sample per watched
+	// program per interval; past it the watchpoint is off until the next
+	// scan (the misses are still counted, as unexplained). Default
+	// DefaultMissBudget.
+	MissBudget int
 }
+
+// DefaultMissBudget is Config.MissBudget's default: each sampled miss costs
+// a debug exception and a stack walk (a few µs), so 64 per CPU per program
+// per interval bounds a miss storm's cost to well under 1 ms a second.
+const DefaultMissBudget = 64
 
 // Scanner is what the exporter, the API and the TUI need from the agent.
 type Scanner interface {
