@@ -80,6 +80,11 @@ func SkipUnlessExpected(t testing.TB, feature string, err error) {
 	t.Skipf("%s not available on this kernel: %v", feature, err)
 }
 
+// FeatMissWatch: a hardware watchpoint (perf_event_open,
+// PERF_TYPE_BREAKPOINT) on a program's per-CPU miss counter, sampling the
+// kernel stack of each miss (probes/misswatch).
+const FeatMissWatch = "miss watchpoint"
+
 // FeatFsessionOnBPF: a BPF_TRACE_FSESSION program attached to another BPF
 // program (probes/profiler's session shape).
 const FeatFsessionOnBPF = "fsession on a BPF program"
