@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
 	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
 	"github.com/bpfleet/bpfleet/agent/internal/reader"
 	"github.com/bpfleet/bpfleet/agent/internal/stats"
+	"github.com/bpfleet/bpfleet/probes/progstats"
 )
 
 // Config is the agent's configuration. The zero value is usable: defaults
@@ -122,6 +124,7 @@ type Agent struct {
 	maps   *mapReader     // with Config.Maps only
 	kernel KernelInfo
 	eps    *episodeTracker
+	mw     *missWatch // with Config.WatchMisses only
 
 	seq      uint64
 	prevTime time.Time
@@ -233,6 +236,13 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Maps {
 		a.maps = newMapReader(&cfg)
 	}
+	if cfg.WatchMisses {
+		cpus, err := progstats.PossibleCPUs()
+		if err != nil {
+			cpus = runtime.NumCPU()
+		}
+		a.mw = newMissWatch(&a.cfg, cpus)
+	}
 	return a, nil
 }
 
@@ -268,6 +278,14 @@ func (a *Agent) SetCalibration(c []Calibration) {
 	a.overheads = nil
 }
 
+// fillOwner completes a turned-away task's owner with the owner filler's
+// pod names, where one is plugged in.
+func (a *Agent) fillOwner(o *Owner) {
+	if a.attr != nil && a.attr.filler != nil {
+		a.attr.filler.Fill(o)
+	}
+}
+
 // ErrClosed is returned by Scan after Close.
 var ErrClosed = errors.New("agent closed")
 
@@ -290,6 +308,11 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 	if a.attr != nil && a.ownerRefreshDue(start) {
 		early = &earlyHolders{c: make(chan holders, 1), horizon: a.maxProgID}
 		go func() { early.c <- a.attr.readHolders() }()
+	}
+	if a.mw != nil {
+		// Before the counters: every miss sampled is then one the read
+		// counts.
+		a.mw.drain(a.fillOwner)
 	}
 	progs, st, err := a.r.ReadView(start)
 	if err != nil {
@@ -334,6 +357,11 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 	if a.maps != nil {
 		snap.Maps, snap.MapScan = a.maps.read(snap.Programs, now)
 	}
+	if a.mw != nil {
+		a.mw.schedule(now, snap.Episodes, snap.Programs, a.r)
+		snap.MissWatch = a.mw.state()
+		snap.Misses = append([]MissSample(nil), a.mw.recent...)
+	}
 
 	st.Duration = a.cfg.Now().Sub(start)
 	snap.Scan = st
@@ -368,6 +396,9 @@ func (a *Agent) Close() []Episode {
 		a.prof.close()
 	}
 	a.maps.close()
+	if a.mw != nil {
+		a.mw.close()
+	}
 	if a.attr != nil {
 		a.attr.close()
 	}

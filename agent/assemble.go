@@ -105,8 +105,10 @@ func (a *Agent) assemble(snap *Snapshot, progs reader.View, dt time.Duration, sm
 		default:
 			e = newEntry(p)
 		}
+		var explained []MissSample
 		if e != old {
 			e.Delta, e.New = d, !havePrev
+			explained = a.missCauses(e, old, d.Misses)
 		}
 		// idle(e), known without reading it: a kept entry is idle, a new
 		// one has this delta, New unless seen before, and no profile yet.
@@ -129,7 +131,8 @@ func (a *Agent) assemble(snap *Snapshot, progs reader.View, dt time.Duration, sm
 		}
 		g.replace(old, e)
 		if d.Misses > 0 {
-			obs = append(obs, missObservation{key: episodeKey{SourceRecursionMisses, p.ID, 0}, misses: d.Misses, runs: d.Runs, prog: &e.Program, kind: e.MissKind})
+			obs = append(obs, missObservation{key: episodeKey{SourceRecursionMisses, p.ID, 0}, misses: d.Misses, runs: d.Runs, prog: &e.Program, kind: e.MissKind,
+				causes: e.DeltaCauses, samples: explained})
 		}
 		if len(e.Links) > 0 || old != nil && len(old.Links) > 0 {
 			obs = a.linkMisses(obs, old, e)
@@ -359,4 +362,43 @@ func sortByID(ids []uint32, sts []progState) {
 	for i, k := range idx {
 		ids[i], sts[i] = ids2[k], sts2[k]
 	}
+}
+
+// missCauses sets a changed entry's miss causes: the interval's misses
+// split by the watcher's samples (all unexplained without it), and the
+// cumulative causes carried from the program's last entry, so that they
+// add up to the kernel's recursion_misses. MissCauses stays nil while
+// nothing was ever explained (consumers read that as all unexplained). It
+// returns the samples that explained the interval.
+func (a *Agent) missCauses(e, old *ProgramStat, misses uint64) []MissSample {
+	var prevCum *MissCauses
+	if old != nil {
+		prevCum = old.MissCauses
+	}
+	e.MissCauses, e.DeltaCauses = prevCum, MissCauses{}
+	if misses == 0 {
+		return nil
+	}
+	var samples []MissSample
+	if a.mw != nil {
+		e.DeltaCauses, samples = a.mw.explain(e.ID, misses)
+	} else {
+		e.DeltaCauses.Unexplained = misses
+	}
+	if prevCum == nil && e.DeltaCauses.Unexplained == misses {
+		return samples // still nothing explained
+	}
+	var c MissCauses
+	if prevCum != nil {
+		c = *prevCum
+	}
+	c.Plus(e.DeltaCauses)
+	if e.RecursionMisses != nil {
+		// What the agent did not see (before it started, or before the
+		// program's first explained miss) is unexplained.
+		known := c.Recursion + c.Interrupt + c.Preempted + c.Nested
+		c.Unexplained = prog.Sub(*e.RecursionMisses, known)
+	}
+	e.MissCauses = &c
+	return samples
 }

@@ -27,6 +27,8 @@ const (
 	FeatureCalibration   = "calibration"
 	FeatureMapIterator   = "map iterator"
 	FeatureMaps          = "maps"
+	FeatureMissWatch     = "miss watch"
+	FeatureMissSymbols   = "miss stack symbols"
 )
 
 // usedCaps are the capabilities the agent uses beyond the ones without
@@ -141,6 +143,14 @@ func (a *Agent) degraded() []string {
 	}
 	if err := lost.CgroupLinks; err != nil {
 		add(FeatureCgroupLinks, err.Error())
+	}
+	if m := a.mw; m != nil {
+		switch {
+		case m.w == nil:
+			add(FeatureMissWatch, m.reason+": every miss is unexplained")
+		case m.syms.Err != nil:
+			add(FeatureMissSymbols, m.syms.Err.Error()+": stacks are shown by address")
+		}
 	}
 	for _, c := range a.calibration {
 		if c.Inconclusive {

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -28,11 +29,84 @@ type missObservation struct {
 	runs   uint64
 	prog   *Program
 	kind   string
+	// causes split misses by cause; samples are the misses the watcher
+	// sampled in the interval (recursion_misses only).
+	causes  MissCauses
+	samples []MissSample
 }
 
 type episodeState struct {
 	ep    Episode
 	quiet int
+	// tasks and stacks count the episode's samples by task and by
+	// distinct stack (bounded: maxEpisodeKeys each; Episode.Tasks and
+	// Stacks are their top MaxEpisodeTop).
+	tasks  map[int]*EpisodeTask
+	stacks map[string]*EpisodeStack
+}
+
+// maxEpisodeKeys bounds the distinct tasks and stacks an episode counts:
+// past it, samples of new ones still count in Causes and Contexts only.
+const maxEpisodeKeys = 64
+
+// addSamples counts an interval's samples into the episode.
+func (st *episodeState) addSamples(samples []MissSample) {
+	if len(samples) == 0 {
+		return
+	}
+	e := &st.ep
+	if e.Contexts == nil {
+		e.Contexts = map[string]uint64{}
+		st.tasks = map[int]*EpisodeTask{}
+		st.stacks = map[string]*EpisodeStack{}
+	}
+	for i := range samples {
+		s := &samples[i]
+		e.Contexts[s.Context]++
+		if t := st.tasks[s.TID]; t != nil {
+			t.Misses++
+		} else if len(st.tasks) < maxEpisodeKeys {
+			st.tasks[s.TID] = &EpisodeTask{PID: s.PID, Comm: s.Comm, ContainerID: s.ContainerID, PodName: s.PodName, PodNamespace: s.PodNamespace, Misses: 1}
+		}
+		key := s.Cause + "\x00" + s.Context + "\x00" + strings.Join(stackKey(s.Stack), "\n")
+		if k := st.stacks[key]; k != nil {
+			k.Misses++
+		} else if len(st.stacks) < maxEpisodeKeys {
+			st.stacks[key] = &EpisodeStack{Cause: s.Cause, Context: s.Context, Stack: s.Stack, Misses: 1}
+		}
+	}
+	e.Tasks = make([]EpisodeTask, 0, len(st.tasks)) // new: snapshots hold the old
+	for _, t := range st.tasks {
+		e.Tasks = append(e.Tasks, *t)
+	}
+	sort.Slice(e.Tasks, func(i, j int) bool {
+		a, b := e.Tasks[i], e.Tasks[j]
+		return a.Misses > b.Misses || a.Misses == b.Misses && a.PID < b.PID
+	})
+	e.Tasks = e.Tasks[:min(len(e.Tasks), MaxEpisodeTop)]
+	e.Stacks = make([]EpisodeStack, 0, len(st.stacks))
+	for _, k := range st.stacks {
+		e.Stacks = append(e.Stacks, *k)
+	}
+	sort.Slice(e.Stacks, func(i, j int) bool {
+		a, b := e.Stacks[i], e.Stacks[j]
+		return a.Misses > b.Misses || a.Misses == b.Misses && strings.Join(a.Stack, ",") < strings.Join(b.Stack, ",")
+	})
+	e.Stacks = e.Stacks[:min(len(e.Stacks), MaxEpisodeTop)]
+}
+
+// stackKey is a stack without the offsets into the functions that vary
+// from one run of the same path to the next (none do in the kernel's text,
+// but a JIT program reloaded has new addresses): frames by symbol.
+func stackKey(stack []string) []string {
+	out := make([]string, len(stack))
+	for i, f := range stack {
+		if j := strings.IndexByte(f, '+'); j > 0 && !strings.HasPrefix(f, "0x") {
+			f = f[:j]
+		}
+		out[i] = f
+	}
+	return out
 }
 
 // episodeTracker is the miss-episode state machine: an episode opens at the
@@ -77,6 +151,12 @@ func (t *episodeTracker) observe(now time.Time, dt time.Duration, obs []missObse
 		e.End = now
 		e.Misses += o.misses
 		e.Runs += o.runs
+		if o.key.source == SourceRecursionMisses {
+			e.Causes.Plus(o.causes)
+		} else {
+			e.Causes.Unexplained += o.misses // a kprobe's own missed: no watchpoint sees it
+		}
+		st.addSamples(o.samples)
 		if rate > e.PeakRate {
 			e.PeakRate = rate
 		}
@@ -139,6 +219,13 @@ func (t *episodeTracker) closeAll(reason string) []Episode {
 // with the tracker's live state.
 func cloneEpisode(e Episode) Episode {
 	e.Intervals = append([]EpisodeInterval(nil), e.Intervals...)
+	if e.Contexts != nil {
+		c := make(map[string]uint64, len(e.Contexts))
+		for k, v := range e.Contexts {
+			c[k] = v
+		}
+		e.Contexts = c
+	}
 	return e
 }
 

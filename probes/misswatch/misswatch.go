@@ -83,8 +83,9 @@ type watch struct {
 }
 
 type event struct {
-	fd    int
+	fd    int // -1 once the kernel refused to open it again
 	cpu   int
+	addr  uint64
 	mem   []byte
 	added uint64 // overflow limits granted by IOC_REFRESH
 	used  uint64 // samples and lost records seen
@@ -203,16 +204,11 @@ func (w *Watcher) Arm(id uint32, stats uint64) error {
 			}
 			return fmt.Errorf("watching program %d's miss counter on CPU %d: %w", id, cpu, err)
 		}
-		ev := &event{fd: fd, cpu: cpu}
+		ev := &event{fd: fd, cpu: cpu, addr: w.Counter(stats, cpu)}
 		wt.events = append(wt.events, ev)
-		ev.mem, err = unix.Mmap(fd, 0, (1+ringPages)*w.pageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-		if err != nil {
+		if err := w.start(ev); err != nil {
 			wt.close()
-			return fmt.Errorf("mapping program %d's watchpoint ring on CPU %d: %w", id, cpu, err)
-		}
-		if err := ev.refill(uint64(w.opts.Budget)); err != nil {
-			wt.close()
-			return fmt.Errorf("enabling program %d's watchpoint on CPU %d: %w", id, cpu, err)
+			return fmt.Errorf("program %d, CPU %d: %w", id, cpu, err)
 		}
 	}
 	w.progs[id] = wt
@@ -253,6 +249,9 @@ func (w *Watcher) Drain(fn func(Sample)) []Drained {
 	for _, wt := range w.progs {
 		d := Drained{ProgID: wt.id}
 		for _, ev := range wt.events {
+			if ev.mem == nil {
+				continue // refused when reopened
+			}
 			n, lost := ev.read(func(s Sample) {
 				s.ProgID = wt.id
 				s.Time = wall.Add(-time.Duration(mono - uint64(s.Time.UnixNano())))
@@ -262,12 +261,17 @@ func (w *Watcher) Drain(fn func(Sample)) []Drained {
 			d.Lost += lost
 			ev.used += uint64(n) + lost
 			if ev.used >= ev.added {
+				// Spent: the kernel turned the event off (and may have
+				// counted its limit past zero while that was pending,
+				// so a refresh cannot be trusted to enable it again).
+				// A new event takes the next interval's budget; one
+				// the kernel refuses now leaves that CPU unwatched and
+				// its misses unexplained.
 				d.Spent = true
+				_ = w.reopen(ev)
+				continue
 			}
-			left := ev.added - min(ev.used, ev.added)
-			if b := uint64(w.opts.Budget); left < b {
-				// Best effort: an event the kernel refuses to enable
-				// again stays off and its misses stay unexplained.
+			if left, b := ev.added-ev.used, uint64(w.opts.Budget); left < b {
 				_ = ev.refill(b - left)
 			}
 		}
@@ -276,14 +280,46 @@ func (w *Watcher) Drain(fn func(Sample)) []Drained {
 	return out
 }
 
+// start maps an opened event's ring and enables it with its budget.
+func (w *Watcher) start(ev *event) (err error) {
+	ev.mem, err = unix.Mmap(ev.fd, 0, (1+ringPages)*w.pageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("mapping the watchpoint's ring: %w", err)
+	}
+	ev.added, ev.used = 0, 0
+	if err := ev.refill(uint64(w.opts.Budget)); err != nil {
+		return fmt.Errorf("enabling the watchpoint: %w", err)
+	}
+	return nil
+}
+
+// reopen replaces a spent event by a new one on the same counter.
+func (w *Watcher) reopen(ev *event) error {
+	ev.close()
+	fd, err := openBreakpoint(ev.addr, ev.cpu, w.opts.MaxStack)
+	if err != nil {
+		ev.fd = -1
+		return err
+	}
+	ev.fd = fd
+	return w.start(ev)
+}
+
 func (wt *watch) close() {
 	for _, ev := range wt.events {
-		if ev.mem != nil {
-			unix.Munmap(ev.mem)
-		}
-		unix.Close(ev.fd)
+		ev.close()
 	}
 	wt.events = nil
+}
+
+func (ev *event) close() {
+	if ev.mem != nil {
+		unix.Munmap(ev.mem)
+		ev.mem = nil
+	}
+	if ev.fd >= 0 {
+		unix.Close(ev.fd)
+	}
 }
 
 // refill lets the event take n more samples (and enables it): past its

@@ -111,3 +111,13 @@ func (r *Reader) Close() {
 	r.closeLinks()
 	r.steady.close()
 }
+
+// StatsAddr is a program's prog->stats, the raw __percpu address of its
+// run-time statistics, as the bpf_prog iterator read it: 0 for a program
+// the iterator has not read (the syscall scan source reads no addresses).
+func (r *Reader) StatsAddr(id uint32) uint64 {
+	if s := r.progs[id]; s != nil {
+		return s.statsAddr
+	}
+	return 0
+}

@@ -48,6 +48,9 @@ type progMeta struct {
 	// (the iterator source reads them once per id).
 	facts     ProgFacts
 	haveFacts bool
+	// statsAddr is prog->stats (the iterator's; 0 on the syscall path):
+	// where the miss watcher finds the program's per-CPU miss counters.
+	statsAddr uint64
 }
 
 // linkStatic is the immutable part of a link; dynamic says whether the link

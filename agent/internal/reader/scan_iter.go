@@ -294,6 +294,9 @@ func (r *Reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) 
 		}
 		order = append(order, s)
 		addrs = append(addrs, rec.StatsAddr)
+		if s.statsAddr == 0 {
+			s.statsAddr = rec.StatsAddr // fixed for the program's life
+		}
 		maxID = max(maxID, rec.ID)
 	}
 	r.steady.next = r.steady.keepAddrs(addrs, !steady)

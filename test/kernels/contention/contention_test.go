@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -132,14 +133,41 @@ type scanner struct {
 
 func newScanner(t *testing.T, p *ebpf.Program) *scanner {
 	t.Helper()
-	a, err := agent.New(agent.Config{StatsMode: agent.StatsAlways})
+	id := ktest.ProgramID(t, p)
+	// The miss watcher is armed on the program from the first scan: each
+	// miss of the scenario must be explained as preempted (the guard's
+	// holder is switched out, not on the stack of the run turned away).
+	a, err := agent.New(agent.Config{StatsMode: agent.StatsAlways, WatchMisses: true, WatchPrograms: []uint32{id}})
 	if err != nil {
 		t.Fatalf("starting bpfleet's scanner: %v", err)
 	}
 	t.Cleanup(func() { a.Close() })
-	s := &scanner{a: a, id: ktest.ProgramID(t, p)}
+	s := &scanner{a: a, id: id}
 	s.scan(t)
 	return s
+}
+
+// checkCauses holds the scan's miss causes against the scenario's: every
+// miss preempted, where the kernel lets the agent watch misses.
+func (s *scanner) checkCauses(t *testing.T, snap *agent.Snapshot, p agent.ProgramStat) {
+	t.Helper()
+	if !snap.MissWatch.Available {
+		if expect.Expected(expect.FeatMissWatch) {
+			t.Errorf("miss watcher unavailable on %s, where it was measured present: %s", expect.Entry(), snap.MissWatch.Reason)
+		} else {
+			t.Logf("miss causes not checked: %s", snap.MissWatch.Reason)
+		}
+		return
+	}
+	for _, m := range snap.Misses {
+		t.Logf("miss on CPU %d (%s, %s) by %s[%d]: %s", m.CPU, m.Cause, m.Context, m.Comm, m.TID, strings.Join(m.Stack, " <- "))
+	}
+	if c := p.DeltaCauses; c.Preempted != p.Delta.Misses || c.Sum() != p.Delta.Misses {
+		t.Errorf("causes %+v of %d misses: want every one preempted", c, p.Delta.Misses)
+	}
+	if p.Delta.Misses > 0 && (p.MissCauses == nil || p.RecursionMisses == nil || p.MissCauses.Sum() != *p.RecursionMisses) {
+		t.Errorf("cumulative causes %v do not add up to recursion_misses %v", p.MissCauses, p.RecursionMisses)
+	}
 }
 
 func (s *scanner) scan(t *testing.T) (*agent.Snapshot, agent.ProgramStat) {
@@ -167,6 +195,7 @@ func (s *scanner) check(t *testing.T, prog *ebpf.Program, misses uint64, wantSle
 	before := stats(t, prog)
 	snap, p := s.scan(t)
 	after := stats(t, prog)
+	s.checkCauses(t, snap, p)
 	switch {
 	case p.RecursionMisses == nil:
 		t.Errorf("bpfleet reports no recursion_misses for program %d; the kernel says %d", s.id, after.RecursionMisses)

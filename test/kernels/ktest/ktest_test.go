@@ -15,6 +15,7 @@ import (
 	"github.com/bpfleet/bpfleet/agent"
 	"github.com/bpfleet/bpfleet/test/canary"
 	"github.com/bpfleet/bpfleet/test/kernels/expect"
+	"github.com/bpfleet/bpfleet/test/kernels/explain"
 )
 
 // statsOn is whether run_cnt/run_time_ns accrue: held for the whole binary
@@ -121,6 +122,9 @@ func testDeleteRecursion(t *testing.T, feature string, prog *ebpf.Program, o *de
 	metric(t, feature+".recursion_misses", s2.RecursionMisses-s0.RecursionMisses)
 	metric(t, feature+".runs", s2.RunCount-s0.RunCount)
 	checkScan(t, feature, prog, feature)
+	t.Run("explained", func(t *testing.T) {
+		explain.Misses(t, ProgramID(t, prog), 2, agent.CauseRecursion, agent.ContextTask, func() { deleteTwice(t, o.Inner) })
+	})
 }
 
 func TestFentryRecursion(t *testing.T) {
@@ -181,6 +185,13 @@ func TestTpBtfRecursion(t *testing.T) {
 	}
 	closeAll(t, p)
 	checkScan(t, expect.FeatTpBtf, p, expect.FeatTpBtf)
+	t.Run("explained", func(t *testing.T) {
+		explain.Misses(t, id, n, agent.CauseRecursion, agent.ContextTask, func() {
+			if err := c.Trigger(n); err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
 }
 
 // TestFmodRet runs the fmod_ret program on bpf_modify_return_test, which

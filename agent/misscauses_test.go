@@ -1,0 +1,89 @@
+package agent
+
+import (
+	"testing"
+	"time"
+)
+
+// TestMissCauses: an interval's misses are split by the samples the
+// watcher took, the rest unexplained, and the cumulative causes always add
+// up to the kernel's recursion_misses.
+func TestMissCauses(t *testing.T) {
+	u := func(v uint64) *uint64 { return &v }
+	sample := func(cause string) MissSample { return MissSample{ProgID: 7, Cause: cause, Context: ContextTask} }
+	for _, tc := range []struct {
+		name    string
+		watcher bool
+		pending []MissSample
+		prev    *MissCauses
+		total   uint64
+		misses  uint64
+		delta   MissCauses
+		cum     *MissCauses
+	}{
+		{name: "no watcher", total: 15, misses: 5, delta: MissCauses{Unexplained: 5}},
+		{name: "watched, nothing sampled", watcher: true, total: 15, misses: 5, delta: MissCauses{Unexplained: 5}},
+		{name: "three of five sampled, ten missed before", watcher: true, pending: []MissSample{sample(CauseRecursion), sample(CauseRecursion), sample(CauseInterrupt)},
+			total: 15, misses: 5, delta: MissCauses{Recursion: 2, Interrupt: 1, Unexplained: 2}, cum: &MissCauses{Recursion: 2, Interrupt: 1, Unexplained: 12}},
+		{name: "more samples than misses (a re-trapping CPU)", watcher: true, pending: []MissSample{sample(CausePreempted), sample(CausePreempted), sample(CausePreempted)},
+			total: 2, misses: 2, delta: MissCauses{Preempted: 2}, cum: &MissCauses{Preempted: 2}},
+		{name: "carried and added", watcher: true, pending: []MissSample{sample(CauseNested)}, prev: &MissCauses{Recursion: 4, Unexplained: 1},
+			total: 8, misses: 3, delta: MissCauses{Nested: 1, Unexplained: 2}, cum: &MissCauses{Recursion: 4, Nested: 1, Unexplained: 3}},
+		{name: "no misses: carried as it was", watcher: true, prev: &MissCauses{Recursion: 4}, total: 4, misses: 0, cum: &MissCauses{Recursion: 4}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := &Agent{}
+			if tc.watcher {
+				a.mw = &missWatch{pending: map[uint32][]MissSample{7: tc.pending}, spent: map[uint32]bool{}}
+			}
+			e := &ProgramStat{Program: Program{ID: 7, RecursionMisses: u(tc.total)}}
+			old := &ProgramStat{Program: Program{ID: 7}, MissCauses: tc.prev}
+			a.missCauses(e, old, tc.misses)
+			if e.DeltaCauses != tc.delta {
+				t.Errorf("delta %+v, want %+v", e.DeltaCauses, tc.delta)
+			}
+			switch {
+			case tc.cum == nil && e.MissCauses != nil:
+				t.Errorf("cumulative %+v, want nil (nothing explained)", *e.MissCauses)
+			case tc.cum != nil && (e.MissCauses == nil || *e.MissCauses != *tc.cum):
+				t.Errorf("cumulative %v, want %+v", e.MissCauses, *tc.cum)
+			case e.MissCauses != nil && e.MissCauses.Sum() != tc.total:
+				t.Errorf("causes add up to %d, the kernel counted %d", e.MissCauses.Sum(), tc.total)
+			}
+			if a.mw != nil && len(a.mw.pending[7]) != 0 {
+				t.Error("samples left pending after the interval")
+			}
+		})
+	}
+}
+
+// TestEpisodeCauses: an episode adds up its intervals' causes and counts
+// its samples by context, task and stack.
+func TestEpisodeCauses(t *testing.T) {
+	tr := newEpisodeTracker(2)
+	k := episodeKey{SourceRecursionMisses, 7, 0}
+	s1 := MissSample{ProgID: 7, Cause: CauseRecursion, Context: ContextTask, PID: 10, TID: 10, Comm: "a", Stack: []string{"bpf_prog_inc_misses_counter+0x10", "htab_map_delete_elem+0x20"}}
+	s2 := MissSample{ProgID: 7, Cause: CauseInterrupt, Context: ContextHardirq, PID: 11, TID: 11, Comm: "b", Stack: []string{"bpf_prog_inc_misses_counter+0x10", "hrtimer_interrupt+0x4"}}
+	present := func(episodeKey) bool { return true }
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	eps := tr.observe(now, 10e9, []missObservation{{key: k, misses: 3, causes: MissCauses{Recursion: 2, Unexplained: 1}, samples: []MissSample{s1, s1}}}, present)
+	first := eps[0]
+	eps = tr.observe(now.Add(10e9), 10e9, []missObservation{{key: k, misses: 2, causes: MissCauses{Interrupt: 1, Recursion: 1}, samples: []MissSample{s2, s1}}}, present)
+	e := eps[0]
+	if want := (MissCauses{Recursion: 3, Interrupt: 1, Unexplained: 1}); e.Causes != want || e.Causes.Sum() != e.Misses {
+		t.Errorf("causes %+v (misses %d), want %+v", e.Causes, e.Misses, want)
+	}
+	if e.Contexts[ContextTask] != 3 || e.Contexts[ContextHardirq] != 1 {
+		t.Errorf("contexts %v", e.Contexts)
+	}
+	if len(e.Tasks) != 2 || e.Tasks[0].PID != 10 || e.Tasks[0].Misses != 3 {
+		t.Errorf("tasks %+v", e.Tasks)
+	}
+	if len(e.Stacks) != 2 || e.Stacks[0].Misses != 3 || e.Stacks[0].Cause != CauseRecursion {
+		t.Errorf("stacks %+v", e.Stacks)
+	}
+	// The first snapshot's episode is not written by the second interval.
+	if first.Contexts[ContextHardirq] != 0 || len(first.Tasks) != 1 || first.Tasks[0].Misses != 2 {
+		t.Errorf("an earlier snapshot's episode changed: %+v", first)
+	}
+}

@@ -1,0 +1,330 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/bpfleet/bpfleet/agent/internal/reader"
+	"github.com/bpfleet/bpfleet/internal/sysfile"
+	"github.com/bpfleet/bpfleet/probes/misswatch"
+)
+
+// missWatch runs the miss watcher for the agent: which programs are
+// watched (those named by Config.WatchPrograms, then those with an open
+// recursion-miss episode, as many as the debug registers allow, rotating
+// fairly when more wait), their sampled misses explained, and each
+// interval's misses split by cause so that the causes add up to the
+// kernel's count: what was not sampled is unexplained.
+type missWatch struct {
+	w        *misswatch.Watcher // nil when unavailable
+	reason   string             // why unavailable
+	budget   int
+	procRoot string
+	syms     *misswatch.Symbols
+	explicit []uint32
+	// slots is how many programs were armed when the kernel first had no
+	// free debug register (0: never hit).
+	slots   int
+	watched map[uint32]*watchedProg
+	// waitSince is when each waiting program started to wait.
+	waitSince map[uint32]time.Time
+	waiting   []uint32
+	// pending holds each program's explained samples not yet matched to
+	// misses the kernel counted (drained before the counters are read,
+	// so normally those of the scan's own interval).
+	pending map[uint32][]MissSample
+	spent   map[uint32]bool
+	recent  []MissSample
+	samples uint64
+	over    uint64
+}
+
+type watchedProg struct {
+	name    string
+	since   time.Time
+	samples uint64
+	scans   int
+	ranges  []misswatch.Range
+	guard   misswatch.Guard
+}
+
+// rotateScans is how many scans a program with an episode keeps its
+// watchpoints while others wait for one.
+const rotateScans = 3
+
+// newMissWatch starts the watcher, or records why it cannot run.
+func newMissWatch(cfg *Config, cpus int) *missWatch {
+	m := &missWatch{budget: cfg.MissBudget, procRoot: cfg.ProcRoot, explicit: cfg.WatchPrograms,
+		watched: map[uint32]*watchedProg{}, waitSince: map[uint32]time.Time{},
+		pending: map[uint32][]MissSample{}, spent: map[uint32]bool{}}
+	if m.budget <= 0 {
+		m.budget = DefaultMissBudget
+	}
+	w, err := misswatch.New(misswatch.Options{CPUs: cpus, Budget: m.budget})
+	if err != nil {
+		m.reason = err.Error()
+		return m
+	}
+	m.w = w
+	m.syms = misswatch.NewSymbols(cfg.ProcRoot + "/kallsyms")
+	return m
+}
+
+// drain takes the samples of the interval, before the scan reads the
+// counters: every sample drained is then of a miss the read counts.
+func (m *missWatch) drain(fill func(*Owner)) {
+	m.recent = m.recent[:0]
+	clear(m.spent)
+	if m.w == nil {
+		return
+	}
+	var raw []misswatch.Sample
+	for _, d := range m.w.Drain(func(s misswatch.Sample) { raw = append(raw, s) }) {
+		if d.Spent {
+			m.spent[d.ProgID] = true
+		}
+		if wp := m.watched[d.ProgID]; wp != nil {
+			wp.samples += uint64(d.Samples)
+		}
+	}
+	m.samples += uint64(len(raw))
+	comms := map[int]Owner{}
+	for _, s := range raw {
+		wp := m.watched[s.ProgID]
+		if wp == nil {
+			continue
+		}
+		frames := misswatch.Frames(s.Stack, wp.ranges, m.syms)
+		cause, ctx := misswatch.Explain(frames, wp.guard)
+		o, ok := comms[s.TID]
+		if !ok {
+			o = m.task(s.PID, s.TID, fill)
+			comms[s.TID] = o
+		}
+		ms := MissSample{Time: s.Time, ProgID: s.ProgID, ProgName: wp.name, CPU: s.CPU, Context: ctx, Cause: cause,
+			PID: s.PID, TID: s.TID, Comm: o.Comm, ContainerID: o.ContainerID, PodName: o.PodName, PodNamespace: o.PodNamespace,
+			Stack: m.stackNames(s.Stack, frames)}
+		m.pending[s.ProgID] = append(m.pending[s.ProgID], ms)
+		if len(m.recent) == MaxMissSamples {
+			copy(m.recent, m.recent[1:])
+			m.recent = m.recent[:MaxMissSamples-1]
+		}
+		m.recent = append(m.recent, ms)
+	}
+}
+
+// task names the task a sample interrupted: comm from /proc, container and
+// pod from its cgroup (and the agent's owner filler, if any). The task may
+// be gone by now: then only its ids.
+func (m *missWatch) task(pid, tid int, fill func(*Owner)) Owner {
+	o := Owner{PID: pid}
+	if pid == 0 {
+		o.Comm = "swapper" // the idle task: an interrupt hit an idle CPU
+		return o
+	}
+	base := m.procRoot + "/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(tid)
+	if b, err := sysfile.Read(base + "/comm"); err == nil {
+		o.Comm = strings.TrimSpace(string(b))
+	}
+	if b, err := sysfile.Read(base + "/cgroup"); err == nil {
+		o.Cgroup = cgroupPath(b)
+		o.FillFromCgroup()
+		if fill != nil {
+			fill(&o)
+		}
+	}
+	return o
+}
+
+// cgroupPath is the path of a task's cgroup from /proc/PID/cgroup: the
+// unified hierarchy's ("0::/path"), else the first controller's.
+func cgroupPath(b []byte) string {
+	var first string
+	for line := range strings.Lines(string(b)) {
+		parts := strings.SplitN(strings.TrimSpace(line), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[0] == "0" {
+			return parts[2]
+		}
+		if first == "" {
+			first = parts[2]
+		}
+	}
+	return first
+}
+
+// stackNames names a stack's frames: the symbol, the program's own frames
+// by the program's name where kallsyms has none, else the address.
+func (m *missWatch) stackNames(stack []uint64, frames []misswatch.Frame) []string {
+	out := make([]string, len(stack))
+	for i, a := range stack {
+		switch n := m.syms.Name(a); {
+		case n != "":
+			out[i] = n
+		case frames[i].Own:
+			out[i] = fmt.Sprintf("[watched program]+0x%x", a)
+		default:
+			out[i] = fmt.Sprintf("0x%x", a)
+		}
+	}
+	return out
+}
+
+// explain splits an interval's misses of a program by cause: one counted
+// miss per pending sample, the rest unexplained. Samples beyond the count
+// (a CPU that re-traps a write, as qemu's arm64 does) are dropped: counts
+// come from the kernel, causes from the samples.
+func (m *missWatch) explain(id uint32, misses uint64) (MissCauses, []MissSample) {
+	var c MissCauses
+	pool := m.pending[id]
+	n := min(uint64(len(pool)), misses)
+	for _, s := range pool[:n] {
+		c.Add(s.Cause, 1)
+	}
+	c.Unexplained = misses - n
+	if m.spent[id] {
+		m.over += misses - n
+	}
+	delete(m.pending, id)
+	return c, pool[:n]
+}
+
+// schedule chooses the programs to watch in the next interval.
+func (m *missWatch) schedule(now time.Time, episodes []Episode, progs []*ProgramStat, r *reader.Reader) {
+	if m.w == nil {
+		return
+	}
+	byID := func(id uint32) *ProgramStat {
+		i, ok := slices.BinarySearchFunc(progs, id, func(p *ProgramStat, id uint32) int { return int(p.ID) - int(id) })
+		if ok {
+			return progs[i]
+		}
+		for _, p := range progs { // not in id order
+			if p.ID == id {
+				return p
+			}
+		}
+		return nil
+	}
+	want := append([]uint32(nil), m.explicit...)
+	for _, e := range episodes {
+		if e.Open && e.Source == SourceRecursionMisses && !slices.Contains(want, e.ProgID) {
+			want = append(want, e.ProgID)
+		}
+	}
+	// Gone or quiet programs give their slots back.
+	for id := range m.watched {
+		if !slices.Contains(want, id) || byID(id) == nil {
+			m.disarm(id)
+		}
+	}
+	var wait []uint32
+	for _, id := range want {
+		if m.watched[id] == nil && byID(id) != nil {
+			wait = append(wait, id)
+			if _, ok := m.waitSince[id]; !ok {
+				m.waitSince[id] = now
+			}
+		}
+	}
+	for id := range m.waitSince {
+		if !slices.Contains(wait, id) {
+			delete(m.waitSince, id)
+		}
+	}
+	slices.SortStableFunc(wait, func(a, b uint32) int { return m.waitSince[a].Compare(m.waitSince[b]) })
+	// Fair rotation: while others wait, a program watched for
+	// rotateScans scans (not one the user named) gives its slot up.
+	if len(wait) > 0 && m.slots > 0 && len(m.watched) >= m.slots {
+		free := len(wait)
+		for id, wp := range m.watched {
+			if free == 0 {
+				break
+			}
+			if wp.scans >= rotateScans && !slices.Contains(m.explicit, id) {
+				m.disarm(id)
+				free--
+			}
+		}
+	}
+	for _, wp := range m.watched {
+		wp.scans++
+	}
+	m.waiting = m.waiting[:0]
+	for i, id := range wait {
+		p := byID(id)
+		err := m.arm(p, r.StatsAddr(id), now)
+		if errors.Is(err, misswatch.ErrNoSlot) {
+			if m.slots == 0 || len(m.watched) < m.slots {
+				m.slots = len(m.watched)
+			}
+			m.waiting = append(m.waiting, wait[i:]...)
+			break
+		}
+		if err != nil {
+			m.waiting = append(m.waiting, id)
+		}
+	}
+}
+
+func (m *missWatch) arm(p *ProgramStat, stats uint64, now time.Time) error {
+	if stats == 0 {
+		return fmt.Errorf("program %d: no stats address (read by syscall)", p.ID)
+	}
+	ranges, err := misswatch.ProgramRanges(p.ID)
+	if err != nil {
+		return err
+	}
+	if err := m.w.Arm(p.ID, stats); err != nil {
+		return err
+	}
+	delete(m.waitSince, p.ID)
+	m.watched[p.ID] = &watchedProg{name: p.Name, since: now, ranges: ranges, guard: guardOf(&p.Program)}
+	return nil
+}
+
+func (m *missWatch) disarm(id uint32) {
+	m.w.Disarm(id)
+	delete(m.watched, id)
+}
+
+// guardOf is the guard that turns a program's runs away.
+func guardOf(p *Program) misswatch.Guard {
+	if guardedAttach(p.AttachType) {
+		return misswatch.GuardProg
+	}
+	switch p.Type {
+	case "kprobe", "tracepoint", "perf_event":
+		return misswatch.GuardActive
+	}
+	return misswatch.GuardProg
+}
+
+// state is the watcher's part of a snapshot.
+func (m *missWatch) state() MissWatch {
+	s := MissWatch{Available: m.w != nil, Reason: m.reason, Slots: m.slots, Budget: m.budget,
+		Waiting: append([]uint32(nil), m.waiting...), Samples: m.samples, OverBudget: m.over}
+	for id, wp := range m.watched {
+		s.Watched = append(s.Watched, WatchedProgram{ProgID: id, ProgName: wp.name, Since: wp.since, Samples: wp.samples})
+	}
+	slices.SortFunc(s.Watched, func(a, b WatchedProgram) int { return int(a.ProgID) - int(b.ProgID) })
+	if m.w != nil {
+		s.Symbols = "kallsyms"
+		if m.syms.Err != nil {
+			s.Symbols = m.syms.Err.Error()
+		}
+	}
+	return s
+}
+
+func (m *missWatch) close() {
+	if m.w != nil {
+		m.w.Close()
+	}
+}

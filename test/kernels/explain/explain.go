@@ -1,0 +1,88 @@
+// Package explain holds the kernel matrix's check of explained misses:
+// an agent with the miss watcher armed on one program, a scenario
+// triggered, and every miss the kernel counted in the interval explained
+// with the cause the scenario provoked. Only tests import it.
+package explain
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/test/kernels/expect"
+)
+
+// Misses runs trigger between two scans of an agent that watches program
+// id, and checks that the interval's n misses are all explained as cause in
+// context (context "" accepts any), that the causes add up to the kernel's
+// counter, and that each sample's stack ends at the miss counter.
+func Misses(t *testing.T, id uint32, n uint64, cause, context string, trigger func()) {
+	t.Helper()
+	a, err := agent.New(agent.Config{WatchMisses: true, WatchPrograms: []uint32{id}})
+	if err != nil {
+		t.Fatalf("starting the agent: %v", err)
+	}
+	defer a.Close()
+	snap := scan(t, a)
+	if w := snap.MissWatch; !w.Available {
+		expect.SkipUnlessExpected(t, expect.FeatMissWatch, errors.New(w.Reason))
+	}
+	if !watched(snap, id) {
+		t.Fatalf("program %d not watched after the first scan: %+v", id, snap.MissWatch)
+	}
+	trigger()
+	snap = scan(t, a)
+	var p *agent.ProgramStat
+	for _, q := range snap.Programs {
+		if q.ID == id {
+			p = q
+		}
+	}
+	if p == nil {
+		t.Fatalf("program %d not in the scan", id)
+	}
+	t.Logf("program %d: misses %d, causes %+v, watcher %+v", id, p.Delta.Misses, p.DeltaCauses, snap.MissWatch)
+	for _, s := range snap.Misses {
+		t.Logf("miss on CPU %d (%s, %s) by %s[%d]:\n\t%s", s.CPU, s.Cause, s.Context, s.Comm, s.TID, strings.Join(s.Stack, "\n\t"))
+	}
+	if p.Delta.Misses != n {
+		t.Fatalf("kernel counted %d misses, the scenario makes %d", p.Delta.Misses, n)
+	}
+	if got := p.DeltaCauses.Get(cause); got != n || p.DeltaCauses.Sum() != n {
+		t.Errorf("causes %+v: want all %d misses %s", p.DeltaCauses, n, cause)
+	}
+	if p.MissCauses == nil || p.RecursionMisses == nil || p.MissCauses.Sum() != *p.RecursionMisses {
+		t.Errorf("cumulative causes %v do not add up to recursion_misses %v", p.MissCauses, p.RecursionMisses)
+	}
+	for _, s := range snap.Misses {
+		if s.ProgID != id {
+			continue
+		}
+		if context != "" && s.Context != context {
+			t.Errorf("a miss in %s context, the scenario makes them in %s", s.Context, context)
+		}
+		if len(s.Stack) == 0 || !strings.HasPrefix(s.Stack[0], "bpf_prog_inc_misses_counter") {
+			t.Errorf("a sampled stack does not start at the miss counter: %q", s.Stack)
+		}
+	}
+}
+
+func scan(t *testing.T, a *agent.Agent) *agent.Snapshot {
+	t.Helper()
+	snap, err := a.Scan(context.Background())
+	if err != nil {
+		t.Fatalf("scan: %v", err)
+	}
+	return snap
+}
+
+func watched(s *agent.Snapshot, id uint32) bool {
+	for _, w := range s.MissWatch.Watched {
+		if w.ProgID == id {
+			return true
+		}
+	}
+	return false
+}
