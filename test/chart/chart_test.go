@@ -349,7 +349,7 @@ func TestCapabilitiesCommented(t *testing.T) {
 	lines := strings.Split(string(b), "\n")
 	for i, l := range lines {
 		cap, ok := strings.CutPrefix(strings.TrimSpace(l), "- ")
-		if !ok || !slices.Contains([]string{"BPF", "PERFMON", "SYS_ADMIN", "SYS_PTRACE", "DAC_READ_SEARCH"}, cap) {
+		if !ok || !slices.Contains([]string{"BPF", "PERFMON", "SYS_ADMIN", "SYS_PTRACE", "DAC_READ_SEARCH", "NET_ADMIN", "SYSLOG"}, cap) {
 			continue
 		}
 		if i == 0 || !strings.HasPrefix(strings.TrimSpace(lines[i-1]), "#") {

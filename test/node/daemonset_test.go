@@ -45,7 +45,7 @@ const (
 // capBits are the capability numbers (linux/capability.h) of the ones the
 // chart may add.
 var capBits = map[corev1.Capability]uint{
-	"DAC_READ_SEARCH": 2, "NET_ADMIN": 12, "SYS_PTRACE": 19, "SYS_ADMIN": 21, "PERFMON": 38, "BPF": 39,
+	"DAC_READ_SEARCH": 2, "NET_ADMIN": 12, "SYS_PTRACE": 19, "SYS_ADMIN": 21, "SYSLOG": 34, "PERFMON": 38, "BPF": 39,
 }
 
 // TestNode runs the DaemonSet for real: bpfleet's image built by `make

@@ -22,7 +22,7 @@ package privilege
 // dropping ALL (charts/bpfleet/templates/daemonset.yaml), as Kubernetes
 // spells them. test/chart checks the rendered pod against this list, so
 // the kernels are asked about exactly what the pod gets.
-var ChartCapabilities = []string{"BPF", "PERFMON", "SYS_ADMIN", "SYS_PTRACE", "DAC_READ_SEARCH", "NET_ADMIN"}
+var ChartCapabilities = []string{"BPF", "PERFMON", "SYS_ADMIN", "SYS_PTRACE", "DAC_READ_SEARCH", "NET_ADMIN", "SYSLOG"}
 
 // ChartHostMounts are the host paths the chart mounts at the same path in
 // the pod, all read-only (bpffs is writable only under bpfleet/ when

@@ -64,7 +64,7 @@ func TestMain(m *testing.M) {
 var capBits = map[string]int{
 	"CHOWN": unix.CAP_CHOWN, "DAC_OVERRIDE": unix.CAP_DAC_OVERRIDE, "DAC_READ_SEARCH": unix.CAP_DAC_READ_SEARCH,
 	"NET_ADMIN": unix.CAP_NET_ADMIN, "SYS_PTRACE": unix.CAP_SYS_PTRACE, "SYS_ADMIN": unix.CAP_SYS_ADMIN,
-	"SYS_RESOURCE": unix.CAP_SYS_RESOURCE, "PERFMON": unix.CAP_PERFMON, "BPF": unix.CAP_BPF,
+	"SYS_RESOURCE": unix.CAP_SYS_RESOURCE, "SYSLOG": unix.CAP_SYSLOG, "PERFMON": unix.CAP_PERFMON, "BPF": unix.CAP_BPF,
 }
 
 // restrict runs in a child with every privilege: it enters the fixtures'
