@@ -49,9 +49,9 @@ const (
 var present = map[string][]string{
 	"bookworm-amd64": {FeatFentry, FeatFexit, FeatLSM, FeatTpBtf, FeatKprobe, FeatProgStats, FeatFentryOnBPF, FeatLinkIter, FeatMapIter},
 	"trixie-amd64":   {FeatFentry, FeatFexit, FeatFmodRet, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatLinkIter, FeatMapIter, FeatMapCount},
-	"sid-amd64":      {FeatFentry, FeatFexit, FeatFmodRet, FeatFentrySleep, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatFentryOnBPF, FeatLinkIter, FeatMapIter, FeatMapCount},
-	"sid-rt-amd64":   {FeatFentry, FeatFexit, FeatFmodRet, FeatFentrySleep, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatFentryOnBPF, FeatLinkIter, FeatMapIter, FeatMapCount},
-	"sid-arm64":      {FeatFentry, FeatFexit, FeatFmodRet, FeatFentrySleep, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatFentryOnBPF, FeatLinkIter, FeatMapIter, FeatMapCount},
+	"sid-amd64":      {FeatFentry, FeatFexit, FeatFmodRet, FeatFentrySleep, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatFentryOnBPF, FeatLinkIter, FeatMapIter, FeatMapCount, FeatMissWatch},
+	"sid-rt-amd64":   {FeatFentry, FeatFexit, FeatFmodRet, FeatFentrySleep, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatFentryOnBPF, FeatLinkIter, FeatMapIter, FeatMapCount, FeatMissWatch},
+	"sid-arm64":      {FeatFentry, FeatFexit, FeatFmodRet, FeatFentrySleep, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatFentryOnBPF, FeatLinkIter, FeatMapIter, FeatMapCount, FeatMissWatch},
 }
 
 // Entry is the matrix entry this binary runs in, "" outside the matrix.

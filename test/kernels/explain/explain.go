@@ -20,6 +20,26 @@ import (
 // counter, and that each sample's stack ends at the miss counter.
 func Misses(t *testing.T, id uint32, n uint64, cause, context string, trigger func()) {
 	t.Helper()
+	snap, p := Observe(t, id, trigger)
+	if p.Delta.Misses != n {
+		t.Fatalf("kernel counted %d misses, the scenario makes %d", p.Delta.Misses, n)
+	}
+	if got := p.DeltaCauses.Get(cause); got != n || p.DeltaCauses.Sum() != n {
+		t.Errorf("causes %+v: want all %d misses %s", p.DeltaCauses, n, cause)
+	}
+	for _, s := range snap.Misses {
+		if s.ProgID == id && context != "" && s.Context != context {
+			t.Errorf("a miss in %s context, the scenario makes them in %s", s.Context, context)
+		}
+	}
+}
+
+// Observe runs trigger between two scans of an agent that watches program
+// id and returns the second scan and its entry of the program, having
+// checked what holds for any scenario: the cumulative causes add up to the
+// kernel's recursion_misses, and each sampled stack starts at the counter.
+func Observe(t *testing.T, id uint32, trigger func()) (*agent.Snapshot, *agent.ProgramStat) {
+	t.Helper()
 	a, err := agent.New(agent.Config{WatchMisses: true, WatchPrograms: []uint32{id}})
 	if err != nil {
 		t.Fatalf("starting the agent: %v", err)
@@ -47,26 +67,21 @@ func Misses(t *testing.T, id uint32, n uint64, cause, context string, trigger fu
 	for _, s := range snap.Misses {
 		t.Logf("miss on CPU %d (%s, %s) by %s[%d]:\n\t%s", s.CPU, s.Cause, s.Context, s.Comm, s.TID, strings.Join(s.Stack, "\n\t"))
 	}
-	if p.Delta.Misses != n {
-		t.Fatalf("kernel counted %d misses, the scenario makes %d", p.Delta.Misses, n)
+	if p.DeltaCauses.Sum() != p.Delta.Misses {
+		t.Errorf("causes %+v do not add up to the interval's %d misses", p.DeltaCauses, p.Delta.Misses)
 	}
-	if got := p.DeltaCauses.Get(cause); got != n || p.DeltaCauses.Sum() != n {
-		t.Errorf("causes %+v: want all %d misses %s", p.DeltaCauses, n, cause)
-	}
-	if p.MissCauses == nil || p.RecursionMisses == nil || p.MissCauses.Sum() != *p.RecursionMisses {
+	if p.Delta.Misses > 0 && p.MissCauses == nil || p.RecursionMisses == nil || p.MissCauses.Sum() != *p.RecursionMisses {
 		t.Errorf("cumulative causes %v do not add up to recursion_misses %v", p.MissCauses, p.RecursionMisses)
 	}
 	for _, s := range snap.Misses {
 		if s.ProgID != id {
 			continue
 		}
-		if context != "" && s.Context != context {
-			t.Errorf("a miss in %s context, the scenario makes them in %s", s.Context, context)
-		}
 		if len(s.Stack) == 0 || !strings.HasPrefix(s.Stack[0], "bpf_prog_inc_misses_counter") {
 			t.Errorf("a sampled stack does not start at the miss counter: %q", s.Stack)
 		}
 	}
+	return snap, p
 }
 
 func scan(t *testing.T, a *agent.Agent) *agent.Snapshot {
