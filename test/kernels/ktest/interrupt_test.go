@@ -18,6 +18,8 @@ import (
 // program (attached to hrtimer_expire_entry too) and are turned away. The
 // watcher must explain those misses as interrupt, in hardirq (or softirq)
 // context, never as recursion; the causes add up to the kernel's count.
+// Where the spinner can be preempted, misses with the holder switched out
+// are preempted (the guard's holder is not on the interrupted stack).
 // How many ticks land in the spin is the kernel's: the count is not fixed.
 func TestInterruptMiss(t *testing.T) {
 	var objs struct {
@@ -70,8 +72,12 @@ func TestInterruptMiss(t *testing.T) {
 	if c.Sum() != p.Delta.Misses || c.Recursion != 0 || c.Interrupt == 0 {
 		t.Errorf("causes %+v of %d misses: want some interrupt, no recursion, adding up", c, p.Delta.Misses)
 	}
+	// A timer may also fire while the spinner is switched out (PREEMPT_RT
+	// runs timers in ktimers/ksoftirqd threads that preempt it, measured
+	// 8 of 116): that miss is in hardirq context too, but the guard's
+	// holder is not on the stack, so it is preempted, not interrupt.
 	for _, s := range snap.Misses {
-		if s.Context != agent.ContextTask && s.Cause != agent.CauseInterrupt {
+		if s.Context != agent.ContextTask && s.Cause != agent.CauseInterrupt && s.Cause != agent.CausePreempted {
 			t.Errorf("a miss in %s context explained as %s", s.Context, s.Cause)
 		}
 	}
