@@ -28,6 +28,8 @@ type missObservation struct {
 	runs   uint64
 	prog   *Program
 	kind   string
+	// linkBy is a link_missed observation's misses by reason.
+	linkBy LinkMisses
 }
 
 type episodeState struct {
@@ -76,6 +78,7 @@ func (t *episodeTracker) observe(now time.Time, dt time.Duration, obs []missObse
 		st.quiet = 0
 		e.End = now
 		e.Misses += o.misses
+		e.LinkMissedBy.Add(o.linkBy)
 		e.Runs += o.runs
 		if rate > e.PeakRate {
 			e.PeakRate = rate
