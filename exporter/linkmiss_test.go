@@ -21,7 +21,7 @@ func linkMissedBy(t *testing.T, pts []point) map[[2]string]float64 {
 			continue
 		}
 		id, _ := p.attrs.Value(attrLinkID)
-		out[[2]string{id.Emit(), r.AsString()}] = p.value
+		out[[2]string{id.String(), r.AsString()}] = p.value
 	}
 	return out
 }
