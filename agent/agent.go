@@ -133,7 +133,7 @@ type Agent struct {
 	// next scan fills.
 	prevIDs, spareIDs []uint32
 	prevS, spareS     []progState
-	prevLink          map[uint32]uint64 // kprobe missed by link id
+	prevLink          map[uint32]linkMissedState // kprobe missed by link id
 	// pendingStates are the entries of a one-shot scan, to become prevIDs
 	// and prevS if the agent scans again (statesFromEntries).
 	pendingStates []*ProgramStat

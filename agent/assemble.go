@@ -266,12 +266,15 @@ func ownLinks(ls []Link) []Link {
 	out := slices.Clone(ls)
 	var missed []uint64
 	for i := range out {
-		if out[i].Missed != nil {
-			if missed == nil {
-				missed = make([]uint64, 0, len(out)-i)
+		for _, p := range []**uint64{&out[i].Missed, &out[i].MissedNesting, &out[i].MissedMaxactive} {
+			if *p == nil {
+				continue
 			}
-			missed = append(missed, *out[i].Missed)
-			out[i].Missed = &missed[len(missed)-1]
+			if missed == nil {
+				missed = make([]uint64, 0, 3*(len(out)-i)) // the sum and its parts: pointers never move
+			}
+			missed = append(missed, **p)
+			*p = &missed[len(missed)-1]
 		}
 	}
 	return out
@@ -297,7 +300,8 @@ func sameLinks(a, b []Link) bool {
 	for i := range a {
 		x, y := &a[i], &b[i]
 		if x.ID != y.ID || x.ProgID != y.ProgID || x.Type != y.Type || x.AttachType != y.AttachType ||
-			x.Target != y.Target || x.TargetClass != y.TargetClass || !prog.SameValue(x.Missed, y.Missed) {
+			x.Target != y.Target || x.TargetClass != y.TargetClass || !prog.SameValue(x.Missed, y.Missed) ||
+			!prog.SameValue(x.MissedNesting, y.MissedNesting) || !prog.SameValue(x.MissedMaxactive, y.MissedMaxactive) {
 			return false
 		}
 	}

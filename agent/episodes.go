@@ -33,6 +33,8 @@ type missObservation struct {
 	// sampled in the interval (recursion_misses only).
 	causes  MissCauses
 	samples []MissSample
+	// linkBy is a link_missed observation's misses by reason.
+	linkBy LinkMisses
 }
 
 type episodeState struct {
@@ -150,6 +152,7 @@ func (t *episodeTracker) observe(now time.Time, dt time.Duration, obs []missObse
 		st.quiet = 0
 		e.End = now
 		e.Misses += o.misses
+		e.LinkMissedBy.Add(o.linkBy)
 		e.Runs += o.runs
 		if o.key.source == SourceRecursionMisses {
 			e.Causes.Plus(o.causes)

@@ -14,6 +14,7 @@ import (
 // agent.Link... for consumers.
 type (
 	MissCauses  = prog.MissCauses
+	LinkMisses  = prog.LinkMisses
 	Program     = prog.Program
 	Link        = prog.Link
 	Owner       = prog.Owner
@@ -121,6 +122,16 @@ const (
 
 // Causes lists every miss cause in display order.
 var Causes = prog.Causes
+
+// Reasons of a kprobe link miss (prog.LinkMissNesting...), in display order.
+const (
+	LinkMissNesting   = prog.LinkMissNesting
+	LinkMissMaxactive = prog.LinkMissMaxactive
+	LinkMissUnknown   = prog.LinkMissUnknown
+)
+
+// LinkMissReasons lists every link miss reason in display order.
+var LinkMissReasons = prog.LinkMissReasons
 
 // Contexts of a turned-away run, from the entry frames of its stack.
 const (
@@ -234,10 +245,13 @@ type Episode struct {
 	// Contexts the sampled misses by context; Tasks and Stacks the most
 	// frequent turned-away tasks and kernel stacks of its samples
 	// (bounded: MaxEpisodeTop each).
-	Causes   MissCauses        `json:"causes"`
-	Contexts map[string]uint64 `json:"contexts,omitempty"`
-	Tasks    []EpisodeTask     `json:"tasks,omitempty"`
-	Stacks   []EpisodeStack    `json:"stacks,omitempty"`
+	Causes MissCauses `json:"causes"`
+	// LinkMissedBy is a link_missed episode's Misses by reason (adding
+	// up to Misses); zero for a recursion_misses episode.
+	LinkMissedBy LinkMisses        `json:"link_missed_by"`
+	Contexts     map[string]uint64 `json:"contexts,omitempty"`
+	Tasks        []EpisodeTask     `json:"tasks,omitempty"`
+	Stacks       []EpisodeStack    `json:"stacks,omitempty"`
 	// Reason says why a closed episode ended: "quiet", "vanished" (the
 	// program was unloaded) or "shutdown" (the agent stopped).
 	Reason string `json:"reason,omitempty"`
@@ -357,3 +371,13 @@ const (
 	// StatsOff never enables stats: misses, attach types and owners only.
 	StatsOff = config.StatsOff
 )
+
+// LinkMissedOf is a link's cumulative missed by reason (unknown where the
+// agent does not know the split); ok is false for a link without missed.
+func LinkMissedOf(l *Link) (LinkMisses, bool) { return prog.LinkMissedOf(l) }
+
+// SplitLinkMissed splits a growth of link missed by its parts' growths
+// (prog.SplitLinkMissed).
+func SplitLinkMissed(missed uint64, nesting, maxactive *uint64) LinkMisses {
+	return prog.SplitLinkMissed(missed, nesting, maxactive)
+}

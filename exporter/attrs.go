@@ -16,6 +16,9 @@ const (
 	attrMissKind         = "bpf.miss.kind"
 	attrLinkID           = "bpf.link.id"
 	attrLinkType         = "bpf.link.type"
+	// attrLinkMissReason is why a kprobe link missed (agent.LinkMissReasons):
+	// nesting, maxactive or unknown.
+	attrLinkMissReason = "bpf.link.miss.reason"
 
 	// A map, and what a memory figure counts.
 	attrMapID      = "bpf.map.id"
@@ -78,13 +81,16 @@ var (
 		attrProcessPID, attrProcessExecutableName, attrContainerID, attrK8sPodName, attrK8sNamespaceName,
 		attrK8sWorkloadKind, attrK8sWorkloadName,
 	}
-	linkAttrs = append([]string{attrLinkID, attrLinkType}, programAttrs...)
+	linkAttrs = append([]string{attrLinkID, attrLinkType, attrLinkMissReason}, programAttrs...)
 	// workloadAttrs stay the same when a program is reloaded (new id, new
 	// pod, new pid): the key of the workload level's series.
 	workloadAttrs = []string{
 		attrProgramName, attrProgramType, attrAttachType, attrAttachTarget, attrMissKind,
 		attrK8sNamespaceName, attrK8sWorkloadKind, attrK8sWorkloadName, attrProcessExecutableName,
 	}
+	// workloadLinkAttrs key the workload level's bpf.link.missed: the
+	// key and why the links missed.
+	workloadLinkAttrs = append(append([]string{}, workloadAttrs...), attrLinkMissReason)
 	// infoAttrs join a program's identity to its workload series.
 	infoAttrs  = append([]string{attrProgramID, attrProgramTag, attrProcessPID, attrContainerID, attrK8sPodName}, workloadAttrs...)
 	ownerAttrs = []string{attrOwnerKey, attrProcessPID, attrProcessExecutableName, attrContainerID, attrK8sPodName, attrK8sNamespaceName}

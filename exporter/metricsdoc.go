@@ -162,6 +162,30 @@ that pod (` + "`k8s.*`" + ` from the API).
 
 `
 
+// linkMissDoc says what each bpf.link.miss.reason means and what to do
+// about it (agent/internal/prog: LinkMissNesting...; the split is read by
+// probes/linkstats, checked in the kernel matrix by test/kernels/ktest's
+// TestKretprobeMaxactive and TestKprobeLinkMissed).
+const linkMissDoc = `## Why a kprobe link missed
+
+A kprobe link's ` + "`missed`" + ` (link info, Linux 6.7+) adds up two unrelated counters of the
+kernel's trace_kprobe; ` + "`bpf.link.missed`" + ` carries them apart as ` + "`bpf.link.miss.reason`" + `, a
+closed set whose series add up to the kernel's ` + "`missed`" + `:
+
+| reason | what the kernel counted | what to do |
+| --- | --- | --- |
+| ` + "`nesting`" + ` | the kprobe hit while another kprobe was running on that CPU, and was skipped (the kprobe's ` + "`nmissed`" + `): a probed function reached from inside another probe's handler or BPF program, e.g. a kprobe program doing a map operation on a function another link probes; for a kprobe.multi entry probe, ftrace recursion too. (A run turned away because the CPU's ` + "`bpf_prog_active`" + ` was held, by another program or by a map operation from a syscall, is counted in the program's ` + "`bpf.program.recursion_misses`" + `, not here.) | look for another probe (kprobe, kretprobe, kprobe.multi) on that CPU's path: a probe on a function the other probe's program calls (map helpers, ` + "`bpf_*`" + ` kernel functions) misses every time; move one of them (fentry/fexit do not share kprobes' per-CPU guard) |
+| ` + "`maxactive`" + ` | a kretprobe entry found all of its instances in use (that many calls of the function already in flight, typically asleep in it) and its return went unseen (the kretprobe's ` + "`nmissed`" + `; always 0 for a plain kprobe) | raise the kretprobe's maxactive (` + "`r<N>:`" + ` in ` + "`kprobe_events`" + `, ` + "`RetprobeMaxActive`" + ` in cilium/ebpf, which needs the tracefs path; the perf PMU path takes the kernel's default, about 2 × CPUs) or trace the return with fexit, which has no such limit |
+| ` + "`unknown`" + ` | the sum, where the agent cannot tell the two apart: links read by syscall (` + "`BPF_OBJ_GET_INFO_BY_FD`" + ` gives only the sum; the ` + "`iter/bpf_link`" + ` iterator reads the parts), and kprobe.multi return probes, whose one fprobe counter mixes recursion with exhausted return slots | where the iterator loads (Linux 5.19+), unknown is only the kprobe.multi return probes' |
+
+At the ` + "`program`" + ` level a link has the ` + "`nesting`" + ` and ` + "`maxactive`" + ` series where the split is
+known and one ` + "`unknown`" + ` series where it is not; at the ` + "`workload`" + ` level a key with kprobe links has
+all three. The snapshot's JSON carries the same split (` + "`links[].missed_nesting`" + `,
+` + "`missed_maxactive`" + `: null where unknown; ` + "`delta.link_missed_by`" + `; a link_missed episode's
+` + "`link_missed_by`" + `).
+
+`
+
 // mapsDoc is the rollup rule of the memory and map metrics (memory.go,
 // agent.MapMemory), checked by TestMapRollups and exporter/e2e's
 // TestMapsToPrometheus.
@@ -219,7 +243,8 @@ Prometheus series one node adds (the OTLP points of an export that has them all,
 A attach types that have programs, C calibrated attach types, O owners, P programs exported,
 P_m of them with a recursion_misses counter (Linux 5.12+: all), L kprobe links with a missed
 count, K workload keys (distinct name, type, attach type and target class, miss kind, namespace,
-workload, executable: see "Series that stay put"), K_m and K_l the keys with a misses counter and with kprobe links;
+workload, executable: see "Series that stay put"), K_m and K_l the keys with a misses counter and with kprobe links,
+L_s the kprobe links whose missed the agent splits by reason (two series each: "Why a kprobe link missed");
 M map series ("Maps and memory": at the ` + "`program`" + ` level about one per map, at the ` + "`workload`" + ` level one per map name, type and
 workload), M_h of them with entries (the hash family):
 
@@ -227,8 +252,8 @@ workload), M_h of them with entries (the hash family):
 | --- | --- | --- |
 | ` + "`attach-type`" + ` | B + 5A + C | no |
 | ` + "`owner`" + ` | B + 5A + C + 6O | by 6 per restarted owner (pid / container / pod) |
-| ` + "`workload`" + ` (default) | B + 5A + C + 5K + K_m + K_l + 2M + 2M_h (+ P with ` + "`--program-info`" + `) | no (the info metric: by P per reload) |
-| ` + "`program`" + ` | B + 5A + C + 5P + P_m + L + 2M + 2M_h | by 5P + P_m + L + 2M + 2M_h per reload of all programs and their maps |
+| ` + "`workload`" + ` (default) | B + 5A + C + 5K + K_m + 3K_l + 2M + 2M_h (+ P with ` + "`--program-info`" + `) | no (the info metric: by P per reload) |
+| ` + "`program`" + ` | B + 5A + C + 5P + P_m + L + L_s + 2M + 2M_h | by 5P + P_m + L + L_s + 2M + 2M_h per reload of all programs and their maps |
 
 5K and 5P: run count, run time, memory of two kinds, verified instructions (Linux 5.16+). B is the
 agent's own, 28–29 in the runs below, 4 more since the map metrics (` + "`bpf.node.memory`" + ` of two
@@ -323,6 +348,7 @@ func MetricsDoc() string {
 	b.WriteString("\n")
 	b.WriteString(statsTaxDoc)
 	b.WriteString(stableDoc)
+	b.WriteString(linkMissDoc)
 	b.WriteString(mapsDoc)
 	b.WriteString(seriesDoc)
 	b.WriteString(spanDoc)

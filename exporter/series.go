@@ -270,20 +270,26 @@ func (p *seriesProducer) Produce(context.Context) ([]metricdata.ScopeMetrics, er
 		s := &v.links[i]
 		pr.counters(s.attrs, start(s.start), [4]uint64{noValue, noValue, noValue, s.missed})
 	}
+	linkSets := 0 // the workload keys' link-miss series, for the clean-up below
 	for _, w := range v.workloads {
 		vals := [4]uint64{w.acc.runs, w.acc.runTimeNs, noValue, noValue}
 		if w.hasMisses {
 			vals[2] = w.acc.misses
 		}
-		if w.hasLinks {
-			vals[3] = w.acc.linkMissed
-		}
 		pr.counters(w.attrs, start(w.start), vals)
+		if w.hasLinks {
+			// bpf.link.missed by reason: one series each, adding up
+			// to the key's link misses.
+			linkSets += len(agent.LinkMissReasons)
+			for i, set := range w.linkReasonSets() {
+				pr.counters(set, start(w.start), [4]uint64{noValue, noValue, noValue, w.acc.linkBy.Get(agent.LinkMissReasons[i])})
+			}
+		}
 	}
 	pr.gauges(seriesMemory, familyMemory, v.memory)
 	pr.gauges(seriesInsns, familyInsns, v.insns)
 	pr.maps(v.maps)
-	if pr.after > 0 && len(p.sent) > len(v.programs)+len(v.links)+len(v.workloads)+len(v.memory)+len(v.insns)+len(v.maps) {
+	if pr.after > 0 && len(p.sent) > len(v.programs)+len(v.links)+len(v.workloads)+linkSets+len(v.memory)+len(v.insns)+len(v.maps) {
 		for k, s := range p.sent {
 			if s.gen != p.gen {
 				delete(p.sent, k)

@@ -67,10 +67,32 @@ type programSeries struct {
 	misses    *uint64
 }
 
+// linkSeries is one link's bpf.link.missed for one reason.
 type linkSeries struct {
 	attrs  attribute.Set
 	start  time.Time
 	missed uint64
+}
+
+// appendLinkSeries adds l's bpf.link.missed series: nesting and maxactive
+// where the agent knows the split, unknown (the whole sum) where it does
+// not, so the series of a link add up to the kernel's missed. A link
+// without missed has none.
+func appendLinkSeries(out []linkSeries, l *agent.Link, attrs []attribute.KeyValue, start time.Time) []linkSeries {
+	by, ok := agent.LinkMissedOf(l)
+	if !ok {
+		return out
+	}
+	reasons := []string{agent.LinkMissUnknown}
+	if l.MissedNesting != nil && l.MissedMaxactive != nil {
+		reasons = []string{agent.LinkMissNesting, agent.LinkMissMaxactive}
+	}
+	for _, r := range reasons {
+		kv := append([]attribute.KeyValue{attribute.Int64(attrLinkID, int64(l.ID)), attribute.String(attrLinkType, l.Type),
+			attribute.String(attrLinkMissReason, r)}, attrs...)
+		out = append(out, linkSeries{attrs: attribute.NewSet(kv...), start: start, missed: by.Get(r)})
+	}
+	return out
 }
 
 // aggSeries is an aggregate (owner or attach type) whose counters are the
@@ -88,6 +110,9 @@ type aggSeries struct {
 
 type accumulator struct {
 	runs, runTimeNs, misses, linkMissed uint64
+	// linkBy is linkMissed by reason (the workload level's
+	// bpf.link.missed series).
+	linkBy agent.LinkMisses
 }
 
 func (a *accumulator) add(r agent.Rates) {
@@ -95,6 +120,7 @@ func (a *accumulator) add(r agent.Rates) {
 	a.runTimeNs += r.RunTimeNs
 	a.misses += r.Misses
 	a.linkMissed += r.LinkMissed
+	a.linkBy.Add(r.LinkMissedBy)
 }
 
 // programKey identifies a program's attribute set: the identity never
@@ -255,12 +281,8 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 			c := e.programAttrs(p)
 			v.programs = append(v.programs, programSeries{attrs: c.set, start: p.LoadTime, runs: p.RunCount, runTimeNs: p.RunTimeNs, misses: p.RecursionMisses})
 			e.programMemory(v, c, p, byID)
-			for _, l := range p.Links {
-				if l.Missed == nil {
-					continue
-				}
-				kv := append([]attribute.KeyValue{attribute.Int64(attrLinkID, int64(l.ID)), attribute.String(attrLinkType, l.Type)}, c.attrs...)
-				v.links = append(v.links, linkSeries{attrs: attribute.NewSet(kv...), start: p.LoadTime, missed: *l.Missed})
+			for i := range p.Links {
+				v.links = appendLinkSeries(v.links, &p.Links[i], c.attrs, p.LoadTime)
 			}
 		}
 		// Forget programs no longer exported so the cache stays bounded.

@@ -114,7 +114,11 @@ type workloadSeries struct {
 	acc       accumulator
 	hasMisses bool
 	hasLinks  bool // some program had a kprobe link with a missed count
-	loaded    int
+	// linkSets are attrs with each bpf.link.miss.reason (in
+	// agent.LinkMissReasons' order), made the first time the key is
+	// exported with link misses.
+	linkSets []attribute.Set
+	loaded   int
 	// start is when the series began counting: the exporter's start for
 	// programs loaded before it, else the earliest load time of its
 	// programs.
@@ -132,6 +136,7 @@ type workloadSeries struct {
 // scan) finds it without hashing the key's nine strings.
 type programLast struct {
 	runs, runTimeNs, misses, linkMissed uint64
+	linkBy                              agent.LinkMisses
 	key                                 workloadKey
 	w                                   *workloadSeries
 	gen                                 uint64 // the Update that saw it last
@@ -152,16 +157,39 @@ func growth(cur, prev uint64) uint64 {
 	return cur - prev
 }
 
-func linkMissed(p *agent.Program) (uint64, bool) {
+// linkMissed is the sum of p's links' missed, by reason too; ok is false
+// for a program without a link with missed.
+func linkMissed(p *agent.Program) (uint64, agent.LinkMisses, bool) {
 	var n uint64
+	var by agent.LinkMisses
 	ok := false
-	for _, l := range p.Links {
-		if l.Missed != nil {
-			n += *l.Missed
+	for i := range p.Links {
+		if m, has := agent.LinkMissedOf(&p.Links[i]); has {
+			n += *p.Links[i].Missed
+			by.Add(m)
 			ok = true
 		}
 	}
-	return n, ok
+	return n, by, ok
+}
+
+// linkGrowth splits the growth of a program's link missed (d) by the
+// growths of its reasons, clamped so that the parts add up to d.
+func linkGrowth(d uint64, cur, last agent.LinkMisses) agent.LinkMisses {
+	n, m := growth(cur.Nesting, last.Nesting), growth(cur.Maxactive, last.Maxactive)
+	return agent.SplitLinkMissed(d, &n, &m)
+}
+
+// linkReasonSets returns w's attribute sets with each link miss reason.
+func (w *workloadSeries) linkReasonSets() []attribute.Set {
+	if w.linkSets == nil {
+		w.linkSets = make([]attribute.Set, len(agent.LinkMissReasons))
+		for i, r := range agent.LinkMissReasons {
+			kv := append(append(make([]attribute.KeyValue, 0, len(w.kv)+1), w.kv...), attribute.String(attrLinkMissReason, r))
+			w.linkSets[i] = attribute.NewSet(kv...)
+		}
+	}
+	return w.linkSets
 }
 
 // buildWorkloads updates the workload accumulators from s and fills v.
@@ -210,9 +238,9 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 			misses = *p.RecursionMisses
 			w.hasMisses = true
 		}
-		lm, ok := linkMissed(p)
+		lm, lby, ok := linkMissed(p)
 		w.hasLinks = w.hasLinks || ok
-		cur := programLast{runs: p.RunCount, runTimeNs: p.RunTimeNs, misses: misses, linkMissed: lm, key: k, w: w, gen: e.gen, entry: entry}
+		cur := programLast{runs: p.RunCount, runTimeNs: p.RunTimeNs, misses: misses, linkMissed: lm, linkBy: lby, key: k, w: w, gen: e.gen, entry: entry}
 		var last programLast
 		if prev == nil {
 			from := p.LoadTime
@@ -246,7 +274,9 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 		w.acc.runs += growth(cur.runs, last.runs)
 		w.acc.runTimeNs += growth(cur.runTimeNs, last.runTimeNs)
 		w.acc.misses += growth(cur.misses, last.misses)
-		w.acc.linkMissed += growth(cur.linkMissed, last.linkMissed)
+		d := growth(cur.linkMissed, last.linkMissed)
+		w.acc.linkMissed += d
+		w.acc.linkBy.Add(linkGrowth(d, cur.linkBy, last.linkBy))
 		w.loaded++
 		w.mem.add(p)
 		w.lastSeen = now

@@ -25,6 +25,12 @@ char LICENSE[] SEC("license") = "GPL";
 #define F_KNOWN (1 << 0)
 #define F_NAME (1 << 1)  // name holds the link's name string (tracepoint, function, iterator)
 #define F_WHOLE (1 << 2) // the record is whole (else only id and type: see known_max_id)
+// F_SPLIT: missed_nesting and missed_maxactive hold the two parts of the
+// link's kprobe `missed` (they add up to it). Unset where the kernel has no
+// missed in bpf_link_info, where a part's field is absent from its kernel
+// structs, and where the kernel's one counter mixes both (kprobe_multi
+// return probes): the split is unknown there, never zero.
+#define F_SPLIT (1 << 3)
 
 // Values of enum trace_event_flags (an anonymous enum whose values moved
 // when TRACE_EVENT_FL_FILTERED went away): set by the loader from kernel
@@ -53,6 +59,12 @@ struct link_record {
 	__u32 prog_type; // the link's program's type
 	__u8 info[INFO_LEN]; // bpf_link_info's union, uapi offsets
 	char name[NAME_LEN];
+	// The parts of a kprobe link's missed (F_SPLIT): runs the kprobe could
+	// not make because another kprobe was running on the CPU (nesting),
+	// and returns a kretprobe could not catch because all its instances
+	// were in use (maxactive).
+	__u64 missed_nesting;
+	__u64 missed_maxactive;
 };
 
 #define PUT32(off, v) (*(__u32 *)&r->info[(off)] = (__u32)(v))
@@ -330,6 +342,7 @@ static __always_inline int read_netfilter(struct bpf_link *link, struct link_rec
 static __always_inline int read_kprobe_multi(struct bpf_link *link, struct link_record *r)
 {
 	struct bpf_kprobe_multi_link___lk *l = CONTAINER(struct bpf_kprobe_multi_link___lk, link, link);
+	__u64 missed;
 
 	if (bpf_core_field_exists(struct bpf_kprobe_multi_link___lk, flags))
 		PUT32(12, BPF_CORE_READ(l, flags));
@@ -341,7 +354,24 @@ static __always_inline int read_kprobe_multi(struct bpf_link *link, struct link_
 	if (bpf_core_field_exists(struct bpf_link_info, kprobe_multi.missed)) {
 		if (!bpf_core_field_exists(struct bpf_kprobe_multi_link___lk, fp.nmissed))
 			return 0;
-		PUT64(16, BPF_CORE_READ(l, fp.nmissed));
+		missed = BPF_CORE_READ(l, fp.nmissed);
+		PUT64(16, missed);
+		// fp.nmissed is the fprobe's one counter. On an entry-only
+		// fprobe it counts nesting: ftrace recursion
+		// (ftrace_test_recursion_trylock failed) and a kprobe already
+		// running on the CPU (kprobe_running() in
+		// fprobe_kprobe_handler). A return probe (exit_handler) adds
+		// what has nothing to do with nesting: no free rethook node
+		// (rethook_try_get, its pool sized like maxactive, also NULL
+		// where RCU is not watching), rethook_hook failing, and from
+		// 6.14's fgraph-based fprobe a failed fgraph data reservation
+		// (fprobe_entry). So the split is known only for entry probes.
+		// (BPF_F_KPROBE_MULTI_RETURN is bit 0 of the link's flags.)
+		if (!(*(__u32 *)&r->info[12] & 1)) {
+			r->missed_nesting = missed;
+			r->missed_maxactive = 0;
+			r->flags |= F_SPLIT;
+		}
 	}
 	return 1;
 }
@@ -354,7 +384,7 @@ static __always_inline int read_kprobe(struct trace_event_call *call, struct lin
 	struct trace_kprobe___lk *tk;
 	struct trace_probe *tp;
 	struct list_head *first;
-	__u64 missed;
+	__u64 nesting, maxactive = 0;
 	int ret;
 
 	first = BPF_CORE_READ(tpe, probes.next);
@@ -368,10 +398,29 @@ static __always_inline int read_kprobe(struct trace_event_call *call, struct lin
 	// addr (24) is not read: the kernel shows it only to readers
 	// allowed to see kernel addresses.
 	if (bpf_core_field_exists(struct bpf_link_info, perf_event.kprobe.missed)) {
-		missed = BPF_CORE_READ(tk, rp.kp.nmissed); // trace_kprobe_missed()
+		// trace_kprobe_missed(): the kprobe's nmissed, plus the
+		// kretprobe's for a return probe. The kprobe's counts the hits
+		// it skipped because a kprobe was already running on the CPU
+		// (kprobes_inc_nmissed_count: re-entry, or kprobe_running() in
+		// the ftrace-based handler): nesting. (A run turned away under
+		// bpf_prog_active is counted in the program's recursion_misses,
+		// not here.) The kretprobe's counts entries that found no free
+		// instance (its pool holds maxactive: a freelist before 6.7,
+		// an objpool or rethook since; rethook_try_get also fails
+		// where RCU is not watching, and old kernels counted NMI
+		// entries there): maxactive. struct kretprobe has had its
+		// nmissed on every kernel, with or without rethook; a kernel
+		// without either field leaves the link to a syscall read.
+		if (!bpf_core_field_exists(struct kprobe___lk, nmissed) ||
+		    !bpf_core_field_exists(struct kretprobe___lk, nmissed))
+			return 0;
+		nesting = BPF_CORE_READ(tk, rp.kp.nmissed);
 		if (ret)
-			missed += BPF_CORE_READ(tk, rp.nmissed);
-		PUT64(32, missed);
+			maxactive = (__u32)BPF_CORE_READ(tk, rp.nmissed); // an int
+		PUT64(32, nesting + maxactive);
+		r->missed_nesting = nesting;
+		r->missed_maxactive = maxactive; // 0 for a kprobe: it has no instances
+		r->flags |= F_SPLIT;
 	}
 	return read_name(r, BPF_CORE_READ(tk, symbol));
 }

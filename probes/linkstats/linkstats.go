@@ -2,7 +2,8 @@
 // the kernel (iter/bpf_link, Linux 5.19+), what BPF_OBJ_GET_INFO_BY_FD says
 // about each link: id, type, program id and the type's part of struct
 // bpf_link_info (attach type, target ids, cgroup, interface, tracepoint,
-// iterator or kprobe function name, and the kprobe `missed` counters),
+// iterator or kprobe function name, and the kprobe `missed` counters, split
+// into nesting and maxactive),
 // read from the same kernel structs the kernel's fill_link_info callbacks
 // read. No link fd is opened.
 package linkstats
@@ -47,6 +48,12 @@ type Record struct {
 	// Name is the raw tracepoint, iterator target, perf tracepoint or
 	// kprobe function name, as the kernel copies it to a name buffer.
 	Name string
+	// Split says Nesting and Maxactive hold the two parts of the kprobe
+	// link's missed (see MissedSplit); false where the kernel does not
+	// tell them apart or its structs lack a part's counter.
+	Split     bool
+	Nesting   uint64
+	Maxactive uint64
 }
 
 // Link types and perf event kinds (uapi) that carry a missed counter.
@@ -74,15 +81,33 @@ func (r *Record) Missed() (uint64, bool) {
 	return 0, false
 }
 
+// MissedSplit is the kprobe link's missed in its two parts, which add up
+// to Missed: nesting, the runs its kprobe skipped because another kprobe
+// was running on that CPU (the kprobe's nmissed; a kprobe_multi entry
+// probe's fprobe nmissed), and maxactive, the returns a kretprobe could
+// not catch because every instance was in use (the kretprobe's nmissed; 0
+// for a plain kprobe). ok is false where the split is unknown: no missed
+// on this kernel, a part's counter absent from its structs, or a
+// kprobe_multi return probe, whose one counter mixes both.
+func (r *Record) MissedSplit() (nesting, maxactive uint64, ok bool) {
+	if _, has := r.Missed(); !has || !r.Split {
+		return 0, 0, false
+	}
+	return r.Nesting, r.Maxactive, true
+}
+
 // Layout of struct link_record in linkstats.bpf.c.
 const (
-	recordSize = 152
-	infoOff    = 24
-	nameOff    = 88
-	nameLen    = 64
-	flagKnown  = 1 << 0
-	flagName   = 1 << 1
-	flagWhole  = 1 << 2
+	recordSize   = 168
+	infoOff      = 24
+	nameOff      = 88
+	nameLen      = 64
+	nestingOff   = 152
+	maxactiveOff = 160
+	flagKnown    = 1 << 0
+	flagName     = 1 << 1
+	flagWhole    = 1 << 2
+	flagSplit    = 1 << 3
 )
 
 const bufSize = 32 << 10
@@ -203,6 +228,11 @@ func (it *Iter) decode(b []byte, r *Record) {
 		Known:    flags&flagKnown != 0,
 		InfoSize: le.Uint32(b[16:]),
 		ProgType: le.Uint32(b[20:]),
+	}
+	if flags&flagSplit != 0 {
+		r.Split = true
+		r.Nesting = le.Uint64(b[nestingOff:])
+		r.Maxactive = le.Uint64(b[maxactiveOff:])
 	}
 	copy(r.Info[:], b[infoOff:infoOff+InfoLen])
 	if flags&flagName != 0 {

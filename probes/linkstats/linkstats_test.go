@@ -488,6 +488,8 @@ func TestKprobeMissed(t *testing.T) {
 		}
 	}
 
+	type split struct{ nesting, maxactive uint64 }
+	splits := map[string]split{}
 	missed := func() map[string]*uint64 {
 		recs, err := it.Read(nil)
 		if err != nil {
@@ -512,6 +514,14 @@ func TestKprobeMissed(t *testing.T) {
 				}
 				if v, ok := r.Missed(); ok {
 					out[what] = &v
+					if n, m, ok := r.MissedSplit(); ok {
+						if n+m != v {
+							t.Errorf("%s link %d: split %d nesting + %d maxactive does not add up to missed %d", what, id, n, m, v)
+						}
+						splits[what] = split{n, m}
+					} else if what != "kprobe_multi" {
+						t.Errorf("%s link %d: the iterator does not split missed %d", what, id, v)
+					}
 				}
 			}
 		}
@@ -536,6 +546,16 @@ func TestKprobeMissed(t *testing.T) {
 	}
 	for what, v := range m1 {
 		t.Logf("metric linkstats.%s_missed=%d", what, *v-*m0[what])
+	}
+	// Nested kprobes miss in the kprobe part: a kretprobe's entry is a
+	// kprobe too, and no instance ran out.
+	for _, what := range []string{"kprobe", "kretprobe"} {
+		sp := splits[what]
+		t.Logf("metric linkstats.%s_nesting=%d", what, sp.nesting)
+		t.Logf("metric linkstats.%s_maxactive=%d", what, sp.maxactive)
+		if sp.nesting != *m1[what] || sp.maxactive != 0 {
+			t.Errorf("%s: iterator split nesting %d + maxactive %d, want %d + 0", what, sp.nesting, sp.maxactive, *m1[what])
+		}
 	}
 }
 

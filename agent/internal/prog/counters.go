@@ -7,6 +7,9 @@ import (
 // Counters are a program's cumulative counters at one scan.
 type Counters struct {
 	Runs, RunTime, Misses, LinkMissed uint64
+	// LinkMissedBy is LinkMissed by reason (each link's split, unknown
+	// where it has none).
+	LinkMissedBy LinkMisses
 }
 
 // CountersOf reads p's counters, its links' missed counters summed.
@@ -15,9 +18,10 @@ func CountersOf(p *Program) Counters {
 	if p.RecursionMisses != nil {
 		c.Misses = *p.RecursionMisses
 	}
-	for _, l := range p.Links {
-		if l.Missed != nil {
-			c.LinkMissed += *l.Missed
+	for i := range p.Links {
+		if m, ok := LinkMissedOf(&p.Links[i]); ok {
+			c.LinkMissed += *p.Links[i].Missed
+			c.LinkMissedBy.Add(m)
 		}
 	}
 	return c
@@ -42,13 +46,14 @@ func ProgramDelta(cur Counters, prev Counters, havePrev bool, loaded, prevScan t
 	switch {
 	case havePrev:
 		return Rates{
-			Runs:       Sub(cur.Runs, prev.Runs),
-			RunTimeNs:  Sub(cur.RunTime, prev.RunTime),
-			Misses:     Sub(cur.Misses, prev.Misses),
-			LinkMissed: Sub(cur.LinkMissed, prev.LinkMissed),
+			Runs:         Sub(cur.Runs, prev.Runs),
+			RunTimeNs:    Sub(cur.RunTime, prev.RunTime),
+			Misses:       Sub(cur.Misses, prev.Misses),
+			LinkMissed:   Sub(cur.LinkMissed, prev.LinkMissed),
+			LinkMissedBy: linkMissedDelta(cur, prev),
 		}
 	case !prevScan.IsZero() && !loaded.Before(prevScan):
-		return Rates{Runs: cur.Runs, RunTimeNs: cur.RunTime, Misses: cur.Misses, LinkMissed: cur.LinkMissed}
+		return Rates{Runs: cur.Runs, RunTimeNs: cur.RunTime, Misses: cur.Misses, LinkMissed: cur.LinkMissed, LinkMissedBy: cur.LinkMissedBy}
 	default:
 		return Rates{}
 	}
@@ -57,7 +62,7 @@ func ProgramDelta(cur Counters, prev Counters, havePrev bool, loaded, prevScan t
 // WithRates fills the derived rates of a delta over interval dt.
 func WithRates(d Rates, dt time.Duration) Rates {
 	if dt <= 0 {
-		return Rates{Runs: d.Runs, RunTimeNs: d.RunTimeNs, Misses: d.Misses, LinkMissed: d.LinkMissed}
+		return Rates{Runs: d.Runs, RunTimeNs: d.RunTimeNs, Misses: d.Misses, LinkMissed: d.LinkMissed, LinkMissedBy: d.LinkMissedBy}
 	}
 	sec := dt.Seconds()
 	d.RunsPerSec = float64(d.Runs) / sec
@@ -76,4 +81,15 @@ func AddRates(a *Rates, b Rates) {
 	a.RunTimeNs += b.RunTimeNs
 	a.Misses += b.Misses
 	a.LinkMissed += b.LinkMissed
+	a.LinkMissedBy.Add(b.LinkMissedBy)
+}
+
+// linkMissedDelta splits the growth of a program's link missed by the
+// growths of its reasons, so that the parts add up to the LinkMissed
+// delta even when a link came or went (its counters leave the sums).
+func linkMissedDelta(cur, prev Counters) LinkMisses {
+	d := Sub(cur.LinkMissed, prev.LinkMissed)
+	n := Sub(cur.LinkMissedBy.Nesting, prev.LinkMissedBy.Nesting)
+	m := Sub(cur.LinkMissedBy.Maxactive, prev.LinkMissedBy.Maxactive)
+	return SplitLinkMissed(d, &n, &m)
 }

@@ -83,10 +83,96 @@ type Link struct {
 	// Missed is the kprobe's own missed counter (perf_event kprobe and
 	// kprobe_multi links, Linux 6.7+); nil when the kernel has none.
 	Missed *uint64 `json:"missed"`
+	// MissedNesting and MissedMaxactive are Missed's two parts, which
+	// add up to it: runs the kprobe skipped because another kprobe was
+	// running on that CPU (the kprobe's nmissed), and returns a kretprobe
+	// could not catch because all its maxactive instances were in use
+	// (the kretprobe's nmissed; 0 for a kprobe). Only the bpf_link
+	// iterator reads them, from the kernel's structs: the syscall path
+	// (BPF_OBJ_GET_INFO_BY_FD) gives only the sum, so they are nil there,
+	// and nil too for a kprobe_multi return probe, whose one counter
+	// mixes both.
+	MissedNesting   *uint64 `json:"missed_nesting"`
+	MissedMaxactive *uint64 `json:"missed_maxactive"`
 	// Pod is what the target says about the pod it belongs to, for the
 	// attribution to name the pod's workload; nil for most links (a
 	// pointer: every scan copies every link).
 	Pod *TargetPod `json:"-"`
+}
+
+// Reasons of a kprobe link miss: why the kernel's link info missed grew. A
+// closed set: series keyed by reason never multiply.
+const (
+	// LinkMissNesting: the kprobe hit while another kprobe was running on
+	// that CPU (a probe, or a BPF program run from one, reaching a
+	// probed function) and was skipped: the kprobe's nmissed.
+	LinkMissNesting = "nesting"
+	// LinkMissMaxactive: a kretprobe entry found all of its maxactive
+	// instances in use (that many calls already in flight, typically
+	// sleeping) and its return went unseen: the kretprobe's nmissed.
+	LinkMissMaxactive = "maxactive"
+	// LinkMissUnknown: misses whose reason the agent cannot tell: read by
+	// syscall (the sum only), or a kprobe_multi return probe, whose one
+	// counter mixes both.
+	LinkMissUnknown = "unknown"
+)
+
+// LinkMissReasons lists the reasons, in the order documents show them.
+var LinkMissReasons = [...]string{LinkMissNesting, LinkMissMaxactive, LinkMissUnknown}
+
+// LinkMisses is a count of kprobe link misses by reason; the parts add up
+// to the misses they split.
+type LinkMisses struct {
+	Nesting   uint64 `json:"nesting"`
+	Maxactive uint64 `json:"maxactive"`
+	Unknown   uint64 `json:"unknown"`
+}
+
+// Add adds b to m.
+func (m *LinkMisses) Add(b LinkMisses) {
+	m.Nesting += b.Nesting
+	m.Maxactive += b.Maxactive
+	m.Unknown += b.Unknown
+}
+
+// Sum is the misses the parts split.
+func (m LinkMisses) Sum() uint64 { return m.Nesting + m.Maxactive + m.Unknown }
+
+// Get returns one reason's count (0 for a name not in LinkMissReasons).
+func (m LinkMisses) Get(reason string) uint64 {
+	switch reason {
+	case LinkMissNesting:
+		return m.Nesting
+	case LinkMissMaxactive:
+		return m.Maxactive
+	case LinkMissUnknown:
+		return m.Unknown
+	}
+	return 0
+}
+
+// SplitLinkMissed splits a growth of missed by the growths of its two
+// parts, nil where the split is unknown at either end; what the parts do
+// not explain is unknown, so the result always adds up to missed. The
+// parts are clamped to missed: a link whose split appeared or vanished
+// between two reads (an iterator read after a syscall read) must not
+// count more than the kernel's own sum grew.
+func SplitLinkMissed(missed uint64, nesting, maxactive *uint64) LinkMisses {
+	if nesting == nil || maxactive == nil {
+		return LinkMisses{Unknown: missed}
+	}
+	n := min(*nesting, missed)
+	m := min(*maxactive, missed-n)
+	return LinkMisses{Nesting: n, Maxactive: m, Unknown: missed - n - m}
+}
+
+// LinkMissedOf is a link's cumulative missed by reason; ok is false for a
+// link without missed.
+func LinkMissedOf(l *Link) (LinkMisses, bool) {
+	if l.Missed == nil {
+		return LinkMisses{}, false
+	}
+	return SplitLinkMissed(*l.Missed, l.MissedNesting, l.MissedMaxactive), true
 }
 
 // TargetPod is what a cgroup or interface target says about its pod: the
@@ -134,11 +220,14 @@ type Rates struct {
 	RunTimeNs uint64 `json:"run_time_ns"`
 	Misses    uint64 `json:"misses"`
 	// LinkMissed is the delta of the links' kprobe missed counters.
-	LinkMissed   uint64  `json:"link_missed"`
-	RunsPerSec   float64 `json:"runs_per_sec"`
-	NsPerRun     float64 `json:"ns_per_run"`
-	CPUShare     float64 `json:"cpu_share"` // fraction of one CPU, 1.0 = one whole CPU
-	MissesPerSec float64 `json:"misses_per_sec"`
+	LinkMissed uint64 `json:"link_missed"`
+	// LinkMissedBy is LinkMissed by reason, adding up to it: unknown
+	// where a link's split is not known (Link.MissedNesting).
+	LinkMissedBy LinkMisses `json:"link_missed_by"`
+	RunsPerSec   float64    `json:"runs_per_sec"`
+	NsPerRun     float64    `json:"ns_per_run"`
+	CPUShare     float64    `json:"cpu_share"` // fraction of one CPU, 1.0 = one whole CPU
+	MissesPerSec float64    `json:"misses_per_sec"`
 }
 
 // ProgramStat is a program with its interval rates.

@@ -758,7 +758,8 @@ func sameLinkList(a, b []Link) bool {
 		return false
 	}
 	for i := range a {
-		if a[i].ID != b[i].ID || a[i].ProgID != b[i].ProgID || !prog.SameValue(a[i].Missed, b[i].Missed) {
+		if a[i].ID != b[i].ID || a[i].ProgID != b[i].ProgID || !prog.SameValue(a[i].Missed, b[i].Missed) ||
+			!prog.SameValue(a[i].MissedNesting, b[i].MissedNesting) || !prog.SameValue(a[i].MissedMaxactive, b[i].MissedMaxactive) {
 			return false
 		}
 	}

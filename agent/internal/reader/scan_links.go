@@ -158,10 +158,17 @@ func (r *Reader) linksFromIter(st *ScanStats) ([]Link, error) {
 		l := c.link
 		if c.missedKnown {
 			if missed == nil {
-				missed = make([]uint64, 0, len(recs)-i)
+				// Room for the sum and its two parts of every link
+				// left, so the pointers below never move.
+				missed = make([]uint64, 0, 3*(len(recs)-i))
 			}
 			missed = append(missed, kprobeMissed(&info))
 			l.Missed = &missed[len(missed)-1]
+			if nesting, maxactive, ok := rec.MissedSplit(); ok {
+				missed = append(missed, nesting, maxactive)
+				l.MissedNesting = &missed[len(missed)-2]
+				l.MissedMaxactive = &missed[len(missed)-1]
+			}
 		}
 		links = append(links, l)
 	}

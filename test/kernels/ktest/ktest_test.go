@@ -446,6 +446,18 @@ func TestKprobeLinkMissed(t *testing.T) {
 	if *m1-*m0 != n {
 		t.Errorf("nested kprobe: link missed +%d for %d re-entries, want %d", *m1-*m0, n, n)
 	}
+	id := linkID(t, inner)
+	rec := iterRecord(t, id)
+	nest, maxa, ok := rec.MissedSplit()
+	if !ok {
+		t.Fatalf("the bpf_link iterator does not split link %d's missed (known %v, split %v)", id, rec.Known, rec.Split)
+	}
+	metric(t, "kprobe_nested.iter_nesting", nest)
+	metric(t, "kprobe_nested.iter_maxactive", maxa)
+	if nest != *m1 || maxa != 0 {
+		t.Errorf("iterator: nested kprobe link %d missed split nesting %d + maxactive %d; want %d + 0 (the kernel's missed)", id, nest, maxa, *m1)
+	}
 	p := checkScan(t, "kprobe_nested", objs.Inner, expect.FeatKprobe)
 	checkLinkMissed(t, p, m1)
+	checkLinkSplit(t, "kprobe_nested", p, *m1, 0)
 }
