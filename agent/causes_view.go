@@ -1,0 +1,48 @@
+package agent
+
+// ProgramCauses is p's recursion_misses by cause, cumulative: its
+// MissCauses, or, where the watcher filled none (absent, not yet landed, or
+// the program never watched), every miss unexplained. Zero without
+// recursion_misses. The causes add up to *p.RecursionMisses: a MissCauses
+// that does not (it cannot, by contract) has the difference put in
+// unexplained, or unexplained cut, so that every consumer's sum over causes
+// is the kernel's counter.
+func ProgramCauses(p *ProgramStat) MissCauses {
+	if p.RecursionMisses == nil {
+		return MissCauses{}
+	}
+	total := *p.RecursionMisses
+	if p.MissCauses == nil {
+		return MissCauses{Unexplained: total}
+	}
+	return fitCauses(*p.MissCauses, total)
+}
+
+// IntervalCauses is p's Delta.Misses by cause: DeltaCauses, fitted to
+// Delta.Misses as ProgramCauses fits the cumulative ones (all unexplained
+// where the watcher explained none).
+func IntervalCauses(p *ProgramStat) MissCauses {
+	return fitCauses(p.DeltaCauses, p.Delta.Misses)
+}
+
+// fitCauses makes c add up to total through its unexplained count: the
+// explained causes are kept (cut in Causes order if they alone exceed
+// total), and unexplained is the rest.
+func fitCauses(c MissCauses, total uint64) MissCauses {
+	c.Unexplained = 0
+	if c.Sum() <= total {
+		c.Unexplained = total - c.Sum()
+		return c
+	}
+	left := total
+	for _, p := range []*uint64{&c.Recursion, &c.Interrupt, &c.Preempted, &c.Nested} {
+		*p = min(*p, left)
+		left -= *p
+	}
+	return c
+}
+
+// Explained says whether any miss in c has a measured cause.
+func Explained(c MissCauses) bool {
+	return c.Recursion+c.Interrupt+c.Preempted+c.Nested > 0
+}
