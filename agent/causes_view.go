@@ -15,20 +15,22 @@ func ProgramCauses(p *ProgramStat) MissCauses {
 	if p.MissCauses == nil {
 		return MissCauses{Unexplained: total}
 	}
-	return fitCauses(*p.MissCauses, total)
+	return FitCauses(*p.MissCauses, total)
 }
 
 // IntervalCauses is p's Delta.Misses by cause: DeltaCauses, fitted to
 // Delta.Misses as ProgramCauses fits the cumulative ones (all unexplained
 // where the watcher explained none).
 func IntervalCauses(p *ProgramStat) MissCauses {
-	return fitCauses(p.DeltaCauses, p.Delta.Misses)
+	return FitCauses(p.DeltaCauses, p.Delta.Misses)
 }
 
-// fitCauses makes c add up to total through its unexplained count: the
+// FitCauses makes c add up to total through its unexplained count: the
 // explained causes are kept (cut in Causes order if they alone exceed
-// total), and unexplained is the rest.
-func fitCauses(c MissCauses, total uint64) MissCauses {
+// total), and unexplained is the rest. An aggregate's interval (an attach
+// type's, an owner's Delta.Misses) is fitted to its programs' explained
+// causes so.
+func FitCauses(c MissCauses, total uint64) MissCauses {
 	c.Unexplained = 0
 	if c.Sum() <= total {
 		c.Unexplained = total - c.Sum()

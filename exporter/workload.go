@@ -113,8 +113,10 @@ type workloadSeries struct {
 	kv        []attribute.KeyValue
 	acc       accumulator
 	hasMisses bool
-	hasLinks  bool // some program had a kprobe link with a missed count
-	loaded    int
+	// causes: attrs with each cause of acc.causes (causes.go).
+	causes   causeSets
+	hasLinks bool // some program had a kprobe link with a missed count
+	loaded   int
 	// start is when the series began counting: the exporter's start for
 	// programs loaded before it, else the earliest load time of its
 	// programs.
@@ -132,6 +134,7 @@ type workloadSeries struct {
 // scan) finds it without hashing the key's nine strings.
 type programLast struct {
 	runs, runTimeNs, misses, linkMissed uint64
+	causes                              agent.MissCauses
 	key                                 workloadKey
 	w                                   *workloadSeries
 	gen                                 uint64 // the Update that saw it last
@@ -206,13 +209,15 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 			e.byRank = append(e.byRank, w)
 		}
 		misses := uint64(0)
+		var causes agent.MissCauses
 		if p.RecursionMisses != nil {
 			misses = *p.RecursionMisses
+			causes = agent.ProgramCauses(entry)
 			w.hasMisses = true
 		}
 		lm, ok := linkMissed(p)
 		w.hasLinks = w.hasLinks || ok
-		cur := programLast{runs: p.RunCount, runTimeNs: p.RunTimeNs, misses: misses, linkMissed: lm, key: k, w: w, gen: e.gen, entry: entry}
+		cur := programLast{runs: p.RunCount, runTimeNs: p.RunTimeNs, misses: misses, causes: causes, linkMissed: lm, key: k, w: w, gen: e.gen, entry: entry}
 		var last programLast
 		if prev == nil {
 			from := p.LoadTime
@@ -246,6 +251,10 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 		w.acc.runs += growth(cur.runs, last.runs)
 		w.acc.runTimeNs += growth(cur.runTimeNs, last.runTimeNs)
 		w.acc.misses += growth(cur.misses, last.misses)
+		w.acc.causes.Plus(causeGrowth(cur.causes, last.causes))
+		if w.hasMisses {
+			w.causes.ensure(&w.acc.causes, w.kv)
+		}
 		w.acc.linkMissed += growth(cur.linkMissed, last.linkMissed)
 		w.loaded++
 		w.mem.add(p)
