@@ -95,8 +95,14 @@ or with the kubeconfig $KUBECONFIG names on a host outside any pod.`,
 func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 	var latest atomic.Pointer[agent.Snapshot]
 	hist := history.New(history.Capacity(history.Window, c.Interval)) // per-program history for /v1/programs/{id}/history
-	publish := func(s *agent.Snapshot) { hist.Record(s); latest.Store(s) }
 	var srv *api.Server
+	publish := func(s *agent.Snapshot) {
+		hist.Record(s)
+		if srv != nil {
+			srv.Record(s) // its sampled misses, for /v1/misses
+		}
+		latest.Store(s)
+	}
 	if c.APIAddr != "" {
 		var err error
 		srv, err = api.NewServer(api.Options{Addr: c.APIAddr, Token: c.APIToken, Snapshot: latest.Load, History: hist.Series, StaleAfter: 3 * c.Interval})
