@@ -1,5 +1,7 @@
 package agent
 
+import "strconv"
+
 // ProgramCauses is p's recursion_misses by cause, cumulative: its
 // MissCauses, or, where the watcher filled none (absent, not yet landed, or
 // the program never watched), every miss unexplained. Zero without
@@ -47,4 +49,39 @@ func FitCauses(c MissCauses, total uint64) MissCauses {
 // Explained says whether any miss in c has a measured cause.
 func Explained(c MissCauses) bool {
 	return c.Recursion+c.Interrupt+c.Preempted+c.Nested > 0
+}
+
+// SelectPrograms returns the ids of the programs sels pick, as Config.Profile
+// selects programs (id:N, name:S, tag:S, attach:S, owner:S, or a bare word
+// matching any of them): `bpfleet misses PROG...` watches them
+// (Config.WatchPrograms).
+func SelectPrograms(sels []string, progs []*ProgramStat) []uint32 {
+	var ids []uint32
+	for _, p := range progs {
+		if profileMatch(sels, &p.Program) {
+			ids = append(ids, p.ID)
+		}
+	}
+	return ids
+}
+
+// ShortCauses is c in a few characters for a table cell: the explained
+// causes' initials and counts (r recursion, i interrupt, p preempted, n
+// nested), "" where nothing was explained: "r10 p2".
+func ShortCauses(c MissCauses) string {
+	var b []byte
+	for _, x := range []struct {
+		k byte
+		n uint64
+	}{{'r', c.Recursion}, {'i', c.Interrupt}, {'p', c.Preempted}, {'n', c.Nested}} {
+		if x.n == 0 {
+			continue
+		}
+		if len(b) > 0 {
+			b = append(b, ' ')
+		}
+		b = append(b, x.k)
+		b = strconv.AppendUint(b, x.n, 10)
+	}
+	return string(b)
 }

@@ -33,3 +33,19 @@ func TestProgramCauses(t *testing.T) {
 		t.Fatalf("IntervalCauses = %+v", got)
 	}
 }
+
+func TestShortCausesAndSelect(t *testing.T) {
+	if got := ShortCauses(MissCauses{Recursion: 10, Preempted: 2, Unexplained: 9}); got != "r10 p2" {
+		t.Errorf("ShortCauses = %q, want \"r10 p2\"", got)
+	}
+	if got := ShortCauses(MissCauses{Unexplained: 9}); got != "" {
+		t.Errorf("ShortCauses of unexplained only = %q, want \"\"", got)
+	}
+	progs := []*ProgramStat{{Program: Program{ID: 7, Name: "canary"}}, {Program: Program{ID: 8, Name: "other"}}, {Program: Program{ID: 9, Name: "canary"}}}
+	if got := SelectPrograms([]string{"canary"}, progs); len(got) != 2 || got[0] != 7 || got[1] != 9 {
+		t.Errorf("SelectPrograms(canary) = %v, want [7 9]", got)
+	}
+	if got := SelectPrograms([]string{"8"}, progs); len(got) != 1 || got[0] != 8 {
+		t.Errorf("SelectPrograms(8) = %v, want [8]", got)
+	}
+}
