@@ -85,3 +85,16 @@ func TestMissesWithoutWatcher(t *testing.T) {
 		t.Errorf("a program without misses in the interval is listed:\n%s", got)
 	}
 }
+
+// list's MISSES column: the count, and its explained causes.
+func TestListMissesCell(t *testing.T) {
+	n := uint64(14)
+	p := &agent.ProgramStat{Program: agent.Program{RecursionMisses: &n}}
+	if got := missesCell(p); got != "14" {
+		t.Errorf("no watcher: %q, want \"14\"", got)
+	}
+	p.MissCauses = &agent.MissCauses{Recursion: 10, Preempted: 2, Unexplained: 2}
+	if got := missesCell(p); got != "14 (r10 p2)" {
+		t.Errorf("explained: %q, want \"14 (r10 p2)\"", got)
+	}
+}
