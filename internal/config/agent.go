@@ -42,17 +42,17 @@ type Agent struct {
 	ResendUnchanged time.Duration
 	Level           MetricsLevel
 	MaxPrograms     int
-	ProgramInfo     bool   // --program-info: bpf.program.info at the workload level
-	SpanBudget      int    // --span-budget: episode spans per minute; 0: no cap
+	ProgramInfo     bool // --program-info: bpf.program.info at the workload level
+	SpanBudget      int  // --span-budget: episode spans per minute; 0: no cap
 	// MissWatch is --miss-watch: run the miss watcher (hardware
 	// watchpoints on the miss counters of programs that miss), and
 	// MissBudget --miss-budget, its samples per CPU per watched program
 	// per interval (at least 1).
-	MissWatch  bool
-	MissBudget int
-	Compression     string // --otlp-compression; "": OTEL_EXPORTER_OTLP_COMPRESSION, else gzip
-	Console         bool
-	ClusterName     string // K8S_CLUSTER_NAME or --cluster-name: k8s.cluster.name
+	MissWatch   bool
+	MissBudget  int
+	Compression string // --otlp-compression; "": OTEL_EXPORTER_OTLP_COMPRESSION, else gzip
+	Console     bool
+	ClusterName string // K8S_CLUSTER_NAME or --cluster-name: k8s.cluster.name
 	// NodeName is K8S_NODE_NAME (the chart sets it from the downward API):
 	// k8s.node.name, and the node whose pods name the owners.
 	NodeName        string
