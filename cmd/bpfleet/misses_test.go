@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/internal/config"
 )
 
 func TestMissesTable(t *testing.T) {
@@ -96,5 +97,12 @@ func TestListMissesCell(t *testing.T) {
 	p.MissCauses = &agent.MissCauses{Recursion: 10, Preempted: 2, Unexplained: 2}
 	if got := missesCell(p); got != "14 (r10 p2)" {
 		t.Errorf("explained: %q, want \"14 (r10 p2)\"", got)
+	}
+}
+
+// --miss-budget's default is the agent's (internal/config is below agent).
+func TestMissBudgetDefault(t *testing.T) {
+	if config.DefaultMissBudget != agent.DefaultMissBudget || config.DefaultAgent().MissBudget != agent.DefaultMissBudget {
+		t.Errorf("config.DefaultMissBudget %d, agent.DefaultMissBudget %d", config.DefaultMissBudget, agent.DefaultMissBudget)
 	}
 }
