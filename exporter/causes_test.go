@@ -201,7 +201,7 @@ func TestEpisodeSpanCauses(t *testing.T) {
 		"bpf.miss.context.softirq":   attribute.Int64Value(1),
 	} {
 		if v, _ := attrs.Value(attribute.Key(k)); v != want {
-			t.Errorf("span %s = %v, want %v", k, v.Emit(), want.Emit())
+			t.Errorf("span %s = %v, want %v", k, v.String(), want.String())
 		}
 	}
 	var stack, task bool
@@ -224,7 +224,7 @@ func TestEpisodeSpanCauses(t *testing.T) {
 	}
 	attrs = attribute.NewSet(spans[1].Attributes()...)
 	if v, _ := attrs.Value("bpf.miss.cause.unexplained"); v.AsInt64() != 12 {
-		t.Errorf("without the watcher unexplained = %v, want all 12", v.Emit())
+		t.Errorf("without the watcher unexplained = %v, want all 12", v.String())
 	}
 	if v, _ := attrs.Value("bpf.miss.cause"); v.AsString() != "unexplained" {
 		t.Errorf("without the watcher the dominant cause = %q, want unexplained", v.AsString())
