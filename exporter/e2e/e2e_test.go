@@ -238,6 +238,22 @@ func TestAgentToPrometheusAndJaeger(t *testing.T) {
 	if sp.Events < 1 {
 		t.Errorf("span has %d events, want one per interval with misses", sp.Events)
 	}
+	// Causes (issue 35): every miss has one, adding up to the episode's
+	// misses; the dominant one named. Until the watcher explains some,
+	// every miss is unexplained, which is still a cause.
+	var causes float64
+	for _, c := range []string{"recursion", "interrupt", "preempted", "nested", "unexplained"} {
+		causes += num(sp.Tags["bpf.miss.cause."+c])
+	}
+	if causes != float64(want-before) || sp.Tags["bpf.miss.cause"] == nil {
+		t.Errorf("episode span causes add up to %v, want %d, dominant %v", causes, want-before, sp.Tags["bpf.miss.cause"])
+	}
+	// And in Prometheus the program's unexplained series is there, the
+	// series of its causes adding up to the kernel's count (waitMisses).
+	q := fmt.Sprintf(`bpf_program_recursion_misses_total{bpf_program_id="%d", bpf_miss_cause="unexplained"}`, id)
+	if ss, err := prom.Query(context.Background(), q); err != nil || len(ss) != 1 {
+		t.Errorf("%s: %v, %v; want the unexplained series", q, ss, err)
+	}
 	for k, want := range map[string]string{"service.name": "bpfleet-agent", "os.version": release(t), "k8s.node.name": "e2e-node", "os.type": "linux"} {
 		if got := fmt.Sprint(sp.Process[k]); got != want {
 			t.Errorf("span resource %s = %q, want %q", k, got, want)
