@@ -114,6 +114,9 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"History": history.Series{}, "HistoryPoint": history.Point{},
 		"Map": agent.Map{}, "MapScan": agent.MapScan{}, "MapList": mapview.List{}, "MapEntry": mapview.Map{},
 		"MapUser": mapview.User{}, "MapOwner": mapview.Owner{},
+		"MissCauses": agent.MissCauses{}, "MissSample": agent.MissSample{}, "MissWatch": agent.MissWatch{},
+		"WatchedProgram": agent.WatchedProgram{}, "EpisodeTask": agent.EpisodeTask{}, "EpisodeStack": agent.EpisodeStack{},
+		"MissList": MissList{},
 	} {
 		s, ok := d.Components.Schemas[name]
 		if !ok {

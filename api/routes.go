@@ -34,6 +34,7 @@ var routes = []route{
 	{path: "/v1/attach-types", handler: (*Server).getAttachTypes},
 	{path: "/v1/maps", params: []string{"type", "name", "prog_id", "pod", "namespace", "sort", "limit"}, handler: (*Server).getMaps},
 	{path: "/v1/episodes", params: []string{"open", "prog_id", "source"}, handler: (*Server).getEpisodes},
+	{path: "/v1/misses", params: []string{"prog_id"}, handler: (*Server).getMisses},
 	{path: "/healthz", handler: (*Server).getHealth},
 	{path: "/readyz", handler: (*Server).getReady},
 	{path: "/openapi.yaml", handler: (*Server).getOpenAPI},

@@ -79,6 +79,8 @@ type Server struct {
 	handler  http.Handler
 	srv      *http.Server
 	ln       net.Listener
+	// misses: the recent intervals' sampled misses (/v1/misses).
+	misses missRing
 }
 
 // NewServer validates opts and builds the server. It refuses a non-loopback

@@ -1,5 +1,7 @@
 package exporter
 
+import "slices"
+
 // Attribute keys: every key the exporter writes on a data point, a span or
 // the resource, named once here and used everywhere in exporter/ (the
 // metrics table's attribute lists, the view, the workload keys, spans,
@@ -14,8 +16,12 @@ const (
 	attrAttachType       = "bpf.attach.type"
 	attrAttachTarget     = "bpf.attach.target"
 	attrMissKind         = "bpf.miss.kind"
-	attrLinkID           = "bpf.link.id"
-	attrLinkType         = "bpf.link.type"
+	// attrMissCause is a miss counter's cause (agent.Causes, a closed
+	// set); on an episode span the dominant cause, beside one
+	// bpf.miss.cause.<cause> count per cause (attrMissCause + "." + cause).
+	attrMissCause = "bpf.miss.cause"
+	attrLinkID    = "bpf.link.id"
+	attrLinkType  = "bpf.link.type"
 	// attrLinkMissReason is why a kprobe link missed (agent.LinkMissReasons):
 	// nesting, maxactive or unknown.
 	attrLinkMissReason = "bpf.link.miss.reason"
@@ -53,6 +59,10 @@ const (
 	attrEpisodeIntervals = "bpf.episode.intervals"
 	attrEpisodeTruncated = "bpf.episode.truncated"
 	attrEpisodeEndedBy   = "bpf.episode.ended_by"
+	// An episode's sampled misses: by context, the stacks' and tasks'
+	// span events.
+	attrMissContext = "bpf.miss.context"
+	attrMissStack   = "bpf.miss.stack"
 
 	// The resource.
 	attrServiceName       = "service.name"
@@ -82,6 +92,8 @@ var (
 		attrK8sWorkloadKind, attrK8sWorkloadName,
 	}
 	linkAttrs = append([]string{attrLinkID, attrLinkType, attrLinkMissReason}, programAttrs...)
+	// programMissAttrs: the program's misses by cause.
+	programMissAttrs = append(slices.Clip(programAttrs), attrMissCause)
 	// workloadAttrs stay the same when a program is reloaded (new id, new
 	// pod, new pid): the key of the workload level's series.
 	workloadAttrs = []string{
@@ -92,8 +104,10 @@ var (
 	// key and why the links missed.
 	workloadLinkAttrs = append(append([]string{}, workloadAttrs...), attrLinkMissReason)
 	// infoAttrs join a program's identity to its workload series.
-	infoAttrs  = append([]string{attrProgramID, attrProgramTag, attrProcessPID, attrContainerID, attrK8sPodName}, workloadAttrs...)
-	ownerAttrs = []string{attrOwnerKey, attrProcessPID, attrProcessExecutableName, attrContainerID, attrK8sPodName, attrK8sNamespaceName}
+	infoAttrs         = append([]string{attrProgramID, attrProgramTag, attrProcessPID, attrContainerID, attrK8sPodName}, workloadAttrs...)
+	workloadMissAttrs = append(slices.Clip(workloadAttrs), attrMissCause)
+	ownerAttrs        = []string{attrOwnerKey, attrProcessPID, attrProcessExecutableName, attrContainerID, attrK8sPodName, attrK8sNamespaceName}
+	ownerMissAttrs    = append(slices.Clip(ownerAttrs), attrMissCause)
 	// mapWorkloadAttrs key a map at the workload level: what survives a
 	// reload (the map's name and type, the workload of the programs that
 	// use it); mapAttrs add its id at the program level.
@@ -107,6 +121,7 @@ var (
 	ownerMemAttrs    = append([]string{attrMemoryKind}, ownerAttrs...)
 	memoryKindAttrs  = []string{attrMemoryKind}
 	attachAttrs      = []string{attrAttachType}
+	attachMissAttrs  = []string{attrAttachType, attrMissCause}
 	exportAttrs      = []string{attrSignal}
 	scanAttrs        = []string{attrScanSource, attrScanFallbackReason}
 	statsModeAttrs   = []string{attrStatsMode}

@@ -64,7 +64,6 @@ func aggSeconds(series func(*view) []aggSeries) func(*view, sink) {
 func ownerSeries(v *view) []aggSeries   { return v.owners }
 func attachSeries(v *view) []aggSeries  { return v.attach }
 func accRuns(a *aggSeries) uint64       { return a.acc.runs }
-func accMisses(a *aggSeries) uint64     { return a.acc.misses }
 func accLinkMissed(a *aggSeries) uint64 { return a.acc.linkMissed }
 func programCount(a *aggSeries) uint64  { return uint64(a.programs) }
 

@@ -323,6 +323,43 @@ take are counted in the same ` + "`bpf.agent.spans.dropped`" + `: each span is e
 
 Each interval with misses is a span event ` + "`bpf.miss.interval`" + ` with ` + "`bpf.episode.misses`" + `,
 ` + "`bpf.episode.runs`" + ` and ` + "`bpf.episode.rate`" + ` (misses per second).
+
+A ` + "`recursion_misses`" + ` episode also carries its misses by cause (above): ` + "`bpf.miss.cause.recursion`" + `,
+` + "`bpf.miss.cause.interrupt`, `bpf.miss.cause.preempted`, `bpf.miss.cause.nested`, `bpf.miss.cause.unexplained`" + `
+(every cause, adding up to ` + "`bpf.episode.misses`" + `), ` + "`bpf.miss.cause`" + ` the dominant one (the explained
+cause with the most misses; ` + "`unexplained`" + ` where none was explained) and
+` + "`bpf.miss.context.<task|softirq|hardirq|nmi>`" + ` the sampled misses by the context of the run turned
+away. Its most frequent kernel stacks are span events ` + "`bpf.miss.stack`" + ` (` + "`bpf.miss.cause`" + `,
+` + "`bpf.miss.context`" + `, ` + "`bpf.episode.misses`" + `: samples with that stack, ` + "`bpf.miss.stack`" + `: the frames,
+innermost first, one per line) and its most frequent turned-away tasks ` + "`bpf.miss.task`" + `
+(` + "`process.pid`, `process.executable.name`, `container.id`, `k8s.pod.name`, `k8s.namespace.name`, `bpf.episode.misses`" + `),
+at most 5 of each.
+`
+
+// causeDoc says what each miss cause means and what to do about it.
+const causeDoc = `
+## Why a program missed
+
+Every recursion-miss counter (` + "`bpf.program.recursion_misses`" + ` at the program and workload levels,
+` + "`bpf.owner.recursion_misses`, `bpf.attach_type.recursion_misses`" + `) carries ` + "`bpf.miss.cause`" + `, one of
+a closed set; the causes of a series add up to the kernel's counter exactly, so
+` + "`sum without (bpf_miss_cause) (...)`" + ` is the count without causes. Each series has its
+` + "`unexplained`" + ` cause always (the whole count where nothing was explained: a node without the
+miss watcher has exactly the series it had before causes) and another cause once it counted.
+The miss watcher (` + "`--miss-watch`" + `, on by default) puts a hardware watchpoint on the per-CPU miss
+counter of the programs with an open miss episode, as many as the CPU's debug registers allow,
+and explains each miss it samples (at most ` + "`--miss-budget`" + ` per CPU, program and interval) by the
+kernel stack of the run turned away (` + "`bpfleet misses`" + ` shows them one by one).
+
+| cause | what happened | what to do |
+| --- | --- | --- |
+| ` + "`recursion`" + ` | the program's own code is on the stack of the run turned away: it re-entered itself, directly, through a helper, or through another program or a map operation that hits the function it traces | fix the program: do not trace what the program calls itself (the map operation, ` + "`bpf_trace_printk`" + `), or filter the re-entry out; these runs are lost every time the path is taken |
+| ` + "`interrupt`" + ` | a hardirq, softirq or NMI hit the CPU while the interrupted context was running the program, and the interrupt's run was turned away | usually harmless and rare; if the lost runs matter, attach where interrupts are not traced, or keep the program short so the window is small |
+| ` + "`preempted`" + ` | the holder of the program's per-CPU guard is not on the CPU's stack: another task was preempted or slept inside the program (sleepable programs, PREEMPT_RT, full or lazy preemption; tracepoint programs run with only migration disabled since Linux 7.0). Nothing recursed: runs were lost to contention | avoid sleepable programs (or sleeping helpers) on hot paths; on PREEMPT_RT or full preemption pin or raise the priority of the tasks that run the program, or choose the kernel's preemption model (` + "`preempt=voluntary`" + `) where the lost runs matter more than latency |
+| ` + "`nested`" + ` | a kprobe, tracepoint or perf program turned away because something else (another program, a map operation from a syscall) held the CPU's ` + "`bpf_prog_active`" + ` | look at the stack's holder: another tool's program on the same path; move one of them to fentry/fexit, which is guarded per program |
+| ` + "`unexplained`" + ` | counted by the kernel, not sampled: the program was not watched (no free debug register, the watcher off or refused by the kernel: ` + "`bpf.agent.misswatch.available`" + ` 0), the miss came before the agent started, or the watcher's budget was spent (` + "`bpf.agent.misswatch.over_budget`" + `) | nothing by itself: the alert rules treat it as before causes existed; watch the program (` + "`bpfleet misses PROG`" + `) to learn its cause |
+
+The alert rules page on ` + "`recursion`" + ` (and on ` + "`unexplained`" + `, which may hide it), warn on ` + "`preempted`" + `.
 `
 
 // MetricsDoc renders METRICS.md from the table.
@@ -351,6 +388,7 @@ func MetricsDoc() string {
 	b.WriteString(linkMissDoc)
 	b.WriteString(mapsDoc)
 	b.WriteString(seriesDoc)
+	b.WriteString(causeDoc)
 	b.WriteString(spanDoc)
 	b.WriteString(lossDoc)
 	return b.String()
@@ -372,6 +410,7 @@ Nothing the agent drops goes uncounted:
 | a scan | an object the scan could not read (one that vanished meanwhile is not a loss), or the whole scan, or its maps (every map figure then absent, not zero) | ` + "`bpf.agent.scan.errors`" + `; ` + "`bpf.agent.scans`" + ` stops growing | ` + "`TestScanErrorsCounted`" + `, ` + "`TestNoMapsNoMapSeries`" + ` (maps); a vanished object is no error: ` + "`TestTransientClassification`" + `, ` + "`TestLinksChurningUnderScan`" + ` |
 | an episode's events | intervals beyond the first 64 of one episode | the span's ` + "`bpf.episode.truncated`" + ` | ` + "`TestEpisodeIntervalsBounded`" + ` |
 | the sampled mode's record of an interval | more stats events than it keeps: the interval is estimated, not exact | ` + "`bpf.agent.stats.exact`" + ` is 0 for it | ` + "`TestCoverageSpan`" + ` |
+| the miss watcher's budget | samples of misses past ` + "`--miss-budget`" + ` per CPU, program and interval, and misses of programs not watched: still counted by the kernel's counter | the ` + "`unexplained`" + ` cause; ` + "`bpf.agent.misswatch.over_budget`" + ` | ` + "`TestMissCauseSeries`" + ` (the sum over causes) |
 | the load/unload watcher's ring | overwritten load or unload records: the next scan walks every program, so no count is lost | the API's ` + "`scan.walk_reason`" + ` ("load/unload records lost") | ` + "`TestSteadyReadLost`" + ` |
 
 Spans and metrics a Collector accepted and lost itself (a Collector killed before it forwarded

@@ -152,8 +152,11 @@ func (pr *produce) float(k seriesKind, attrs attribute.Set, start time.Time, v f
 }
 
 // counters adds one series' counters when due: v is its run count, run
-// time in ns, recursion misses and link misses, noValue where it has none.
-func (pr *produce) counters(attrs attribute.Set, start time.Time, v [4]uint64) {
+// time in ns, recursion misses and link misses, noValue where it has none;
+// causes the misses by cause and sets their attribute sets (causes.go).
+// The misses' total decides whether the series moved: the causes are
+// cumulative, so one cannot move without it.
+func (pr *produce) counters(attrs attribute.Set, start time.Time, v [4]uint64, causes *agent.MissCauses, sets *causeSets) {
 	if !pr.due(familyCounters, attrs, start, v) {
 		return
 	}
@@ -162,7 +165,11 @@ func (pr *produce) counters(attrs attribute.Set, start time.Time, v [4]uint64) {
 		pr.float(seriesRunTime, attrs, start, float64(v[1])/1e9)
 	}
 	if v[2] != noValue {
-		pr.int(seriesMisses, attrs, start, int64(v[2]))
+		for i, cause := range agent.Causes {
+			if n := causes.Get(cause); emitted(i, n) {
+				pr.int(seriesMisses, sets[i], start, int64(n))
+			}
+		}
 	}
 	if v[3] != noValue {
 		pr.int(seriesLinkMissed, attrs, start, int64(v[3]))
@@ -264,11 +271,11 @@ func (p *seriesProducer) Produce(context.Context) ([]metricdata.ScopeMetrics, er
 	pr.runsOff = v.stats.mode == agent.StatsOff
 	for i := range v.programs {
 		s := &v.programs[i]
-		pr.counters(s.attrs, start(s.start), [4]uint64{s.runs, s.runTimeNs, opt(s.misses), noValue})
+		pr.counters(s.attrs, start(s.start), [4]uint64{s.runs, s.runTimeNs, opt(s.misses), noValue}, &s.causes, s.causeSets)
 	}
 	for i := range v.links {
 		s := &v.links[i]
-		pr.counters(s.attrs, start(s.start), [4]uint64{noValue, noValue, noValue, s.missed})
+		pr.counters(s.attrs, start(s.start), [4]uint64{noValue, noValue, noValue, s.missed}, nil, nil)
 	}
 	linkSets := 0 // the workload keys' link-miss series, for the clean-up below
 	for _, w := range v.workloads {
@@ -276,13 +283,13 @@ func (p *seriesProducer) Produce(context.Context) ([]metricdata.ScopeMetrics, er
 		if w.hasMisses {
 			vals[2] = w.acc.misses
 		}
-		pr.counters(w.attrs, start(w.start), vals)
+		pr.counters(w.attrs, start(w.start), vals, &w.acc.causes, &w.causes)
 		if w.hasLinks {
 			// bpf.link.missed by reason: one series each, adding up
 			// to the key's link misses.
 			linkSets += len(agent.LinkMissReasons)
 			for i, set := range w.linkReasonSets() {
-				pr.counters(set, start(w.start), [4]uint64{noValue, noValue, noValue, w.acc.linkBy.Get(agent.LinkMissReasons[i])})
+				pr.counters(set, start(w.start), [4]uint64{noValue, noValue, noValue, w.acc.linkBy.Get(agent.LinkMissReasons[i])}, nil, nil)
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,13 @@ const OpenSpanName = "bpf.recursion_miss.open"
 
 // missIntervalEvent is the span event of each interval with misses.
 const missIntervalEvent = "bpf.miss.interval"
+
+// The span events of an episode's sampled misses: its most frequent
+// kernel stacks and turned-away tasks (agent.MaxEpisodeTop each).
+const (
+	missStackEvent = "bpf.miss.stack"
+	missTaskEvent  = "bpf.miss.task"
+)
 
 type episodeKey struct {
 	source     string
@@ -151,6 +159,7 @@ func (e *Exporter) episodeOpened(ctx context.Context, ep *agent.Episode) {
 		attribute.Int64(attrEpisodeRuns, int64(ep.Runs)),
 		attribute.Float64(attrEpisodePeakRate, ep.PeakRate),
 	)
+	kv = causeKVs(kv, ep)
 	_, span := e.tracer.Start(ctx, OpenSpanName,
 		trace.WithNewRoot(),
 		trace.WithSpanKind(trace.SpanKindInternal),
@@ -197,6 +206,7 @@ func (e *Exporter) episodeSpan(ctx context.Context, ep *agent.Episode, shutdown 
 	if ep.Truncated > 0 {
 		kv = append(kv, attribute.Int(attrEpisodeTruncated, ep.Truncated))
 	}
+	kv = causeKVs(kv, ep)
 	opts := []trace.SpanStartOption{
 		// Each episode is its own trace: it is not caused by a request.
 		trace.WithNewRoot(),
@@ -219,5 +229,60 @@ func (e *Exporter) episodeSpan(ctx context.Context, ep *agent.Episode, shutdown 
 	if end.Before(ep.Start) {
 		end = ep.Start
 	}
+	missEvents(span, ep, end)
 	span.End(trace.WithTimestamp(end))
+}
+
+// episodeCauses are a recursion-miss episode's misses by cause, adding up
+// to its misses (all unexplained where the watcher explained none); ok is
+// false for a link episode, whose misses have no cause.
+func episodeCauses(ep *agent.Episode) (agent.MissCauses, bool) {
+	if ep.Source != agent.SourceRecursionMisses {
+		return agent.MissCauses{}, false
+	}
+	return agent.FitCauses(ep.Causes, ep.Misses), true
+}
+
+// causeKVs adds an episode's count of each cause (bpf.miss.cause.<cause>,
+// every cause, zeros too: a query need not know which were seen) and its
+// dominant cause (bpf.miss.cause: the explained cause with the most
+// misses, unexplained where none was explained).
+func causeKVs(kv []attribute.KeyValue, ep *agent.Episode) []attribute.KeyValue {
+	c, ok := episodeCauses(ep)
+	if !ok {
+		return kv
+	}
+	dominant, most := agent.CauseUnexplained, uint64(0)
+	for _, cause := range agent.Causes {
+		n := c.Get(cause)
+		kv = append(kv, attribute.Int64(attrMissCause+"."+cause, int64(n)))
+		if cause != agent.CauseUnexplained && n > most {
+			dominant, most = cause, n
+		}
+	}
+	kv = append(kv, attribute.String(attrMissCause, dominant))
+	for _, ctx := range []string{agent.ContextTask, agent.ContextSoftirq, agent.ContextHardirq, agent.ContextNMI} {
+		if n := ep.Contexts[ctx]; n > 0 {
+			kv = append(kv, attribute.Int64(attrMissContext+"."+ctx, int64(n)))
+		}
+	}
+	return kv
+}
+
+// missEvents adds an episode's top stacks and tasks as span events, at
+// the episode's end (the samples are counted over the whole episode).
+func missEvents(span trace.Span, ep *agent.Episode, at time.Time) {
+	for _, st := range ep.Stacks {
+		span.AddEvent(missStackEvent, trace.WithTimestamp(at), trace.WithAttributes(
+			attribute.String(attrMissCause, st.Cause),
+			attribute.String(attrMissContext, st.Context),
+			attribute.Int64(attrEpisodeMisses, int64(st.Misses)),
+			attribute.String(attrMissStack, strings.Join(st.Stack, "\n")),
+		))
+	}
+	for _, t := range ep.Tasks {
+		kv := ownerKVs([]attribute.KeyValue{attribute.Int64(attrEpisodeMisses, int64(t.Misses))},
+			t.PID, t.Comm, "", t.ContainerID, t.PodName, t.PodNamespace)
+		span.AddEvent(missTaskEvent, trace.WithTimestamp(at), trace.WithAttributes(kv...))
+	}
 }

@@ -34,6 +34,8 @@ type view struct {
 	stats                    statsView
 	profiles                 []profileSeries
 	scanSource               attribute.Set
+	// missWatch: the miss watcher's state (Snapshot.MissWatch).
+	missWatch agent.MissWatch
 
 	// Memory and maps (memory.go): the node's totals at every level; per
 	// map key at the program and workload levels; bpf.*.memory per
@@ -65,6 +67,9 @@ type programSeries struct {
 	runs      uint64
 	runTimeNs uint64
 	misses    *uint64
+	// causes: *misses by cause (agent.ProgramCauses), with their sets.
+	causes    agent.MissCauses
+	causeSets *causeSets
 }
 
 // linkSeries is one link's bpf.link.missed for one reason.
@@ -106,6 +111,8 @@ type aggSeries struct {
 	overhead *float64 // seconds; attach types only
 	// memSets: attrs with each bpf.memory.kind; owners only (memory.go).
 	memSets [2]attribute.Set
+	// causes: attrs with each cause of acc.causes (causes.go).
+	causes *causeSets
 }
 
 type accumulator struct {
@@ -113,14 +120,19 @@ type accumulator struct {
 	// linkBy is linkMissed by reason (the workload level's
 	// bpf.link.missed series).
 	linkBy agent.LinkMisses
+	// causes are misses by cause, adding up to misses.
+	causes agent.MissCauses
 }
 
-func (a *accumulator) add(r agent.Rates) {
+// add adds an interval's rates, its misses by cause fitted to the
+// explained causes of the aggregate's programs.
+func (a *accumulator) add(r agent.Rates, explained agent.MissCauses) {
 	a.runs += r.Runs
 	a.runTimeNs += r.RunTimeNs
 	a.misses += r.Misses
 	a.linkMissed += r.LinkMissed
 	a.linkBy.Add(r.LinkMissedBy)
+	a.causes.Plus(agent.FitCauses(explained, r.Misses))
 }
 
 // programKey identifies a program's attribute set: the identity never
@@ -137,6 +149,8 @@ type cachedAttrs struct {
 	set   attribute.Set
 	// memSets: set with each bpf.memory.kind, made on first use.
 	memSets [2]attribute.Set
+	// causes: set with each miss cause, made when the cause first counts.
+	causes *causeSets
 }
 
 // primaryOwner picks the owner the program's series carry: a process that
@@ -207,7 +221,7 @@ func (e *Exporter) programAttrs(p *agent.Program) cachedAttrs {
 	if o.WorkloadKind != "" {
 		kv = append(kv, attribute.String(attrK8sWorkloadKind, o.WorkloadKind), attribute.String(attrK8sWorkloadName, o.WorkloadName))
 	}
-	c := cachedAttrs{key: k, attrs: kv, set: attribute.NewSet(kv...)}
+	c := cachedAttrs{key: k, attrs: kv, set: attribute.NewSet(kv...), causes: &causeSets{}}
 	e.progCache[p.ID] = c
 	return c
 }
@@ -262,6 +276,7 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 		scanErrors:   e.scanErrors,
 		stats:        newStatsView(s),
 		profiles:     e.profileSeries(s),
+		missWatch:    s.MissWatch,
 		scanSource: attribute.NewSet(attribute.String(attrScanSource, s.Scan.Source),
 			attribute.String(attrScanFallbackReason, s.Scan.FallbackReason)),
 	}
@@ -279,7 +294,12 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 		for _, i := range sel {
 			p := &s.Programs[i].Program
 			c := e.programAttrs(p)
-			v.programs = append(v.programs, programSeries{attrs: c.set, start: p.LoadTime, runs: p.RunCount, runTimeNs: p.RunTimeNs, misses: p.RecursionMisses})
+			ps := programSeries{attrs: c.set, start: p.LoadTime, runs: p.RunCount, runTimeNs: p.RunTimeNs, misses: p.RecursionMisses}
+			if p.RecursionMisses != nil {
+				ps.causes, ps.causeSets = agent.ProgramCauses(s.Programs[i]), c.causes
+				c.causes.ensure(&ps.causes, c.attrs)
+			}
+			v.programs = append(v.programs, ps)
 			e.programMemory(v, c, p, byID)
 			for i := range p.Links {
 				v.links = appendLinkSeries(v.links, &p.Links[i], c.attrs, p.LoadTime)
@@ -306,6 +326,7 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 		e.workloadMemory(v, byID, seen, e.view)
 	}
 
+	ic := newIntervalCauses(s)
 	if e.cfg.Level == LevelOwner {
 		live := make(map[string]bool, len(s.Owners))
 		for i := range s.Owners {
@@ -314,10 +335,11 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 			a := e.owners[o.Key]
 			if a == nil {
 				kv := ownerKVs([]attribute.KeyValue{attribute.String(attrOwnerKey, o.Key)}, o.PID, o.Comm, "", o.ContainerID, o.PodName, o.Namespace)
-				a = &aggSeries{attrs: attribute.NewSet(kv...)}
+				a = &aggSeries{attrs: attribute.NewSet(kv...), causes: &causeSets{}}
 				e.owners[o.Key] = a
 			}
-			a.acc.add(o.Delta)
+			a.acc.add(o.Delta, ic.owner(o.ProgramIDs))
+			a.causes.ensure(&a.acc.causes, a.attrs.ToSlice())
 			a.programs = len(o.ProgramIDs)
 			v.owners = append(v.owners, *a)
 		}
@@ -341,10 +363,11 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 		seenAT[at.AttachType] = true
 		a := e.attach[at.AttachType]
 		if a == nil {
-			a = &aggSeries{attrs: attribute.NewSet(attribute.String(attrAttachType, at.AttachType))}
+			a = &aggSeries{attrs: attribute.NewSet(attribute.String(attrAttachType, at.AttachType)), causes: &causeSets{}}
 			e.attach[at.AttachType] = a
 		}
-		a.acc.add(at.Delta)
+		a.acc.add(at.Delta, ic.byAttach[at.AttachType])
+		a.causes.ensure(&a.acc.causes, a.attrs.ToSlice())
 		a.programs = at.Programs
 		a.overhead = nil
 		if o, ok := overhead[at.AttachType]; ok {
@@ -361,7 +384,8 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 		if !seenAT[name] {
 			a := e.attach[name]
 			if a == nil {
-				a = &aggSeries{attrs: attribute.NewSet(attribute.String(attrAttachType, name))}
+				a = &aggSeries{attrs: attribute.NewSet(attribute.String(attrAttachType, name)), causes: &causeSets{}}
+				a.causes.ensure(&a.acc.causes, a.attrs.ToSlice())
 				e.attach[name] = a
 			}
 			seenAT[name] = true

@@ -118,7 +118,9 @@ type workloadSeries struct {
 	// agent.LinkMissReasons' order), made the first time the key is
 	// exported with link misses.
 	linkSets []attribute.Set
-	loaded   int
+	// causes: attrs with each cause of acc.causes (causes.go).
+	causes causeSets
+	loaded int
 	// start is when the series began counting: the exporter's start for
 	// programs loaded before it, else the earliest load time of its
 	// programs.
@@ -137,6 +139,7 @@ type workloadSeries struct {
 type programLast struct {
 	runs, runTimeNs, misses, linkMissed uint64
 	linkBy                              agent.LinkMisses
+	causes                              agent.MissCauses
 	key                                 workloadKey
 	w                                   *workloadSeries
 	gen                                 uint64 // the Update that saw it last
@@ -234,13 +237,15 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 			e.byRank = append(e.byRank, w)
 		}
 		misses := uint64(0)
+		var causes agent.MissCauses
 		if p.RecursionMisses != nil {
 			misses = *p.RecursionMisses
+			causes = agent.ProgramCauses(entry)
 			w.hasMisses = true
 		}
 		lm, lby, ok := linkMissed(p)
 		w.hasLinks = w.hasLinks || ok
-		cur := programLast{runs: p.RunCount, runTimeNs: p.RunTimeNs, misses: misses, linkMissed: lm, linkBy: lby, key: k, w: w, gen: e.gen, entry: entry}
+		cur := programLast{runs: p.RunCount, runTimeNs: p.RunTimeNs, misses: misses, causes: causes, linkMissed: lm, linkBy: lby, key: k, w: w, gen: e.gen, entry: entry}
 		var last programLast
 		if prev == nil {
 			from := p.LoadTime
@@ -274,6 +279,10 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 		w.acc.runs += growth(cur.runs, last.runs)
 		w.acc.runTimeNs += growth(cur.runTimeNs, last.runTimeNs)
 		w.acc.misses += growth(cur.misses, last.misses)
+		w.acc.causes.Plus(causeGrowth(cur.causes, last.causes))
+		if w.hasMisses {
+			w.causes.ensure(&w.acc.causes, w.kv)
+		}
 		d := growth(cur.linkMissed, last.linkMissed)
 		w.acc.linkMissed += d
 		w.acc.linkBy.Add(linkGrowth(d, cur.linkBy, last.linkBy))

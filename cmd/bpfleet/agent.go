@@ -71,6 +71,8 @@ or with the kubeconfig $KUBECONFIG names on a host outside any pod.`,
 	f.IntVar(&c.MaxPrograms, "max-programs", c.MaxPrograms, "most programs (--metrics-level=program) or program keys (workload) exported, and the SDK's cardinality limit (0: no cap); the rest are counted in bpf.agent.programs.dropped")
 	f.BoolVar(&c.ProgramInfo, "program-info", false, "at --metrics-level=workload, also export bpf.program.info (one series per program id: new series with every reload)")
 	f.IntVar(&c.SpanBudget, "span-budget", c.SpanBudget, "most miss-episode spans per minute (0: no cap); the rest are counted in bpf.agent.spans.dropped")
+	f.BoolVar(&c.MissWatch, "miss-watch", c.MissWatch, "explain recursion misses: hardware watchpoints on the miss counters of programs with a miss episode, each sampled miss classified by its kernel stack (needs CAP_PERFMON; reported unavailable where the kernel refuses)")
+	f.IntVar(&c.MissBudget, "miss-budget", c.MissBudget, "most misses the watcher samples per CPU per watched program per interval (at least 1); the rest are counted as unexplained")
 	f.StringVar(&c.Compression, "otlp-compression", "", "gzip or none (default: OTEL_EXPORTER_OTLP_COMPRESSION, else gzip)")
 	f.BoolVar(&c.Console, "console", false, "also print metrics and spans to stdout")
 	f.StringVar(&c.OTLPEndpoint, "otlp-endpoint", "", "OTLP base URL, e.g. http://collector:4318, or host:port with grpc (overrides OTEL_EXPORTER_OTLP_ENDPOINT)")
@@ -95,8 +97,14 @@ or with the kubeconfig $KUBECONFIG names on a host outside any pod.`,
 func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 	var latest atomic.Pointer[agent.Snapshot]
 	hist := history.New(history.Capacity(history.Window, c.Interval)) // per-program history for /v1/programs/{id}/history
-	publish := func(s *agent.Snapshot) { hist.Record(s); latest.Store(s) }
 	var srv *api.Server
+	publish := func(s *agent.Snapshot) {
+		hist.Record(s)
+		if srv != nil {
+			srv.Record(s) // its sampled misses, for /v1/misses
+		}
+		latest.Store(s)
+	}
 	if c.APIAddr != "" {
 		var err error
 		srv, err = api.NewServer(api.Options{Addr: c.APIAddr, Token: c.APIToken, Snapshot: latest.Load, History: hist.Series, StaleAfter: 3 * c.Interval})
@@ -120,6 +128,7 @@ func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 	cfg.StatsMode, cfg.StatsWindow, cfg.StatsPeriod = c.Stats.Mode, c.Stats.Window, c.Stats.Period
 	cfg.Profile, cfg.ProfileWindow, cfg.ProfilePeriod = c.Profile.Selectors, c.Profile.Window, c.Profile.Period
 	cfg.OwnerIterator = !c.Scan.NoIterator
+	cfg.WatchMisses, cfg.MissBudget = c.MissWatch, c.MissBudget
 	a, err := newAgent(cfg)
 	if err != nil {
 		return err

@@ -50,7 +50,7 @@ func writeListJSON(w io.Writer, s *agent.Snapshot) error {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		if b, err = appendProgram(b, &s.Programs[i].Program, &lt); err != nil {
+		if b, err = appendProgram(b, &s.Programs[i].Program, s.Programs[i].MissCauses, &lt); err != nil {
 			return err
 		}
 		if len(b) >= chunk {
@@ -75,7 +75,7 @@ func writeListJSON(w io.Writer, s *agent.Snapshot) error {
 
 // appendProgram encodes one listProgram in its struct's field order.
 // Each key is appended with its separator and quotes as one literal.
-func appendProgram(b []byte, p *agent.Program, lt *loadTimes) ([]byte, error) {
+func appendProgram(b []byte, p *agent.Program, mc *agent.MissCauses, lt *loadTimes) ([]byte, error) {
 	b = append(b, `{"id":`...)
 	b = strconv.AppendUint(b, uint64(p.ID), 10)
 	b = appendStr(b, `,"name":`, p.Name)
@@ -145,6 +145,14 @@ func appendProgram(b []byte, p *agent.Program, lt *loadTimes) ([]byte, error) {
 	}
 	// listProgram's own field, after the embedded Program's.
 	b = appendUint(b, `,"memory_bytes":`, agent.ProgramMemory(p))
+	if mc != nil { // omitempty
+		b = appendUint(b, `,"miss_causes":{"recursion":`, mc.Recursion)
+		b = appendUint(b, `,"interrupt":`, mc.Interrupt)
+		b = appendUint(b, `,"preempted":`, mc.Preempted)
+		b = appendUint(b, `,"nested":`, mc.Nested)
+		b = appendUint(b, `,"unexplained":`, mc.Unexplained)
+		b = append(b, '}')
+	}
 	return append(b, '}'), nil
 }
 

@@ -36,6 +36,8 @@ func TestListJSONMatchesEncodingJSON(t *testing.T) {
 	for _, p := range progs {
 		snap.Programs = append(snap.Programs, &agent.ProgramStat{Program: p, Delta: agent.Rates{Runs: 3}, New: true})
 	}
+	// The watcher explained some of canary's misses: miss_causes appears.
+	snap.Programs[1].MissCauses = &agent.MissCauses{Recursion: 4, Preempted: 1, Unexplained: 2}
 	var got, want bytes.Buffer
 	if err := writeListJSON(&got, snap); err != nil {
 		t.Fatal(err)

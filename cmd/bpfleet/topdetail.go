@@ -22,7 +22,15 @@ type detailState struct {
 	series   *history.Series
 	err      string // why the history could not be read
 	unloaded time.Time
+	// recent are the program's last sampled misses (newest last, at most
+	// maxDetailMisses), from the snapshots seen while the view is open;
+	// seenSeq the last snapshot taken from (a redraw takes none again).
+	recent  []agent.MissSample
+	seenSeq uint64
 }
+
+// maxDetailMisses is how many sampled misses the detail view keeps and shows.
+const maxDetailMisses = 2
 
 // openDetail opens the selected program's view, with its facts from the
 // last frame: should it be unloaded before the next scan, the view still
@@ -69,6 +77,7 @@ func (v *topView) renderDetail(f *frame, s *agent.Snapshot) {
 			d.prog, d.unloaded, gone = &p, time.Time{}, false
 		}
 	}
+	d.takeMisses(s)
 	if gone && d.unloaded.IsZero() {
 		d.unloaded = s.Time
 		if d.series != nil && d.series.UnloadedAt != nil {
@@ -99,6 +108,8 @@ func (v *topView) renderDetail(f *frame, s *agent.Snapshot) {
 		pts = d.series.Points
 	}
 	episodes := v.episodeLines(s)
+	// The last sampled misses take at most a third of what is left.
+	episodes = append(episodes, v.missLines(f.cols, (f.rows-3-len(episodes))/3)...)
 	// The program's maps take at most a third of what is left, the graphs
 	// and facts the rest.
 	maps := v.mapLines(s, (f.rows-3-len(episodes))/3)
@@ -402,6 +413,7 @@ func (v *topView) factLines() []string {
 		kv("runs", strconv.FormatUint(p.RunCount, 10)),
 		kv("memory", fmtBytes(agent.ProgramMemory(&p.Program))),
 		kv("misses", misses),
+		kv("causes", causesCell(p)),
 		kv("link miss", linkMissed),
 	}
 	if len(p.Owners) == 0 {
@@ -526,4 +538,65 @@ func padRunes(s string, n int) string {
 		return string(r[:max(n, 0)])
 	}
 	return s + strings.Repeat(" ", n-len(r))
+}
+
+// takeMisses keeps the program's newest sampled misses of s, once per
+// snapshot.
+func (d *detailState) takeMisses(s *agent.Snapshot) {
+	if s.Seq != 0 && s.Seq == d.seenSeq {
+		return
+	}
+	d.seenSeq = s.Seq
+	for _, m := range s.Misses {
+		if m.ProgID == d.id {
+			d.recent = append(d.recent, m)
+		}
+	}
+	if n := len(d.recent); n > maxDetailMisses {
+		d.recent = append(d.recent[:0:0], d.recent[n-maxDetailMisses:]...)
+	}
+}
+
+// causesCell is the facts column's causes: the explained ones short
+// (r recursion, i interrupt, p preempted, n nested) and u unexplained.
+func causesCell(p *agent.ProgramStat) string {
+	if p.RecursionMisses == nil {
+		return "n/a"
+	}
+	c := agent.ProgramCauses(p)
+	short := agent.ShortCauses(c)
+	switch {
+	case short == "" && c.Unexplained == 0:
+		return "-"
+	case short == "":
+		return "all unexplained"
+	case c.Unexplained > 0:
+		return short + " u" + strconv.FormatUint(c.Unexplained, 10)
+	}
+	return short
+}
+
+// missLines show the program's last sampled misses: when, where, why, who,
+// and the stack innermost first on one line, cut to the screen's width.
+func (v *topView) missLines(width, room int) []string {
+	d := &v.detail
+	if len(d.recent) == 0 || room < 3 {
+		return nil
+	}
+	arrow := " ← "
+	if v.ascii {
+		arrow = " <- "
+	}
+	cut := func(s string) string { return strings.TrimRight(padRunes(s, max(width, 0)), " ") }
+	out := []string{cut(fmt.Sprintf("last sampled misses (bpfleet misses %d shows each):", d.id))}
+	for i := len(d.recent) - 1; i >= 0 && len(out)+2 <= room; i-- {
+		m := &d.recent[i]
+		who := taskName(m)
+		if pod := podName(m); pod != "-" {
+			who += " " + pod
+		}
+		out = append(out, cut(fmt.Sprintf("%s cpu%d %s %s %s", m.Time.Local().Format("15:04:05"), m.CPU, m.Context, m.Cause, who)),
+			cut("  "+strings.Join(m.Stack, arrow)))
+	}
+	return out
 }

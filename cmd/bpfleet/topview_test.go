@@ -310,3 +310,37 @@ func TestDetailMaps(t *testing.T) {
 		t.Errorf("without maps read the view does not say so:\n%s", frame)
 	}
 }
+
+// The detail view shows the program's misses by cause and its last
+// sampled misses with their stacks, each snapshot's taken once.
+func TestDetailMissCauses(t *testing.T) {
+	snap := fixtureSnapshot(1)
+	snap.Programs[0].MapIDs = nil
+	p := *snap.Programs[0]
+	n := uint64(14)
+	p.RecursionMisses, p.MissCauses = &n, &agent.MissCauses{Recursion: 10, Preempted: 2, Unexplained: 2}
+	snap.Programs = []*agent.ProgramStat{&p}
+	snap.Seq = 5
+	snap.Misses = []agent.MissSample{{Time: snap.Time, ProgID: p.ID, CPU: 3, Context: agent.ContextTask, Cause: agent.CauseRecursion,
+		PID: 77, Comm: "loader", Stack: []string{"bpf_prog_inc_misses_counter+0x10", "htab_map_delete_elem+0x5"}}}
+	for _, ascii := range []bool{false, true} {
+		v := newTopView()
+		v.ascii = ascii
+		v.renderScreen(snap, 40, 100)
+		v.key('\r')
+		v.renderScreen(snap, 40, 100) // a redraw of the same snapshot adds nothing
+		frame := ansi.ReplaceAllString(v.renderScreen(snap, 40, 100), "")
+		arrow := " ← "
+		if ascii {
+			arrow = " <- "
+		}
+		for _, want := range []string{"causes    r10 p2 u2", "cpu3 task recursion loader[77]", "bpf_prog_inc_misses_counter+0x10" + arrow + "htab_map_delete_elem+0x5"} {
+			if !strings.Contains(frame, want) {
+				t.Errorf("ascii=%v: detail view lacks %q:\n%s", ascii, want, frame)
+			}
+		}
+		if c := strings.Count(frame, "cpu3 task recursion"); c != 1 {
+			t.Errorf("ascii=%v: the miss shown %d times, want once", ascii, c)
+		}
+	}
+}

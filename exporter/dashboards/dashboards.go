@@ -222,6 +222,10 @@ func fullestMaps(n *names, sel, by string, k int) string {
 
 const fullestLegend = "{{bpf_map_name}} ({{bpf_map_type}}) " + mapWorkloadLegend
 
+// causePanelDesc says what the miss causes mean (METRICS.md, "Why a
+// program missed").
+const causePanelDesc = "Recursion misses per second by bpf.miss.cause, as the miss watcher measured them from the kernel stack of each run turned away: recursion (the program re-entered itself: fix it), interrupt (an irq/softirq/NMI hit it), preempted (another task held its guard, preempted or asleep: contention), nested (another program held bpf_prog_active), unexplained (not sampled: not watched, no watcher, over budget)."
+
 func fleet(n *names) *dashboard.DashboardBuilder {
 	b := base("bpfleet / Fleet", "bpfleet-fleet",
 		"BPF programs across the fleet: recursion misses, cost by attach type and workload, agent health. Metrics: exporter/METRICS.md.")
@@ -238,13 +242,15 @@ func fleet(n *names) *dashboard.DashboardBuilder {
 		WithPanel(single("Misses in range", "Runs the kernel skipped because a program's recursion guard was held, all selected nodes.", "short", 6,
 			query(fmt.Sprintf("sum(increase(%s{%s}[$__range]))", atMisses, fleetSel), ""))).
 		WithPanel(single("Programs missing", "Programs whose recursion misses grew in the time range (--metrics-level=program).", "none", 6,
-			query(fmt.Sprintf("count(increase(%s{%s}[$__range]) > 0)", misses, fleetSel), "")).NoValue("0")).
+			query(fmt.Sprintf("count(sum without (bpf_miss_cause) (increase(%s{%s}[$__range])) > 0)", misses, fleetSel), "")).NoValue("0")).
 		WithPanel(single("Agents scanning", "Agents whose scan counter grew recently; fewer than nodes means agents down or stuck.", "none", 6,
 			query(fmt.Sprintf("count(%s > 0)", rate(scans, fleetSel)), ""))).
 		WithPanel(series("Misses by kind and program", "Recursion misses per second by bpf.miss.kind and program name, summed across nodes. contention-possible: another task on the CPU may have held the guard (sleepable, PREEMPT_RT or fully preemptible kernels).", "short", 12,
 			query(fmt.Sprintf("sum by (bpf_miss_kind, bpf_program_name) (%s)", rate(misses, fleetSel)), "{{bpf_miss_kind}} {{bpf_program_name}}"))).
 		WithPanel(series("Misses by attach type and node", "Recursion misses per second by attach type, per node (all metrics levels).", "short", 12,
-			query(fmt.Sprintf("sum by (bpf_attach_type, instance) (%s)", rate(atMisses, fleetSel)), "{{instance}} {{bpf_attach_type}}")))
+			query(fmt.Sprintf("sum by (bpf_attach_type, instance) (%s)", rate(atMisses, fleetSel)), "{{instance}} {{bpf_attach_type}}"))).
+		WithPanel(series("Misses by cause", causePanelDesc, "short", 24,
+			query(fmt.Sprintf("sum by (bpf_miss_cause) (%s)", rate(atMisses, fleetSel)), "{{bpf_miss_cause}}")))
 
 	b = b.WithRow(dashboard.NewRowBuilder("Cost")).
 		WithPanel(series("CPU time by attach type", "Time BPF programs ran, in CPUs (CPU-seconds per second), by attach type, summed across nodes. Accrues only while BPF stats are enabled.", "percentunit", 12,
@@ -313,6 +319,8 @@ func node(n *names) *dashboard.DashboardBuilder {
 	b = b.WithRow(dashboard.NewRowBuilder("Misses and cost")).
 		WithPanel(series("Recursion misses by program", "Runs skipped per second because the program's recursion guard was held, by program and bpf.miss.kind.", "short", 12,
 			query(fmt.Sprintf("sum by (bpf_program_name, bpf_program_id, bpf_miss_kind) (%s)", rate(misses, nodeSel)), "{{bpf_miss_kind}} {{bpf_program_name}} #{{bpf_program_id}}"))).
+		WithPanel(series("Misses by cause and program", causePanelDesc, "short", 24,
+			query(fmt.Sprintf("sum by (bpf_miss_cause, bpf_program_name, bpf_program_id) (%s)", rate(misses, nodeSel)), "{{bpf_miss_cause}} {{bpf_program_name}} #{{bpf_program_id}}"))).
 		WithPanel(series("kprobe link misses by attach type", "Events kprobe / kprobe.multi links missed per second (Linux 6.7+).", "short", 12,
 			query(fmt.Sprintf("sum by (bpf_attach_type) (%s)", rate(n.m("bpf.attach_type.link.missed"), nodeSel)), "{{bpf_attach_type}}"))).
 		WithPanel(series("Average run time per call by program", "Run time / runs of the 10 costliest programs per call.", "s", 12,

@@ -120,7 +120,8 @@ func trigger(t *testing.T, c *canary.Canary, n int) {
 // want: the value the kernel reported, one export interval later at most.
 func waitMisses(t *testing.T, prom *backends.Prometheus, id uint32, want uint64) {
 	t.Helper()
-	q := fmt.Sprintf(`bpf_program_recursion_misses_total{bpf_program_id="%d"}`, id)
+	// By cause (bpf_miss_cause): they add up to the kernel's counter.
+	q := fmt.Sprintf(`sum without (bpf_miss_cause) (bpf_program_recursion_misses_total{bpf_program_id="%d"})`, id)
 	err := backends.Eventually(30*time.Second, func() error {
 		ss, err := prom.Query(context.Background(), q)
 		if err != nil {
@@ -236,6 +237,22 @@ func TestAgentToPrometheusAndJaeger(t *testing.T) {
 	}
 	if sp.Events < 1 {
 		t.Errorf("span has %d events, want one per interval with misses", sp.Events)
+	}
+	// Causes (issue 35): every miss has one, adding up to the episode's
+	// misses; the dominant one named. Until the watcher explains some,
+	// every miss is unexplained, which is still a cause.
+	var causes float64
+	for _, c := range []string{"recursion", "interrupt", "preempted", "nested", "unexplained"} {
+		causes += num(sp.Tags["bpf.miss.cause."+c])
+	}
+	if causes != float64(want-before) || sp.Tags["bpf.miss.cause"] == nil {
+		t.Errorf("episode span causes add up to %v, want %d, dominant %v", causes, want-before, sp.Tags["bpf.miss.cause"])
+	}
+	// And in Prometheus the program's unexplained series is there, the
+	// series of its causes adding up to the kernel's count (waitMisses).
+	q := fmt.Sprintf(`bpf_program_recursion_misses_total{bpf_program_id="%d", bpf_miss_cause="unexplained"}`, id)
+	if ss, err := prom.Query(context.Background(), q); err != nil || len(ss) != 1 {
+		t.Errorf("%s: %v, %v; want the unexplained series", q, ss, err)
 	}
 	for k, want := range map[string]string{"service.name": "bpfleet-agent", "os.version": release(t), "k8s.node.name": "e2e-node", "os.type": "linux"} {
 		if got := fmt.Sprint(sp.Process[k]); got != want {
@@ -384,12 +401,12 @@ func TestPrometheusRestart(t *testing.T) {
 
 	ctx := context.Background()
 	// The samples from before the outage are still there, on the same series.
-	q := fmt.Sprintf(`bpf_program_recursion_misses_total{bpf_program_id="%d"} @ %.3f`, id, float64(beforeStop.UnixMilli())/1000)
+	q := fmt.Sprintf(`sum without (bpf_miss_cause) (bpf_program_recursion_misses_total{bpf_program_id="%d"} @ %.3f)`, id, float64(beforeStop.UnixMilli())/1000)
 	ss, err := prom.Query(ctx, q)
 	if err != nil || len(ss) != 1 || ss[0].Value != float64(first) {
 		t.Errorf("%s = %v, %v; want %d (the value before the outage)", q, ss, err, first)
 	}
-	q = fmt.Sprintf(`changes(bpf_program_recursion_misses_total{bpf_program_id="%d"}[5m])`, id)
+	q = fmt.Sprintf(`sum without (bpf_miss_cause) (changes(bpf_program_recursion_misses_total{bpf_program_id="%d"}[5m]))`, id)
 	ss, err = prom.Query(ctx, q)
 	if err != nil || len(ss) != 1 || ss[0].Value < 1 {
 		t.Errorf("%s = %v, %v; want one series that changed", q, ss, err)

@@ -42,11 +42,17 @@ type Agent struct {
 	ResendUnchanged time.Duration
 	Level           MetricsLevel
 	MaxPrograms     int
-	ProgramInfo     bool   // --program-info: bpf.program.info at the workload level
-	SpanBudget      int    // --span-budget: episode spans per minute; 0: no cap
-	Compression     string // --otlp-compression; "": OTEL_EXPORTER_OTLP_COMPRESSION, else gzip
-	Console         bool
-	ClusterName     string // K8S_CLUSTER_NAME or --cluster-name: k8s.cluster.name
+	ProgramInfo     bool // --program-info: bpf.program.info at the workload level
+	SpanBudget      int  // --span-budget: episode spans per minute; 0: no cap
+	// MissWatch is --miss-watch: run the miss watcher (hardware
+	// watchpoints on the miss counters of programs that miss), and
+	// MissBudget --miss-budget, its samples per CPU per watched program
+	// per interval (at least 1).
+	MissWatch   bool
+	MissBudget  int
+	Compression string // --otlp-compression; "": OTEL_EXPORTER_OTLP_COMPRESSION, else gzip
+	Console     bool
+	ClusterName string // K8S_CLUSTER_NAME or --cluster-name: k8s.cluster.name
 	// NodeName is K8S_NODE_NAME (the chart sets it from the downward API):
 	// k8s.node.name, and the node whose pods name the owners.
 	NodeName        string
@@ -87,6 +93,10 @@ const DefaultMapInterval = 30 * time.Second
 // of every series.
 const DefaultResendUnchanged = 30 * time.Second
 
+// DefaultMissBudget is --miss-budget's default: agent.DefaultMissBudget
+// (this package is below agent; a test in cmd/bpfleet keeps them equal).
+const DefaultMissBudget = 64
+
 // DefaultAgent is the flags' defaults.
 func DefaultAgent() Agent {
 	return Agent{
@@ -97,6 +107,8 @@ func DefaultAgent() Agent {
 		Level:           LevelWorkload,
 		MaxPrograms:     1000,
 		SpanBudget:      600,
+		MissWatch:       true,
+		MissBudget:      DefaultMissBudget,
 		ClusterName:     os.Getenv("K8S_CLUSTER_NAME"),
 		NodeName:        os.Getenv("K8S_NODE_NAME"),
 		Calibrate:       true,
@@ -189,6 +201,7 @@ func (c *Agent) Validate() error {
 	if c.SpanBudget < 0 {
 		add(problem("--span-budget", strconv.Itoa(c.SpanBudget), "want 0 (no cap) or a positive number of spans per minute"))
 	}
+	add(CheckMissBudget(c.MissBudget))
 	if c.Compression != "" && c.Compression != string(CompressionGzip) && c.Compression != string(CompressionNone) {
 		add(problem("--otlp-compression", c.Compression, "want gzip or none"))
 	}
@@ -242,6 +255,8 @@ func (c *Agent) Settings() []any {
 		"metrics_level", string(c.Level),
 		"max_programs", c.MaxPrograms,
 		"span_budget", c.SpanBudget,
+		"miss_watch", c.MissWatch,
+		"miss_budget", c.MissBudget,
 		"stats", string(c.Stats.Mode),
 	}
 	if c.Stats.Mode == StatsSampled {
@@ -259,4 +274,13 @@ func orNone(s string) string {
 		return "none"
 	}
 	return s
+}
+
+// CheckMissBudget validates --miss-budget: at least 1 sample per CPU per
+// watched program per interval (to watch none, --miss-watch=false).
+func CheckMissBudget(n int) error {
+	if n < 1 {
+		return problem("--miss-budget", strconv.Itoa(n), "want at least 1 sample per CPU per watched program per interval (--miss-watch=false turns the watcher off)")
+	}
+	return nil
 }

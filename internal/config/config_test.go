@@ -57,6 +57,8 @@ func TestAgentResolve(t *testing.T) {
 		{name: "prometheus", env: map[string]string{"OTEL_METRICS_EXPORTER": "prometheus"}, want: wantPrometheus()},
 		{name: "fleet controls", mod: func(c *Agent) { c.Level, c.ProgramInfo, c.SpanBudget, c.Compression = LevelWorkload, true, 0, "none" }},
 		{name: "bad fleet controls", mod: func(c *Agent) { c.SpanBudget, c.Compression = -1, "zstd" }, want: []string{"--span-budget", "--otlp-compression"}},
+		{name: "miss budget 0", mod: func(c *Agent) { c.MissBudget = 0 }, want: []string{"--miss-budget"}},
+		{name: "miss budget negative, watcher off: still refused", mod: func(c *Agent) { c.MissWatch, c.MissBudget = false, -3 }, want: []string{"--miss-budget"}},
 		{name: "prometheus host and port", env: map[string]string{"OTEL_METRICS_EXPORTER": "prometheus", "OTEL_EXPORTER_PROMETHEUS_HOST": "0.0.0.0", "OTEL_EXPORTER_PROMETHEUS_PORT": "9464"}},
 		{name: "prometheus port not a port", env: map[string]string{"OTEL_METRICS_EXPORTER": "prometheus", "OTEL_EXPORTER_PROMETHEUS_PORT": "70000"}, want: []string{"OTEL_EXPORTER_PROMETHEUS_PORT"}},
 		{name: "traces to prometheus", env: map[string]string{"OTEL_TRACES_EXPORTER": "prometheus"}, want: []string{"OTEL_TRACES_EXPORTER"}},

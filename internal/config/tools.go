@@ -226,3 +226,34 @@ func (c *Bench) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Misses is `bpfleet misses`' configuration: the programs to watch are
+// its PROG arguments (as `bpfleet profile` selects them).
+type Misses struct {
+	Scan     Scan
+	Programs []string // PROG...: id, name, or a selector (ProfileSelectors)
+	Output   string   // table, json or jsonl
+	Watch    bool
+	Interval time.Duration
+	Count    int
+	Remote   string
+	// TokenFile is --token-file; Token is read by Resolve from it or
+	// $BPFLEET_API_TOKEN.
+	TokenFile string
+	Token     string
+}
+
+// Resolve reads the token and validates the whole.
+func (c *Misses) Resolve(env Lookup) error {
+	t := Top{Scan: c.Scan, Interval: c.Interval, Remote: c.Remote, TokenFile: c.TokenFile, Sort: TopSorts[0], Count: c.Count}
+	var errs []error
+	if err := t.Resolve(env); err != nil {
+		errs = append(errs, err)
+	}
+	c.Token = t.Token
+	if !slices.Contains([]string{"table", "json", "jsonl"}, c.Output) {
+		errs = append(errs, problem("--output", c.Output, "want table, json or jsonl"))
+	}
+	errs = append(errs, Profile{Selectors: c.Programs}.validate("PROG", "", "")...)
+	return errors.Join(errs...)
+}

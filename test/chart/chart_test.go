@@ -362,10 +362,10 @@ func TestExposedAPIWithToken(t *testing.T) {
 	r := mustRender(t, `
 api: {address: 0.0.0.0, port: 9900, token: {existingSecret: bpfleet-api, key: tok}}
 otel: {endpoint: "http://otel-collector.observability:4318", headers: {Authorization: "Bearer abc", X-Tenant: fleet}}
-agent: {clusterName: prod-eu, metricsLevel: owner, interval: 30s, maxPrograms: 500, calibrate: false, exportInterval: 1m, programInfo: true, spanBudget: 0}
+agent: {clusterName: prod-eu, metricsLevel: owner, interval: 30s, maxPrograms: 500, calibrate: false, exportInterval: 1m, programInfo: true, spanBudget: 0, missWatch: false, missBudget: 8}
 `)
 	c := agentContainer(t, r)
-	for _, a := range []string{"--api-addr=0.0.0.0:9900", "--api-token-file=/etc/bpfleet/api/token", "--metrics-level=owner", "--interval=30s", "--max-programs=500", "--calibrate=false", "--export-interval=1m", "--program-info=true", "--span-budget=0"} {
+	for _, a := range []string{"--api-addr=0.0.0.0:9900", "--api-token-file=/etc/bpfleet/api/token", "--metrics-level=owner", "--interval=30s", "--max-programs=500", "--calibrate=false", "--export-interval=1m", "--program-info=true", "--span-budget=0", "--miss-watch=false", "--miss-budget=8"} {
 		if !hasArg(c, a) {
 			t.Errorf("args %v lack %s", c.Args, a)
 		}
@@ -537,6 +537,8 @@ func TestInvalidValuesRejected(t *testing.T) {
 		{`agent: {maxPrograms: -1}`, "maxPrograms"},
 		{`agent: {exportInterval: 500ms}`, "exportInterval"},
 		{`agent: {spanBudget: -1}`, "spanBudget"},
+		{`agent: {missBudget: 0}`, "missBudget"},
+		{`agent: {missWatch: "yes"}`, "missWatch"},
 		{`agent: {programInfo: "yes"}`, "programInfo"},
 		{`agent: {calibrate: "yes"}`, "calibrate"},
 		{`agent: {stats: {mode: sometimes}}`, "mode"},

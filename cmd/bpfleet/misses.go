@@ -1,0 +1,354 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/internal/config"
+	"github.com/spf13/cobra"
+)
+
+// missSource yields the misses of one interval: the watcher's state, the
+// sampled misses new since the previous call, and (local only) the
+// snapshot whose counters say how many misses each program had.
+type missSource func(ctx context.Context) (missBatch, error)
+
+type missBatch struct {
+	watch  agent.MissWatch
+	misses []agent.MissSample
+	snap   *agent.Snapshot // nil from a remote agent
+}
+
+func init() {
+	var c config.Misses
+	cmd := &cobra.Command{
+		Use:   "misses [PROG...]",
+		Short: "Show each recursion miss: its cause, context, task, pod and kernel stack",
+		Long: `misses shows why BPF programs miss (README, "Why a program missed"): each miss
+the miss watcher sampled, with its cause (recursion, interrupt, preempted,
+nested), the context of the run turned away (task, softirq, hardirq, nmi), the
+task and pod that were running, and the kernel stack, innermost frame first.
+Misses that share a second, program, cause, context, task and stack are shown
+once with their count.
+
+On its own it runs a local agent with the watcher armed on the chosen programs
+(PROG: an id, a name, or a selector as bpfleet profile takes them: ` + config.ProfileSelectors + `;
+none: every program with an open miss episode) and prints one interval, or
+every --interval with --watch. The first line says what the watcher watches,
+or why the kernel refuses it: then each interval's misses per program are
+still printed from the kernel's counters, as unexplained. With --remote it
+reads a running agent's /v1/misses instead.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			scanFlagsSet(cmd, &c.Scan)
+			c.Programs = args
+			if err := c.Resolve(config.Env); err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			var src missSource
+			if c.Remote != "" {
+				var err error
+				if src, err = remoteMisses(c.Remote, c.Token, c.Programs); err != nil {
+					return err
+				}
+			} else {
+				a, err := missAgent(ctx, c)
+				if err != nil {
+					return err
+				}
+				defer a.Close()
+				src = localMisses(a, len(c.Programs) > 0)
+			}
+			count := 1
+			if c.Watch {
+				count = c.Count
+			}
+			return runMisses(ctx, src, c.Output, cmd.OutOrStdout(), c.Interval, count, c.Remote == "")
+		},
+	}
+	cmd.Flags().BoolVarP(&c.Watch, "watch", "w", false, "print every --interval until interrupted (or --count intervals)")
+	cmd.Flags().DurationVarP(&c.Interval, "interval", "i", time.Second, fmt.Sprintf("interval between scans, at least %v", config.MinToolInterval))
+	cmd.Flags().IntVarP(&c.Count, "count", "n", 0, "with --watch, stop after this many intervals (0: until interrupted)")
+	cmd.Flags().StringVarP(&c.Output, "output", "o", "table", "table, json (one indented object per miss) or jsonl (one line per miss)")
+	cmd.Flags().StringVar(&c.Remote, "remote", "", "read the misses from a bpfleet agent's API at this URL (/v1/misses) instead of watching locally")
+	cmd.Flags().StringVar(&c.TokenFile, "token-file", "", "bearer token file for --remote (default $BPFLEET_API_TOKEN)")
+	registerScanFlags(cmd, &c.Scan)
+	rootCmd.AddCommand(cmd)
+}
+
+// missAgent builds the local agent with the watcher armed: on the programs
+// PROG... picks (found by a first scan), else on those that miss.
+func missAgent(ctx context.Context, c config.Misses) (*watchingAgent, error) {
+	cfg := agentConfig(c.Scan)
+	cfg.Maps = false // misses need no maps
+	if len(c.Programs) > 0 {
+		a, err := newAgent(cfg)
+		if err != nil {
+			return nil, err
+		}
+		s, err := a.Scan(ctx)
+		a.Close()
+		if err != nil {
+			return nil, fmt.Errorf("finding the programs to watch: %w", err)
+		}
+		cfg.WatchPrograms = agent.SelectPrograms(c.Programs, s.Programs)
+		if len(cfg.WatchPrograms) == 0 {
+			return nil, fmt.Errorf("no program matches %s", strings.Join(c.Programs, " "))
+		}
+	}
+	cfg.WatchMisses, cfg.MissBudget = true, agent.DefaultMissBudget
+	a, err := newAgent(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &watchingAgent{Agent: a, ids: cfg.WatchPrograms}, nil
+}
+
+// watchingAgent is the local agent and the programs PROG... picked.
+type watchingAgent struct {
+	*agent.Agent
+	ids []uint32
+}
+
+// localMisses scans the local agent: each scan's sampled misses are new;
+// with PROG... only the chosen programs' are shown (the watcher may watch
+// others with episodes in free slots).
+func localMisses(a *watchingAgent, chosen bool) missSource {
+	return func(ctx context.Context) (missBatch, error) {
+		s, err := a.Scan(ctx)
+		if err != nil {
+			return missBatch{}, err
+		}
+		b := missBatch{watch: s.MissWatch, misses: s.Misses, snap: s}
+		if chosen {
+			b.misses = onlyPrograms(b.misses, a.ids)
+			only := *s
+			only.Programs = nil
+			for _, p := range s.Programs {
+				if len(onlyIDs(p.ID, a.ids)) > 0 {
+					only.Programs = append(only.Programs, p)
+				}
+			}
+			b.snap = &only
+		}
+		return b, nil
+	}
+}
+
+func onlyIDs(id uint32, ids []uint32) []uint32 {
+	for _, x := range ids {
+		if x == id {
+			return []uint32{x}
+		}
+	}
+	return nil
+}
+
+func onlyPrograms(ms []agent.MissSample, ids []uint32) []agent.MissSample {
+	var out []agent.MissSample
+	for _, m := range ms {
+		for _, id := range ids {
+			if m.ProgID == id {
+				out = append(out, m)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// runMisses prints the watcher's state once, then each interval's misses.
+// local: the source scans (its first call is the baseline, not printed).
+func runMisses(ctx context.Context, src missSource, output string, out io.Writer, every time.Duration, count int, local bool) error {
+	first, err := src(ctx)
+	if err != nil {
+		return err
+	}
+	if output == "table" {
+		fmt.Fprintln(out, watchLine(first.watch))
+	}
+	if !local {
+		// A remote agent's first answer holds its recent misses already.
+		if err := printMisses(out, output, first); err != nil {
+			return err
+		}
+		if count == 1 {
+			return nil
+		}
+		if count > 0 {
+			count--
+		}
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for n := 0; count == 0 || n < count; n++ {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		b, err := src(ctx)
+		if err != nil {
+			return err
+		}
+		if err := printMisses(out, output, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// watchLine is the first line: what the watcher watches, or why it cannot.
+func watchLine(w agent.MissWatch) string {
+	if !w.Available {
+		reason := w.Reason
+		if reason == "" {
+			reason = "not running"
+		}
+		return fmt.Sprintf("miss watcher unavailable: %s; misses are counted by the kernel but not explained (shown as unexplained)", reason)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "miss watcher: watching %d program(s)", len(w.Watched))
+	if w.Slots > 0 {
+		fmt.Fprintf(&b, " of %d slot(s)", w.Slots)
+	}
+	for i, p := range w.Watched {
+		sep := ", "
+		if i == 0 {
+			sep = ": "
+		}
+		fmt.Fprintf(&b, "%s%s #%d", sep, p.ProgName, p.ProgID)
+	}
+	if len(w.Waiting) > 0 {
+		fmt.Fprintf(&b, "; %d waiting for a slot", len(w.Waiting))
+	}
+	fmt.Fprintf(&b, "; budget %d per CPU per interval", w.Budget)
+	if w.Symbols != "" {
+		fmt.Fprintf(&b, "; symbols: %s", w.Symbols)
+	}
+	return b.String()
+}
+
+// printMisses prints one batch: json/jsonl one object per miss; the table
+// groups the misses of one second that share everything but the CPU, then
+// the interval's counts per program (all unexplained without the watcher).
+func printMisses(out io.Writer, output string, b missBatch) error {
+	switch output {
+	case "json", "jsonl":
+		enc := json.NewEncoder(out)
+		if output == "json" {
+			enc.SetIndent("", "  ")
+		}
+		for _, m := range b.misses {
+			if err := enc.Encode(m); err != nil {
+				return fmt.Errorf("writing a miss: %w", err)
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	groups := groupMisses(b.misses)
+	if len(groups) > 0 {
+		fmt.Fprintln(tw, "TIME\tCPU\tCONTEXT\tCAUSE\tPROG\tTASK\tPOD\tMISSES")
+	}
+	for _, g := range groups {
+		m := g.m
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s #%d\t%s\t%s\t%d\n", m.Time.Local().Format("15:04:05"), g.cpus, m.Context, m.Cause, m.ProgName, m.ProgID,
+			taskName(m), podName(m), g.n)
+		if err := tw.Flush(); err != nil { // the stack is not a table row
+			return err
+		}
+		for _, f := range m.Stack {
+			fmt.Fprintf(out, "    %s\n", f)
+		}
+	}
+	if b.snap != nil {
+		for _, p := range b.snap.Programs {
+			if p.Delta.Misses == 0 {
+				continue
+			}
+			c := agent.IntervalCauses(p)
+			fmt.Fprintf(tw, "%s\t%s #%d\t%d misses\t%s\n", b.snap.Time.Local().Format("15:04:05"), p.Name, p.ID, p.Delta.Misses, causesText(c))
+		}
+	}
+	return tw.Flush()
+}
+
+// causesText spells out a count's causes: "recursion 10, unexplained 2".
+func causesText(c agent.MissCauses) string {
+	var parts []string
+	for _, cause := range agent.Causes {
+		if n := c.Get(cause); n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", cause, n))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func taskName(m *agent.MissSample) string {
+	if m.Comm == "" && m.PID == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%s[%d]", m.Comm, m.PID)
+}
+
+func podName(m *agent.MissSample) string {
+	switch {
+	case m.PodName != "":
+		return m.PodNamespace + "/" + m.PodName
+	case m.ContainerID != "":
+		return shortID(m.ContainerID)
+	}
+	return "-"
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+// missGroup is the misses of one second that share program, cause,
+// context, task, pod and stack; cpus lists their CPUs.
+type missGroup struct {
+	m    *agent.MissSample
+	n    int
+	cpus string
+}
+
+func groupMisses(ms []agent.MissSample) []missGroup {
+	var out []missGroup
+	idx := map[string]int{}
+	cpuSeen := map[string]map[int]bool{}
+	for i := range ms {
+		m := &ms[i]
+		k := fmt.Sprintf("%d|%d|%s|%s|%d|%d|%s|%s|%s", m.Time.Unix(), m.ProgID, m.Cause, m.Context, m.PID, m.TID, m.ContainerID, m.PodName, strings.Join(m.Stack, ";"))
+		j, ok := idx[k]
+		if !ok {
+			j = len(out)
+			idx[k] = j
+			out = append(out, missGroup{m: m})
+			cpuSeen[k] = map[int]bool{}
+		}
+		out[j].n++
+		if !cpuSeen[k][m.CPU] {
+			cpuSeen[k][m.CPU] = true
+			if out[j].cpus != "" {
+				out[j].cpus += ","
+			}
+			out[j].cpus += fmt.Sprint(m.CPU)
+		}
+	}
+	return out
+}

@@ -1,0 +1,101 @@
+//go:build !lean
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/api"
+)
+
+// maxMissesBytes bounds one /v1/misses answer: 1,024 misses with their
+// stacks are under 2 MB of JSON.
+const maxMissesBytes = 8 << 20
+
+// remoteMisses reads a running agent's /v1/misses (the CLI build runs
+// bpfleet-agent for this: missesremote_lean.go). Each call returns the
+// misses newer than the previous call's, of the programs sels pick (by id
+// or name, matched on each miss).
+func remoteMisses(remote, token string, sels []string) (missSource, error) {
+	var last time.Time
+	return func(ctx context.Context) (missBatch, error) {
+		l, err := fetchMisses(ctx, remote, token)
+		if err != nil {
+			return missBatch{}, err
+		}
+		b := missBatch{watch: l.Watch}
+		for _, m := range l.Misses {
+			if m.Time.After(last) && (len(sels) == 0 || sampleMatch(sels, &m)) {
+				b.misses = append(b.misses, m)
+			}
+		}
+		for _, m := range l.Misses {
+			if m.Time.After(last) {
+				last = m.Time
+			}
+		}
+		return b, nil
+	}, nil
+}
+
+// sampleMatch matches a miss by its program's id or name, as PROG
+// selectors do (id:N, name:S or a bare word).
+func sampleMatch(sels []string, m *agent.MissSample) bool {
+	id := strconv.FormatUint(uint64(m.ProgID), 10)
+	for _, s := range sels {
+		k, v, ok := strings.Cut(s, ":")
+		switch {
+		case !ok && (s == id || s == m.ProgName),
+			k == "id" && v == id,
+			k == "name" && v == m.ProgName,
+			k == "owner" && (v == m.Comm || v == m.PodName || v == m.ContainerID):
+			return true
+		}
+	}
+	return false
+}
+
+func fetchMisses(ctx context.Context, base, token string) (*api.MissList, error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return nil, fmt.Errorf("agent URL %q: %w", base, err)
+	}
+	u.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/v1/snapshot"), "/") + "/v1/misses"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("building request for %s: %w", u, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := historyClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("fetching misses: %w", err)
+	}
+	defer resp.Body.Close()
+	body := io.LimitReader(resp.Body, maxMissesBytes)
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(body, 4<<10))
+		msg := strings.TrimSpace(string(b))
+		var e api.Error
+		if json.Unmarshal(b, &e) == nil && e.Error != "" {
+			msg = e.Error
+		}
+		return nil, fmt.Errorf("agent %s: %s: %s", u.Host, resp.Status, msg)
+	}
+	var l api.MissList
+	if err := json.NewDecoder(body).Decode(&l); err != nil {
+		return nil, fmt.Errorf("decoding misses from %s: %w", u.Host, err)
+	}
+	return &l, nil
+}
