@@ -188,9 +188,12 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 	}
 	e.prof = &profileProducer{e: e}
 	e.series = &seriesProducer{e: e}
-	res, err := newResource(ctx, cfg)
+	res, dropped, err := newResource(ctx, cfg)
 	if err != nil {
 		return nil, err
+	}
+	if len(dropped) > 0 {
+		e.log.Warn("resource attributes naming the agent's pod left out: every rollout would start new series wherever resource attributes are labels; the resource names the node (k8s.node.name, host.name)", "dropped", dropped)
 	}
 	sig, err := e.signals(ctx)
 	if err != nil {
