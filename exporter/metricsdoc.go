@@ -183,7 +183,10 @@ figure is then absent, not zero. A map's memory is the kernel's own figure (fdin
 entries are the kernel's element count for the hash family (` + "`bpf_map_sum_elem_count`" + `, Linux 6.6+;
 on older kernels only with ` + "`--map-count-bound`" + `, a walk of the keys), absent for other types, and
 then so is its fullness (entries / max entries). A program's own memory (` + "`bpf.memory.kind`" + `
-program) is its JIT image plus its translated instructions plus its fdinfo memlock; the maps it
+program) is what the kernel charges it: its fdinfo ` + "`memlock`" + ` (` + "`prog->pages * PAGE_SIZE`" + `: the
+whole ` + "`struct bpf_prog`" + ` with its translated instructions, page-rounded) plus its JIT image
+(` + "`jited_size`" + `, allocated apart from those pages); ` + "`xlated_size`" + ` is not added, being inside
+` + "`memlock`" + ` (where fdinfo is unreadable: JIT image plus ` + "`xlated_size`" + `, the floor). The maps it
 uses are kind map.
 
 **Rollup rule: a map shared by several programs is counted once per node and once per rollup
