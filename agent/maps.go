@@ -257,15 +257,19 @@ func (m *Map) HashFamily() bool {
 	return false
 }
 
-// ProgramMemory is a program's own kernel memory: its JIT image, its
-// translated instructions and what fdinfo's memlock charges it (maps not
-// included: they are counted once, as maps).
+// ProgramMemory is a program's own kernel memory, as the kernel charges
+// it: fdinfo's memlock (prog->pages * PAGE_SIZE: the whole struct bpf_prog,
+// its translated instructions insnsi included, page-rounded) and the JIT
+// image, which is allocated apart (bpf_jit_binary_alloc, charged to
+// bpf_jit_limit, not in prog->pages). The translated instructions are not
+// added again: they are inside memlock. Without a memlock (fdinfo
+// unreadable) the JIT image and the instructions are the floor the kernel
+// reports. Maps are not included: they are counted once, as maps.
 func ProgramMemory(p *Program) uint64 {
-	n := uint64(p.JitedSize) + uint64(p.XlatedSize)
-	if p.Memlock != nil {
-		n += *p.Memlock
+	if p.Memlock == nil {
+		return uint64(p.JitedSize) + uint64(p.XlatedSize)
 	}
-	return n
+	return uint64(p.JitedSize) + *p.Memlock
 }
 
 // MapMemory sums the memory of the maps named by ids, each counted once

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -15,8 +16,8 @@ import (
 
 // TestScanMaps: a snapshot with Config.Maps has every map, a hash map's
 // entries as inserted, its memory the kernel's fdinfo figure, and the
-// program that uses it in ProgramIDs; the program's memory is its JIT
-// image, instructions and memlock.
+// program that uses it in ProgramIDs; the program's memory is what the
+// kernel charges it: memlock and the JIT image.
 func TestScanMaps(t *testing.T) {
 	for _, src := range []string{ScanSourceIterator, ScanSourceSyscall} {
 		t.Run(src, func(t *testing.T) {
@@ -90,9 +91,7 @@ func TestScanMaps(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if p.Memlock == nil || ProgramMemory(&p.Program) != uint64(p.JitedSize)+uint64(p.XlatedSize)+*p.Memlock || p.XlatedSize == 0 {
-				t.Errorf("program memory %d from jited %d xlated %d memlock %v", ProgramMemory(&p.Program), p.JitedSize, p.XlatedSize, p.Memlock)
-			}
+			checkProgramMemory(t, p, prog, info)
 			if ids, _ := info.MapIDs(); !slices.Equal(slices.Sorted(slices.Values(idsU32(ids))), slices.Sorted(slices.Values(p.MapIDs))) {
 				t.Errorf("program map ids %v, kernel says %v", p.MapIDs, ids)
 			}
@@ -101,6 +100,32 @@ func TestScanMaps(t *testing.T) {
 				t.Errorf("MapMemory counts a map named twice twice: %d, want %d", got, want)
 			}
 		})
+	}
+}
+
+// checkProgramMemory checks a scanned program's memory against an
+// independent count: the kernel's memlock read from this process's own
+// fdinfo of the program and the JIT size from its own BPF_OBJ_GET_INFO.
+// memlock (prog->pages * PAGE_SIZE) already holds the translated
+// instructions, so the formula that added xlated_size to it fails here.
+func checkProgramMemory(t *testing.T, p *ProgramStat, prog *ebpf.Program, info *ebpf.ProgramInfo) {
+	t.Helper()
+	memlock := bpfmaps.Memlock(t, prog.FD())
+	xlated, err := info.TranslatedSize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	jited, _ := info.JitedSize() // 0 where the JIT is off
+	page := uint64(os.Getpagesize())
+	// The premise: memlock is whole pages and covers the instructions.
+	if memlock == 0 || memlock%page != 0 || memlock < uint64(xlated) || xlated == 0 {
+		t.Fatalf("fdinfo memlock %d (page %d), xlated %d: not whole pages holding the instructions", memlock, page, xlated)
+	}
+	if p.Memlock == nil || *p.Memlock != memlock {
+		t.Errorf("scanned memlock %v, fdinfo says %d", p.Memlock, memlock)
+	}
+	if got, want := ProgramMemory(&p.Program), memlock+uint64(jited); got != want {
+		t.Errorf("program memory %d, want the kernel's charge %d (memlock %d + JIT image %d; xlated %d is inside memlock)", got, want, memlock, jited, xlated)
 	}
 }
 

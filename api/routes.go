@@ -393,6 +393,12 @@ func (s *Server) getReady(w http.ResponseWriter, r *http.Request, q url.Values) 
 			return
 		}
 	}
+	if s.opts.Ready != nil {
+		if err := s.opts.Ready(); err != nil {
+			writeStatus(w, r, q, http.StatusServiceUnavailable, Status{Status: "not ready", Seq: snap.Seq, Time: snap.Time, Reason: err.Error()})
+			return
+		}
+	}
 	writeStatus(w, r, q, http.StatusOK, Status{Status: "ready", Seq: snap.Seq, Time: snap.Time})
 }
 

@@ -65,6 +65,9 @@ type Options struct {
 	History func(id uint32) (history.Series, bool)
 	// Health reports the agent's liveness: nil is healthy. Optional.
 	Health func() error
+	// Ready is the agent's readiness beyond a recent snapshot (exports
+	// that keep failing): nil is ready. Optional.
+	Ready func() error
 	// StaleAfter makes /readyz fail when the latest snapshot is older than
 	// this (a wedged scan loop). 0 disables the check.
 	StaleAfter time.Duration

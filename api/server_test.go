@@ -231,6 +231,19 @@ func TestReadiness(t *testing.T) {
 	if st := decode[Status](t, w); w.Code != 503 || st.Reason != "stats fd lost" {
 		t.Errorf("unhealthy healthz = %d %+v", w.Code, st)
 	}
+
+	// Ready's own rule (exports failing) after a fresh snapshot.
+	snap.Time = now
+	exporting := errors.New("the last 3 metric exports failed: 400")
+	gated := newTestServer(t, Options{Snapshot: func() *agent.Snapshot { return snap }, Ready: func() error { return exporting }, Now: func() time.Time { return now }})
+	w = get(t, gated.Handler(), "/readyz")
+	if st := decode[Status](t, w); w.Code != 503 || st.Reason != exporting.Error() || st.Seq != snap.Seq {
+		t.Errorf("readyz with failing exports = %d %+v", w.Code, st)
+	}
+	exporting = nil
+	if w := get(t, gated.Handler(), "/readyz"); w.Code != 200 {
+		t.Errorf("readyz once exports succeed = %d", w.Code)
+	}
 }
 
 func TestMethodsAndBodies(t *testing.T) {

@@ -143,7 +143,12 @@ type Exporter struct {
 	scanErrors int64
 
 	metricErrs, traceErrs atomic.Int64
-	errs                  errorLog
+	// metricFailStreak counts the metric exports that failed in a row
+	// (0 after any that succeeded), metricLastErr the latest failure's
+	// text: the agent's readiness rule (ExportFailing).
+	metricFailStreak atomic.Int64
+	metricLastErr    atomic.Pointer[string]
+	errs             errorLog
 	// overflowed is how many series the cardinality limit left out or
 	// folded into otel.metric.overflow at the latest collection.
 	overflowed   atomic.Int64
@@ -183,9 +188,12 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 	}
 	e.prof = &profileProducer{e: e}
 	e.series = &seriesProducer{e: e}
-	res, err := newResource(ctx, cfg)
+	res, dropped, err := newResource(ctx, cfg)
 	if err != nil {
 		return nil, err
+	}
+	if len(dropped) > 0 {
+		e.log.Warn("resource attributes naming the agent's pod left out: every rollout would start new series wherever resource attributes are labels; the resource names the node (k8s.node.name, host.name)", "dropped", dropped)
 	}
 	sig, err := e.signals(ctx)
 	if err != nil {
@@ -377,6 +385,28 @@ func (e *Exporter) latest() *view {
 // ExportErrors returns the failed metric and trace exports so far.
 func (e *Exporter) ExportErrors() (metrics, traces int64) {
 	return e.metricErrs.Load(), e.traceErrs.Load()
+}
+
+// ExportFailing returns how many metric exports in a row have failed (0
+// once one succeeds, and always 0 when metrics are not pushed: scraped,
+// or no endpoint) and the latest failure. The agent is not ready while it
+// reaches config.ReadyExportFailures.
+func (e *Exporter) ExportFailing() (streak int64, last string) {
+	if p := e.metricLastErr.Load(); p != nil {
+		last = *p
+	}
+	return e.metricFailStreak.Load(), last
+}
+
+// metricExported records one metric export's outcome for ExportFailing.
+func (e *Exporter) metricExported(err error) {
+	if err == nil {
+		e.metricFailStreak.Store(0)
+		return
+	}
+	msg := err.Error()
+	e.metricLastErr.Store(&msg)
+	e.metricFailStreak.Add(1)
 }
 
 // SpansDropped returns the episode spans dropped so far: over the span

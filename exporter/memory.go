@@ -8,8 +8,8 @@ import (
 	"github.com/bpfleet/bpfleet/agent"
 )
 
-// Values of bpf.memory.kind: a program's own memory (JIT image,
-// translated instructions, its memlock charge) or the maps'.
+// Values of bpf.memory.kind: a program's own memory (its memlock charge,
+// translated instructions included, and its JIT image) or the maps'.
 const (
 	memoryProgram = "program"
 	memoryMap     = "map"

@@ -140,7 +140,7 @@ var metricDefs = []metricDef{
 		"Entries / max entries, where entries are known.",
 		produced(seriesMapFullness)},
 	{"bpf.program.memory", "By", kindGauge, intValue, programLevels, programMemAttrs,
-		"Kernel memory of the program: bpf.memory.kind=program its own (JIT image + translated instructions + its fdinfo memlock), map the maps it uses (each once).",
+		"Kernel memory of the program: bpf.memory.kind=program its own (its fdinfo memlock, which holds the translated instructions, + JIT image), map the maps it uses (each once).",
 		produced(seriesMemory)},
 	{"bpf.program.verified_insns", "{instruction}", kindGauge, intValue, programLevels, programAttrs,
 		"Instructions the verifier processed to load the program (Linux 5.16+): how close it came to the verifier's limit.",

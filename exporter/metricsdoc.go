@@ -53,15 +53,18 @@ lookback always finds it. A moving series is as fresh as ever. Scraped
 would be marked stale.
 
 Resource attributes: ` + "`service.name`" + ` (bpfleet-agent), ` + "`service.instance.id`" + ` (node
-name, else host name: Prometheus keys series by it), ` + "`host.name`" + `, ` + "`host.arch`" + `,
+name, else host name: Prometheus keys series by it), ` + "`host.name`" + ` (the node's name where
+` + "`K8S_NODE_NAME`" + ` is set, else the hostname: in a pod that is the pod's name), ` + "`host.arch`" + `,
 ` + "`host.cpu.model.name`" + `, ` + "`os.type`" + `, ` + "`os.version`" + ` (kernel release),
 ` + "`bpf.kernel.preempt`" + `, ` + "`k8s.node.name`" + ` (` + "`K8S_NODE_NAME`" + `),
 ` + "`k8s.cluster.name`" + ` (` + "`--cluster-name`" + `), then ` + "`OTEL_RESOURCE_ATTRIBUTES`" + ` /
-` + "`OTEL_SERVICE_NAME`" + `, which win. The Helm chart adds the agent's own pod as
-` + "`bpfleet.agent.pod.name`" + ` and ` + "`bpfleet.agent.pod.namespace`" + `: never as
-` + "`k8s.pod.name`" + ` / ` + "`k8s.namespace.name`" + `, which on a data point name the program's
-owner, and which a resource attribute of the same name would overwrite once
-promoted to a label.
+` + "`OTEL_SERVICE_NAME`" + `, which win, but for ` + "`bpfleet.agent.pod.name`" + `, ` + "`k8s.pod.name`" + ` and
+` + "`k8s.pod.uid`" + `, which the agent leaves out (and says so once): the resource names the
+node, never the agent's pod, whose name changes at every rollout and would renew
+every series wherever resource attributes are labels. The Helm chart adds the
+release's namespace as ` + "`bpfleet.agent.pod.namespace`" + `: never as ` + "`k8s.namespace.name`" + `,
+which on a data point names the program's owner, and which a resource attribute
+of the same name would overwrite once promoted to a label.
 
 Exporters (` + "`OTEL_METRICS_EXPORTER`" + `): ` + "`otlp`" + ` (default), ` + "`prometheus`" + ` (served
 at ` + "`http://OTEL_EXPORTER_PROMETHEUS_HOST:OTEL_EXPORTER_PROMETHEUS_PORT/metrics`" + `,
@@ -204,7 +207,10 @@ figure is then absent, not zero. A map's memory is the kernel's own figure (fdin
 entries are the kernel's element count for the hash family (` + "`bpf_map_sum_elem_count`" + `, Linux 6.6+;
 on older kernels only with ` + "`--map-count-bound`" + `, a walk of the keys), absent for other types, and
 then so is its fullness (entries / max entries). A program's own memory (` + "`bpf.memory.kind`" + `
-program) is its JIT image plus its translated instructions plus its fdinfo memlock; the maps it
+program) is what the kernel charges it: its fdinfo ` + "`memlock`" + ` (` + "`prog->pages * PAGE_SIZE`" + `: the
+whole ` + "`struct bpf_prog`" + ` with its translated instructions, page-rounded) plus its JIT image
+(` + "`jited_size`" + `, allocated apart from those pages); ` + "`xlated_size`" + ` is not added, being inside
+` + "`memlock`" + ` (where fdinfo is unreadable: JIT image plus ` + "`xlated_size`" + `, the floor). The maps it
 uses are kind map.
 
 **Rollup rule: a map shared by several programs is counted once per node and once per rollup

@@ -352,6 +352,7 @@ func (c *countingMetricExporter) Export(ctx context.Context, rm *metricdata.Reso
 		c.e.metricErrs.Add(1)
 		c.e.errs.add("exporting metrics", err)
 	}
+	c.e.metricExported(err)
 	return err
 }
 
@@ -362,6 +363,9 @@ func (c *countingMetricExporter) ForceFlush(ctx context.Context) error {
 	if err != nil {
 		c.e.metricErrs.Add(1)
 		c.e.errs.add("exporting metrics", err)
+		// Only a failure counts here: a flush with nothing pending says
+		// nothing about the backend.
+		c.e.metricExported(err)
 	}
 	return err
 }

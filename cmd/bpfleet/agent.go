@@ -97,6 +97,31 @@ or with the kubeconfig $KUBECONFIG names on a host outside any pod.`,
 func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 	var latest atomic.Pointer[agent.Snapshot]
 	hist := history.New(history.Capacity(history.Window, c.Interval)) // per-program history for /v1/programs/{id}/history
+	// Liveness is the scan loop advancing: each pass, a failed scan
+	// included, stamps lastPass; the start counts as one so that a slow
+	// start (pod cache sync, first scan) has the same bound.
+	var lastPass atomic.Int64
+	lastPass.Store(time.Now().UnixNano())
+	liveBound := config.LivenessBound(c.Interval)
+	health := func() error {
+		if age := time.Since(time.Unix(0, lastPass.Load())); age > liveBound {
+			return fmt.Errorf("the scan loop made no pass for %s (limit %s): it is stuck", age.Round(time.Second), liveBound)
+		}
+		return nil
+	}
+	// Readiness adds to the API's own rule (a first scan, not stale) the
+	// exports: set once the exporter exists.
+	var failing atomic.Pointer[func() (int64, string)]
+	ready := func() error {
+		f := failing.Load()
+		if f == nil {
+			return nil
+		}
+		if n, last := (*f)(); n >= config.ReadyExportFailures {
+			return fmt.Errorf("the last %d metric exports failed: %s", n, last)
+		}
+		return nil
+	}
 	var srv *api.Server
 	publish := func(s *agent.Snapshot) {
 		hist.Record(s)
@@ -107,7 +132,8 @@ func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 	}
 	if c.APIAddr != "" {
 		var err error
-		srv, err = api.NewServer(api.Options{Addr: c.APIAddr, Token: c.APIToken, Snapshot: latest.Load, History: hist.Series, StaleAfter: 3 * c.Interval})
+		srv, err = api.NewServer(api.Options{Addr: c.APIAddr, Token: c.APIToken, Snapshot: latest.Load, History: hist.Series,
+			StaleAfter: 3 * c.Interval, Health: health, Ready: ready})
 		if err != nil {
 			return err
 		}
@@ -166,6 +192,8 @@ func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 	// The SDK reports export failures through the global handler; fold them
 	// into the exporter's once-per-interval line instead of one line each.
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(exp.HandleError))
+	exportFailing := exp.ExportFailing
+	failing.Store(&exportFailing)
 
 	// Everything is set up: only now say what the agent does, with the
 	// settings it really uses.
@@ -256,6 +284,7 @@ func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 			}
 		}
 		exp.LogErrors()
+		lastPass.Store(time.Now().UnixNano())
 		select {
 		case <-ctx.Done():
 			if apiDone != nil {

@@ -53,7 +53,7 @@ type listWatchOutput struct {
 }
 
 // listProgram is a program as list -o json shows it, with its own kernel
-// memory (agent.ProgramMemory: JIT image, instructions, memlock; its maps
+// memory (agent.ProgramMemory: memlock, which holds the instructions, and JIT image; its maps
 // are `bpfleet maps`').
 type listProgram struct {
 	agent.Program

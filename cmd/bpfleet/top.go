@@ -35,7 +35,7 @@ func init() {
 		Use:   "top",
 		Short: "Live view of BPF programs sorted by CPU share, with misses highlighted",
 		Long: `top shows every BPF program's per-interval cost and misses and its own
-memory (MEM: JIT image, instructions, memlock), refreshed every --interval,
+memory (MEM: memlock, which holds the instructions, and JIT image), refreshed every --interval,
 with a per-attach-type panel.
 
 Keys: q quit · ↑ ↓ (or j k) select a program · Enter or d open its detail

@@ -433,7 +433,7 @@ func TestTopMapsInPty(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	progMem := fmtBytes(uint64(jited) + uint64(xlated) + bpfmaps.Memlock(t, set.Prog.FD()))
+	progMem := fmtBytes(uint64(jited) + bpfmaps.Memlock(t, set.Prog.FD())) // memlock holds the instructions
 	var sum uint64
 	for _, m := range set.Maps() {
 		sum += bpfmaps.Memlock(t, m.FD())
@@ -442,7 +442,7 @@ func TestTopMapsInPty(t *testing.T) {
 	scr, tty, _ := ptyTop(t, 30, 100, []string{"LC_ALL=C.UTF-8"}, "top", "--interval", "300ms", "--filter", "top_maps")
 	list := scr.waitFor(t, "the test's program in the list", func(f string) bool { return listRow(f, set.ProgID) != nil })
 	if row := strings.Join(listRow(list, set.ProgID), " "); !strings.HasSuffix(row, " "+progMem) {
-		t.Errorf("program %d row %q does not end in its memory %s (jited %d + xlated %d + memlock):\n%s", set.ProgID, row, progMem, jited, xlated, list)
+		t.Errorf("program %d row %q does not end in its memory %s (jited %d + memlock; xlated %d inside it):\n%s", set.ProgID, row, progMem, jited, xlated, list)
 	}
 	selectAndOpen(t, scr, tty, set.ProgID)
 	hashLine := regexp.MustCompile(`top_maps_h +hash +5/10 +█████░░░░░ 50% +` + regexp.QuoteMeta(fmtBytes(bpfmaps.Memlock(t, set.Hash.FD()))))

@@ -339,7 +339,7 @@ var listColumns = []listColumn{
 		cell: func(p *agent.ProgramStat) string { return fmtRate(p.Delta.MissesPerSec) }},
 	{in: [numLayouts]colIn{{"MISSES", 10}, {"MISSES", 7}},
 		cell: totalMissesCell},
-	// The program's own memory (JIT image, instructions, memlock); its
+	// The program's own memory (memlock, which holds the instructions, and JIT image); its
 	// maps are in the detail view and `bpfleet maps`.
 	{in: [numLayouts]colIn{{"MEM", 8}, {"MEM", 8}},
 		cell: func(p *agent.ProgramStat) string { return fmtBytes(agent.ProgramMemory(&p.Program)) }},

@@ -58,7 +58,7 @@ func holdHashMap(t *testing.T) {
 // over OTLP from two agents, one per metrics level. At the program level
 // the hash map's bpf_map_entries is the inserted count and each map's
 // bpf_map_memory_bytes the test's own fdinfo memlock; the program's
-// memory is its JIT image, instructions and memlock, plus its maps once.
+// memory is its JIT image and memlock (which holds its instructions), plus its maps once.
 // At the workload level the same figures are in series keyed by map name,
 // type and executable, without ids. The node total of maps is the sum over
 // every map once.
@@ -119,7 +119,7 @@ func TestMapsToPrometheus(t *testing.T) {
 	wantValue(t, prom, `bpf_map_memory_bytes{instance="e2e-maps-program", bpf_map_name="e2e_maps_a", bpf_map_type="array"}`, float64(amem))
 	wantValue(t, prom, `bpf_map_entries{instance="e2e-maps-program", bpf_map_name="e2e_maps_a"}`+" or vector(-1)", -1) // an array has no count
 	psel := fmt.Sprintf(`instance="e2e-maps-program", bpf_program_id="%d"`, pid)
-	wantValue(t, prom, fmt.Sprintf(`bpf_program_memory_bytes{%s, bpf_memory_kind="program"}`, psel), float64(uint64(jited)+uint64(xlated)+pmem))
+	wantValue(t, prom, fmt.Sprintf(`bpf_program_memory_bytes{%s, bpf_memory_kind="program"}`, psel), float64(uint64(jited)+pmem))
 	wantValue(t, prom, fmt.Sprintf(`bpf_program_memory_bytes{%s, bpf_memory_kind="map"}`, psel), float64(hmem+amem+rmem))
 	if n, ok := info.VerifiedInstructions(); ok {
 		wantValue(t, prom, fmt.Sprintf(`bpf_program_verified_insns{%s}`, psel), float64(n))
@@ -132,7 +132,7 @@ func TestMapsToPrometheus(t *testing.T) {
 	wantValue(t, prom, fmt.Sprintf(`bpf_map_fullness_ratio{%s}`, wsel), float64(entries)/64)
 	wantValue(t, prom, fmt.Sprintf(`count(bpf_map_entries{%s, bpf_map_id!=""}) or vector(0)`, wsel), 0)
 	wantValue(t, prom, `bpf_program_memory_bytes{instance="e2e-maps-workload", bpf_program_name="e2e_maps_p", bpf_memory_kind="map"}`, float64(hmem+amem+rmem))
-	wantValue(t, prom, `bpf_program_memory_bytes{instance="e2e-maps-workload", bpf_program_name="e2e_maps_p", bpf_memory_kind="program"}`, float64(uint64(jited)+uint64(xlated)+pmem))
+	wantValue(t, prom, `bpf_program_memory_bytes{instance="e2e-maps-workload", bpf_program_name="e2e_maps_p", bpf_memory_kind="program"}`, float64(uint64(jited)+pmem))
 
 	// The node's maps: every map once, at each level the same total. At the
 	// program level a map used by programs of two owners has two series of

@@ -123,6 +123,10 @@ func DefaultAgent() Agent {
 // the whole: the returned error joins every problem, one line each.
 func (c *Agent) Resolve(env Lookup) error {
 	var errs []error
+	if c.NodeName == "" {
+		// DefaultAgent read the process's; env may be another (tests).
+		c.NodeName, _ = env("K8S_NODE_NAME")
+	}
 	if err := c.OTel.resolve(env, c.OTLPEndpoint, c.OTLPProtocol); err != nil {
 		errs = append(errs, err)
 	}

@@ -284,3 +284,35 @@ func TestSpanQueue(t *testing.T) {
 		})
 	}
 }
+
+func TestHealthConfig(t *testing.T) {
+	for _, tc := range []struct {
+		h        Health
+		bad      string // the flag the error names; "" for valid
+		dialAddr string
+	}{
+		{DefaultHealth(), "", "127.0.0.1:9808"},
+		{Health{APIAddr: "0.0.0.0:9900", Timeout: time.Second}, "", "127.0.0.1:9900"},
+		{Health{APIAddr: "[::]:9900", Timeout: time.Second}, "", "[::1]:9900"},
+		{Health{APIAddr: ":9900", Timeout: time.Second}, "", "127.0.0.1:9900"},
+		{Health{APIAddr: "[::1]:9808", Timeout: time.Second}, "", "[::1]:9808"},
+		{Health{APIAddr: "9808", Timeout: time.Second}, "--api-addr", ""},
+		{Health{APIAddr: "node:9808", Timeout: time.Second}, "--api-addr", ""},
+		{Health{APIAddr: "127.0.0.1:0", Timeout: time.Second}, "--api-addr", ""},
+		{Health{APIAddr: "127.0.0.1:9808", Timeout: 0}, "--timeout", ""},
+		{Health{APIAddr: "127.0.0.1:9808", Timeout: 2 * MaxHealthTimeout}, "--timeout", ""},
+	} {
+		err := tc.h.Validate()
+		switch {
+		case tc.bad == "" && err != nil:
+			t.Errorf("%+v: %v", tc.h, err)
+		case tc.bad != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.bad+"=") || strings.Contains(err.Error(), "\n")):
+			t.Errorf("%+v: error %v, want one line naming %s", tc.h, err, tc.bad)
+		case tc.bad == "" && tc.h.DialAddr() != tc.dialAddr:
+			t.Errorf("%+v: dials %s, want %s", tc.h, tc.h.DialAddr(), tc.dialAddr)
+		}
+	}
+	if LivenessBound(time.Second) != MinLivenessBound || LivenessBound(time.Minute) != 3*time.Minute {
+		t.Errorf("liveness bounds %v %v", LivenessBound(time.Second), LivenessBound(time.Minute))
+	}
+}

@@ -305,9 +305,9 @@ func TestDefaultsLeastPrivilege(t *testing.T) {
 	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Limits.Memory().IsZero() {
 		t.Errorf("resources = %+v, want CPU requests and a memory limit", c.Resources)
 	}
-	// A loopback API cannot be probed by the kubelet without hostNetwork.
-	if c.LivenessProbe != nil || c.ReadinessProbe != nil {
-		t.Error("probes on a loopback API the kubelet cannot reach")
+	checkProbes(t, c, "127.0.0.1:9808")
+	if len(c.Ports) != 0 {
+		t.Errorf("ports %v: a loopback API on the pod network is no port of the pod's", c.Ports)
 	}
 
 	// RBAC: pods get/list/watch, nothing else, bound to the pod's account.
@@ -341,6 +341,44 @@ func TestDefaultsLeastPrivilege(t *testing.T) {
 
 // TestCapabilitiesCommented: each added capability carries a comment saying
 // why, in the template an operator reviews.
+// checkProbes: both probes exec `bpfleet-agent health` (no shell, no
+// network path from the kubelet needed) against the agent's API address,
+// the readiness one with --ready, with bounded timings.
+func checkProbes(t *testing.T, c corev1.Container, addr string) {
+	t.Helper()
+	for _, p := range []struct {
+		name  string
+		probe *corev1.Probe
+		args  []string
+	}{
+		{"liveness", c.LivenessProbe, []string{"/bpfleet-agent", "health", "--api-addr=" + addr, "--timeout=4s"}},
+		{"readiness", c.ReadinessProbe, []string{"/bpfleet-agent", "health", "--ready", "--api-addr=" + addr, "--timeout=4s"}},
+	} {
+		if p.probe == nil {
+			t.Errorf("no %s probe: a hung agent is never restarted, a rollout never waits for a first scan", p.name)
+			continue
+		}
+		if p.probe.Exec == nil || !slices.Equal(p.probe.Exec.Command, p.args) {
+			t.Errorf("%s probe %+v, want exec %v", p.name, p.probe.ProbeHandler, p.args)
+		}
+		if p.probe.PeriodSeconds < 1 || p.probe.PeriodSeconds > 300 || p.probe.TimeoutSeconds < 1 || p.probe.TimeoutSeconds > 60 || p.probe.FailureThreshold < 1 || p.probe.FailureThreshold > 10 {
+			t.Errorf("%s probe timings unbounded: %+v", p.name, p.probe)
+		}
+	}
+	// A frozen agent is restarted within a minute: every check times out.
+	if l := c.LivenessProbe; l != nil {
+		if worst := l.InitialDelaySeconds + l.FailureThreshold*(l.PeriodSeconds+l.TimeoutSeconds); worst > 60 {
+			t.Errorf("liveness restarts a frozen agent only after %ds", worst)
+		}
+	}
+}
+
+// TestDefaultProbes: a default install renders both probes (issue 34: they
+// used to render only for an API off loopback or on the host network).
+func TestDefaultProbes(t *testing.T) {
+	checkProbes(t, agentContainer(t, mustRender(t, "")), "127.0.0.1:9808")
+}
+
 func TestCapabilitiesCommented(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(chartDir(t), "templates", "daemonset.yaml"))
 	if err != nil {
@@ -384,8 +422,9 @@ agent: {clusterName: prod-eu, metricsLevel: owner, interval: 30s, maxPrograms: 5
 			t.Error("token mounted writable")
 		}
 	}
-	if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" || c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.ReadinessProbe.HTTPGet.Host != "" {
-		t.Errorf("probes on an exposed API: %+v %+v", c.LivenessProbe, c.ReadinessProbe)
+	checkProbes(t, c, "0.0.0.0:9900")
+	if len(c.Ports) != 1 || c.Ports[0].Name != "api" || c.Ports[0].ContainerPort != 9900 {
+		t.Errorf("ports %v, want the exposed API's", c.Ports)
 	}
 	if e, _ := env(c, "OTEL_EXPORTER_OTLP_ENDPOINT"); e.Value != "http://otel-collector.observability:4318" {
 		t.Errorf("endpoint env = %+v", e)
@@ -430,9 +469,7 @@ func TestHostNetworkProbesLoopback(t *testing.T) {
 	if !ps.HostNetwork || ps.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
 		t.Errorf("hostNetwork %v dnsPolicy %q", ps.HostNetwork, ps.DNSPolicy)
 	}
-	if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet.Host != "127.0.0.1" {
-		t.Errorf("with hostNetwork a loopback API is probed on 127.0.0.1: %+v", c.LivenessProbe)
-	}
+	checkProbes(t, c, "127.0.0.1:9808")
 }
 
 func TestMonitoringObjects(t *testing.T) {
@@ -507,13 +544,10 @@ func TestIteratorPins(t *testing.T) {
 }
 
 func TestOptionalOff(t *testing.T) {
-	r := mustRender(t, `{api: {enabled: false}, rbac: {create: false}, serviceAccount: {create: false}, priorityClassName: "", tolerations: [], seccompProfile: {type: Unconfined}}`)
-	c := agentContainer(t, r)
+	r := mustRender(t, `{rbac: {create: false}, serviceAccount: {create: false}, priorityClassName: "", tolerations: [], seccompProfile: {type: Unconfined}}`)
+	checkProbes(t, agentContainer(t, r), "127.0.0.1:9808") // whatever is off, the probes are not
 	if r.ClusterRole != nil || r.ClusterRoleBinding != nil || r.ServiceAccount != nil {
 		t.Errorf("RBAC rendered with rbac.create=false: %v", r.kinds)
-	}
-	if !hasArg(c, "--api-addr=") || len(c.Ports) != 0 {
-		t.Errorf("api disabled: args %v ports %v", c.Args, c.Ports)
 	}
 	if r.DaemonSet.Spec.Template.Spec.PriorityClassName != "" || len(r.DaemonSet.Spec.Template.Spec.Tolerations) != 0 {
 		t.Error("empty priorityClassName/tolerations not honoured")
@@ -561,6 +595,11 @@ func TestInvalidValuesRejected(t *testing.T) {
 		{`privileged: true`, "privileged"},
 		{`securityContext: {privileged: true}`, "securityContext"},
 		{`agent: {interal: 10s}`, "interal"},
+		{`api: {enabled: false}`, "api.enabled=false leaves the liveness and readiness probes nothing to ask"},
+		{`probes: {liveness: {periodSeconds: 0}}`, "periodSeconds"},
+		{`probes: {readiness: {timeoutSeconds: 120}}`, "timeoutSeconds"},
+		{`probes: {liveness: {failureThreshold: 100}}`, "failureThreshold"},
+		{`probes: {liveness: {httpGet: {path: /}}}`, "httpGet"},
 	} {
 		_, err := render(t, c.values)
 		if err == nil {

@@ -143,8 +143,9 @@ func checkExporterValues(t *testing.T, metrics, traces, protocol, endpoint strin
 	}
 }
 
-// The agent's own pod goes under bpfleet.agent.* resource keys, never the
-// k8s.pod.name / k8s.namespace.name the owners' data points carry.
+// The resource names the node, never the agent's pod (its name changes at
+// every rollout); its namespace goes under bpfleet.agent.*, never the
+// k8s.namespace.name the owners' data points carry.
 func TestAgentPodIdentity(t *testing.T) {
 	env := podEnv(t, agentContainer(t, mustRender(t, `agent: {clusterName: prod}`)))
 	attrs := map[string]string{}
@@ -152,14 +153,13 @@ func TestAgentPodIdentity(t *testing.T) {
 		k, v, _ := strings.Cut(kv, "=")
 		attrs[k] = v
 	}
-	for _, owner := range []string{"k8s.pod.name", "k8s.namespace.name", "k8s.container.name", "container.id", "process.pid"} {
+	for _, owner := range []string{"k8s.pod.name", "k8s.namespace.name", "k8s.container.name", "container.id", "process.pid", "bpfleet.agent.pod.name", "k8s.pod.uid"} {
 		if _, ok := attrs[owner]; ok {
 			t.Errorf("OTEL_RESOURCE_ATTRIBUTES sets %s, an owner attribute of the data points: %s", owner, env["OTEL_RESOURCE_ATTRIBUTES"])
 		}
 	}
 	for k, want := range map[string]string{
 		"k8s.node.name":               "from-spec-nodeName",
-		"bpfleet.agent.pod.name":      "from-metadata-name",
 		"bpfleet.agent.pod.namespace": "from-metadata-namespace",
 		"k8s.cluster.name":            "prod",
 	} {

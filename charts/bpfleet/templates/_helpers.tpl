@@ -64,6 +64,9 @@ Invalid combinations the schema cannot express. Each message says what is
 wrong and what to set.
 */}}
 {{- define "bpfleet.validate" -}}
+{{- if not .Values.api.enabled -}}
+{{- fail "api.enabled=false leaves the liveness and readiness probes nothing to ask (bpfleet health reads the agent's local API): keep it on; at api.address=127.0.0.1 (the default) nothing outside the pod reaches it" -}}
+{{- end -}}
 {{- if and .Values.api.enabled (not (include "bpfleet.apiLoopback" .)) (not .Values.api.token.existingSecret) -}}
 {{- fail (printf "api.address=%s is not loopback: set api.token.existingSecret to a Secret holding a bearer token, or keep api.address=127.0.0.1" .Values.api.address) -}}
 {{- end -}}
