@@ -4,11 +4,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"io"
-	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -65,37 +60,5 @@ func sampleMatch(sels []string, m *agent.MissSample) bool {
 }
 
 func fetchMisses(ctx context.Context, base, token string) (*api.MissList, error) {
-	u, err := url.Parse(base)
-	if err != nil {
-		return nil, fmt.Errorf("agent URL %q: %w", base, err)
-	}
-	u.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/v1/snapshot"), "/") + "/v1/misses"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nil, fmt.Errorf("building request for %s: %w", u, err)
-	}
-	req.Header.Set("Accept", "application/json")
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := historyClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("fetching misses: %w", err)
-	}
-	defer resp.Body.Close()
-	body := io.LimitReader(resp.Body, maxMissesBytes)
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(body, 4<<10))
-		msg := strings.TrimSpace(string(b))
-		var e api.Error
-		if json.Unmarshal(b, &e) == nil && e.Error != "" {
-			msg = e.Error
-		}
-		return nil, fmt.Errorf("agent %s: %s: %s", u.Host, resp.Status, msg)
-	}
-	var l api.MissList
-	if err := json.NewDecoder(body).Decode(&l); err != nil {
-		return nil, fmt.Errorf("decoding misses from %s: %w", u.Host, err)
-	}
-	return &l, nil
+	return fetchJSON[api.MissList](ctx, base, token, "/v1/misses", maxMissesBytes, "misses")
 }

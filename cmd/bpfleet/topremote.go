@@ -37,11 +37,20 @@ func remoteSources(remote, token string) (snapshotSource, historySource, error) 
 // is the agent URL as --remote takes it (a trailing /v1/snapshot is
 // dropped). The caller's context bounds the request.
 func fetchHistory(ctx context.Context, base, token string, id uint32) (*history.Series, error) {
+	return fetchJSON[history.Series](ctx, base, token, "/v1/programs/"+strconv.FormatUint(uint64(id), 10)+"/history",
+		maxHistoryBytes, fmt.Sprintf("history of program %d", id))
+}
+
+// fetchJSON GETs one of the agent API's documents at path (relative to
+// the agent's base URL, which may name /v1/snapshot) and decodes it; what
+// names the document in errors. An error answer is reported with the
+// API's own error text.
+func fetchJSON[T any](ctx context.Context, base, token, path string, limit int64, what string) (*T, error) {
 	u, err := url.Parse(base)
 	if err != nil {
 		return nil, fmt.Errorf("agent URL %q: %w", base, err)
 	}
-	u.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/v1/snapshot"), "/") + "/v1/programs/" + strconv.FormatUint(uint64(id), 10) + "/history"
+	u.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/v1/snapshot"), "/") + path
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, fmt.Errorf("building request for %s: %w", u, err)
@@ -52,10 +61,10 @@ func fetchHistory(ctx context.Context, base, token string, id uint32) (*history.
 	}
 	resp, err := historyClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("fetching history of program %d: %w", id, err)
+		return nil, fmt.Errorf("fetching %s: %w", what, err)
 	}
 	defer resp.Body.Close()
-	body := io.LimitReader(resp.Body, maxHistoryBytes)
+	body := io.LimitReader(resp.Body, limit)
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(body, 4<<10))
 		msg := strings.TrimSpace(string(b))
@@ -65,9 +74,9 @@ func fetchHistory(ctx context.Context, base, token string, id uint32) (*history.
 		}
 		return nil, fmt.Errorf("agent %s: %s: %s", u.Host, resp.Status, msg)
 	}
-	var s history.Series
-	if err := json.NewDecoder(body).Decode(&s); err != nil {
-		return nil, fmt.Errorf("decoding history of program %d from %s: %w", id, u.Host, err)
+	var v T
+	if err := json.NewDecoder(body).Decode(&v); err != nil {
+		return nil, fmt.Errorf("decoding %s from %s: %w", what, u.Host, err)
 	}
-	return &s, nil
+	return &v, nil
 }

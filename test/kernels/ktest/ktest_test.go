@@ -359,6 +359,17 @@ func TestKprobeMissed(t *testing.T) {
 	default:
 		t.Errorf("inconsistent: recursion_misses +%d for %d skipped runs, link missed %s", misses, n, lm)
 	}
+	// The map update from user space holds bpf_prog_active: another
+	// holder, not the kprobe program, turned each run away.
+	t.Run("explained", func(t *testing.T) {
+		explain.Misses(t, ProgramID(t, objs.Prog), n, agent.CauseNested, agent.ContextTask, func() {
+			for i := 0; i < n; i++ {
+				if err := objs.Map.Update(uint32(0), uint32(i), ebpf.UpdateAny); err != nil {
+					t.Fatalf("updating hash map: %v", err)
+				}
+			}
+		})
+	})
 }
 
 // checkLinkMissed holds bpfleet's kprobe link missed against the kernel's
