@@ -256,8 +256,8 @@ func TestNoMapsNoMapSeries(t *testing.T) {
 		if want := float64(b2i(scan.Error != "")); value0(got["bpf.agent.scan.errors"]) != want {
 			t.Errorf("map scan %+v: scan errors %v, want %v", scan, got["bpf.agent.scan.errors"], want)
 		}
-		sameLines(t, "bpf.node.memory", series(got["bpf.node.memory"], attrMemoryKind), []string{"bpf.memory.kind=program 1110"})
-		sameLines(t, "bpf.program.memory", series(got["bpf.program.memory"], attrMemoryKind), []string{"bpf.memory.kind=program 1110"})
+		sameLines(t, "bpf.node.memory", series(got["bpf.node.memory"], attrMemoryKind), []string{"bpf.memory.kind=program 1100"})
+		sameLines(t, "bpf.program.memory", series(got["bpf.program.memory"], attrMemoryKind), []string{"bpf.memory.kind=program 1100"})
 	}
 }
 
