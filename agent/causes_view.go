@@ -3,8 +3,8 @@ package agent
 import "strconv"
 
 // ProgramCauses is p's recursion_misses by cause, cumulative: its
-// MissCauses, or, where the watcher filled none (absent, not yet landed, or
-// the program never watched), every miss unexplained. Zero without
+// MissCauses, or, where the watcher filled none (absent on this node, or
+// nothing of the program explained yet), every miss unexplained. Zero without
 // recursion_misses. The causes add up to *p.RecursionMisses: a MissCauses
 // that does not (it cannot, by contract) has the difference put in
 // unexplained, or unexplained cut, so that every consumer's sum over causes
