@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/bits"
 	"os"
@@ -25,6 +26,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/bpfleet/bpfleet/internal/ociimage"
+	"github.com/bpfleet/bpfleet/probes/misswatch"
+	"github.com/bpfleet/bpfleet/probes/progstats"
 	"github.com/bpfleet/bpfleet/test/backends"
 	"github.com/bpfleet/bpfleet/test/kube"
 	"github.com/bpfleet/bpfleet/test/registry"
@@ -258,8 +261,8 @@ func testPrivileges(t *testing.T, n *node, ds *appsv1.DaemonSet, pod *corev1.Pod
 		return nil
 	})
 	t.Logf("%s\n%s", started, calibrated)
-	if !strings.Contains(started, " degraded=[]") {
-		t.Errorf("the agent lost features in its pod: %s", started)
+	if deg := podOnlyLosses(t, started); deg != "" {
+		t.Errorf("the agent lost features in its pod (%s): %s", deg, started)
 	}
 	if !strings.Contains(calibrated, " lost=[]") {
 		t.Errorf("calibration lost attach types in the pod: %s", calibrated)
@@ -535,8 +538,10 @@ func testRolloutRestart(t *testing.T, cs *kubernetes.Clientset, prom *backends.P
 	}
 	nu := waitAgentPod(t, cs, old.UID)
 	t.Logf("new agent pod %s Ready %s after the restart", nu.Name, time.Since(restartAt).Round(time.Millisecond))
-	// Each agent pod is a series of its own (host.name is the pod's
-	// hostname); the node's export is their union.
+	// The resource names the node, never the pod: the old and the new
+	// agent pod write one series, and the new pod's samples are those
+	// after it became ready.
+	readyAt := time.Now()
 	sel := fmt.Sprintf(`bpf_agent_scans_total{k8s_node_name=%q}`, nodeName)
 	var gap time.Duration
 	kube.Eventually(t, 2*time.Minute, "two exports of the new agent", func() error {
@@ -544,14 +549,17 @@ func testRolloutRestart(t *testing.T, cs *kubernetes.Clientset, prom *backends.P
 		if err != nil {
 			return err
 		}
+		if len(series) > 1 {
+			t.Fatalf("the rollout restart made %d series of one node's metric: the agent's identity changed with its pod: %v", len(series), series)
+		}
 		var ts []time.Time
 		fromNew := 0
-		for labels, pts := range series {
+		for _, pts := range series {
 			for _, p := range pts {
 				ts = append(ts, p.Time)
-			}
-			if strings.Contains(labels, " host_name:"+nu.Name+" ") { // RawSamples keys are fmt.Sprint(labels)
-				fromNew = len(pts)
+				if p.Time.After(readyAt) {
+					fromNew++
+				}
 			}
 		}
 		if fromNew < 2 {
@@ -568,4 +576,31 @@ func testRolloutRestart(t *testing.T, cs *kubernetes.Clientset, prom *backends.P
 	if gap > 2*interval+2*time.Second {
 		t.Errorf("rollout restart left a %s gap in the node's export, more than one missed interval (%s)", gap, interval)
 	}
+}
+
+// podOnlyLosses is what the agent's start line says it lost (its
+// degraded=[...] list), less what the host kernel refuses the test process
+// itself, root with every capability: a kernel's refusal is not a
+// privilege the pod lacks. On the CI host (a Firecracker VM) the miss
+// watcher's hardware watchpoints are refused with EPERM.
+func podOnlyLosses(t *testing.T, started string) string {
+	t.Helper()
+	_, deg, _ := strings.Cut(started, " degraded=")
+	deg = strings.TrimPrefix(deg, `"`)
+	deg, _, _ = strings.Cut(deg, "]")
+	deg = strings.TrimPrefix(deg, "[")
+	cpus, err := progstats.PossibleCPUs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := misswatch.New(misswatch.Options{CPUs: cpus})
+	if err == nil {
+		w.Close()
+		return strings.TrimSpace(deg)
+	}
+	if errors.Is(err, ebpf.ErrNotSupported) {
+		t.Logf("the host kernel refuses the miss watcher to the test process too: %v", err)
+		deg = strings.Replace(deg, "miss watch: "+err.Error()+": every miss is unexplained", "", 1)
+	}
+	return strings.TrimSpace(deg)
 }
