@@ -3,7 +3,6 @@ package api
 import (
 	"net/http"
 	"net/url"
-	"strconv"
 	"sync"
 	"time"
 
@@ -84,19 +83,14 @@ type MissList struct {
 }
 
 func (s *Server) getMisses(w http.ResponseWriter, r *http.Request, q url.Values) {
-	var progID uint64
-	if v := q.Get("prog_id"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 32)
-		if err != nil || n == 0 {
-			writeError(w, http.StatusBadRequest, "prog_id=%q: want a decimal number from 1 to 4294967295", v)
-			return
-		}
-		progID = n
+	progID, ok := progIDParam(w, q)
+	if !ok {
+		return
 	}
 	snap := s.snapshot(w)
 	if snap == nil {
 		return
 	}
 	s.misses.record(snap)
-	writeJSON(w, r, q, MissList{Seq: snap.Seq, Time: snap.Time, Watch: snap.MissWatch, Misses: s.misses.recent(uint32(progID))})
+	writeJSON(w, r, q, MissList{Seq: snap.Seq, Time: snap.Time, Watch: snap.MissWatch, Misses: s.misses.recent(progID)})
 }

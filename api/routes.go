@@ -295,14 +295,11 @@ func (s *Server) getMaps(w http.ResponseWriter, r *http.Request, q url.Values) {
 		writeError(w, http.StatusBadRequest, "sort=%q: want one of %s", f.Sort, strings.Join(mapSortNames, ", "))
 		return
 	}
-	if v := q.Get("prog_id"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 32)
-		if err != nil || n == 0 {
-			writeError(w, http.StatusBadRequest, "prog_id=%q: want a decimal number from 1 to 4294967295", v)
-			return
-		}
-		f.ProgID = uint32(n)
+	progID, ok := progIDParam(w, q)
+	if !ok {
+		return
 	}
+	f.ProgID = progID
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
@@ -335,14 +332,9 @@ func (s *Server) getEpisodes(w http.ResponseWriter, r *http.Request, q url.Value
 		}
 		open = &b
 	}
-	var progID uint64
-	if v := q.Get("prog_id"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 32)
-		if err != nil || n == 0 {
-			writeError(w, http.StatusBadRequest, "prog_id=%q: want a decimal number from 1 to 4294967295", v)
-			return
-		}
-		progID = n
+	progID, ok := progIDParam(w, q)
+	if !ok {
+		return
 	}
 	source := q.Get("source")
 	if source != "" && source != agent.SourceRecursionMisses && source != agent.SourceLinkMissed {
@@ -355,7 +347,7 @@ func (s *Server) getEpisodes(w http.ResponseWriter, r *http.Request, q url.Value
 	}
 	out := EpisodeList{Seq: snap.Seq, Time: snap.Time, Episodes: []agent.Episode{}}
 	for _, e := range snap.Episodes {
-		if (open == nil || e.Open == *open) && (progID == 0 || uint64(e.ProgID) == progID) && (source == "" || e.Source == source) {
+		if (open == nil || e.Open == *open) && (progID == 0 || e.ProgID == progID) && (source == "" || e.Source == source) {
 			out.Episodes = append(out.Episodes, e)
 		}
 	}
@@ -418,6 +410,21 @@ func orEmpty[T any](s []T) []T {
 // Error is the body of every non-2xx answer.
 type Error struct {
 	Error string `json:"error"`
+}
+
+// progIDParam reads the optional prog_id parameter (0 when absent); a
+// malformed one is answered with 400 and ok false.
+func progIDParam(w http.ResponseWriter, q url.Values) (id uint32, ok bool) {
+	v := q.Get("prog_id")
+	if v == "" {
+		return 0, true
+	}
+	n, err := strconv.ParseUint(v, 10, 32)
+	if err != nil || n == 0 {
+		writeError(w, http.StatusBadRequest, "prog_id=%q: want a decimal number from 1 to 4294967295", v)
+		return 0, false
+	}
+	return uint32(n), true
 }
 
 func writeError(w http.ResponseWriter, code int, format string, args ...any) {
