@@ -400,8 +400,7 @@ func (a *Agent) missCauses(e, old *ProgramStat, misses uint64) []MissSample {
 	if e.RecursionMisses != nil {
 		// What the agent did not see (before it started, or before the
 		// program's first explained miss) is unexplained.
-		known := c.Recursion + c.Interrupt + c.Preempted + c.Nested
-		c.Unexplained = prog.Sub(*e.RecursionMisses, known)
+		c = FitCauses(c, *e.RecursionMisses)
 	}
 	e.MissCauses = &c
 	return samples
