@@ -79,6 +79,9 @@ func newMissWatch(cfg *Config, cpus int) *missWatch {
 func (m *missWatch) drain(fill func(*Owner)) {
 	m.recent = m.recent[:0]
 	clear(m.spent)
+	// A sample no counted miss took by now was of a miss an earlier read
+	// counted (explain keeps none past its scan): only this drain's count.
+	clear(m.pending)
 	if m.w == nil {
 		return
 	}
@@ -92,6 +95,13 @@ func (m *missWatch) drain(fill func(*Owner)) {
 		}
 	}
 	m.samples += uint64(len(raw))
+	// Every new address of the drain named in one pass over kallsyms
+	// (Frames below then finds them all known).
+	var addrs []uint64
+	for _, s := range raw {
+		addrs = append(addrs, s.Stack...)
+	}
+	m.syms.Resolve(addrs)
 	comms := map[int]Owner{}
 	for _, s := range raw {
 		wp := m.watched[s.ProgID]
