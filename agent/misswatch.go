@@ -316,6 +316,18 @@ func guardOf(p *Program) misswatch.Guard {
 	return misswatch.GuardProg
 }
 
+// Watch names the programs to watch from the next scan on, before those
+// with episodes (Config.WatchPrograms for a caller that learns the ids
+// from a scan, as `bpfleet misses PROG...` does). Nothing without
+// Config.WatchMisses.
+func (a *Agent) Watch(ids []uint32) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.mw != nil {
+		a.mw.explicit = append([]uint32(nil), ids...)
+	}
+}
+
 // state is the watcher's part of a snapshot.
 func (m *missWatch) state() MissWatch {
 	s := MissWatch{Available: m.w != nil, Reason: m.reason, Slots: m.slots, Budget: m.budget,

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -87,31 +88,30 @@ reads a running agent's /v1/misses instead.`,
 }
 
 // missAgent builds the local agent with the watcher armed: on the programs
-// PROG... picks (found by a first scan), else on those that miss.
+// PROG... picks (found by its first scan), else on those that miss.
 func missAgent(ctx context.Context, c config.Misses) (*watchingAgent, error) {
 	cfg := agentConfig(c.Scan)
 	cfg.Maps = false // misses need no maps
-	if len(c.Programs) > 0 {
-		a, err := newAgent(cfg)
-		if err != nil {
-			return nil, err
-		}
-		s, err := a.Scan(ctx)
-		a.Close()
-		if err != nil {
-			return nil, fmt.Errorf("finding the programs to watch: %w", err)
-		}
-		cfg.WatchPrograms = agent.SelectPrograms(c.Programs, s.Programs)
-		if len(cfg.WatchPrograms) == 0 {
-			return nil, fmt.Errorf("no program matches %s", strings.Join(c.Programs, " "))
-		}
-	}
-	cfg.WatchMisses, cfg.MissBudget = true, agent.DefaultMissBudget
+	cfg.WatchMisses = true
 	a, err := newAgent(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &watchingAgent{Agent: a, ids: cfg.WatchPrograms}, nil
+	w := &watchingAgent{Agent: a}
+	if len(c.Programs) > 0 {
+		s, err := a.Scan(ctx)
+		if err != nil {
+			a.Close()
+			return nil, fmt.Errorf("finding the programs to watch: %w", err)
+		}
+		w.ids = agent.SelectPrograms(c.Programs, s.Programs)
+		if len(w.ids) == 0 {
+			a.Close()
+			return nil, fmt.Errorf("no program matches %s", strings.Join(c.Programs, " "))
+		}
+		a.Watch(w.ids)
+	}
+	return w, nil
 }
 
 // watchingAgent is the local agent and the programs PROG... picked.
@@ -131,11 +131,16 @@ func localMisses(a *watchingAgent, chosen bool) missSource {
 		}
 		b := missBatch{watch: s.MissWatch, misses: s.Misses, snap: s}
 		if chosen {
-			b.misses = onlyPrograms(b.misses, a.ids)
+			b.misses = nil
+			for _, m := range s.Misses {
+				if slices.Contains(a.ids, m.ProgID) {
+					b.misses = append(b.misses, m)
+				}
+			}
 			only := *s
 			only.Programs = nil
 			for _, p := range s.Programs {
-				if len(onlyIDs(p.ID, a.ids)) > 0 {
+				if slices.Contains(a.ids, p.ID) {
 					only.Programs = append(only.Programs, p)
 				}
 			}
@@ -143,28 +148,6 @@ func localMisses(a *watchingAgent, chosen bool) missSource {
 		}
 		return b, nil
 	}
-}
-
-func onlyIDs(id uint32, ids []uint32) []uint32 {
-	for _, x := range ids {
-		if x == id {
-			return []uint32{x}
-		}
-	}
-	return nil
-}
-
-func onlyPrograms(ms []agent.MissSample, ids []uint32) []agent.MissSample {
-	var out []agent.MissSample
-	for _, m := range ms {
-		for _, id := range ids {
-			if m.ProgID == id {
-				out = append(out, m)
-				break
-			}
-		}
-	}
-	return out
 }
 
 // runMisses prints the watcher's state once, then each interval's misses.
