@@ -169,17 +169,11 @@ func (w *Watcher) learn() (uint64, error) {
 	return probe, nil
 }
 
-// Counter is the address of CPU cpu's copy of the miss counter of the
+// counter is the address of CPU cpu's copy of the miss counter of the
 // program whose prog->stats is stats.
-func (w *Watcher) Counter(stats uint64, cpu int) uint64 {
+func (w *Watcher) counter(stats uint64, cpu int) uint64 {
 	return stats + w.offs[cpu] + w.missesOff
 }
-
-// Budget is the samples each event may take between two Drains.
-func (w *Watcher) Budget() int { return w.opts.Budget }
-
-// Watched says whether a program is armed.
-func (w *Watcher) Watched(id uint32) bool { return w.progs[id] != nil }
 
 // Arm watches the program whose prog->stats (the raw __percpu address, from
 // the bpf_prog iterator) is stats, on every online CPU. ErrNoSlot: a CPU
@@ -193,7 +187,8 @@ func (w *Watcher) Arm(id uint32, stats uint64) error {
 	}
 	wt := &watch{id: id}
 	for cpu := range w.opts.CPUs {
-		fd, err := openBreakpoint(w.Counter(stats, cpu), cpu, w.opts.MaxStack)
+		addr := w.counter(stats, cpu)
+		fd, err := openBreakpoint(addr, cpu, w.opts.MaxStack)
 		if errors.Is(err, unix.ENODEV) || errors.Is(err, unix.ENXIO) {
 			continue // an offline CPU runs nothing
 		}
@@ -204,7 +199,7 @@ func (w *Watcher) Arm(id uint32, stats uint64) error {
 			}
 			return fmt.Errorf("watching program %d's miss counter on CPU %d: %w", id, cpu, err)
 		}
-		ev := &event{fd: fd, cpu: cpu, addr: w.Counter(stats, cpu)}
+		ev := &event{fd: fd, cpu: cpu, addr: addr}
 		wt.events = append(wt.events, ev)
 		if err := w.start(ev); err != nil {
 			wt.close()
@@ -221,15 +216,6 @@ func (w *Watcher) Disarm(id uint32) {
 		wt.close()
 		delete(w.progs, id)
 	}
-}
-
-// Armed lists the watched programs.
-func (w *Watcher) Armed() []uint32 {
-	ids := make([]uint32, 0, len(w.progs))
-	for id := range w.progs {
-		ids = append(ids, id)
-	}
-	return ids
 }
 
 // Close disarms every program.
