@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bpfleet/bpfleet/agent/internal/reader"
+	"github.com/bpfleet/bpfleet/agent/owners"
 	"github.com/bpfleet/bpfleet/internal/sysfile"
 	"github.com/bpfleet/bpfleet/probes/misswatch"
 )
@@ -141,32 +142,15 @@ func (m *missWatch) task(pid, tid int, fill func(*Owner)) Owner {
 		o.Comm = strings.TrimSpace(string(b))
 	}
 	if b, err := sysfile.Read(base + "/cgroup"); err == nil {
-		o.Cgroup = cgroupPath(b)
+		// The path that names the container, as the owner walk finds
+		// it (a hybrid host's v1 hierarchies included).
+		_, o.Cgroup = owners.ContainerOf(owners.ParseProcCgroup(b))
 		o.FillFromCgroup()
 		if fill != nil {
 			fill(&o)
 		}
 	}
 	return o
-}
-
-// cgroupPath is the path of a task's cgroup from /proc/PID/cgroup: the
-// unified hierarchy's ("0::/path"), else the first controller's.
-func cgroupPath(b []byte) string {
-	var first string
-	for line := range strings.Lines(string(b)) {
-		parts := strings.SplitN(strings.TrimSpace(line), ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		if parts[0] == "0" {
-			return parts[2]
-		}
-		if first == "" {
-			first = parts[2]
-		}
-	}
-	return first
 }
 
 // stackNames names a stack's frames: the symbol, the program's own frames
