@@ -1,8 +1,11 @@
 package agent
 
 import (
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/bpfleet/bpfleet/probes/misswatch"
 )
 
 // TestMissCauses: an interval's misses are split by the samples the
@@ -85,5 +88,21 @@ func TestEpisodeCauses(t *testing.T) {
 	// The first snapshot's episode is not written by the second interval.
 	if first.Contexts[ContextHardirq] != 0 || len(first.Tasks) != 1 || first.Tasks[0].Misses != 2 {
 		t.Errorf("an earlier snapshot's episode changed: %+v", first)
+	}
+}
+
+// TestWatcherNamesAgentCauses: the watcher (a leaf probe, which cannot
+// import the agent) names causes and contexts with the agent's words; a
+// name the agent does not know would count its misses as unexplained.
+func TestWatcherNamesAgentCauses(t *testing.T) {
+	for _, c := range []string{misswatch.CauseRecursion, misswatch.CauseInterrupt, misswatch.CausePreempted, misswatch.CauseNested} {
+		if !slices.Contains(Causes[:], c) || c == CauseUnexplained {
+			t.Errorf("the watcher's cause %q is not an explained agent cause", c)
+		}
+	}
+	for w, a := range map[string]string{misswatch.ContextTask: ContextTask, misswatch.ContextSoftirq: ContextSoftirq, misswatch.ContextHardirq: ContextHardirq, misswatch.ContextNMI: ContextNMI} {
+		if w != a {
+			t.Errorf("the watcher's context %q, the agent's %q", w, a)
+		}
 	}
 }
