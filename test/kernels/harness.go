@@ -404,8 +404,10 @@ func parseConsole(log []byte, o *Options) ([]Outcome, map[string]string, error) 
 	return outs, metrics, errors.Join(errs...)
 }
 
-// metricRe matches what ktest logs for cross-kernel comparison.
-var metricRe = regexp.MustCompile(`\bmetric ([A-Za-z0-9_.]+)=(\S+)`)
+// metricRe matches what ktest logs for cross-kernel comparison: "metric"
+// for a count the kernels must agree on, "measure" for a timing or a ratio
+// of timings, shown beside them (as "~value") but never compared.
+var metricRe = regexp.MustCompile(`\b(metric|measure) ([A-Za-z0-9_.]+)=(\S+)`)
 
 type testEvent struct {
 	Action string
@@ -442,7 +444,10 @@ func testOutcomes(s *segment, metrics map[string]string) ([]Outcome, error) {
 			}
 		case "output":
 			if m := metricRe.FindStringSubmatch(ev.Output); m != nil {
-				metrics[m[1]] = m[2]
+				metrics[m[2]] = m[3]
+				if m[1] == "measure" {
+					metrics[m[2]] = "~" + m[3]
+				}
 			}
 			if t := strings.TrimSpace(ev.Output); t != "" && !strings.HasPrefix(t, "=== ") && !strings.HasPrefix(t, "--- ") && !metricRe.MatchString(t) {
 				outputs[ev.Test] = append(outputs[ev.Test], t)

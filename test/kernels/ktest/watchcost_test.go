@@ -1,6 +1,7 @@
 package ktest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -79,6 +80,13 @@ func scanOnce(t *testing.T, a *agent.Agent) *agent.Snapshot {
 	return s
 }
 
+// measure logs a timing or a ratio of timings for the matrix table,
+// shown beside the metrics but never held equal across kernels.
+func measure(t *testing.T, name string, v any) {
+	t.Helper()
+	t.Logf("measure %s=%v", name, v)
+}
+
 // processCPU is the CPU time the test process has used, user and system.
 func processCPU(t *testing.T) time.Duration {
 	t.Helper()
@@ -89,7 +97,7 @@ func processCPU(t *testing.T) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func median(d []time.Duration) time.Duration {
+func median[T cmp.Ordered](d []T) T {
 	s := slices.Clone(d)
 	slices.Sort(s)
 	return s[len(s)/2]
@@ -139,6 +147,7 @@ func TestWatchCostIdle(t *testing.T) {
 	const rounds, deletes = 45, 200
 	agents := []*agent.Agent{off, idle, on}
 	scanCPU := make([][]time.Duration, len(agents))
+	scanBytes := make([][]uint64, len(agents))
 	var offRun, onRun, offNs, onNs []time.Duration
 	// timeRuns is the wall time per delete of the outer map, each running
 	// the program once, and the kernel's run time per run where stats
@@ -158,9 +167,16 @@ func TestWatchCostIdle(t *testing.T) {
 		deleteN(t, objs.Outer, deletes)
 		for k := range agents {
 			j := (i + k) % len(agents)
+			// Each scan starts on a collected heap, so that no agent's
+			// scan pays for another's garbage.
+			runtime.GC()
+			var m0, m1 runtime.MemStats
+			runtime.ReadMemStats(&m0)
 			c := processCPU(t)
 			s := scanOnce(t, agents[j])
 			scanCPU[j] = append(scanCPU[j], processCPU(t)-c)
+			runtime.ReadMemStats(&m1)
+			scanBytes[j] = append(scanBytes[j], m1.TotalAlloc-m0.TotalAlloc)
 			if agents[j] == on {
 				last = s
 			}
@@ -194,13 +210,22 @@ func TestWatchCostIdle(t *testing.T) {
 	base := median(scanCPU[0])
 	t.Logf("agent CPU per scan (median of %d): no watcher %v, watcher with nothing to watch %v, watching a quiet program %v",
 		rounds, base, median(scanCPU[1]), median(scanCPU[2]))
+	t.Logf("bytes allocated per scan (median): no watcher %d, watcher with nothing to watch %d, watching a quiet program %d",
+		median(scanBytes[0]), median(scanBytes[1]), median(scanBytes[2]))
+	// Allocation is the one figure here that timing noise does not
+	// move: a watcher that does nothing must allocate nothing, and one
+	// watching a quiet program only its entry in the snapshot's list.
+	if none, idle, watching := median(scanBytes[0]), median(scanBytes[1]), median(scanBytes[2]); idle > none+256 || watching > none+1024 {
+		t.Errorf("bytes allocated per scan: no watcher %d, watcher with nothing to watch %d (want at most +256), watching a quiet program %d (want at most +1024)",
+			none, idle, watching)
+	}
 	t.Logf("delete with the program's counter watched %v, unwatched %v", median(onRun), median(offRun))
-	metric(t, "watchcost.idle.scan_cpu_idle_watcher_over_none", ratio(median(scanCPU[1]), base))
-	metric(t, "watchcost.idle.scan_cpu_watching_over_none", ratio(median(scanCPU[2]), base))
-	metric(t, "watchcost.idle.delete_watched_over_unwatched", ratio(median(onRun), median(offRun)))
+	measure(t, "watchcost.idle.scan_cpu_idle_watcher_over_none", ratio(median(scanCPU[1]), base))
+	measure(t, "watchcost.idle.scan_cpu_watching_over_none", ratio(median(scanCPU[2]), base))
+	measure(t, "watchcost.idle.delete_watched_over_unwatched", ratio(median(onRun), median(offRun)))
 	if len(onNs) > 0 && len(offNs) > 0 {
 		t.Logf("the program's own run time (kernel stats, median): watched %v, unwatched %v", median(onNs), median(offNs))
-		metric(t, "watchcost.idle.run_ns_watched_over_unwatched", ratio(median(onNs), median(offNs)))
+		measure(t, "watchcost.idle.run_ns_watched_over_unwatched", ratio(median(onNs), median(offNs)))
 	}
 }
 
@@ -307,7 +332,7 @@ func TestWatchStorm(t *testing.T) {
 	}
 	t.Logf("storm without the watcher: %d deletes in %v; agent CPU for an idle scan %v; one read of /proc/kallsyms %v",
 		plainDeletes, window, idle, processCPU(t)-c)
-	metric(t, "watchcost.storm.misses_per_s_watched_over_unwatched", fmt.Sprintf("%.2f", float64(watchedDeletes)/float64(plainDeletes)))
-	metric(t, "watchcost.storm.scan_cpu_first_over_idle", ratio(firstScan, idle))
-	metric(t, "watchcost.storm.scan_cpu_second_over_idle", ratio(secondScan, idle))
+	measure(t, "watchcost.storm.misses_per_s_watched_over_unwatched", fmt.Sprintf("%.2f", float64(watchedDeletes)/float64(plainDeletes)))
+	measure(t, "watchcost.storm.scan_cpu_first_over_idle", ratio(firstScan, idle))
+	measure(t, "watchcost.storm.scan_cpu_second_over_idle", ratio(secondScan, idle))
 }
