@@ -45,9 +45,11 @@ func TestGuestMissCauses(t *testing.T) {
 
 	// The harness fetches the kernel through its cache (BPFLEET_CACHE, as
 	// the matrix does), builds the guest's test and agent, and boots it.
+	// A healthy boot takes under a minute; 3 min each bounds the harness's
+	// retries of a guest that died with no test failing.
 	start := time.Now()
 	cmd := exec.Command("go", "run", "./test/kernels", "-kernels", guestEntry,
-		"-packages", "./test/kernels/exportcauses", "-cmd", "none", "-agent", "-net", "-timeout", "5m",
+		"-packages", "./test/kernels/exportcauses", "-cmd", "none", "-agent", "-net", "-timeout", "3m",
 		"-work", t.TempDir(),
 		"-env", exportcauses.MetricsEnv+"="+metricsURL, "-env", exportcauses.TracesEnv+"="+tracesURL)
 	cmd.Dir = "../.."
