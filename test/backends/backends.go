@@ -459,7 +459,10 @@ type Span struct {
 	Duration      time.Duration
 	Tags          map[string]any
 	Events        int
-	Process       map[string]any
+	// EventAttrs are the events' attributes (Jaeger's log fields; the
+	// event's name under "event"), in the span's order.
+	EventAttrs []map[string]any
+	Process    map[string]any
 }
 
 // Spans returns the spans of service's traces that carry every given tag
@@ -487,8 +490,10 @@ func (j *Jaeger) Spans(ctx context.Context, service string, tags map[string]stri
 				StartTime     int64  `json:"startTime"` // µs
 				Duration      int64  `json:"duration"`  // µs
 				Tags          []kv   `json:"tags"`
-				Logs          []any  `json:"logs"`
-				ProcessID     string `json:"processID"`
+				Logs          []struct {
+					Fields []kv `json:"fields"`
+				} `json:"logs"`
+				ProcessID string `json:"processID"`
 			} `json:"spans"`
 			Processes map[string]struct {
 				ServiceName string `json:"serviceName"`
@@ -514,6 +519,13 @@ func (j *Jaeger) Spans(ctx context.Context, service string, tags map[string]stri
 				Tags: map[string]any{}, Events: len(s.Logs), Process: map[string]any{}}
 			for _, t := range s.Tags {
 				sp.Tags[t.Key] = t.Value
+			}
+			for _, l := range s.Logs {
+				ev := map[string]any{}
+				for _, f := range l.Fields {
+					ev[f.Key] = f.Value
+				}
+				sp.EventAttrs = append(sp.EventAttrs, ev)
 			}
 			proc := tr.Processes[s.ProcessID]
 			sp.Process["service.name"] = proc.ServiceName

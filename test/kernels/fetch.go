@@ -28,7 +28,23 @@ type Kernel struct {
 	Version string // Debian version of Package
 	Image   string // path of the bootable image
 	Cached  bool   // true when nothing was downloaded
+	// NetModules are the guest's NIC modules, in load order, as the
+	// package ships them (compressed: the kernel decompresses them); set
+	// only when networking was asked for (FetchKernel's net).
+	NetModules []string
+	abi        string // the kernel's ABI name, e.g. 7.2.13+deb14-amd64
 }
+
+// netModules are the modules, in load order (each depends on the one
+// before), that give a guest a virtio-net NIC: Debian builds them as
+// modules, and the packages ship no modules.dep to read the order from.
+var netModules = []string{"failover", "net_failover", "virtio_net"}
+
+// netModulesList names, in the kernel's cache directory, the file listing
+// the fetched NIC modules in load order. It is written last, so a
+// directory without it (an older cache, an interrupted fetch) has its
+// modules fetched again.
+const netModulesList = "net/modules"
 
 // cacheDir is where everything downloaded is kept between runs.
 func cacheDir() string {
@@ -133,34 +149,62 @@ var dependsRe = regexp.MustCompile(`(?m)^\s*Depends: (linux-image-\S+)$`)
 // to: the metapackage depends on linux-image-<abi>; its unsigned image is
 // linux-binary-unsigned-<abi> (sid, trixie-backports era) or
 // linux-image-<abi>-unsigned (bookworm, trixie).
-func (a *aptEnv) resolve(meta string) (pkg, version string, err error) {
+func (a *aptEnv) resolve(meta string) (pkg, version, abi string, err error) {
 	out, err := a.run(a.dir, "apt-cache", "depends", meta)
 	if err != nil {
-		return "", "", fmt.Errorf("resolving %s: %w", meta, err)
+		return "", "", "", fmt.Errorf("resolving %s: %w", meta, err)
 	}
 	m := dependsRe.FindSubmatch(out)
 	if m == nil {
-		return "", "", fmt.Errorf("resolving %s: no linux-image dependency in %q", meta, out)
+		return "", "", "", fmt.Errorf("resolving %s: no linux-image dependency in %q", meta, out)
 	}
-	abi := strings.TrimPrefix(string(m[1]), "linux-image-")
+	abi = strings.TrimPrefix(string(m[1]), "linux-image-")
 	for _, cand := range []string{"linux-binary-unsigned-" + abi, "linux-image-" + abi + "-unsigned"} {
-		out, err := a.run(a.dir, "apt-cache", "show", "--no-all-versions", cand)
-		if err != nil {
-			continue
-		}
-		sc := bufio.NewScanner(bytes.NewReader(out))
-		for sc.Scan() {
-			if v, ok := strings.CutPrefix(sc.Text(), "Version: "); ok {
-				return cand, v, nil
-			}
+		if v, ok := a.version(cand); ok {
+			return cand, v, abi, nil
 		}
 	}
-	return "", "", fmt.Errorf("resolving %s: no unsigned image package for ABI %s", meta, abi)
+	return "", "", "", fmt.Errorf("resolving %s: no unsigned image package for ABI %s", meta, abi)
+}
+
+// version is the candidate version of pkg, false when apt knows no such
+// package.
+func (a *aptEnv) version(pkg string) (string, bool) {
+	out, err := a.run(a.dir, "apt-cache", "show", "--no-all-versions", pkg)
+	if err != nil {
+		return "", false
+	}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "Version: "); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// download fetches pkg=version into a fresh temporary directory and
+// returns the .deb; the caller removes the directory.
+func (a *aptEnv) download(pkg, version string) (deb, tmp string, err error) {
+	tmp, err = os.MkdirTemp(filepath.Join(cacheDir(), "apt"), "download-")
+	if err != nil {
+		return "", "", fmt.Errorf("creating download dir: %w", err)
+	}
+	if _, err := a.run(tmp, "apt-get", "-q", "download", pkg+"="+version); err != nil {
+		return "", tmp, fmt.Errorf("downloading %s: %w", pkg, err)
+	}
+	debs, _ := filepath.Glob(filepath.Join(tmp, "*.deb"))
+	if len(debs) != 1 {
+		return "", tmp, fmt.Errorf("downloading %s: expected one .deb, found %d", pkg, len(debs))
+	}
+	return debs[0], tmp, nil
 }
 
 // FetchKernel resolves the entry's newest kernel and returns its image,
-// downloading and extracting it only when it is not cached yet.
-func FetchKernel(e Entry, logf func(string, ...any)) (*Kernel, error) {
+// downloading and extracting it only when it is not cached yet. With net,
+// it also returns the guest's NIC modules (Kernel.NetModules), fetched the
+// same way.
+func FetchKernel(e Entry, net bool, logf func(string, ...any)) (*Kernel, error) {
 	apt, err := newAptEnv(e.Suite, e.Arch)
 	if err != nil {
 		return nil, err
@@ -168,43 +212,116 @@ func FetchKernel(e Entry, logf func(string, ...any)) (*Kernel, error) {
 	if err := apt.update(); err != nil {
 		return nil, err
 	}
-	pkg, ver, err := apt.resolve(e.Meta)
+	pkg, ver, abi, err := apt.resolve(e.Meta)
 	if err != nil {
 		return nil, err
 	}
-	k := &Kernel{Package: pkg, Version: ver}
+	k := &Kernel{Package: pkg, Version: ver, abi: abi}
 	dir := filepath.Join(cacheDir(), e.Name, pkg+"_"+ver)
 	k.Image = filepath.Join(dir, "vmlinuz")
 	if _, err := os.Stat(k.Image); err == nil {
 		k.Cached = true
-		return k, nil
+	} else if err := fetchImage(apt, e, k, dir, logf); err != nil {
+		return nil, err
 	}
-	logf("%s: downloading %s %s", e.Name, pkg, ver)
-	tmp, err := os.MkdirTemp(filepath.Join(cacheDir(), "apt"), "download-")
-	if err != nil {
-		return nil, fmt.Errorf("creating download dir: %w", err)
+	if net {
+		if k.NetModules, err = fetchNetModules(apt, e, k, dir, logf); err != nil {
+			return nil, err
+		}
 	}
-	defer os.RemoveAll(tmp)
-	if _, err := apt.run(tmp, "apt-get", "-q", "download", pkg+"="+ver); err != nil {
-		return nil, fmt.Errorf("downloading %s: %w", pkg, err)
-	}
-	debs, _ := filepath.Glob(filepath.Join(tmp, "*.deb"))
-	if len(debs) != 1 {
-		return nil, fmt.Errorf("downloading %s: expected one .deb, found %d", pkg, len(debs))
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("creating kernel dir: %w", err)
-	}
-	if err := extractImage(debs[0], k.Image+".tmp", e.Arch); err != nil {
-		return nil, fmt.Errorf("extracting kernel from %s: %w", debs[0], err)
-	}
-	return k, os.Rename(k.Image+".tmp", k.Image)
+	return k, nil
 }
 
-// extractImage copies the kernel image out of a .deb. On arm64 Debian ships
-// vmlinuz as a gzip'd Image, which qemu's -kernel takes as it is on recent
-// versions but not on all: store it uncompressed so every qemu boots it.
-func extractImage(deb, dst, arch string) error {
+func fetchImage(apt *aptEnv, e Entry, k *Kernel, dir string, logf func(string, ...any)) error {
+	logf("%s: downloading %s %s", e.Name, k.Package, k.Version)
+	deb, tmp, err := apt.download(k.Package, k.Version)
+	defer os.RemoveAll(tmp)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("creating kernel dir: %w", err)
+	}
+	if err := extractImage(deb, k.Image+".tmp", e.Arch); err != nil {
+		return fmt.Errorf("extracting kernel from %s: %w", deb, err)
+	}
+	return os.Rename(k.Image+".tmp", k.Image)
+}
+
+// fetchNetModules returns the cached NIC modules of the kernel, extracting
+// them first from the package that ships the kernel's modules: its own
+// linux-modules-<abi> where Debian splits them out (sid), else the image
+// package itself (bookworm, trixie). A module the package lacks is built
+// into the kernel (vminit finds no eth0 if it is not).
+func fetchNetModules(apt *aptEnv, e Entry, k *Kernel, dir string, logf func(string, ...any)) ([]string, error) {
+	list := filepath.Join(dir, netModulesList)
+	if b, err := os.ReadFile(list); err == nil {
+		var paths []string
+		for _, name := range strings.Fields(string(b)) {
+			paths = append(paths, filepath.Join(dir, "net", name))
+		}
+		return paths, nil
+	}
+	pkg, ver := "linux-modules-"+k.abi, ""
+	if v, ok := apt.version(pkg); ok {
+		ver = v
+	} else {
+		pkg, ver = k.Package, k.Version
+	}
+	logf("%s: downloading %s %s for the guest's NIC modules", e.Name, pkg, ver)
+	deb, tmp, err := apt.download(pkg, ver)
+	defer os.RemoveAll(tmp)
+	if err != nil {
+		return nil, err
+	}
+	netDir := filepath.Join(dir, "net")
+	if err := os.MkdirAll(netDir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating modules dir: %w", err)
+	}
+	found, err := extractModules(deb, netDir, netModules)
+	if err != nil {
+		return nil, fmt.Errorf("extracting NIC modules from %s: %w", deb, err)
+	}
+	var names, paths []string
+	for _, m := range netModules {
+		if f, ok := found[m]; ok {
+			names = append(names, f)
+			paths = append(paths, filepath.Join(netDir, f))
+		}
+	}
+	if err := os.WriteFile(list+".tmp", []byte(strings.Join(names, "\n")+"\n"), 0o644); err != nil {
+		return nil, err
+	}
+	return paths, os.Rename(list+".tmp", list)
+}
+
+// extractModules copies the named modules (name.ko, possibly compressed:
+// .ko.xz, .ko.zst, .ko.gz) out of a .deb into dir as they are, and returns
+// the file name each was written under.
+func extractModules(deb, dir string, names []string) (map[string]string, error) {
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	found := map[string]string{}
+	err := walkDeb(deb, func(h *tar.Header, r io.Reader) (bool, error) {
+		base := filepath.Base(h.Name)
+		name, _, ok := strings.Cut(base, ".ko")
+		if !ok || !want[name] || found[name] != "" {
+			return false, nil
+		}
+		if err := writeFile(filepath.Join(dir, base), r); err != nil {
+			return false, err
+		}
+		found[name] = base
+		return len(found) == len(want), nil
+	})
+	return found, err
+}
+
+// walkDeb calls f with each regular file of a .deb's data until f says it
+// is done or the archive ends.
+func walkDeb(deb string, f func(*tar.Header, io.Reader) (done bool, err error)) error {
 	cmd := exec.Command("dpkg-deb", "--fsys-tarfile", deb)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -215,40 +332,65 @@ func extractImage(deb, dst, arch string) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("running dpkg-deb: %w", err)
 	}
-	defer cmd.Wait()
+	defer func() {
+		io.Copy(io.Discard, stdout) // let dpkg-deb finish cleanly
+		cmd.Wait()
+	}()
 	tr := tar.NewReader(stdout)
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return fmt.Errorf("no vmlinuz in package (dpkg-deb: %s)", strings.TrimSpace(stderr.String()))
+			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("reading package data: %w", err)
+			return fmt.Errorf("reading package data (dpkg-deb: %s): %w", strings.TrimSpace(stderr.String()), err)
 		}
-		if h.Typeflag != tar.TypeReg || !strings.HasPrefix(filepath.Base(h.Name), "vmlinuz") {
+		if h.Typeflag != tar.TypeReg {
 			continue
 		}
-		var r io.Reader = tr
-		br := bufio.NewReader(tr)
+		if done, err := f(h, tr); done || err != nil {
+			return err
+		}
+	}
+}
+
+func writeFile(dst string, r io.Reader) error {
+	f, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, r); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", dst, err)
+	}
+	return f.Close()
+}
+
+// extractImage copies the kernel image out of a .deb. On arm64 Debian ships
+// vmlinuz as a gzip'd Image, which qemu's -kernel takes as it is on recent
+// versions but not on all: store it uncompressed so every qemu boots it.
+func extractImage(deb, dst, arch string) error {
+	written := false
+	err := walkDeb(deb, func(h *tar.Header, r io.Reader) (bool, error) {
+		if !strings.HasPrefix(filepath.Base(h.Name), "vmlinuz") {
+			return false, nil
+		}
+		br := bufio.NewReader(r)
 		r = br
 		if magic, _ := br.Peek(2); arch == "arm64" && bytes.Equal(magic, []byte{0x1f, 0x8b}) {
 			zr, err := gzip.NewReader(br)
 			if err != nil {
-				return fmt.Errorf("decompressing %s: %w", h.Name, err)
+				return false, fmt.Errorf("decompressing %s: %w", h.Name, err)
 			}
 			r = zr
 		}
-		f, err := os.Create(dst)
-		if err != nil {
-			return err
-		}
-		if _, err := io.Copy(f, r); err != nil {
-			f.Close()
-			return fmt.Errorf("writing %s: %w", dst, err)
-		}
-		io.Copy(io.Discard, stdout) // let dpkg-deb finish cleanly
-		return f.Close()
+		written = true
+		return true, writeFile(dst, r)
+	})
+	if err == nil && !written {
+		return errors.New("no vmlinuz in package")
 	}
+	return err
 }
 
 // hostMirrors returns the Debian archive and security mirrors this

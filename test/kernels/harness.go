@@ -33,8 +33,26 @@ type Options struct {
 	// hung and is stopped (default 2 min). The longest quiet stretch of a
 	// healthy run is a bench command's rounds, well under a minute.
 	Silence time.Duration
-	Logf    func(string, ...any)
+	// Net gives each guest a NIC on qemu's user-mode network: vminit
+	// loads the kernel's virtio-net modules and sets eth0 up, and the
+	// host's loopback is reachable at guestHostAddr (exporter/e2e's
+	// guest test sends the guest agent's exports to backends there).
+	Net bool
+	// Env is added to the environment of the tests and commands in the
+	// guest (KEY=value each).
+	Env []string
+	// Agent puts bpfleet in the guest (/bin/bpfleet) even with no
+	// Commands, for tests that run it.
+	Agent bool
+	Logf  func(string, ...any)
 }
+
+// The addresses of qemu's user-mode network (its defaults): the guest is
+// guestAddr/24, and the host's loopback answers at guestHostAddr.
+const (
+	guestAddr     = "10.0.2.15"
+	guestHostAddr = "10.0.2.2"
+)
 
 // Status of one test or command in one kernel.
 type Status string
@@ -153,22 +171,32 @@ func buildArch(o *Options, goarch string) (*initramfs, error) {
 		}
 		r.addFile("tests/"+filepath.Base(bin), bin, 0o755)
 	}
-	if len(o.Commands) > 0 {
+	if len(o.Commands) > 0 || o.Agent {
 		bin := filepath.Join(dir, "bpfleet")
 		if err := goBuild(root, goarch, "build", "-trimpath", "-o", bin, "./cmd/bpfleet"); err != nil {
 			return nil, err
 		}
 		r.addFile("bin/bpfleet", bin, 0o755)
+	}
+	if len(o.Commands) > 0 {
 		r.addData("bpfleet/commands", []byte(strings.Join(o.Commands, "\n")+"\n"), 0o644)
+	}
+	if len(o.Env) > 0 {
+		r.addData("bpfleet/env", []byte(strings.Join(o.Env, "\n")+"\n"), 0o644)
 	}
 	return r, nil
 }
 
 // qemuArgs is the command line booting the entry's kernel under TCG (KVM on
 // the CI machines dies on the guest's first cmpxchg16b).
-func qemuArgs(e Entry, kernel, initrd string, loglevel int) []string {
+func qemuArgs(e Entry, kernel, initrd string, loglevel int, net bool) []string {
 	common := []string{"-accel", "tcg,thread=multi", "-m", "1024", "-smp", "2",
 		"-nographic", "-no-reboot", "-kernel", kernel, "-initrd", initrd}
+	if net {
+		// User-mode networking needs no privileges or host set-up; a
+		// virtio NIC is what Debian's kernels drive on both machines.
+		common = append(common, "-nic", "user,model=virtio-net-pci")
+	}
 	// quiet loglevel=2 keeps all but emergency and alert messages (panics,
 	// Oops, BUG) from interleaving with the result stream, so a guest that
 	// dies says why; panic=-1 turns a panic into a reboot, which
@@ -189,7 +217,7 @@ func qemuArgs(e Entry, kernel, initrd string, loglevel int) []string {
 
 // boot runs qemu and copies the console to logPath, timing the phases.
 func boot(ctx context.Context, e Entry, kernel, initrd, logPath string, o *Options, res *Result) error {
-	args := qemuArgs(e, kernel, initrd, o.LogLevel)
+	args := qemuArgs(e, kernel, initrd, o.LogLevel, o.Net)
 	silenceLimit := o.Silence
 	if silenceLimit <= 0 {
 		silenceLimit = 2 * time.Minute
@@ -280,7 +308,7 @@ func boot(ctx context.Context, e Entry, kernel, initrd, logPath string, o *Optio
 func RunEntry(ctx context.Context, e Entry, o *Options, base *initramfs) *Result {
 	res := &Result{Entry: e}
 	t0 := time.Now()
-	k, err := FetchKernel(e, o.Logf)
+	k, err := FetchKernel(e, o.Net, o.Logf)
 	res.Fetch = time.Since(t0)
 	if err != nil {
 		res.Err = err
@@ -288,6 +316,9 @@ func RunEntry(ctx context.Context, e Entry, o *Options, base *initramfs) *Result
 	}
 	res.Kernel = k
 	base.addData("bpfleet/entry", []byte(e.Name+"\n"), 0o644)
+	if o.Net {
+		addNetModules(base, k.NetModules)
+	}
 	dir := filepath.Join(o.WorkDir, e.Name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		res.Err = err
@@ -311,6 +342,20 @@ func RunEntry(ctx context.Context, e Entry, o *Options, base *initramfs) *Result
 	res.Outcomes, res.Metrics, err = parseConsole(log, o)
 	res.Err = errors.Join(bootErr, err)
 	return res
+}
+
+// addNetModules puts the kernel's NIC modules in the initramfs, replacing
+// those of the arch's previous entry, and lists them for vminit in load
+// order with the addresses it gives eth0.
+func addNetModules(r *initramfs, mods []string) {
+	r.removeUnder("lib/modules")
+	var list []string
+	for _, m := range mods {
+		dst := "lib/modules/" + filepath.Base(m)
+		r.addFile(dst, m, 0o644)
+		list = append(list, "/"+dst)
+	}
+	r.addData("bpfleet/net", []byte(fmt.Sprintf("addr %s/24\nmodules %s\n", guestAddr, strings.Join(list, " "))), 0o644)
 }
 
 var (

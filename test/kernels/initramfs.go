@@ -60,6 +60,16 @@ func (r *initramfs) addData(dst string, data []byte, perm uint32) {
 	r.files[dst] = cpioFile{mode: sIFREG | perm, data: data}
 }
 
+// removeUnder drops dir's contents (the directory stays).
+func (r *initramfs) removeUnder(dir string) {
+	prefix := strings.Trim(dir, "/") + "/"
+	for n := range r.files {
+		if strings.HasPrefix(n, prefix) {
+			delete(r.files, n)
+		}
+	}
+}
+
 func (r *initramfs) writeFile(name string) error {
 	f, err := os.Create(name)
 	if err != nil {

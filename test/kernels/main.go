@@ -35,7 +35,7 @@ func (l *listFlag) String() string     { return strings.Join(*l, ", ") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 func main() {
-	var cmds listFlag
+	var cmds, env listFlag
 	kernels := flag.String("kernels", os.Getenv("KERNELS"), "comma separated entries to run (default: all)")
 	fetchOnly := flag.Bool("fetch-only", false, "only resolve and download the kernels")
 	timeout := flag.Duration("timeout", 8*time.Minute, "wall-clock limit of one boot")
@@ -43,6 +43,9 @@ func main() {
 	pkgs := flag.String("packages", "./test/kernels/ktest,./test/kernels/contention,./test/kernels/privilege,./probes/progiter,./probes/taskfile,./probes/profiler,./probes/progstats,./probes/linkstats,./probes/mapstats,./probes/internal/coreload,./probes/bpfevents,./probes/statstable,./probes/misswatch", "comma separated test packages to run in the VMs")
 	tags := flag.String("tags", "", "build tags for the test binaries (make bench passes bench)")
 	loglevel := flag.Int("loglevel", 2, "guest console loglevel (7 prints the stacks of soft lockups and warnings)")
+	net := flag.Bool("net", false, "give each guest a NIC on qemu's user-mode network (eth0 "+guestAddr+"/24; the host's loopback is "+guestHostAddr+")")
+	agent := flag.Bool("agent", false, "put bpfleet in the guest (/bin/bpfleet) even with -cmd none, for tests that run it")
+	flag.Var(&env, "env", "KEY=value added to the guest tests' and commands' environment (repeatable)")
 	flag.Var(&cmds, "cmd", "command run in every VM after the tests, e.g. 'bpfleet probe -o json' (repeatable; default: "+strings.Join(defaultCommands, ", ")+"; none: no commands)")
 	flag.Parse()
 
@@ -54,7 +57,7 @@ func main() {
 	}
 	if *fetchOnly {
 		for _, e := range entries {
-			k, err := FetchKernel(e, logf)
+			k, err := FetchKernel(e, *net, logf)
 			if err != nil {
 				logf("%s: %v", e.Name, err)
 				os.Exit(1)
@@ -70,7 +73,8 @@ func main() {
 			os.Exit(1)
 		}
 	}
-	o := &Options{Packages: strings.Split(*pkgs, ","), Commands: cmds, Timeout: *timeout, WorkDir: *work, Tags: *tags, LogLevel: *loglevel, Logf: logf}
+	o := &Options{Packages: strings.Split(*pkgs, ","), Commands: cmds, Timeout: *timeout, WorkDir: *work, Tags: *tags, LogLevel: *loglevel,
+		Net: *net, Env: env, Agent: *agent, Logf: logf}
 	if len(o.Commands) == 1 && o.Commands[0] == "none" {
 		o.Commands = nil
 	} else if len(o.Commands) == 0 {
@@ -102,7 +106,7 @@ func main() {
 func warnOldQEMU(entries []Entry, logf func(string, ...any)) {
 	seen := map[string]bool{}
 	for _, e := range entries {
-		bin := qemuArgs(e, "", "", 0)[0]
+		bin := qemuArgs(e, "", "", 0, false)[0]
 		if seen[bin] {
 			continue
 		}

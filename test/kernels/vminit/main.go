@@ -32,7 +32,11 @@ const (
 	testsGlob    = "/tests/*.test"
 	commandsFile = "/bpfleet/commands" // one command per line, fields split on spaces
 	entryFile    = "/bpfleet/entry"    // the matrix entry name
-	testTimeout  = "10m"
+	envFile      = "/bpfleet/env"      // KEY=value lines added to the environment
+	// netFile, present when the harness asked for networking: "addr
+	// A.B.C.D/N" for eth0 and "modules PATH..." to load first, in order.
+	netFile     = "/bpfleet/net"
+	testTimeout = "10m"
 )
 
 var console = os.Stdout
@@ -53,6 +57,16 @@ func main() {
 	env := []string{"PATH=/bin", "HOME=/", "TMPDIR=/tmp"}
 	if b, err := os.ReadFile(entryFile); err == nil {
 		env = append(env, "BPFLEET_KTEST_ENTRY="+strings.TrimSpace(string(b)))
+	}
+	if b, err := os.ReadFile(envFile); err == nil {
+		env = append(env, strings.Fields(string(b))...)
+	}
+	if b, err := os.ReadFile(netFile); err == nil {
+		// The tests that asked for a network fail on their own when it is
+		// missing; this line says why.
+		if err := setupNet(string(b)); err != nil {
+			fmt.Fprintln(console, "vminit: network:", err)
+		}
 	}
 
 	tests, _ := filepath.Glob(testsGlob)

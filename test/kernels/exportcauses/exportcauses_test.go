@@ -1,0 +1,178 @@
+package exportcauses
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/api"
+	"github.com/bpfleet/bpfleet/internal/syncbuf"
+	"github.com/bpfleet/bpfleet/test/canary"
+	"github.com/bpfleet/bpfleet/test/kernels/expect"
+)
+
+const (
+	agentBin = "/bin/bpfleet" // the harness's -agent puts it there
+	apiAddr  = "127.0.0.1:7070"
+	interval = 500 * time.Millisecond
+)
+
+func TestExportCauses(t *testing.T) {
+	metrics, traces := os.Getenv(MetricsEnv), os.Getenv(TracesEnv)
+	if metrics == "" || traces == "" {
+		t.Skipf("%s and %s not set: exporter/e2e's TestGuestMissCauses runs this in a guest with backends to export to", MetricsEnv, TracesEnv)
+	}
+	c, err := canary.Load()
+	if err != nil {
+		expect.SkipUnlessExpected(t, expect.FeatTpBtf, err)
+	}
+	defer c.Close()
+	id, err := c.ProgramID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A retried boot exports to the same backends: each boot's series
+	// and spans carry their own instance, which the host queries.
+	nonce := make([]byte, 4)
+	rand.Read(nonce)
+	instance := "guest-" + hex.EncodeToString(nonce)
+
+	out := &syncbuf.Buffer{}
+	cmd := exec.Command(agentBin, "agent", "--interval", interval.String(), "--metrics-level", "program",
+		"--max-programs", "0", "--api-addr", apiAddr, "--miss-watch", "--calibrate=false")
+	cmd.Env = append(os.Environ(),
+		"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT="+metrics,
+		"OTEL_EXPORTER_OTLP_METRICS_PROTOCOL=http/protobuf",
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="+traces,
+		"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf",
+		"OTEL_METRIC_EXPORT_INTERVAL=500", "OTEL_BSP_SCHEDULE_DELAY=200",
+		"OTEL_RESOURCE_ATTRIBUTES=service.instance.id="+instance)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting the agent: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() {
+		cmd.Process.Kill()
+		t.Logf("agent output:\n%s", out.String())
+	}()
+
+	// The first scan: the watcher says whether this kernel lets it watch.
+	var ml api.MissList
+	wait(t, 60*time.Second, "the agent's first scan", func() error {
+		return get("/v1/misses", &ml)
+	})
+	if !ml.Watch.Available {
+		expect.SkipUnlessExpected(t, expect.FeatMissWatch, fmt.Errorf("%s", ml.Watch.Reason))
+	}
+	// The watcher arms on a program's open miss episode: one miss opens
+	// it (that miss counted unexplained), and the next scan watches it.
+	if err := c.Trigger(1); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, 30*time.Second, fmt.Sprintf("the watcher watching canary %d", id), func() error {
+		if err := get("/v1/misses", &ml); err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(ml.Watch.Watched, func(w agent.WatchedProgram) bool { return w.ProgID == id }) {
+			return fmt.Errorf("watched %+v, waiting %v", ml.Watch.Watched, ml.Watch.Waiting)
+		}
+		return nil
+	})
+	before, err := c.KernelMisses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Trigger(Provoked); err != nil {
+		t.Fatal(err)
+	}
+	total, err := c.KernelMisses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total-before != Provoked {
+		t.Fatalf("kernel counted %d misses for %d triggers", total-before, Provoked)
+	}
+	// The agent's own view first: a wrong count here is the watcher's,
+	// not the export's.
+	var p agent.ProgramStat
+	wait(t, 30*time.Second, "the agent's causes adding up to the kernel's misses", func() error {
+		if err := get("/v1/programs/"+strconv.FormatUint(uint64(id), 10), &p); err != nil {
+			return err
+		}
+		if p.MissCauses == nil || p.MissCauses.Sum() != total {
+			return fmt.Errorf("causes %+v, kernel %d", p.MissCauses, total)
+		}
+		return nil
+	})
+	if p.MissCauses.Recursion != Provoked {
+		t.Fatalf("agent explains %+v; want the %d watched misses as recursion", *p.MissCauses, Provoked)
+	}
+	// Two export intervals for the metrics; the shutdown flushes the
+	// episode's span.
+	time.Sleep(4 * interval)
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("agent exited with %v after SIGTERM", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Errorf("agent did not stop within 60s of SIGTERM")
+	}
+	var u unix.Utsname
+	unix.Uname(&u)
+	// What the host half checks the backends against.
+	for k, v := range map[string]any{"program_id": id, "instance": instance,
+		"os_version": unix.ByteSliceToString(u.Release[:]), "provoked": Provoked, "kernel_misses": total} {
+		t.Logf("metric %s%s=%v", MetricPrefix, k, v)
+	}
+}
+
+// get reads one of the agent's API answers.
+func get(path string, v any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+apiAddr+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+func wait(t *testing.T, limit time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v: %v", what, limit, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
