@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -131,5 +132,47 @@ func TestNetnsUnenterable(t *testing.T) {
 		if n != 1 {
 			t.Errorf("%d Degraded lines for %s, want 1: %q", n, f, s.Degraded)
 		}
+	}
+}
+
+// TestNetnsPodsWalkFails: when the walk for the pods behind interfaces
+// fails (here the procfs root is gone after the agent started, as an
+// unmounted host /proc would be), the XDP programs on the pods' host ends
+// have no pod, and Degraded says so in one line for all of them.
+func TestNetnsPodsWalkFails(t *testing.T) {
+	set := pods.New(t, 2, pods.XDP)
+	root := filepath.Join(t.TempDir(), "proc")
+	if err := os.MkdirAll(filepath.Join(root, "1", "ns"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// pid 1's namespace is this process's: interfaces are read here.
+	if err := os.Symlink("/proc/self/ns/net", filepath.Join(root, "1", "ns", "net")); err != nil {
+		t.Fatal(err)
+	}
+	a := newTestAgentWith(t, Config{Owners: true, ProcRoot: root})
+	if err := os.RemoveAll(root); err != nil {
+		t.Fatal(err)
+	}
+	s, err := a.Scan(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range set.Pods {
+		if prog := findProg(s, p.Progs[pods.XDP]); prog == nil || len(prog.Owners) > 0 {
+			t.Fatalf("pod %d's XDP program: %+v, want no pod owner", p.Index, prog)
+		}
+	}
+	n := 0
+	for _, d := range s.Degraded {
+		if strings.HasPrefix(d, FeatureNetdevPods+": ") {
+			n++
+			t.Logf("degraded: %s", d)
+			if !strings.Contains(d, "no such file or directory") {
+				t.Errorf("%q does not say why the walk failed", d)
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d Degraded lines for %s, want 1: %q", n, FeatureNetdevPods, s.Degraded)
 	}
 }
