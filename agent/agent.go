@@ -47,6 +47,10 @@ type Config struct {
 	ProcRoot string
 	// BPFFS lists bpffs mount points searched for pins. Default /sys/fs/bpf.
 	BPFFS []string
+	// CacheDir is where the iterators' CO-RE results are cached
+	// (internal/config: $BPFLEET_CACHE_DIR, else the user cache
+	// directory); "" for no cache, each load then parsing kernel BTF.
+	CacheDir string
 	// Now is the clock; tests inject one. Default time.Now.
 	Now func() time.Time
 	// OwnerIterator finds owners with the task_file iterator instead of a
@@ -228,6 +232,7 @@ func New(cfg Config) (*Agent, error) {
 		BPFFS:      cfg.BPFFS,
 		Parallel:   cfg.Parallel,
 		ProcRoot:   cfg.ProcRoot,
+		CacheDir:   cfg.CacheDir,
 	})
 	if cfg.Owners {
 		a.attr = newAttribution(cfg)

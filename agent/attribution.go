@@ -56,9 +56,14 @@ type attribution struct {
 	watch *ownerWatch
 	pids  map[int]bool // the owners' pids, rebuilt at every refresh
 	// cgDenied and netDenied are the kernel's refusal of the last
-	// attachment query of that kind (missing privilege), "" when it
-	// answered: reported in Degraded, not counted as scan errors.
+	// attachment query of that kind (missing privilege, or for netDenied
+	// the host's network namespace refused), "" when it answered:
+	// reported in Degraded.
 	cgDenied, netDenied string
+	// nsErr is why the last walk for the pods behind interfaces failed,
+	// "" when it answered: a degraded line, as those interfaces' programs
+	// then have no pod.
+	nsErr string
 	// ownersDenied is set once an owner read could not read a process's
 	// fds or facts (EACCES, EPERM: facts are read once per process, so
 	// the refusal is not seen again); pinsDenied is the last pin walk's
@@ -235,11 +240,15 @@ func (at *attribution) refresh(progs reader.View, h holders) []error {
 	if netdev {
 		var a []owners.Attachment
 		var st owners.AttachStats
-		if err := owners.InNetns(at.hostNetns, func() { a, st = owners.NetdevAttachments() }); err != nil {
+		err := owners.InNetns(at.hostNetns, func() { a, st = owners.NetdevAttachments() })
+		if err != nil {
 			errs = append(errs, fmt.Errorf("querying interface attachments: %w", err))
 		}
 		atts = append(atts, a...)
 		at.netDenied = st.Denied
+		if err != nil {
+			at.netDenied = err.Error()
+		}
 		if st.LastError != "" {
 			errs = append(errs, fmt.Errorf("querying interface attachments: %s", st.LastError))
 		}

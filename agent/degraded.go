@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/bpfleet/bpfleet/agent/internal/reader"
 	"github.com/bpfleet/bpfleet/internal/sysfile"
 )
 
@@ -24,11 +25,14 @@ const (
 	FeatureCgroupAttach  = "cgroup attachments"
 	FeatureCgroupLinks   = "cgroup link targets"
 	FeatureNetdevAttach  = "interface attachments"
+	FeatureNetdevNames   = "interface names"
+	FeatureNetdevPods    = "interface pods"
 	FeatureCalibration   = "calibration"
 	FeatureMapIterator   = "map iterator"
 	FeatureMaps          = "maps"
 	FeatureMissWatch     = "miss watch"
 	FeatureMissSymbols   = "miss stack symbols"
+	FeatureCoreCache     = "CO-RE cache"
 )
 
 // usedCaps are the capabilities the agent uses beyond the ones without
@@ -43,6 +47,10 @@ var usedCaps = []struct {
 	{19, "CAP_SYS_PTRACE", "owners held by other users' or more privileged processes are unreadable (/proc/PID/fdinfo is a ptrace-mode check)"},
 	{2, "CAP_DAC_READ_SEARCH", "/proc/PID/fd of other users' processes, bpffs and cgroupfs directories they own cannot be walked"},
 }
+
+// netnsAdvice is what to do when the host's network namespace (the
+// interfaces' one, entered through /proc/1/ns/net) cannot be read.
+const netnsAdvice = "; the agent needs CAP_SYS_ADMIN, the host's PID namespace and a security profile (AppArmor, SELinux) that allows setns"
 
 // missingCaps reads the agent's own effective capabilities and names the
 // used ones it lacks, "" when it has them all or cannot tell.
@@ -84,6 +92,19 @@ func (a *Agent) Degraded() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.degraded()
+}
+
+// coreCacheErr is the first complaint about the CO-RE cache of the
+// reader's iterators, else of the map iterator's: one directory for all,
+// so one line.
+func (a *Agent) coreCacheErr(lost reader.Losses) error {
+	if lost.CoreCache != nil {
+		return lost.CoreCache
+	}
+	if m := a.maps; m != nil && m.r != nil {
+		return m.r.CacheErr()
+	}
+	return nil
 }
 
 // degraded lists, one line each, what the agent cannot do on this node and
@@ -138,8 +159,14 @@ func (a *Agent) degraded() []string {
 			add(FeatureCgroupAttach, at.cgDenied)
 		}
 		if at.netDenied != "" {
-			add(FeatureNetdevAttach, at.netDenied)
+			add(FeatureNetdevAttach, at.netDenied+": XDP and tc programs no link names have no target or pod owner"+netnsAdvice)
 		}
+		if at.nsErr != "" {
+			add(FeatureNetdevPods, at.nsErr+": programs on pods' interfaces have no pod, and their class is the interface's driver and name"+netnsAdvice)
+		}
+	}
+	if err := lost.Interfaces; err != nil {
+		add(FeatureNetdevNames, err.Error()+": XDP, tcx and netkit links' targets are a bare ifindex"+netnsAdvice)
 	}
 	if err := lost.CgroupLinks; err != nil {
 		add(FeatureCgroupLinks, err.Error())
@@ -151,6 +178,9 @@ func (a *Agent) degraded() []string {
 		case m.syms.Err != nil:
 			add(FeatureMissSymbols, m.syms.Err.Error()+": stacks are shown by address")
 		}
+	}
+	if err := a.coreCacheErr(lost); err != nil {
+		add(FeatureCoreCache, err.Error()+": every start parses kernel BTF again (tens of ms per iterator); set BPFLEET_CACHE_DIR to a writable directory (the chart mounts an emptyDir at /tmp for it)")
 	}
 	for _, c := range a.calibration {
 		if c.Inconclusive {

@@ -82,7 +82,7 @@ type progMaps struct {
 }
 
 func newMapReader(cfg *Config) *mapReader {
-	r, err := mapstats.NewReader(mapstats.Options{CountBound: cfg.MapCountBound, NoIterator: cfg.NoIterator || cfg.ScanSource == ScanSourceSyscall})
+	r, err := mapstats.NewReader(mapstats.Options{CountBound: cfg.MapCountBound, NoIterator: cfg.NoIterator || cfg.ScanSource == ScanSourceSyscall, CacheDir: cfg.CacheDir})
 	if err != nil {
 		return &mapReader{err: fmt.Errorf("reading maps: %w", err)}
 	}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"strings"
 
 	"github.com/bpfleet/bpfleet/agent/internal/reader"
@@ -58,8 +59,14 @@ func (at *attribution) netnsPod(ifindex int, nsid int32) owners.Container {
 		return e.c
 	}
 	if !at.nsWalked {
-		// An error leaves this scan's new interfaces without a pod.
-		_ = owners.InNetns(at.hostNetns, func() { at.nsByID, _ = owners.NetnsContainers(at.procRoot) })
+		// An error leaves this scan's new interfaces without a pod, and
+		// says why in Degraded.
+		var walkErr error
+		err := owners.InNetns(at.hostNetns, func() { at.nsByID, walkErr = owners.NetnsContainers(at.procRoot) })
+		at.nsErr = ""
+		if err = cmp.Or(err, walkErr); err != nil {
+			at.nsErr = err.Error()
+		}
 		at.nsWalked = true
 	}
 	c := at.nsByID[nsid]

@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -92,4 +94,85 @@ func TestTargetClasses(t *testing.T) {
 	f.gen++
 	check(scan(t, a), func(p *pods.Pod) bool { return f.known[p.UID] }, "pod 2 named later")
 	check(scan(t, bare), func(*pods.Pod) bool { return false }, "no filler")
+}
+
+// TestNetnsUnenterable: when the host's network namespace cannot be entered
+// (here a procfs root whose pid 1's ns/net is a regular file, which setns
+// refuses with EINVAL, as a confining AppArmor profile refuses it), the
+// interfaces a tcx link and an XDP attachment name are not read, and
+// Degraded says so once per kind of failure, whatever the number of
+// programs: the link targets' names and the attachments.
+func TestNetnsUnenterable(t *testing.T) {
+	set := pods.New(t, 2, pods.TCX, pods.XDP)
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "1", "ns"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "1", "ns", "net"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := newTestAgentWith(t, Config{Owners: true, ProcRoot: root})
+	s := scan(t, a)
+	for _, p := range set.Pods {
+		if prog := findProg(s, p.Progs[pods.TCX]); prog == nil || !strings.HasPrefix(prog.AttachTarget, "ifindex ") {
+			t.Fatalf("pod %d's tcx program: %+v, want a bare ifindex target", p.Index, prog)
+		}
+	}
+	for _, f := range []string{FeatureNetdevNames, FeatureNetdevAttach} {
+		n := 0
+		for _, d := range s.Degraded {
+			if strings.HasPrefix(d, f+": ") {
+				n++
+				t.Logf("degraded: %s", d)
+				if !strings.Contains(d, "setns") || !strings.Contains(d, "invalid argument") {
+					t.Errorf("%s: %q does not say the namespace was refused and what to do", f, d)
+				}
+			}
+		}
+		if n != 1 {
+			t.Errorf("%d Degraded lines for %s, want 1: %q", n, f, s.Degraded)
+		}
+	}
+}
+
+// TestNetnsPodsWalkFails: when the walk for the pods behind interfaces
+// fails (here the procfs root is gone after the agent started, as an
+// unmounted host /proc would be), the XDP programs on the pods' host ends
+// have no pod, and Degraded says so in one line for all of them.
+func TestNetnsPodsWalkFails(t *testing.T) {
+	set := pods.New(t, 2, pods.XDP)
+	root := filepath.Join(t.TempDir(), "proc")
+	if err := os.MkdirAll(filepath.Join(root, "1", "ns"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// pid 1's namespace is this process's: interfaces are read here.
+	if err := os.Symlink("/proc/self/ns/net", filepath.Join(root, "1", "ns", "net")); err != nil {
+		t.Fatal(err)
+	}
+	a := newTestAgentWith(t, Config{Owners: true, ProcRoot: root})
+	if err := os.RemoveAll(root); err != nil {
+		t.Fatal(err)
+	}
+	s, err := a.Scan(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range set.Pods {
+		if prog := findProg(s, p.Progs[pods.XDP]); prog == nil || len(prog.Owners) > 0 {
+			t.Fatalf("pod %d's XDP program: %+v, want no pod owner", p.Index, prog)
+		}
+	}
+	n := 0
+	for _, d := range s.Degraded {
+		if strings.HasPrefix(d, FeatureNetdevPods+": ") {
+			n++
+			t.Logf("degraded: %s", d)
+			if !strings.Contains(d, "no such file or directory") {
+				t.Errorf("%q does not say why the walk failed", d)
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d Degraded lines for %s, want 1: %q", n, FeatureNetdevPods, s.Degraded)
+	}
 }

@@ -28,7 +28,7 @@ func scanFlagsSet(cmd *cobra.Command, c *config.Scan) {
 
 // agentConfig maps the validated shared flags to the agent's configuration.
 func agentConfig(c config.Scan) agent.Config {
-	return agent.Config{ProcRoot: c.ProcRoot, BPFFS: c.BPFFS, Owners: !c.NoOwners, NoIterator: c.NoIterator, ScanSource: c.ScanSource, QuietIntervals: c.QuietIntervals,
+	return agent.Config{ProcRoot: c.ProcRoot, BPFFS: c.BPFFS, CacheDir: c.CacheDir, Owners: !c.NoOwners, NoIterator: c.NoIterator, ScanSource: c.ScanSource, QuietIntervals: c.QuietIntervals,
 		Maps: !c.NoMaps, MapCountBound: c.MapCountBound}
 }
 

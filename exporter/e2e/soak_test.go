@@ -279,7 +279,9 @@ const churnNames = 20
 // minutes; short: about 3,000 over 40 s. Afterwards: the agent's RSS
 // within 10% (long; 16 MiB short) of after warm-up, no scan error, every
 // churned program gone from the kernel (the agent kept none alive), and
-// the workload series bounded by the names in use.
+// no series generation added: the workload series over the whole run
+// within 1.05× their keys, none with an instance's label, one key per
+// churned name (checkChurnGenerations).
 func TestSoakProgramChurn(t *testing.T) {
 	total, scanEvery, perRound := 40*time.Second, time.Second, 40
 	if soakLong() {
@@ -398,25 +400,7 @@ func TestSoakProgramChurn(t *testing.T) {
 	if len(errs) != 1 || errs[0].Value != 0 {
 		t.Errorf("scan errors: %v, want one series at 0", errs)
 	}
-	// Series ever against the live set (OTLP has no staleness markers:
-	// every key seen in the last 5 minutes is live): the pool's names per
-	// kind, the pods' device programs (one class), whatever else runs on
-	// this machine. Churn must not add to them.
-	ever, err := prom.Query(ctx, fmt.Sprintf(`count(count_over_time(bpf_program_run_count_total{instance=%q}[%ds]))`, node, int(time.Since(start).Seconds())+60))
-	if err != nil {
-		t.Fatal(err)
-	}
-	now, err := prom.Query(ctx, fmt.Sprintf(`count(bpf_program_run_count_total{instance=%q})`, node))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ever) != 1 || len(now) != 1 {
-		t.Fatalf("series counts: ever %v, now %v", ever, now)
-	}
-	t.Logf("workload series of bpf_program_run_count_total: %v ever, %v now, for %d programs", ever[0].Value, now[0].Value, len(loaded))
-	if ever[0].Value > now[0].Value*1.05+1 {
-		t.Errorf("%v workload series ever against %v live: churn adds series", ever[0].Value, now[0].Value)
-	}
+	checkChurnGenerations(t, prom, node, start)
 	// One line per list interval (the scan interval): at least half of
 	// them over the run, however long the rounds took.
 	lines, intervals := strings.Count(listOut.String(), "\n"), int(time.Since(start)/scanEvery)
@@ -425,6 +409,87 @@ func TestSoakProgramChurn(t *testing.T) {
 	}
 	t.Logf("bpfleet list --watch -o jsonl: %d lines", lines)
 	a.stop(t)
+}
+
+// workloadKeyLabels are the workload key's labels (exporter/workload.go,
+// workloadKey.kvs), as Prometheus names them: what stays the same when a
+// program is reloaded or its pod restarted.
+var workloadKeyLabels = []string{"bpf_program_name", "bpf_program_type", "bpf_attach_type", "bpf_attach_target", "bpf_miss_kind",
+	"k8s_namespace_name", "k8s_workload_kind", "k8s_workload_name", "process_executable_name"}
+
+// instanceLabels name one program, process, container or pod: each reload
+// or restart would start a new series under them.
+var instanceLabels = []string{"bpf_program_id", "bpf_program_tag", "process_pid", "container_id", "k8s_pod_name"}
+
+// checkChurnGenerations holds the node's workload series of
+// bpf_program_run_count_total over the whole run (every label set the TSDB
+// holds from start on, whatever the lookback) to their generations: no
+// series carries an instance's label, and the label sets are at most 1.05×
+// the workload keys among them, so a label outside the key that changes
+// per reload, restart or scan (a new generation of every key) fails it;
+// each of the test's own churned names is one key (a raw_tp one a second,
+// attach type unattached, when a scan sees it between its load and its
+// attach), so a key label that changes per load fails it too. (Series ever against the live
+// set cannot tell: a key whose programs unloaded is exported for
+// workloadGrace, 15 minutes, so every generation is still live at the end.)
+// With fewer than 20 keys 1.05× allows no extra label set at all.
+func checkChurnGenerations(t *testing.T, prom *backends.Prometheus, node string, start time.Time) {
+	t.Helper()
+	series, err := prom.Series(context.Background(), fmt.Sprintf(`bpf_program_run_count_total{instance=%q}`, node), start.Add(-time.Minute), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]int{}
+	// ours counts the churned names' keys by name and attached or not.
+	type nameState struct {
+		name       string
+		unattached bool
+	}
+	ours := map[nameState]map[string]bool{}
+	bad := map[string]bool{}
+	for _, s := range series {
+		for _, l := range instanceLabels {
+			if _, ok := s[l]; ok && !bad[l] {
+				bad[l] = true
+				t.Errorf("workload series carry %s (%s): a label of one instance, a new series at every reload or restart", l, s[l])
+			}
+		}
+		var k strings.Builder
+		for _, l := range workloadKeyLabels {
+			fmt.Fprintf(&k, "%s=%q,", l, s[l])
+		}
+		keys[k.String()]++
+		if name := s["bpf_program_name"]; strings.HasPrefix(name, "soak_") {
+			ns := nameState{name, s["bpf_attach_type"] == "unattached"}
+			if ours[ns] == nil {
+				ours[ns] = map[string]bool{}
+			}
+			ours[ns][k.String()] = true
+		}
+	}
+	names, ourKeys := map[string]bool{}, 0
+	for ns, ks := range ours {
+		names[ns.name] = true
+		ourKeys += len(ks)
+		if len(ks) > 1 {
+			t.Errorf("churned name %s (unattached %v) made %d workload keys, want 1: a key label changes per load: %v", ns.name, ns.unattached, len(ks), ks)
+		}
+	}
+	t.Logf("workload series of bpf_program_run_count_total over the run: %d label sets of %d workload keys; the %d churned names: %d keys",
+		len(series), len(keys), len(names), ourKeys)
+	if len(keys) == 0 || float64(len(series)) > 1.05*float64(len(keys)) {
+		var gens []string
+		for k, n := range keys {
+			if n > 1 {
+				gens = append(gens, fmt.Sprintf("%s: %d", k, n))
+			}
+		}
+		sort.Strings(gens)
+		t.Errorf("%d label sets for %d workload keys, above 1.05×: churn added series generations; keys with more than one: %s", len(series), len(keys), tail(strings.Join(gens, "; ")))
+	}
+	if len(names) != churnNames {
+		t.Errorf("%d churned names in the workload series, want %d", len(names), churnNames)
+	}
 }
 
 func tail(s string) string {

@@ -21,11 +21,14 @@ import (
 // drain does, and not started again). Long: 50 agents at the chart's
 // 10 s interval for an hour, a crash a minute, a removal every 10 minutes
 // from minute 5 to minute 45 (the last one 15 minutes before the end).
-// Short (make test): 8 agents at 1 s for 2 minutes, a crash every 15 s,
-// one removal.
+// Short (make test): 8 agents at 1 s for 2 minutes, a crash every 20 s,
+// one removal. A node crashes again only after crashPage (16 minutes: the
+// alert looks back 15), so that each crash's page can be told from an
+// earlier crash's: a crash slot with no such node left is skipped.
 //
 // Afterwards:
-//   - BPFleetAgentCrashed fired for every crash, within 2 minutes of it;
+//   - BPFleetAgentCrashed paged for every crash on its own: not firing for
+//     that node at the crash, firing within 2 minutes after it;
 //   - no agent alert (BPFleetAgentCrashed, Down, Stalled) ever fired for a
 //     removed node (one that had not crashed in the 16 minutes before),
 //     and BPFleetAgentDown never fired (each crashed agent was back within
@@ -39,7 +42,7 @@ import (
 // long one does (the last removal is 15 minutes before the end), and the
 // promtool cases cover it in make test.
 func TestSoakFleetFailures(t *testing.T) {
-	agents, scanEvery, total, crashEvery, removeEvery, firstRemoval := 8, time.Second, 2*time.Minute, 15*time.Second, time.Hour, 30*time.Second
+	agents, scanEvery, total, crashEvery, removeEvery, firstRemoval := 8, time.Second, 2*time.Minute, 20*time.Second, time.Hour, 30*time.Second
 	if soakLong() {
 		agents, scanEvery, total, crashEvery, removeEvery, firstRemoval = 50, 10*time.Second, time.Hour, time.Minute, 10*time.Minute, 5*time.Minute
 	}
@@ -84,6 +87,10 @@ func TestSoakFleetFailures(t *testing.T) {
 	// The first references nodes never crash nor leave: their series are
 	// what a crashed node's are compared with.
 	const references = 2
+	// crashPage is how long after a crash its page may still fire
+	// (BPFleetAgentCrashed looks back 15 minutes): a node crashed within
+	// it is neither crashed again nor removed.
+	const crashPage = 16 * time.Minute
 	began := time.Now()
 	nextCrash, nextRemoval, victim := began.Add(crashEvery), began.Add(firstRemoval), references
 	for time.Since(began) < total {
@@ -106,7 +113,7 @@ func TestSoakFleetFailures(t *testing.T) {
 			// did not crash in the last 16 minutes: its crash's page
 			// (BPFleetAgentCrashed looks back 15) is no removal's.
 			for i := len(nodes) - 1; i >= references; i-- {
-				if n := nodes[i]; !removed[n] && now.Sub(lastCrash[n]) > 16*time.Minute {
+				if n := nodes[i]; !removed[n] && now.Sub(lastCrash[n]) > crashPage {
 					procs[n].stop(t)
 					removed[n], removedAt[n] = true, time.Now()
 					t.Logf("%s: %s removed (SIGTERM, not restarted)", now.Sub(began).Round(time.Second), n)
@@ -116,11 +123,21 @@ func TestSoakFleetFailures(t *testing.T) {
 			nextRemoval = nextRemoval.Add(removeEvery)
 			continue
 		}
-		for removed[nodes[victim]] || victim < references {
+		n := ""
+		for range nodes {
+			if c := nodes[victim]; victim >= references && !removed[c] && now.Sub(lastCrash[c]) > crashPage {
+				n = c
+			}
 			victim = (victim + 1) % len(nodes)
+			if n != "" {
+				break
+			}
 		}
-		n := nodes[victim]
-		victim = (victim + 1) % len(nodes)
+		if n == "" {
+			t.Logf("%s: no node left that did not crash in the last %s: this crash skipped", now.Sub(began).Round(time.Second), crashPage)
+			nextCrash = nextCrash.Add(crashEvery)
+			continue
+		}
 		p := procs[n]
 		_ = p.cmd.Process.Signal(syscall.SIGKILL)
 		err := <-p.done
@@ -135,24 +152,32 @@ func TestSoakFleetFailures(t *testing.T) {
 	window := time.Since(began) + time.Minute
 	t.Logf("%d agents, %d crashes (SIGKILL and restart), %d removals over %s", agents, len(crashes), len(removed), time.Since(began).Round(time.Second))
 
-	// Every crash paged.
+	// Every crash paged by its own alert: BPFleetAgentCrashed for its node
+	// not firing at the crash (an earlier crash's page still firing would
+	// otherwise count for this one) and firing within 2 minutes after it.
 	paged := 0
 	for _, c := range crashes {
 		at := c.at.Add(2 * time.Minute)
 		if now := time.Now(); now.Before(at) {
 			at = now
 		}
-		q := fmt.Sprintf(`max_over_time(ALERTS{alertname="BPFleetAgentCrashed",alertstate="firing",instance=%q}[%ds] @ %d)`,
-			c.node, int(at.Sub(c.at).Seconds())+1, at.Unix())
-		s, err := prom.Query(ctx, q)
+		sel := fmt.Sprintf(`ALERTS{alertname="BPFleetAgentCrashed",alertstate="firing",instance=%q}`, c.node)
+		before, err := prom.Query(ctx, fmt.Sprintf(`%s @ %d`, sel, c.at.Unix()))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(s) == 0 {
-			t.Errorf("the crash of %s at %s did not page (BPFleetAgentCrashed never fired within %s)", c.node, c.at.Sub(began).Round(time.Second), at.Sub(c.at).Round(time.Second))
-			continue
+		after, err := prom.Query(ctx, fmt.Sprintf(`max_over_time(%s[%ds] @ %d)`, sel, int(at.Sub(c.at).Seconds())+1, at.Unix()))
+		if err != nil {
+			t.Fatal(err)
 		}
-		paged++
+		switch {
+		case len(before) > 0:
+			t.Errorf("the crash of %s at %s has no page of its own: BPFleetAgentCrashed was already firing for the node when it crashed", c.node, c.at.Sub(began).Round(time.Second))
+		case len(after) == 0:
+			t.Errorf("the crash of %s at %s did not page (BPFleetAgentCrashed never fired within %s)", c.node, c.at.Sub(began).Round(time.Second), at.Sub(c.at).Round(time.Second))
+		default:
+			paged++
+		}
 	}
 	t.Logf("BPFleetAgentCrashed fired for %d of %d crashes", paged, len(crashes))
 

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -125,11 +126,34 @@ type Scan struct {
 	// BPFFSSet says --bpffs was given: a missing default mount is only
 	// "no pins to find", a missing mount the operator named is a mistake.
 	BPFFSSet bool
+	// CacheDir is where the iterators' CO-RE results are cached
+	// (CacheDirFrom); "" for no cache.
+	CacheDir string
 }
 
-// DefaultScan is the flags' defaults.
+// CacheDirEnv names the CO-RE cache directory. The chart sets it: the
+// pod's root filesystem is read-only, so $HOME/.cache is no place for it.
+const CacheDirEnv = "BPFLEET_CACHE_DIR"
+
+// DefaultScan is the flags' defaults, with the cache directory from the
+// process environment.
 func DefaultScan() Scan {
-	return Scan{ProcRoot: "/proc", BPFFS: []string{"/sys/fs/bpf"}, ScanSource: "auto", QuietIntervals: 2}
+	return Scan{ProcRoot: "/proc", BPFFS: []string{"/sys/fs/bpf"}, ScanSource: "auto", QuietIntervals: 2, CacheDir: CacheDirFrom(Env)}
+}
+
+// CacheDirFrom is the CO-RE cache directory: $BPFLEET_CACHE_DIR, else
+// bpfleet in the user cache directory (/root/.cache/bpfleet for root), ""
+// when neither is known. An unwritable one is no error here: loads still
+// work, and the agent says so in its Degraded lines.
+func CacheDirFrom(env Lookup) string {
+	if d, _ := env(CacheDirEnv); d != "" {
+		return d
+	}
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(d, "bpfleet")
 }
 
 // Validate checks that the mounts exist: a wrong path otherwise shows only

@@ -316,3 +316,21 @@ func TestHealthConfig(t *testing.T) {
 		t.Errorf("liveness bounds %v %v", LivenessBound(time.Second), LivenessBound(time.Minute))
 	}
 }
+
+// TestCacheDirFrom: $BPFLEET_CACHE_DIR names the CO-RE cache; unset or
+// empty, the user cache directory's bpfleet, as the probes chose it when
+// they read the variable themselves.
+func TestCacheDirFrom(t *testing.T) {
+	if got := CacheDirFrom(MapEnv(map[string]string{CacheDirEnv: "/tmp/bpfleet"})); got != "/tmp/bpfleet" {
+		t.Errorf("%s=/tmp/bpfleet: cache dir %q", CacheDirEnv, got)
+	}
+	user, err := os.UserCacheDir()
+	if err != nil {
+		t.Skip(err)
+	}
+	for _, env := range []map[string]string{{}, {CacheDirEnv: ""}} {
+		if got, want := CacheDirFrom(MapEnv(env)), filepath.Join(user, "bpfleet"); got != want {
+			t.Errorf("env %v: cache dir %q, want %q", env, got, want)
+		}
+	}
+}

@@ -131,11 +131,11 @@ type Iter struct {
 	names  records.Strings
 }
 
-// Load loads and attaches the iterator with its CO-RE result cached in
-// coreload.DefaultCacheDir. When the kernel refuses it the error wraps
-// ebpf.ErrNotSupported and says why.
+// Load loads and attaches the iterator without the CO-RE cache (the agent
+// passes the directory internal/config chose to LoadCached). When the
+// kernel refuses it the error wraps ebpf.ErrNotSupported and says why.
 func Load() (*Iter, error) {
-	it, _, err := LoadCached(coreload.DefaultCacheDir())
+	it, _, err := LoadCached("")
 	return it, err
 }
 

@@ -80,11 +80,11 @@ type Iter struct {
 	names  records.Strings
 }
 
-// Load loads the iterator and attaches it, with its CO-RE result cached in
-// coreload.DefaultCacheDir. When the kernel refuses it the error wraps
-// ebpf.ErrNotSupported and says why.
+// Load loads the iterator and attaches it without the CO-RE cache (the
+// agent's Reader is given the directory internal/config chose). When the
+// kernel refuses it the error wraps ebpf.ErrNotSupported and says why.
 func Load() (*Iter, error) {
-	it, _, err := LoadCached(coreload.DefaultCacheDir())
+	it, _, err := LoadCached("")
 	return it, err
 }
 

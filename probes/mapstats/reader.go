@@ -7,7 +7,6 @@ import (
 	"unsafe"
 
 	"github.com/bpfleet/bpfleet/internal/fdinfo"
-	"github.com/bpfleet/bpfleet/probes/internal/coreload"
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 )
@@ -88,9 +87,7 @@ type Options struct {
 	// NoIterator reads by syscalls only (tests, and callers that know the
 	// iterator is refused).
 	NoIterator bool
-	// CacheDir is the CO-RE cache directory: "" for the one every probe
-	// shares ($BPFLEET_CACHE_DIR, else the user cache directory), "-" for
-	// none.
+	// CacheDir is the CO-RE cache directory, "" for none.
 	CacheDir string
 }
 
@@ -107,8 +104,11 @@ type Reader struct {
 	opts   Options
 	it     *Iter // nil: the syscall walk
 	source Source
-	dir    *fdinfo.Dir
-	recs   []Record
+	// cacheErr is why the CO-RE cache could not be read or written at
+	// load (the iterator loaded all the same), nil otherwise.
+	cacheErr error
+	dir      *fdinfo.Dir
+	recs     []Record
 	// maps is what the last read returned, in ascending id order as the
 	// iterator walks them, and memAt the count each map's memory was read
 	// at. The next read merges the iterator's records through them into
@@ -136,14 +136,8 @@ func NewReader(opts Options) (*Reader, error) {
 		r.source.Reason = "iterator not asked for"
 		return r, nil
 	}
-	dirName := opts.CacheDir
-	switch dirName {
-	case "":
-		dirName = coreload.DefaultCacheDir()
-	case "-":
-		dirName = ""
-	}
-	it, _, err := LoadCached(dirName)
+	it, li, err := LoadCached(opts.CacheDir)
+	r.cacheErr = li.CacheErr
 	if err != nil {
 		r.source.Reason = fmt.Sprintf("loading iter/bpf_map: %v", err)
 		return r, nil
@@ -155,6 +149,11 @@ func NewReader(opts Options) (*Reader, error) {
 // Source says how reads read the maps: the iterator, or the syscall walk
 // and why.
 func (r *Reader) Source() Source { return r.source }
+
+// CacheErr says why the iterator's CO-RE cache could not be read or
+// written (each start then parses kernel BTF again); nil when it could,
+// or with no iterator or no cache asked for.
+func (r *Reader) CacheErr() error { return r.cacheErr }
 
 // Close releases the iterator and the fdinfo directory.
 func (r *Reader) Close() error {

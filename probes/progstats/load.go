@@ -15,10 +15,6 @@ import (
 // LoadInfo says how a load went, for callers that report or measure it.
 type LoadInfo = coreload.LoadInfo
 
-// DefaultCacheDir is where the CO-RE cache is kept: $BPFLEET_CACHE_DIR,
-// else the user cache directory (/root/.cache/bpfleet for root).
-func DefaultCacheDir() string { return coreload.DefaultCacheDir() }
-
 // kernelKey is the cache key of this program on the running kernel.
 func kernelKey() (string, error) { return coreload.KernelKey(_ProgstatsBytes) }
 

@@ -116,11 +116,11 @@ type Iter struct {
 }
 
 // Load loads the iterator program and attaches it, summing statistics over
-// cpus possible CPUs (PossibleCPUs), with its CO-RE result cached in
-// DefaultCacheDir (see load.go). When the kernel refuses it the error wraps
-// ebpf.ErrNotSupported and says why.
+// cpus possible CPUs (PossibleCPUs), without the CO-RE cache (the agent
+// passes the directory internal/config chose to LoadCached). When the
+// kernel refuses it the error wraps ebpf.ErrNotSupported and says why.
 func Load(cpus int) (*Iter, error) {
-	it, _, err := LoadCached(cpus, DefaultCacheDir())
+	it, _, err := LoadCached(cpus, "")
 	return it, err
 }
 

@@ -24,6 +24,9 @@ type Options struct {
 	// ProcRoot is where procfs is mounted: interfaces are named in its
 	// pid 1's network namespace (owners.HostNetns).
 	ProcRoot string
+	// CacheDir is where the iterators' CO-RE results are cached, "" for
+	// no cache.
+	CacheDir string
 }
 
 // New prepares a reader and chooses its scan source, once per kernel: the
@@ -33,6 +36,7 @@ func New(o Options) *Reader {
 	r := newReader()
 	r.parallel = o.Parallel
 	r.oneShot = o.OneShot
+	r.cacheDir = o.CacheDir
 	r.targets.netns = owners.HostNetns(o.ProcRoot)
 	if !o.NoIterator {
 		r.loadFacts = loadProgIter
@@ -50,12 +54,12 @@ func New(o Options) *Reader {
 			break
 		}
 		if o.ScanSource == ScanSourceIterator {
-			r.iter, r.fallback = loadStatsIter()
+			r.iter, r.fallback = r.loadStatsIter()
 			break
 		}
 		r.fallback = "one scan, no pinned iterator (" + why + "): loading one costs more than the syscall scan it replaces"
 	default:
-		r.iter, r.fallback = loadStatsIter()
+		r.iter, r.fallback = r.loadStatsIter()
 	}
 	return r
 }
@@ -79,6 +83,12 @@ type Losses struct {
 	Facts error
 	// CgroupLinks: a cgroup link's cgroup could not be opened by id.
 	CgroupLinks error
+	// Interfaces: the last dump of the interfaces link targets are named
+	// from failed.
+	Interfaces error
+	// CoreCache: the iterators' CO-RE cache could not be read or written
+	// (the first such error), so every start parses kernel BTF again.
+	CoreCache error
 }
 
 // Losses says what the reader has lost so far (the scan source's own
@@ -95,6 +105,8 @@ func (r *Reader) Losses() Losses {
 	}
 	l.Facts = r.factsErr
 	l.CgroupLinks = r.targets.cgroupErr
+	l.CoreCache = r.cacheErr
+	l.Interfaces = r.targets.netdevErr
 	return l
 }
 

@@ -95,6 +95,10 @@ type Reader struct {
 	// metas, instead of order, are the programs' metas of a one-shot
 	// read (readIterOnce), which keeps no progStatic.
 	metas []progMeta
+	// cacheDir is the iterators' CO-RE cache ("" for none); cacheErr is
+	// the first load's complaint about it, kept for Losses.
+	cacheDir string
+	cacheErr error
 	// pin is the bpffs pin iter was opened from ("" when loaded here).
 	pin string
 	// knownMax is the highest id the last iterator read kept.

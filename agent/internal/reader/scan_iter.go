@@ -41,18 +41,27 @@ type statsIter interface {
 // loadStatsIter loads the iterator, checks one read of it against the
 // kernel's own account of the iterator program, and returns it; on any
 // refusal it returns why, in one line, for Scan.FallbackReason.
-func loadStatsIter() (statsIter, string) {
+func (r *Reader) loadStatsIter() (statsIter, string) {
 	cpus, err := progstats.PossibleCPUs()
 	if err != nil {
 		return nil, err.Error()
 	}
-	it, err := progstats.Load(cpus)
+	it, li, err := progstats.LoadCached(cpus, r.cacheDir)
+	r.noteCache(li.CacheErr)
 	if err != nil {
 		return nil, fallbackReason(err, "bpf_prog")
 	}
 	// The first scan's read is checked (checkRecords) before any of it
 	// is used: a separate check read would cost a one-shot list a pass.
 	return it, ""
+}
+
+// noteCache keeps the first CO-RE cache error of the iterators' loads:
+// they share one directory, so one complaint says what is wrong with it.
+func (r *Reader) noteCache(err error) {
+	if r.cacheErr == nil {
+		r.cacheErr = err
+	}
 }
 
 // checkStatsIter reads the iterator once and holds its record of itself to

@@ -41,8 +41,9 @@ type linkSource struct {
 	load func() (linkIter, error)
 }
 
-func loadLinkIter() (linkIter, error) {
-	it, err := linkstats.Load()
+func (r *Reader) loadLinkIter() (linkIter, error) {
+	it, li, err := linkstats.LoadCached(r.cacheDir)
+	r.noteCache(li.CacheErr)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +74,7 @@ func (r *Reader) readLinksIter(st *ScanStats) ([]Link, bool) {
 		ls.tried = true
 		load := ls.load
 		if load == nil {
-			load = loadLinkIter
+			load = r.loadLinkIter
 		}
 		it, err := load()
 		if err != nil {

@@ -152,7 +152,7 @@ func TestLinksIteratorFailsHalfway(t *testing.T) {
 	makeRawTPLinks(t, 2)
 	a := iterReader(t)
 	a.lsrc.load = func() (linkIter, error) {
-		it, err := loadLinkIter()
+		it, err := a.loadLinkIter()
 		if err != nil {
 			return nil, err
 		}

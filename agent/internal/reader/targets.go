@@ -1,6 +1,7 @@
 package reader
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strconv"
@@ -31,6 +32,10 @@ type targetState struct {
 	// a new link names an ifindex it lacks.
 	netdevs    map[int]owners.Netdev
 	netdevsSeq uint64 // the reader's seq at the last dump; 0: none yet
+	// netdevErr is why the last dump failed (the namespace could not be
+	// entered, the dump was refused), nil when it answered: a degraded
+	// line, since every interface target is then a bare ifindex.
+	netdevErr error
 	// cgroupMount is the cgroup2 mount cgroup links' ids are opened on,
 	// looked up at the first cgroup link.
 	cgroupMount      string
@@ -51,8 +56,13 @@ func (r *Reader) netdev(ifindex uint32) (owners.Netdev, bool) {
 		return owners.Netdev{}, false // dumped in this scan already
 	}
 	var ds []owners.Netdev
-	// An error leaves the interfaces unnamed.
-	_ = owners.InNetns(t.netns, func() { ds, _ = owners.Netdevs() })
+	var dumpErr error
+	// An error leaves the interfaces unnamed; Losses says why.
+	err := owners.InNetns(t.netns, func() { ds, dumpErr = owners.Netdevs() })
+	t.netdevErr = nil
+	if err = cmp.Or(err, dumpErr); err != nil {
+		t.netdevErr = fmt.Errorf("reading interfaces: %w", err)
+	}
 	t.netdevs = make(map[int]owners.Netdev, len(ds))
 	for _, d := range ds {
 		t.netdevs[d.Index] = d

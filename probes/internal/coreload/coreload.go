@@ -89,19 +89,6 @@ type LoadInfo struct {
 	CacheErr error
 }
 
-// DefaultCacheDir is where the CO-RE cache is kept: $BPFLEET_CACHE_DIR,
-// else the user cache directory (/root/.cache/bpfleet for root).
-func DefaultCacheDir() string {
-	if d := os.Getenv("BPFLEET_CACHE_DIR"); d != "" {
-		return d
-	}
-	d, err := os.UserCacheDir()
-	if err != nil {
-		return ""
-	}
-	return filepath.Join(d, "bpfleet")
-}
-
 // KernelKey identifies the running kernel's BTF together with a program's
 // object: the build id note (/sys/kernel/notes), uname and the size of
 // /sys/kernel/btf/vmlinux. A new kernel build, or a new bpfleet with
@@ -398,7 +385,8 @@ func CachePath(dir string, p *Program, key string) string {
 }
 
 // Load relocates p against the running kernel, with the result cached in
-// dir ("" for no cache), and calls load with it. A cached result that load
+// dir ("" for no cache; internal/config chooses it, probes read no
+// environment), and calls load with it. A cached result that load
 // refuses is dropped and p relocated again from kernel BTF.
 func Load[T any](p *Program, dir string, load func(*Result) (T, error)) (T, LoadInfo, error) {
 	var li LoadInfo
@@ -432,7 +420,13 @@ func Load[T any](p *Program, dir string, load func(*Result) (T, error)) (T, Load
 	}
 	if li.CachePath != "" {
 		if err := WriteCache(li.CachePath, c); err != nil {
-			li.CacheErr = errors.Join(li.CacheErr, fmt.Errorf("writing CO-RE cache: %w", err))
+			werr := fmt.Errorf("writing CO-RE cache: %w", err)
+			if li.CacheErr != nil {
+				// One line, not errors.Join's two: the agent shows it as
+				// one Degraded line.
+				werr = fmt.Errorf("%w; %w", li.CacheErr, werr)
+			}
+			li.CacheErr = werr
 			li.CachePath = ""
 		}
 	}
