@@ -365,9 +365,13 @@ func checkProbes(t *testing.T, c corev1.Container, addr string) {
 			t.Errorf("%s probe timings unbounded: %+v", p.name, p.probe)
 		}
 	}
-	// A frozen agent is restarted within a minute: every check times out.
+	// A frozen agent is restarted within a minute: every check times out,
+	// then the kubelet's SIGTERM waits out the grace period (a stopped
+	// process does not take it) before the SIGKILL.
 	if l := c.LivenessProbe; l != nil {
-		if worst := l.InitialDelaySeconds + l.FailureThreshold*(l.PeriodSeconds+l.TimeoutSeconds); worst > 60 {
+		if l.TerminationGracePeriodSeconds == nil {
+			t.Errorf("liveness probe without terminationGracePeriodSeconds: a frozen agent is killed only after the pod's whole grace period")
+		} else if worst := l.InitialDelaySeconds + l.FailureThreshold*(l.PeriodSeconds+l.TimeoutSeconds) + int32(*l.TerminationGracePeriodSeconds); worst > 60 {
 			t.Errorf("liveness restarts a frozen agent only after %ds", worst)
 		}
 	}

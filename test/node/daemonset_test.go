@@ -115,6 +115,7 @@ func TestNode(t *testing.T) {
 	t.Run("deployment", func(t *testing.T) { testDeployment(t, n, cs, prom, jg, reg) })
 	t.Run("core-cache", func(t *testing.T) { testCoreCache(t, n, cs, agentPod) })
 	t.Run("rollout-restart", func(t *testing.T) { testRolloutRestart(t, cs, prom) })
+	t.Run("frozen-agent", func(t *testing.T) { testFrozenAgent(t, cs) })
 	t.Logf("node test took %s", time.Since(start).Round(time.Second))
 }
 
@@ -589,6 +590,59 @@ func testRolloutRestart(t *testing.T, cs *kubernetes.Clientset, prom *backends.P
 		gap.Round(time.Millisecond), interval, strings.Join(gaps, ", "))
 	if gap > interval+exportJitter {
 		t.Errorf("rollout restart left a %s gap between consecutive points of the node's export, more than one interval (%s, give or take %s)", gap, interval, exportJitter)
+	}
+}
+
+// testFrozenAgent: an agent frozen with SIGSTOP (its API accepts nothing,
+// its scans stop) fails its liveness checks and the kubelet restarts its
+// container within failureThreshold × (periodSeconds + timeoutSeconds) +
+// the probe's terminationGracePeriodSeconds, the bound the chart README
+// states; the restarted agent is ready again. The pod stays: only its
+// container restarts.
+func testFrozenAgent(t *testing.T, cs *kubernetes.Clientset) {
+	ctx := context.Background()
+	pod := waitAgentPod(t, cs, "")
+	c := pod.Spec.Containers[0]
+	l := c.LivenessProbe
+	if l == nil || l.TerminationGracePeriodSeconds == nil {
+		t.Fatalf("container %s: no liveness probe with its own grace period: %+v", c.Name, l)
+	}
+	bound := time.Duration(l.FailureThreshold*(l.PeriodSeconds+l.TimeoutSeconds))*time.Second +
+		time.Duration(*l.TerminationGracePeriodSeconds)*time.Second
+	restarts := pod.Status.ContainerStatuses[0].RestartCount
+	pid := podPID(t, pod, "bpfleet-agent")
+	frozenAt := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("freezing the agent (pid %d): %v", pid, err)
+	}
+	// The kill is fast; give the kubelet its sync and the container its
+	// start on top of the bound before calling it lost.
+	var st corev1.ContainerStatus
+	kube.Eventually(t, bound+time.Minute, "the frozen agent's container restarted", func() error {
+		p, err := cs.CoreV1().Pods(releaseNS).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.UID != pod.UID {
+			t.Fatalf("the agent pod was replaced (%s), not its container restarted", p.UID)
+		}
+		st = p.Status.ContainerStatuses[0]
+		if st.RestartCount == restarts || st.LastTerminationState.Terminated == nil {
+			return fmt.Errorf("%s: restarts %d", podState(p), st.RestartCount)
+		}
+		return nil
+	})
+	killedAfter := st.LastTerminationState.Terminated.FinishedAt.Sub(frozenAt)
+	nu := waitAgentPod(t, cs, "")
+	t.Logf("frozen agent killed %s after SIGSTOP (bound %s: %d × (%ds + %ds) + %ds), exit %d %s; ready again %s after SIGSTOP",
+		killedAfter.Round(time.Millisecond), bound, l.FailureThreshold, l.PeriodSeconds, l.TimeoutSeconds, *l.TerminationGracePeriodSeconds,
+		st.LastTerminationState.Terminated.ExitCode, st.LastTerminationState.Terminated.Reason, time.Since(frozenAt).Round(time.Millisecond))
+	// FinishedAt has one-second resolution.
+	if killedAfter > bound+time.Second {
+		t.Errorf("the frozen agent was killed %s after SIGSTOP, more than the %s the probes allow", killedAfter, bound)
+	}
+	if nu.UID != pod.UID {
+		t.Errorf("a new agent pod %s, want the frozen one's container restarted", nu.Name)
 	}
 }
 
