@@ -181,6 +181,24 @@ func StartPrometheus(t testing.TB, scrape ...ScrapeTarget) *Prometheus {
 // fire are in the ALERTS series.
 func StartPrometheusWithRules(t testing.TB, rules []string, scrape ...ScrapeTarget) *Prometheus {
 	t.Helper()
+	return startPrometheus(t, prometheusConfig, rules, scrape)
+}
+
+// StartPrometheusPromotingAll is StartPrometheus with every OTLP resource
+// attribute promoted to a label, as some backends keep them: an attribute
+// that changes with the agent's pod or release shows as a new set of
+// series.
+func StartPrometheusPromotingAll(t testing.TB) *Prometheus {
+	t.Helper()
+	cfg := strings.Replace(prometheusConfig, "promote_resource_attributes: [service.instance.id, host.name, os.version, host.cpu.model.name, k8s.node.name]", "promote_all_resource_attributes: true", 1)
+	if cfg == prometheusConfig {
+		t.Fatal("prometheusConfig has no promote_resource_attributes line to replace")
+	}
+	return startPrometheus(t, cfg, nil, nil)
+}
+
+func startPrometheus(t testing.TB, cfg string, rules []string, scrape []ScrapeTarget) *Prometheus {
+	t.Helper()
 	dir := t.TempDir()
 	p := &Prometheus{
 		Addr:    "127.0.0.1:" + strconv.Itoa(FreePort(t)),
@@ -188,7 +206,6 @@ func StartPrometheusWithRules(t testing.TB, rules []string, scrape ...ScrapeTarg
 		config:  filepath.Join(dir, "prometheus.yml"),
 		bin:     Bin(t, "prometheus", PrometheusVersion),
 	}
-	cfg := prometheusConfig
 	if len(rules) > 0 {
 		cfg += "rule_files:\n"
 		for _, r := range rules {

@@ -26,6 +26,12 @@ func ChartDir() string {
 // handler, say). It returns the release and the Helm configuration for
 // later actions on it (an upgrade).
 func (c *Cluster) HelmInstall(ns, name string, vals map[string]any, wrap func(*rest.Config) *rest.Config) (*release.Release, *action.Configuration, error) {
+	return c.HelmInstallChart(ChartDir(), ns, name, vals, wrap)
+}
+
+// HelmInstallChart is HelmInstall of the chart in dir (another release's
+// charts/bpfleet, say).
+func (c *Cluster) HelmInstallChart(dir, ns, name string, vals map[string]any, wrap func(*rest.Config) *rest.Config) (*release.Release, *action.Configuration, error) {
 	host, token, ca := c.APIURL(), c.AdminToken, c.CAFile()
 	flags := genericclioptions.NewConfigFlags(false)
 	flags.APIServer, flags.BearerToken, flags.CAFile, flags.Namespace = &host, &token, &ca, &ns
@@ -35,7 +41,7 @@ func (c *Cluster) HelmInstall(ns, name string, vals map[string]any, wrap func(*r
 	if err := cfg.Init(flags, ns, "secret", func(format string, v ...any) { debug = append(debug, fmt.Sprintf(format, v...)) }); err != nil {
 		return nil, nil, fmt.Errorf("helm init: %w", err)
 	}
-	ch, err := loader.Load(ChartDir())
+	ch, err := loader.Load(dir)
 	if err != nil {
 		return nil, nil, err
 	}

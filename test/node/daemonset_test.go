@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/bits"
 	"os"
 	"os/exec"
@@ -19,6 +20,10 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart/loader"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -91,16 +96,19 @@ func TestNode(t *testing.T) {
 	n := startNode(t, reg)
 	cs := n.Admin(t)
 
-	prom := backends.StartPrometheus(t)
+	// Every resource attribute a label: series identity changes with any
+	// of them, as in backends that keep them all.
+	prom := backends.StartPrometheusPromotingAll(t)
 	jg := backends.StartJaeger(t)
 	col := backends.StartCollector(t, prom, jg)
 	forward(t, otlpIP+":4318", col.OTLPHTTP)
 
 	installStart := time.Now()
-	installChart(t, n, map[string]any{
+	vals := map[string]any{
 		"image": map[string]any{"repository": reg + "/bpfleet", "tag": imageTag},
 		"otel":  map[string]any{"endpoint": "http://" + otlpIP + ":4318"},
-	})
+	}
+	helmCfg := installChart(t, n, vals)
 	agentPod := waitAgentPod(t, cs, "")
 	t.Logf("agent pod %s Running and Ready %s after helm install", agentPod.Name, time.Since(installStart).Round(time.Millisecond))
 
@@ -115,21 +123,25 @@ func TestNode(t *testing.T) {
 	t.Run("deployment", func(t *testing.T) { testDeployment(t, n, cs, prom, jg, reg) })
 	t.Run("core-cache", func(t *testing.T) { testCoreCache(t, n, cs, agentPod) })
 	t.Run("rollout-restart", func(t *testing.T) { testRolloutRestart(t, cs, prom) })
+	t.Run("upgrade-rollback", func(t *testing.T) { testUpgradeRollback(t, cs, prom, helmCfg, vals, reg) })
 	t.Run("frozen-agent", func(t *testing.T) { testFrozenAgent(t, cs) })
 	t.Logf("node test took %s", time.Since(start).Round(time.Second))
 }
 
 // installChart runs `helm install bpfleet charts/bpfleet -n bpfleet-system`
-// with vals through the Helm library, as the cluster admin.
-func installChart(t *testing.T, n *node, vals map[string]any) {
+// with vals through the Helm library, as the cluster admin, and returns
+// the Helm configuration for upgrades and rollbacks of the release.
+func installChart(t *testing.T, n *node, vals map[string]any) *action.Configuration {
 	t.Helper()
 	cs := n.Admin(t)
 	if _, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: releaseNS}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := n.HelmInstall(releaseNS, releaseName, vals, nil); err != nil {
+	_, cfg, err := n.HelmInstall(releaseNS, releaseName, vals, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
+	return cfg
 }
 
 // waitAgentPod waits for the DaemonSet's pod on the node, Running and
@@ -533,37 +545,110 @@ func testCoreCache(t *testing.T, n *node, cs *kubernetes.Clientset, pod *corev1.
 	}
 }
 
-// testRolloutRestart: `kubectl rollout restart` of the DaemonSet leaves no
-// gap in the node's export beyond one interval. The rule: over the points
-// of the node's one bpf_agent_scans_total series from 3 intervals before
-// the restart until the new pod's second export, sorted by time, the
-// largest difference between consecutive points is at most interval plus
-// exportJitter: every export the old pod would have made is made by it or
-// by the new one.
+// testRolloutRestart: `kubectl rollout restart` of the DaemonSet makes no
+// second series of the node's metrics and leaves no gap in the node's
+// export beyond one interval (checkRollout).
 func testRolloutRestart(t *testing.T, cs *kubernetes.Clientset, prom *backends.Prometheus) {
+	checkRollout(t, cs, prom, "the rollout restart", func() {
+		patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":%q}}}}}`, time.Now().Format(time.RFC3339))
+		if _, err := cs.AppsV1().DaemonSets(releaseNS).Patch(context.Background(), releaseName, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// testUpgradeRollback: `helm upgrade` to a new image (the same bytes under
+// a new tag) and new values, then `helm rollback` to the install, each
+// replace the agent pod with no second series and no gap beyond one
+// interval (checkRollout).
+func testUpgradeRollback(t *testing.T, cs *kubernetes.Clientset, prom *backends.Prometheus, cfg *action.Configuration, vals map[string]any, reg string) {
 	ctx := context.Background()
-	old := waitAgentPod(t, cs, "")
-	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":%q}}}}}`, time.Now().Format(time.RFC3339))
-	restartAt := time.Now()
-	if _, err := cs.AppsV1().DaemonSets(releaseNS).Patch(ctx, releaseName, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+	if err := retag(ctx, reg+"/bpfleet:"+imageTag, imageTag+"-2"); err != nil {
 		t.Fatal(err)
 	}
+	ch, err := loader.Load(kube.ChartDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	upVals := map[string]any{
+		"image": map[string]any{"repository": reg + "/bpfleet", "tag": imageTag + "-2"},
+		"otel":  vals["otel"],
+		"agent": map[string]any{"stats": map[string]any{"window": "2s"}},
+	}
+	checkRollout(t, cs, prom, "helm upgrade", func() {
+		up := action.NewUpgrade(cfg)
+		up.Namespace, up.Timeout = releaseNS, 2*time.Minute
+		rel, err := up.Run(releaseName, ch, upVals)
+		if err != nil {
+			t.Fatalf("helm upgrade: %v", err)
+		}
+		t.Logf("helm upgrade: revision %d %s", rel.Version, rel.Info.Status)
+	})
+	ds, err := cs.AppsV1().DaemonSets(releaseNS).Get(ctx, releaseName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img := ds.Spec.Template.Spec.Containers[0].Image; !strings.HasSuffix(img, ":"+imageTag+"-2") {
+		t.Errorf("after helm upgrade the DaemonSet runs %s, want the tag %s-2", img, imageTag)
+	}
+	checkRollout(t, cs, prom, "helm rollback", func() {
+		rb := action.NewRollback(cfg)
+		rb.Version, rb.Timeout = 1, 2*time.Minute
+		if err := rb.Run(releaseName); err != nil {
+			t.Fatalf("helm rollback to revision 1: %v", err)
+		}
+	})
+	if ds, err = cs.AppsV1().DaemonSets(releaseNS).Get(ctx, releaseName, metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if img := ds.Spec.Template.Spec.Containers[0].Image; !strings.HasSuffix(img, ":"+imageTag) {
+		t.Errorf("after helm rollback the DaemonSet runs %s, want the tag %s", img, imageTag)
+	}
+}
+
+// retag gives the image ref a second tag in its registry.
+func retag(ctx context.Context, ref, tag string) error {
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		return err
+	}
+	desc, err := remote.Get(r, remote.WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", ref, err)
+	}
+	if err := remote.Tag(r.Context().Tag(tag), desc, remote.WithContext(ctx)); err != nil {
+		return fmt.Errorf("tagging %s as %s: %w", ref, tag, err)
+	}
+	return nil
+}
+
+// checkRollout runs change, which replaces the agent pod, and checks that
+// the node's export went on as one series without a gap beyond one
+// interval. The rule: over the points of the node's bpf_agent_scans_total
+// (every resource attribute a label) from 3 intervals before the change
+// until the new pod's second export, there is one series, and sorted by
+// time the largest difference between consecutive points is at most
+// interval plus exportJitter: every export the old pod would have made is
+// made by it or by the new one.
+func checkRollout(t *testing.T, cs *kubernetes.Clientset, prom *backends.Prometheus, what string, change func()) {
+	t.Helper()
+	ctx := context.Background()
+	old := waitAgentPod(t, cs, "")
+	changeAt := time.Now()
+	change()
 	nu := waitAgentPod(t, cs, old.UID)
-	t.Logf("new agent pod %s Ready %s after the restart", nu.Name, time.Since(restartAt).Round(time.Millisecond))
-	// The resource names the node, never the pod: the old and the new
-	// agent pod write one series, and the new pod's samples are those
-	// after it became ready.
+	t.Logf("new agent pod %s Ready %s after %s", nu.Name, time.Since(changeAt).Round(time.Millisecond), what)
 	readyAt := time.Now()
 	sel := fmt.Sprintf(`bpf_agent_scans_total{k8s_node_name=%q}`, nodeName)
 	var gap time.Duration
-	var gaps []string // each gap, after the restart's offset of its first point
+	var gaps []string // each gap, after the change's offset of its first point
 	kube.Eventually(t, 2*time.Minute, "two exports of the new agent", func() error {
-		series, err := prom.RawSamples(ctx, sel, time.Since(restartAt)+3*interval)
+		series, err := prom.RawSamples(ctx, sel, time.Since(changeAt)+3*interval)
 		if err != nil {
 			return err
 		}
 		if len(series) > 1 {
-			t.Fatalf("the rollout restart made %d series of one node's metric: the agent's identity changed with its pod: %v", len(series), series)
+			t.Fatalf("%s made %d series of one node's metric: the agent's identity changed with its pod: %v", what, len(series), slices.Collect(maps.Keys(series)))
 		}
 		var ts []time.Time
 		fromNew := 0
@@ -582,14 +667,14 @@ func testRolloutRestart(t *testing.T, cs *kubernetes.Clientset, prom *backends.P
 		gap, gaps = 0, gaps[:0]
 		for i := 1; i < len(ts); i++ {
 			gap = max(gap, ts[i].Sub(ts[i-1]))
-			gaps = append(gaps, fmt.Sprintf("%s at %s", ts[i].Sub(ts[i-1]).Round(time.Millisecond), ts[i-1].Sub(restartAt).Round(time.Millisecond)))
+			gaps = append(gaps, fmt.Sprintf("%s at %s", ts[i].Sub(ts[i-1]).Round(time.Millisecond), ts[i-1].Sub(changeAt).Round(time.Millisecond)))
 		}
 		return nil
 	})
-	t.Logf("longest gap between exports across the rollout restart: %s (interval %s); every gap, at its first point's time from the restart: %s",
-		gap.Round(time.Millisecond), interval, strings.Join(gaps, ", "))
+	t.Logf("longest gap between exports across %s: %s (interval %s); every gap, at its first point's time from the change: %s",
+		what, gap.Round(time.Millisecond), interval, strings.Join(gaps, ", "))
 	if gap > interval+exportJitter {
-		t.Errorf("rollout restart left a %s gap between consecutive points of the node's export, more than one interval (%s, give or take %s)", gap, interval, exportJitter)
+		t.Errorf("%s left a %s gap between consecutive points of the node's export, more than one interval (%s, give or take %s)", what, gap, interval, exportJitter)
 	}
 }
 
