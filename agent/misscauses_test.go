@@ -106,3 +106,45 @@ func TestWatcherNamesAgentCauses(t *testing.T) {
 		}
 	}
 }
+
+// TestBlindProgram: a watched program whose misses give no sample, budget
+// unspent, for blindIntervals intervals and blindMisses misses is blind;
+// one sample or a spent budget starts the count again.
+func TestBlindProgram(t *testing.T) {
+	type interval struct {
+		misses, samples uint64
+		spent           bool
+	}
+	for _, tc := range []struct {
+		name      string
+		intervals []interval
+		blind     bool
+	}{
+		{"two dry intervals, 6 misses", []interval{{3, 0, false}, {3, 0, false}}, true},
+		{"one dry interval, many misses", []interval{{100, 0, false}}, false},
+		{"two dry intervals, 5 misses", []interval{{3, 0, false}, {2, 0, false}}, false},
+		{"three dry intervals, 6 misses", []interval{{3, 0, false}, {2, 0, false}, {1, 0, false}}, true},
+		{"a sample breaks the run", []interval{{3, 0, false}, {3, 1, false}, {3, 0, false}}, false},
+		{"a spent budget breaks the run", []interval{{3, 0, false}, {3, 0, true}, {3, 0, false}}, false},
+		{"sampled every time", []interval{{3, 3, false}, {3, 3, false}, {3, 3, false}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &missWatch{watched: map[uint32]*watchedProg{7: {name: "k"}}, pending: map[uint32][]MissSample{},
+				spent: map[uint32]bool{}, blind: map[uint32]BlindProgram{}}
+			for _, iv := range tc.intervals {
+				clear(m.spent)
+				m.spent[7] = iv.spent
+				for range iv.samples {
+					m.pending[7] = append(m.pending[7], MissSample{ProgID: 7, Cause: CauseNested})
+				}
+				m.explain(7, iv.misses)
+			}
+			if _, blind := m.blind[7]; blind != tc.blind {
+				t.Errorf("blind %v, want %v (%+v)", blind, tc.blind, m.watched[7])
+			}
+			if got := m.state().Blind; tc.blind && (len(got) != 1 || got[0].ProgID != 7 || got[0].ProgName != "k") {
+				t.Errorf("state's blind programs %+v, want k #7", got)
+			}
+		})
+	}
+}

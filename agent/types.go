@@ -183,6 +183,10 @@ type MissWatch struct {
 	Watched []WatchedProgram `json:"watched"`
 	// Waiting are programs with an open miss episode that wait for a slot.
 	Waiting []uint32 `json:"waiting,omitempty"`
+	// Blind are programs whose misses tripped no watchpoint while watched
+	// (the kernel counts them where watchpoints do not fire: kprobes on
+	// arm64): no longer watched, their misses unexplained.
+	Blind []BlindProgram `json:"blind,omitempty"`
 	// Samples and OverBudget are cumulative: misses sampled, and
 	// watchpoint hits the budget turned off (counted, not sampled).
 	Samples    uint64 `json:"samples"`
@@ -190,6 +194,15 @@ type MissWatch struct {
 	// Symbols says how stacks are named: "kallsyms", or why only
 	// addresses are shown.
 	Symbols string `json:"symbols,omitempty"`
+}
+
+// BlindProgram is a program the watcher gave up on: Misses were counted
+// while it was watched, with the budget unspent, and none tripped a
+// watchpoint.
+type BlindProgram struct {
+	ProgID   uint32 `json:"prog_id"`
+	ProgName string `json:"prog_name"`
+	Misses   uint64 `json:"misses"`
 }
 
 // WatchedProgram is one program the watcher watches.

@@ -215,6 +215,9 @@ func watchLine(w agent.MissWatch) string {
 	if len(w.Waiting) > 0 {
 		fmt.Fprintf(&b, "; %d waiting for a slot", len(w.Waiting))
 	}
+	for _, p := range w.Blind {
+		fmt.Fprintf(&b, "; %s #%d not watched: %d misses while watched tripped no watchpoint (the kernel counts them where watchpoints do not fire, as in arm64 kprobes)", p.ProgName, p.ProgID, p.Misses)
+	}
 	fmt.Fprintf(&b, "; budget %d per CPU per interval", w.Budget)
 	if w.Symbols != "" {
 		fmt.Fprintf(&b, "; symbols: %s", w.Symbols)

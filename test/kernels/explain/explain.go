@@ -117,3 +117,53 @@ func watched(s *agent.Snapshot, id uint32) bool {
 	}
 	return false
 }
+
+// Blind runs trigger in two intervals of an agent that watches program id
+// (the agent gives up on a program after two intervals and 6 misses with
+// no sample) and checks the watcher's verdict: where the kernel's
+// watchpoints fire for the program's misses (sampleable) it stays watched
+// and is never blind; where they do not, it is listed as blind with every
+// miss of the two intervals and no longer watched, its slot free.
+func Blind(t *testing.T, id uint32, sampleable bool, trigger func()) {
+	t.Helper()
+	a, err := agent.New(agent.Config{WatchMisses: true, WatchPrograms: []uint32{id}})
+	if err != nil {
+		t.Fatalf("starting the agent: %v", err)
+	}
+	defer a.Close()
+	snap := scan(t, a)
+	if w := snap.MissWatch; !w.Available {
+		expect.SkipUnlessExpected(t, expect.FeatMissWatch, errors.New(w.Reason))
+	}
+	var misses uint64
+	samples := 0
+	for range 2 {
+		trigger()
+		snap = scan(t, a)
+		samples += sampled(snap, id)
+		for _, p := range snap.Programs {
+			if p.ID == id {
+				misses += p.Delta.Misses
+			}
+		}
+	}
+	var blind *agent.BlindProgram
+	for i, b := range snap.MissWatch.Blind {
+		if b.ProgID == id {
+			blind = &snap.MissWatch.Blind[i]
+		}
+	}
+	t.Logf("program %d: %d misses, %d sampled in two intervals; blind %+v; watched %v", id, misses, samples, blind, watched(snap, id))
+	switch {
+	case sampleable && blind != nil:
+		t.Errorf("program %d called blind, yet the kernel's watchpoints fire for its misses (%d sampled of %d)", id, samples, misses)
+	case sampleable && !watched(snap, id):
+		t.Errorf("program %d no longer watched: %+v", id, snap.MissWatch)
+	case !sampleable && blind == nil:
+		t.Errorf("program %d not blind after %d misses with %d samples: %+v", id, misses, samples, snap.MissWatch)
+	case !sampleable && watched(snap, id):
+		t.Errorf("blind program %d still holds its watchpoints", id)
+	case !sampleable && blind.Misses != misses:
+		t.Errorf("blind program %d counted %d misses, the kernel %d", id, blind.Misses, misses)
+	}
+}
