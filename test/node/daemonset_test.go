@@ -125,6 +125,7 @@ func TestNode(t *testing.T) {
 	t.Run("rollout-restart", func(t *testing.T) { testRolloutRestart(t, cs, prom) })
 	t.Run("upgrade-rollback", func(t *testing.T) { testUpgradeRollback(t, cs, prom, helmCfg, vals, reg) })
 	t.Run("frozen-agent", func(t *testing.T) { testFrozenAgent(t, cs) })
+	t.Run("upgrade-from-0.1.0", func(t *testing.T) { testUpgradeFromRelease(t, n, cs, prom, helmCfg, vals, reg) })
 	t.Logf("node test took %s", time.Since(start).Round(time.Second))
 }
 
@@ -549,7 +550,7 @@ func testCoreCache(t *testing.T, n *node, cs *kubernetes.Clientset, pod *corev1.
 // second series of the node's metrics and leaves no gap in the node's
 // export beyond one interval (checkRollout).
 func testRolloutRestart(t *testing.T, cs *kubernetes.Clientset, prom *backends.Prometheus) {
-	checkRollout(t, cs, prom, "the rollout restart", func() {
+	checkRollout(t, cs, prom, "the rollout restart", 1, func() {
 		patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":%q}}}}}`, time.Now().Format(time.RFC3339))
 		if _, err := cs.AppsV1().DaemonSets(releaseNS).Patch(context.Background(), releaseName, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
@@ -575,7 +576,7 @@ func testUpgradeRollback(t *testing.T, cs *kubernetes.Clientset, prom *backends.
 		"otel":  vals["otel"],
 		"agent": map[string]any{"stats": map[string]any{"window": "2s"}},
 	}
-	checkRollout(t, cs, prom, "helm upgrade", func() {
+	checkRollout(t, cs, prom, "helm upgrade", 1, func() {
 		up := action.NewUpgrade(cfg)
 		up.Namespace, up.Timeout = releaseNS, 2*time.Minute
 		rel, err := up.Run(releaseName, ch, upVals)
@@ -591,7 +592,7 @@ func testUpgradeRollback(t *testing.T, cs *kubernetes.Clientset, prom *backends.
 	if img := ds.Spec.Template.Spec.Containers[0].Image; !strings.HasSuffix(img, ":"+imageTag+"-2") {
 		t.Errorf("after helm upgrade the DaemonSet runs %s, want the tag %s-2", img, imageTag)
 	}
-	checkRollout(t, cs, prom, "helm rollback", func() {
+	checkRollout(t, cs, prom, "helm rollback", 1, func() {
 		rb := action.NewRollback(cfg)
 		rb.Version, rb.Timeout = 1, 2*time.Minute
 		if err := rb.Run(releaseName); err != nil {
@@ -603,6 +604,110 @@ func testUpgradeRollback(t *testing.T, cs *kubernetes.Clientset, prom *backends.
 	}
 	if img := ds.Spec.Template.Spec.Containers[0].Image; !strings.HasSuffix(img, ":"+imageTag) {
 		t.Errorf("after helm rollback the DaemonSet runs %s, want the tag %s", img, imageTag)
+	}
+}
+
+// release010 is the commit of release 0.1.0 (chart and appVersion 0.1.0):
+// main before issues 34 and 35 changed the chart.
+const release010 = "9ad5a4a32beed182a0b544d0437a787bf011b67e"
+
+// testUpgradeFromRelease: the release replaced by 0.1.0's chart and image,
+// built from its commit with its own `make image`, then `helm upgrade` to
+// this tree's chart and image and `helm rollback` to 0.1.0. Neither leaves
+// a gap beyond one interval. 0.1.0 put its pod's name in the resource
+// (host.name, bpfleet.agent.pod.name), so the upgrade renews the series
+// once, as the CHANGELOG says (at most 2 series: 0.1.0's pod's and the
+// node's), and the rollback brings a pod-named series back (at most 3).
+func testUpgradeFromRelease(t *testing.T, n *node, cs *kubernetes.Clientset, prom *backends.Prometheus, cfg *action.Configuration, vals map[string]any, reg string) {
+	ctx := context.Background()
+	root := repoRoot()
+	src := filepath.Join(t.TempDir(), "bpfleet-0.1.0")
+	start := time.Now()
+	if out, err := exec.Command("git", "-C", root, "cat-file", "-e", release010+"^{commit}").CombinedOutput(); err != nil {
+		t.Fatalf("release 0.1.0's commit %s is not in this clone (a shallow clone? git fetch --unshallow): %v %s", release010, err, out)
+	}
+	for _, args := range [][]string{
+		{"clone", "-q", "--shared", "--no-checkout", root, src},
+		{"-C", src, "checkout", "-q", "--detach", release010},
+	} {
+		if out, err := exec.Command("git", args...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	if out, err := exec.Command("make", "-C", src, "image", "PUSH="+reg+"/bpfleet:0.1.0").CombinedOutput(); err != nil {
+		t.Fatalf("make image of 0.1.0: %v\n%s", err, out)
+	}
+	t.Logf("0.1.0 (%s) built and pushed in %s", release010, time.Since(start).Round(time.Millisecond))
+
+	// 0.1.0 installed where this tree's release was.
+	old := waitAgentPod(t, cs, "")
+	if _, err := action.NewUninstall(cfg).Run(releaseName); err != nil {
+		t.Fatalf("helm uninstall: %v", err)
+	}
+	kube.Eventually(t, 2*time.Minute, "the uninstalled agent pod gone", func() error {
+		if _, err := cs.CoreV1().Pods(releaseNS).Get(ctx, old.Name, metav1.GetOptions{}); err == nil {
+			return fmt.Errorf("pod %s still there", old.Name)
+		}
+		return nil
+	})
+	oldVals := map[string]any{
+		"image": map[string]any{"repository": reg + "/bpfleet", "tag": "0.1.0"},
+		"otel":  vals["otel"],
+	}
+	rel, cfg, err := n.HelmInstallChart(filepath.Join(src, "charts", "bpfleet"), releaseNS, releaseName, oldVals, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("chart %s-%s installed", rel.Chart.Metadata.Name, rel.Chart.Metadata.Version)
+	if v := rel.Chart.Metadata.Version; v != "0.1.0" {
+		t.Fatalf("commit %s holds chart %s, want 0.1.0", release010, v)
+	}
+	pod010 := waitAgentPod(t, cs, "")
+	// checkRollout looks 3 intervals back: the uninstall's gap must be
+	// older than that.
+	installedAt := time.Now()
+	sel := fmt.Sprintf(`bpf_agent_scans_total{k8s_node_name=%q}`, nodeName)
+	kube.Eventually(t, 2*time.Minute, "0.1.0's exports over 3 intervals", func() error {
+		series, err := prom.RawSamples(ctx, sel, time.Since(installedAt))
+		if err != nil {
+			return err
+		}
+		pts := 0
+		for _, p := range series {
+			pts += len(p)
+		}
+		if pts < 5 {
+			return fmt.Errorf("%d points from the 0.1.0 agent %s", pts, pod010.Name)
+		}
+		return nil
+	})
+
+	ch, err := loader.Load(kube.ChartDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRollout(t, cs, prom, "helm upgrade from 0.1.0", 2, func() {
+		up := action.NewUpgrade(cfg)
+		up.Namespace, up.Timeout = releaseNS, 2*time.Minute
+		rel, err := up.Run(releaseName, ch, vals)
+		if err != nil {
+			t.Fatalf("helm upgrade from 0.1.0: %v", err)
+		}
+		t.Logf("helm upgrade to chart %s: revision %d %s", rel.Chart.Metadata.Version, rel.Version, rel.Info.Status)
+	})
+	checkRollout(t, cs, prom, "helm rollback to 0.1.0", 3, func() {
+		rb := action.NewRollback(cfg)
+		rb.Version, rb.Timeout = 1, 2*time.Minute
+		if err := rb.Run(releaseName); err != nil {
+			t.Fatalf("helm rollback to 0.1.0: %v", err)
+		}
+	})
+	ds, err := cs.AppsV1().DaemonSets(releaseNS).Get(ctx, releaseName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img := ds.Spec.Template.Spec.Containers[0].Image; !strings.HasSuffix(img, ":0.1.0") {
+		t.Errorf("after helm rollback the DaemonSet runs %s, want 0.1.0", img)
 	}
 }
 
@@ -626,11 +731,12 @@ func retag(ctx context.Context, ref, tag string) error {
 // the node's export went on as one series without a gap beyond one
 // interval. The rule: over the points of the node's bpf_agent_scans_total
 // (every resource attribute a label) from 3 intervals before the change
-// until the new pod's second export, there is one series, and sorted by
+// until the new pod's second export, there are at most maxSeries series
+// (1 where the resource names the node alone), and sorted by
 // time the largest difference between consecutive points is at most
 // interval plus exportJitter: every export the old pod would have made is
 // made by it or by the new one.
-func checkRollout(t *testing.T, cs *kubernetes.Clientset, prom *backends.Prometheus, what string, change func()) {
+func checkRollout(t *testing.T, cs *kubernetes.Clientset, prom *backends.Prometheus, what string, maxSeries int, change func()) {
 	t.Helper()
 	ctx := context.Background()
 	old := waitAgentPod(t, cs, "")
@@ -642,13 +748,15 @@ func checkRollout(t *testing.T, cs *kubernetes.Clientset, prom *backends.Prometh
 	sel := fmt.Sprintf(`bpf_agent_scans_total{k8s_node_name=%q}`, nodeName)
 	var gap time.Duration
 	var gaps []string // each gap, after the change's offset of its first point
+	nSeries := 0
 	kube.Eventually(t, 2*time.Minute, "two exports of the new agent", func() error {
 		series, err := prom.RawSamples(ctx, sel, time.Since(changeAt)+3*interval)
 		if err != nil {
 			return err
 		}
-		if len(series) > 1 {
-			t.Fatalf("%s made %d series of one node's metric: the agent's identity changed with its pod: %v", what, len(series), slices.Collect(maps.Keys(series)))
+		nSeries = len(series)
+		if len(series) > maxSeries {
+			t.Fatalf("%s made %d series of one node's metric, want at most %d: the agent's identity changed with its pod: %v", what, len(series), maxSeries, slices.Collect(maps.Keys(series)))
 		}
 		var ts []time.Time
 		fromNew := 0
@@ -671,8 +779,8 @@ func checkRollout(t *testing.T, cs *kubernetes.Clientset, prom *backends.Prometh
 		}
 		return nil
 	})
-	t.Logf("longest gap between exports across %s: %s (interval %s); every gap, at its first point's time from the change: %s",
-		what, gap.Round(time.Millisecond), interval, strings.Join(gaps, ", "))
+	t.Logf("%s: %d series of the node's bpf_agent_scans_total; longest gap between exports %s (interval %s); every gap, at its first point's time from the change: %s",
+		what, nSeries, gap.Round(time.Millisecond), interval, strings.Join(gaps, ", "))
 	if gap > interval+exportJitter {
 		t.Errorf("%s left a %s gap between consecutive points of the node's export, more than one interval (%s, give or take %s)", what, gap, interval, exportJitter)
 	}
