@@ -6,6 +6,10 @@ VERSION := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo
 # -trimpath and an empty build id: the same commit and Go toolchain give the
 # same bytes on any machine (make image's digest depends on it).
 GO_LDFLAGS := -s -w -buildid= -X main.version=$(VERSION)
+# The image's binaries are built by exactly go.mod's toolchain (GOTOOLCHAIN
+# fetches it through the module proxy where the installed Go differs): the
+# same commit gives the same image whichever Go the machine has.
+GO_TOOLCHAIN := $(shell sed -n 's/^toolchain //p' go.mod)
 
 # make image PUSH=registry.example/bpfleet:0.1.0 also pushes the image there.
 # IMAGE is the name the tar gives it for `ctr images import` and kind: by
@@ -40,8 +44,8 @@ build:
 # /bpfleet and /bpfleet-agent (cmd/bpfleet-image). Same commit, same digest:
 # revision, version and every time in it come from git, not the clock.
 image:
-	$(call binaries,GOOS=linux GOARCH=amd64 GOAMD64=v1,bin/linux-amd64)
-	$(call binaries,GOOS=linux GOARCH=arm64 GOARM64=v8.0,bin/linux-arm64)
+	$(call binaries,GOTOOLCHAIN=$(GO_TOOLCHAIN) GOOS=linux GOARCH=amd64 GOAMD64=v1,bin/linux-amd64)
+	$(call binaries,GOTOOLCHAIN=$(GO_TOOLCHAIN) GOOS=linux GOARCH=arm64 GOARM64=v8.0,bin/linux-arm64)
 	go run ./cmd/bpfleet-image -o bin/bpfleet-image.tar -name '$(IMAGE)' $(if $(PUSH),-push '$(PUSH)') \
 	  -revision $$(git rev-parse HEAD) -version '$(VERSION)' -created $$(git log -1 --format=%cI) \
 	  -platform linux/amd64=bin/linux-amd64 -platform linux/arm64/v8=bin/linux-arm64

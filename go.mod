@@ -2,6 +2,8 @@ module github.com/bpfleet/bpfleet
 
 go 1.26.0
 
+toolchain go1.26.8
+
 require (
 	github.com/cilium/ebpf v0.22.0
 	github.com/creack/pty v1.1.24
