@@ -23,6 +23,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -577,13 +578,7 @@ func testUpgradeRollback(t *testing.T, cs *kubernetes.Clientset, prom *backends.
 		"agent": map[string]any{"stats": map[string]any{"window": "2s"}},
 	}
 	checkRollout(t, cs, prom, "helm upgrade", 1, func() {
-		up := action.NewUpgrade(cfg)
-		up.Namespace, up.Timeout = releaseNS, 2*time.Minute
-		rel, err := up.Run(releaseName, ch, upVals)
-		if err != nil {
-			t.Fatalf("helm upgrade: %v", err)
-		}
-		t.Logf("helm upgrade: revision %d %s", rel.Version, rel.Info.Status)
+		helmUpgrade(t, cfg, ch, upVals)
 	})
 	ds, err := cs.AppsV1().DaemonSets(releaseNS).Get(ctx, releaseName, metav1.GetOptions{})
 	if err != nil {
@@ -593,11 +588,7 @@ func testUpgradeRollback(t *testing.T, cs *kubernetes.Clientset, prom *backends.
 		t.Errorf("after helm upgrade the DaemonSet runs %s, want the tag %s-2", img, imageTag)
 	}
 	checkRollout(t, cs, prom, "helm rollback", 1, func() {
-		rb := action.NewRollback(cfg)
-		rb.Version, rb.Timeout = 1, 2*time.Minute
-		if err := rb.Run(releaseName); err != nil {
-			t.Fatalf("helm rollback to revision 1: %v", err)
-		}
+		helmRollback(t, cfg, 1)
 	})
 	if ds, err = cs.AppsV1().DaemonSets(releaseNS).Get(ctx, releaseName, metav1.GetOptions{}); err != nil {
 		t.Fatal(err)
@@ -687,20 +678,10 @@ func testUpgradeFromRelease(t *testing.T, n *node, cs *kubernetes.Clientset, pro
 		t.Fatal(err)
 	}
 	checkRollout(t, cs, prom, "helm upgrade from 0.1.0", 2, func() {
-		up := action.NewUpgrade(cfg)
-		up.Namespace, up.Timeout = releaseNS, 2*time.Minute
-		rel, err := up.Run(releaseName, ch, vals)
-		if err != nil {
-			t.Fatalf("helm upgrade from 0.1.0: %v", err)
-		}
-		t.Logf("helm upgrade to chart %s: revision %d %s", rel.Chart.Metadata.Version, rel.Version, rel.Info.Status)
+		helmUpgrade(t, cfg, ch, vals)
 	})
 	checkRollout(t, cs, prom, "helm rollback to 0.1.0", 3, func() {
-		rb := action.NewRollback(cfg)
-		rb.Version, rb.Timeout = 1, 2*time.Minute
-		if err := rb.Run(releaseName); err != nil {
-			t.Fatalf("helm rollback to 0.1.0: %v", err)
-		}
+		helmRollback(t, cfg, 1)
 	})
 	ds, err := cs.AppsV1().DaemonSets(releaseNS).Get(ctx, releaseName, metav1.GetOptions{})
 	if err != nil {
@@ -708,6 +689,28 @@ func testUpgradeFromRelease(t *testing.T, n *node, cs *kubernetes.Clientset, pro
 	}
 	if img := ds.Spec.Template.Spec.Containers[0].Image; !strings.HasSuffix(img, ":0.1.0") {
 		t.Errorf("after helm rollback the DaemonSet runs %s, want 0.1.0", img)
+	}
+}
+
+// helmUpgrade runs `helm upgrade bpfleet` to chart ch with vals.
+func helmUpgrade(t *testing.T, cfg *action.Configuration, ch *chart.Chart, vals map[string]any) {
+	t.Helper()
+	up := action.NewUpgrade(cfg)
+	up.Namespace, up.Timeout = releaseNS, 2*time.Minute
+	rel, err := up.Run(releaseName, ch, vals)
+	if err != nil {
+		t.Fatalf("helm upgrade to chart %s: %v", ch.Metadata.Version, err)
+	}
+	t.Logf("helm upgrade to chart %s: revision %d %s", ch.Metadata.Version, rel.Version, rel.Info.Status)
+}
+
+// helmRollback runs `helm rollback bpfleet revision`.
+func helmRollback(t *testing.T, cfg *action.Configuration, revision int) {
+	t.Helper()
+	rb := action.NewRollback(cfg)
+	rb.Version, rb.Timeout = revision, 2*time.Minute
+	if err := rb.Run(releaseName); err != nil {
+		t.Fatalf("helm rollback to revision %d: %v", revision, err)
 	}
 }
 

@@ -46,15 +46,8 @@ func Misses(t *testing.T, id uint32, n uint64, cause, context string, trigger fu
 // kernel's recursion_misses, and each sampled stack starts at the counter.
 func Observe(t *testing.T, id uint32, trigger func()) (*agent.Snapshot, *agent.ProgramStat) {
 	t.Helper()
-	a, err := agent.New(agent.Config{WatchMisses: true, WatchPrograms: []uint32{id}})
-	if err != nil {
-		t.Fatalf("starting the agent: %v", err)
-	}
+	a, snap := watching(t, id)
 	defer a.Close()
-	snap := scan(t, a)
-	if w := snap.MissWatch; !w.Available {
-		expect.SkipUnlessExpected(t, expect.FeatMissWatch, errors.New(w.Reason))
-	}
 	if !watched(snap, id) {
 		t.Fatalf("program %d not watched after the first scan: %+v", id, snap.MissWatch)
 	}
@@ -126,15 +119,8 @@ func watched(s *agent.Snapshot, id uint32) bool {
 // miss of the two intervals and no longer watched, its slot free.
 func Blind(t *testing.T, id uint32, sampleable bool, trigger func()) {
 	t.Helper()
-	a, err := agent.New(agent.Config{WatchMisses: true, WatchPrograms: []uint32{id}})
-	if err != nil {
-		t.Fatalf("starting the agent: %v", err)
-	}
+	a, snap := watching(t, id)
 	defer a.Close()
-	snap := scan(t, a)
-	if w := snap.MissWatch; !w.Available {
-		expect.SkipUnlessExpected(t, expect.FeatMissWatch, errors.New(w.Reason))
-	}
 	var misses uint64
 	samples := 0
 	for range 2 {
@@ -166,4 +152,25 @@ func Blind(t *testing.T, id uint32, sampleable bool, trigger func()) {
 	case !sampleable && blind.Misses != misses:
 		t.Errorf("blind program %d counted %d misses, the kernel %d", id, blind.Misses, misses)
 	}
+}
+
+// watching starts an agent that watches program id and returns it with its
+// first scan; a kernel that refuses the watcher skips the test, unless the
+// matrix entry expects watchpoints.
+func watching(t *testing.T, id uint32) (*agent.Agent, *agent.Snapshot) {
+	t.Helper()
+	a, err := agent.New(agent.Config{WatchMisses: true, WatchPrograms: []uint32{id}})
+	if err != nil {
+		t.Fatalf("starting the agent: %v", err)
+	}
+	snap, err := a.Scan(context.Background())
+	if err != nil {
+		a.Close()
+		t.Fatalf("scan: %v", err)
+	}
+	if w := snap.MissWatch; !w.Available {
+		a.Close()
+		expect.SkipUnlessExpected(t, expect.FeatMissWatch, errors.New(w.Reason))
+	}
+	return a, snap
 }
