@@ -40,7 +40,7 @@ type missWatch struct {
 	pending map[uint32][]MissSample
 	spent   map[uint32]bool
 	// blind holds the programs whose counted misses trip no watchpoint
-	// (blindAfter): they are not armed again.
+	// (blindIntervals, blindMisses): they are not armed again.
 	blind   map[uint32]BlindProgram
 	recent  []MissSample
 	samples uint64
@@ -54,9 +54,9 @@ type watchedProg struct {
 	scans   int
 	ranges  []misswatch.Range
 	guard   misswatch.Guard
-	// dry counts the misses of the intervals in a row in which the
-	// program, watched from the interval's start, missed with the budget
-	// unspent and gave no sample; dryIntervals how many.
+	// dry counts the misses of the intervals since its last sample (or
+	// spent budget) in which the program, watched from the interval's
+	// start, missed and gave no sample; dryIntervals how many.
 	dry          uint64
 	dryIntervals int
 }
@@ -68,11 +68,11 @@ const rotateScans = 3
 // A program is blind to the watcher once blindIntervals intervals in
 // which it missed (quiet ones between do not count), with at least
 // blindMisses misses among them, gave no sample while it was watched and
-// its budget unspent: the kernel counts its misses
-// where a watchpoint does not fire (arm64 runs kprobes as debug
-// exceptions, inside which watchpoints are off). Its slot goes to others.
-// On amd64 about one counted miss in five gave no sample under qemu, so
-// six in a row unsampled by chance is about 1 in 15,000.
+// its budget unspent: the kernel counts its misses where a watchpoint
+// does not fire (arm64 runs kprobes as debug exceptions, inside which
+// watchpoints are off). Its slot goes to others. On amd64 about one
+// counted miss in five gave no sample under qemu, so six in a row
+// unsampled by chance is about 1 in 15,000.
 const (
 	blindIntervals = 2
 	blindMisses    = 6
