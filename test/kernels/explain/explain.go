@@ -46,13 +46,13 @@ func Misses(t *testing.T, id uint32, n uint64, cause, context string, trigger fu
 // kernel's recursion_misses, and each sampled stack starts at the counter.
 func Observe(t *testing.T, id uint32, trigger func()) (*agent.Snapshot, *agent.ProgramStat) {
 	t.Helper()
-	a, snap := watching(t, id)
+	a, snap := Watching(t, id)
 	defer a.Close()
 	if !watched(snap, id) {
 		t.Fatalf("program %d not watched after the first scan: %+v", id, snap.MissWatch)
 	}
 	trigger()
-	snap = scan(t, a)
+	snap = Scan(t, a)
 	var p *agent.ProgramStat
 	for _, q := range snap.Programs {
 		if q.ID == id {
@@ -93,7 +93,8 @@ func sampled(s *agent.Snapshot, id uint32) int {
 	return n
 }
 
-func scan(t *testing.T, a *agent.Agent) *agent.Snapshot {
+// Scan is one scan of a, failing the test on an error.
+func Scan(t *testing.T, a *agent.Agent) *agent.Snapshot {
 	t.Helper()
 	snap, err := a.Scan(context.Background())
 	if err != nil {
@@ -119,13 +120,13 @@ func watched(s *agent.Snapshot, id uint32) bool {
 // miss of the two intervals and no longer watched, its slot free.
 func Blind(t *testing.T, id uint32, sampleable bool, trigger func()) {
 	t.Helper()
-	a, snap := watching(t, id)
+	a, snap := Watching(t, id)
 	defer a.Close()
 	var misses uint64
 	samples := 0
 	for range 2 {
 		trigger()
-		snap = scan(t, a)
+		snap = Scan(t, a)
 		samples += sampled(snap, id)
 		for _, p := range snap.Programs {
 			if p.ID == id {
@@ -154,10 +155,10 @@ func Blind(t *testing.T, id uint32, sampleable bool, trigger func()) {
 	}
 }
 
-// watching starts an agent that watches program id and returns it with its
+// Watching starts an agent that watches program id and returns it with its
 // first scan; a kernel that refuses the watcher skips the test, unless the
 // matrix entry expects watchpoints.
-func watching(t *testing.T, id uint32) (*agent.Agent, *agent.Snapshot) {
+func Watching(t *testing.T, id uint32) (*agent.Agent, *agent.Snapshot) {
 	t.Helper()
 	a, err := agent.New(agent.Config{WatchMisses: true, WatchPrograms: []uint32{id}})
 	if err != nil {

@@ -2,7 +2,6 @@ package ktest
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/bpfleet/bpfleet/agent"
 	"github.com/bpfleet/bpfleet/test/kernels/expect"
+	"github.com/bpfleet/bpfleet/test/kernels/explain"
 )
 
 // The miss watcher's cost, each figure against its twin in the same run:
@@ -52,32 +52,15 @@ func watchedDeletes(t *testing.T) (id uint32, objs *deleteObjs, prog *ebpf.Progr
 }
 
 // watchingAgent starts an agent that watches program id from its first
-// scan, skipping where the kernel gives no watchpoints.
+// scan (explain.Watching), and fails unless it does.
 func watchingAgent(t *testing.T, id uint32) *agent.Agent {
 	t.Helper()
-	a, err := agent.New(agent.Config{WatchMisses: true, WatchPrograms: []uint32{id}})
-	if err != nil {
-		t.Fatalf("starting the agent: %v", err)
-	}
-	s := scanOnce(t, a)
-	if !s.MissWatch.Available {
-		a.Close()
-		expect.SkipUnlessExpected(t, expect.FeatMissWatch, errors.New(s.MissWatch.Reason))
-	}
+	a, s := explain.Watching(t, id)
 	if !slices.ContainsFunc(s.MissWatch.Watched, func(w agent.WatchedProgram) bool { return w.ProgID == id }) {
 		a.Close()
 		t.Fatalf("program %d not watched after the first scan: %+v", id, s.MissWatch)
 	}
 	return a
-}
-
-func scanOnce(t *testing.T, a *agent.Agent) *agent.Snapshot {
-	t.Helper()
-	s, err := a.Scan(context.Background())
-	if err != nil {
-		t.Fatalf("scan: %v", err)
-	}
-	return s
 }
 
 // measure logs a timing or a ratio of timings for the matrix table,
@@ -133,7 +116,7 @@ func TestWatchCostIdle(t *testing.T) {
 		if err != nil {
 			t.Fatalf("starting the agent: %v", err)
 		}
-		scanOnce(t, a)
+		explain.Scan(t, a)
 		return a
 	}
 	off := start(agent.Config{})
@@ -173,7 +156,7 @@ func TestWatchCostIdle(t *testing.T) {
 			var m0, m1 runtime.MemStats
 			runtime.ReadMemStats(&m0)
 			c := processCPU(t)
-			s := scanOnce(t, agents[j])
+			s := explain.Scan(t, agents[j])
 			scanCPU[j] = append(scanCPU[j], processCPU(t)-c)
 			runtime.ReadMemStats(&m1)
 			scanBytes[j] = append(scanBytes[j], m1.TotalAlloc-m0.TotalAlloc)
@@ -194,7 +177,7 @@ func TestWatchCostIdle(t *testing.T) {
 		} else {
 			on.Watch(nil)
 		}
-		s := scanOnce(t, on)
+		s := explain.Scan(t, on)
 		if armed := slices.ContainsFunc(s.MissWatch.Watched, func(w agent.WatchedProgram) bool { return w.ProgID == id }); armed != watch {
 			t.Fatalf("program %d watched %v, want %v: %+v", id, armed, watch, s.MissWatch)
 		}
@@ -278,7 +261,7 @@ func TestWatchStorm(t *testing.T) {
 		return n
 	}
 	idle := processCPU(t)
-	scanOnce(t, on)
+	explain.Scan(t, on)
 	idle = processCPU(t) - idle
 
 	// watched storms with the watcher on and checks the scan after it;
@@ -286,7 +269,7 @@ func TestWatchStorm(t *testing.T) {
 	watched := func(round string) (uint64, time.Duration) {
 		deletes := storm()
 		c := processCPU(t)
-		s := scanOnce(t, on)
+		s := explain.Scan(t, on)
 		cpu := processCPU(t) - c
 		var p *agent.ProgramStat
 		for _, q := range s.Programs {
