@@ -165,6 +165,9 @@ type Agent struct {
 	// ownerAllKnown: every program of the last scan is in ownerKnown.
 	ownerAllKnown bool
 	maxProgID     uint32 // the highest program id of the last scan
+	// afterEarlyWalk, set by tests only, runs between the early holders'
+	// walk and the program read.
+	afterEarlyWalk func(*earlyHolders)
 
 	calibration []Calibration
 	// caps names the capabilities the agent uses and lacks (degraded.go).
@@ -313,6 +316,9 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 	if a.attr != nil && a.ownerRefreshDue(start) {
 		early = &earlyHolders{c: make(chan holders, 1), horizon: a.maxProgID}
 		go func() { early.c <- a.attr.readHolders() }()
+		if a.afterEarlyWalk != nil {
+			a.afterEarlyWalk(early)
+		}
 	}
 	if a.mw != nil {
 		// Before the counters: every miss sampled is then one the read

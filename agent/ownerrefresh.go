@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/bpfleet/bpfleet/agent/internal/reader"
+	"github.com/bpfleet/bpfleet/agent/owners"
 )
 
 // ownerStablePeriod is the owner refresh period while every owner process
@@ -68,6 +69,14 @@ func (a *Agent) attachOwners(progs reader.View, now time.Time, st *ScanStats, ea
 		var h holders
 		if early != nil {
 			h, horizon = <-early.c, early.horizon
+			// A program above the horizon that the walk found no holder
+			// for may have been loaded after the walk passed its loader:
+			// exported ownerless now and owned a scan later, its series
+			// would change key. The agent walks again (every program read
+			// existed before this walk began); a one-shot list prints once.
+			if !a.cfg.OneShot && unheldAbove(progs, h.res, horizon) {
+				h, horizon = a.attr.readHolders(), ^uint32(0)
+			}
 		} else {
 			h = a.attr.readHolders()
 		}
@@ -97,4 +106,19 @@ func (a *Agent) attachOwners(progs reader.View, now time.Time, st *ScanStats, ea
 		a.attr.dropGoneNetdevs()
 	}
 	return refresh
+}
+
+// unheldAbove says whether a program with an id above horizon has no
+// holder in res.
+func unheldAbove(progs reader.View, res *owners.Result, horizon uint32) bool {
+	for i := progs.Len() - 1; i >= 0; i-- {
+		p := progs.At(i)
+		if p.ID <= horizon {
+			return false // read in id order
+		}
+		if res == nil || len(res.Programs[p.ID]) == 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/bpfleet/bpfleet/agent/internal/scantest"
 	"golang.org/x/sys/unix"
@@ -153,4 +154,35 @@ func TestOwnerWatchKeepsRunningOwners(t *testing.T) {
 	if !w.exited() {
 		t.Error("an owner that exited before the reset is not reported")
 	}
+}
+
+// A program loaded after the early holders' walk passed its loader, but
+// before the program read, is exported with its owner in that very scan:
+// ownerless first and owned a scan later, its workload series would
+// change key (a second series for every such load).
+func TestProgramLoadedDuringEarlyWalkOwned(t *testing.T) {
+	a := newTestAgentWith(t, Config{Owners: true})
+	scan(t, a)
+	a.ownersAt = time.Time{} // the refresh period passed: an early walk
+	var id uint32
+	a.afterEarlyWalk = func(e *earlyHolders) {
+		h := <-e.c // the walk is over
+		id = scantest.ProgID(t, scantest.LoadPrograms(t, 1)[0])
+		e.c <- h
+	}
+	s := scan(t, a)
+	a.afterEarlyWalk = nil
+	if id <= a.maxProgID && id > 0 {
+		p := findProg(s, id)
+		if p == nil {
+			t.Fatalf("program %d missing", id)
+		}
+		for _, o := range p.Owners {
+			if o.PID == os.Getpid() {
+				return
+			}
+		}
+		t.Fatalf("program %d, loaded during the early walk, has owners %+v: want this process (%d)", id, p.Owners, os.Getpid())
+	}
+	t.Fatalf("the early walk did not run or the program was not read (id %d, highest %d)", id, a.maxProgID)
 }
