@@ -187,5 +187,13 @@ func (a *Agent) degraded() []string {
 			add(FeatureCalibration+" "+c.AttachType, c.Reason)
 		}
 	}
+	var features []string
+	for _, d := range out {
+		f, _, _ := strings.Cut(d, ": ")
+		features = append(features, f)
+	}
+	if l := confinementLine(a.apparmor, features); l != "" {
+		add(FeatureConfinement, l)
+	}
 	return out
 }
