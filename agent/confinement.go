@@ -79,7 +79,7 @@ func confinementLine(label string, lost []string) string {
 	}
 	return "AppArmor profile " + profile + " (" + mode + ") confines the agent, and what it refuses is lost: " +
 		strings.Join(refused, ", ") +
-		"; run the agent unconfined (the chart's agent.appArmorProfile.type: Unconfined; RuntimeDefault is containerd's profile)"
+		"; run the agent unconfined (the chart's appArmorProfile.type: Unconfined; RuntimeDefault is the runtime's profile)"
 }
 
 // AppArmor is the agent's AppArmor label ("unconfined", "<profile>
