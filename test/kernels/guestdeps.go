@@ -90,6 +90,21 @@ func addDebs(r *initramfs, prev debFiles, e Entry, names []string, logf func(str
 	if len(names) == 0 {
 		return added, nil
 	}
+	// Everything the packages add, the directories made for them
+	// included, goes with them when the next entry replaces them: a
+	// directory left behind (bookworm's /lib64) would stand where the
+	// next suite's merged-/usr link must be.
+	before := make(map[string]bool, len(r.files))
+	for n := range r.files {
+		before[n] = true
+	}
+	defer func() {
+		for n := range r.files {
+			if !before[n] {
+				added[n] = true
+			}
+		}
+	}()
 	apt, err := newAptEnv(e.Suite, e.Arch)
 	if err != nil {
 		return added, err
@@ -115,6 +130,13 @@ func addDebs(r *initramfs, prev debFiles, e Entry, names []string, logf func(str
 				return nil
 			}
 			switch {
+			case de.IsDir():
+				// Empty ones too: a profile's include of a directory
+				// (bookworm's tunables/xdg-user-dirs.d) needs it.
+				if rel != "." {
+					r.dir(rel)
+				}
+				return nil
 			case de.Type()&fs.ModeSymlink != 0:
 				target, err := os.Readlink(p)
 				if err != nil {

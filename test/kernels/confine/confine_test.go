@@ -37,7 +37,6 @@ const (
 )
 
 const (
-	parser   = "/usr/sbin/apparmor_parser"
 	bpfleet  = "/bin/bpfleet"
 	aaprof   = "/bin/aaprofile"
 	pinDir   = "/sys/fs/bpf/confine"
@@ -403,6 +402,12 @@ func TestContainerdProfile(t *testing.T) {
 	}
 	if !slices.Contains(strings.Split(strings.TrimSpace(string(lsm)), ","), "apparmor") {
 		t.Skipf("AppArmor not active: /sys/kernel/security/lsm is %q", strings.TrimSpace(string(lsm)))
+	}
+	// Debian ships the parser in /usr/sbin since apparmor 4 (merged /usr),
+	// in /sbin before (bookworm's 3.0).
+	parser := "/usr/sbin/apparmor_parser"
+	if _, err := os.Stat(parser); err != nil {
+		parser = "/sbin/apparmor_parser"
 	}
 	for _, p := range []string{parser, bpfleet, aaprof} {
 		if _, err := os.Stat(p); err != nil {
