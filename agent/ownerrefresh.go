@@ -75,6 +75,7 @@ func (a *Agent) attachOwners(progs reader.View, now time.Time, st *ScanStats, ea
 			// would change key. The agent walks again (every program read
 			// existed before this walk began); a one-shot list prints once.
 			if !a.cfg.OneShot && unheldAbove(progs, h.res, horizon) {
+				a.attr.noteRefusals(h.res)
 				h, horizon = a.attr.readHolders(), ^uint32(0)
 			}
 		} else {
