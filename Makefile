@@ -66,8 +66,8 @@ bench:
 # dashboards (exporter/internal/gendocs, Go only).
 # scripts/test.sh runs the same and fails if the committed files differ.
 # The long-haul scenarios (not part of make test, which runs their short
-# versions): BPFLEET_SOAK=long, README "Soak" says how long each runs and
-# what it prints. SOAK selects scenarios by test name (a go test -run
+# versions): BPFLEET_SOAK=long, docs/testing.md, "Soak", says how long each
+# runs and what it prints. SOAK selects scenarios by test name (a go test -run
 # pattern; default all).
 SOAK ?= TestSoak
 # STATS sets the soak agents' --stats mode (off: run beside other BPF tests,
@@ -82,7 +82,8 @@ soak:
 generate:
 	go generate ./...
 
-# Every fuzz target for FUZZTIME each (default 20s); README lists the last run.
+# Every fuzz target for FUZZTIME each (default 20s); docs/testing.md,
+# "Fuzzing", lists the last run.
 fuzz:
 	scripts/fuzz.sh
 

@@ -171,7 +171,9 @@ type Agent struct {
 
 	calibration []Calibration
 	// caps names the capabilities the agent uses and lacks (degraded.go).
-	caps       string
+	caps string
+	// apparmor is the agent's AppArmor label (confinement.go).
+	apparmor   string
 	statsCosts []StatsCost
 	prevCPU    time.Duration
 	closed     bool
@@ -206,6 +208,7 @@ func New(cfg Config) (*Agent, error) {
 		ownerKnown: map[uint32]bool{},
 		sysctl:     stats.NewSysctlReader(cfg.ProcRoot),
 		caps:       missingCaps(),
+		apparmor:   appArmorLabel(),
 	}
 	if _, _, err := bpfsys.NextID(bpfsys.CmdProgGetNextID, 0); err != nil {
 		return nil, fmt.Errorf("%w (%v)", reader.ErrPrivilege, err)

@@ -64,11 +64,11 @@ type attribution struct {
 	// "" when it answered: a degraded line, as those interfaces' programs
 	// then have no pod.
 	nsErr string
-	// ownersDenied is set once an owner read could not read a process's
-	// fds or facts (EACCES, EPERM: facts are read once per process, so
-	// the refusal is not seen again); pinsDenied is the last pin walk's
+	// ownersDenied is the last refusal (EACCES, EPERM) of an owner read
+	// of a process's fds or facts, kept once seen (facts are read once
+	// per process, so the refusal is not seen again); pinsDenied is the last pin walk's
 	// refusal, "" when it had none.
-	ownersDenied bool
+	ownersDenied string
 	pinsDenied   string
 }
 
@@ -188,9 +188,7 @@ func (at *attribution) refresh(progs reader.View, h holders) []error {
 	if h.err != nil {
 		errs = append(errs, fmt.Errorf("reading owners: %w", h.err))
 	}
-	if res != nil && res.Stats.Denied > 0 {
-		at.ownersDenied = true
-	}
+	at.noteRefusals(res)
 	at.updateOwners(res)
 	at.pins = owners.PinsByProg(h.pins)
 	at.pinsDenied = ""
@@ -255,6 +253,15 @@ func (at *attribution) refresh(progs reader.View, h holders) []error {
 	}
 	at.joinAttachments(atts)
 	return errs
+}
+
+// noteRefusals keeps the last refusal a walk counted (res may be nil): a
+// process's facts are read once and cached, so a walk after it does not
+// count the same refusal again, and one discarded must still say it.
+func (at *attribution) noteRefusals(res *owners.Result) {
+	if res != nil && res.Stats.Denied > 0 {
+		at.ownersDenied = res.Stats.LastError
+	}
 }
 
 // updateOwners makes progs res.Programs' owners, converted and filled. A

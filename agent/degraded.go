@@ -149,8 +149,8 @@ func (a *Agent) degraded() []string {
 		if at.iterErr != nil {
 			add(FeatureOwnerIterator, at.iterErr.Error())
 		}
-		if at.ownersDenied {
-			add(FeatureOwners, "other processes' fds could not be read (permission denied): programs they hold have no owner; the agent needs CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH and the host's PID namespace")
+		if at.ownersDenied != "" {
+			add(FeatureOwners, at.ownersDenied+": programs other processes hold have no owner, or owners without their executable; the agent needs CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH and the host's PID namespace")
 		}
 		if at.pinsDenied != "" {
 			add(FeaturePins, at.pinsDenied+": programs pinned there have no pin; the agent needs CAP_DAC_READ_SEARCH")
@@ -186,6 +186,14 @@ func (a *Agent) degraded() []string {
 		if c.Inconclusive {
 			add(FeatureCalibration+" "+c.AttachType, c.Reason)
 		}
+	}
+	var features []string
+	for _, d := range out {
+		f, _, _ := strings.Cut(d, ": ")
+		features = append(features, f)
+	}
+	if l := confinementLine(a.apparmor, features); l != "" {
+		add(FeatureConfinement, l)
 	}
 	return out
 }

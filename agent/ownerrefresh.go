@@ -75,15 +75,8 @@ func (a *Agent) attachOwners(progs reader.View, now time.Time, st *ScanStats, ea
 			// would change key. The agent walks again (every program read
 			// existed before this walk began); a one-shot list prints once.
 			if !a.cfg.OneShot && unheldAbove(progs, h.res, horizon) {
-				// The first walk cached each process's facts: a refusal
-				// it met reading them (an exe: a ptrace-mode check) is
-				// not met again, and must still reach Degraded. Read
-				// before walking again, which reuses the result.
-				denied := h.res != nil && h.res.Stats.Denied > 0
+				a.attr.noteRefusals(h.res)
 				h, horizon = a.attr.readHolders(), ^uint32(0)
-				if denied {
-					a.attr.ownersDenied = true
-				}
 			}
 		} else {
 			h = a.attr.readHolders()

@@ -110,8 +110,8 @@ const (
 	MissKindNone = "none"
 )
 
-// Miss causes (prog.Cause*): see prog/causes.go and README "Why a program
-// missed".
+// Miss causes (prog.Cause*): see prog/causes.go and docs/misses.md, "Why a
+// program missed".
 const (
 	CauseRecursion   = prog.CauseRecursion
 	CauseInterrupt   = prog.CauseInterrupt

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# bench.sh: the figures bpfleet states in its README and notes — its own cost
-# as ratios against a floor measured in the same run, and races against other
-# tools' wall time. Nothing here is a pass/fail gate: these machines are
-# shared and noisy, so a figure is printed with its baseline, never asserted
-# (`make test` holds the correctness checks).
+# bench.sh: the figures bpfleet states in docs/performance.md (the README
+# quotes the headline ones) and notes — its own cost as ratios against a floor
+# measured in the same run, and races against other tools' wall time. Nothing
+# here is a pass/fail gate: these machines are shared and noisy, so a figure is
+# printed with its baseline, never asserted (`make test` holds the correctness
+# checks).
 #
 #   make bench                  # every section
 #   make bench BENCH=list,scan  # some sections

@@ -132,14 +132,25 @@ func InNetns(nsPath string, f func()) error {
 // an agent in a pod with the host's pid namespace and its own network
 // namespace: the chart's default), when it is not the caller's own: where
 // the interfaces are that pods' programs attach to. "" when it is the
-// caller's, or unreadable.
+// caller's, or absent.
 func HostNetns(procRoot string) string {
 	if procRoot == "" {
 		procRoot = "/proc"
 	}
 	p := procRoot + "/1/ns/net"
 	var self, host unix.Stat_t
-	if unix.Stat("/proc/thread-self/ns/net", &self) != nil || unix.Stat(p, &host) != nil || self.Dev == host.Dev && self.Ino == host.Ino {
+	if unix.Stat("/proc/thread-self/ns/net", &self) != nil {
+		return ""
+	}
+	switch err := unix.Stat(p, &host); {
+	case err == unix.EACCES || err == unix.EPERM:
+		// Refused (a ptrace-mode check, which an LSM profile such as
+		// containerd's default AppArmor one denies): whether it is ours
+		// is unknown, so it is named anyway and entering it fails with
+		// the refusal, a degraded line, rather than the interfaces being
+		// read, silently, in the pod's own namespace.
+		return p
+	case err != nil, self.Dev == host.Dev && self.Ino == host.Ino:
 		return ""
 	}
 	return p

@@ -197,7 +197,7 @@ func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 
 	// Everything is set up: only now say what the agent does, with the
 	// settings it really uses.
-	log.Info("agent started", append(c.Settings(), "degraded", a.Degraded())...)
+	log.Info("agent started", append(c.Settings(), "apparmor", a.AppArmor(), "degraded", a.Degraded())...)
 	if exp.MetricsTarget == "" && exp.TracesTarget == "" {
 		log.Info("no OTLP endpoint set (OTEL_EXPORTER_OTLP_ENDPOINT or --otlp-endpoint): not exporting; scanning and the local API go on")
 	}

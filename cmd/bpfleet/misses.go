@@ -34,7 +34,7 @@ func init() {
 	cmd := &cobra.Command{
 		Use:   "misses [PROG...]",
 		Short: "Show each recursion miss: its cause, context, task, pod and kernel stack",
-		Long: `misses shows why BPF programs miss (README, "Why a program missed"): each miss
+		Long: `misses shows why BPF programs miss (docs/misses.md, "Why a program missed"): each miss
 the miss watcher sampled, with its cause (recursion, interrupt, preempted,
 nested), the context of the run turned away (task, softirq, hardirq, nmi), the
 task and pod that were running, and the kernel stack, innermost frame first.

@@ -59,6 +59,13 @@ type rendered struct {
 // schema validation and every template exactly as `helm install` does.
 func render(t testing.TB, values string) (*rendered, error) {
 	t.Helper()
+	return renderFor(t, values, "1.33")
+}
+
+// renderFor renders for the Kubernetes version major.minor.
+func renderFor(t testing.TB, values, kube string) (*rendered, error) {
+	t.Helper()
+	major, minor, _ := strings.Cut(kube, ".")
 	vals := map[string]any{}
 	if err := yaml.Unmarshal([]byte(values), &vals); err != nil {
 		t.Fatalf("test values: %v", err)
@@ -68,7 +75,7 @@ func render(t testing.TB, values string) (*rendered, error) {
 	inst.ClientOnly = true
 	inst.ReleaseName = "bpfleet"
 	inst.Namespace = "bpfleet-system"
-	inst.KubeVersion = &chartutil.KubeVersion{Version: "v1.33.0", Major: "1", Minor: "33"}
+	inst.KubeVersion = &chartutil.KubeVersion{Version: "v" + kube + ".0", Major: major, Minor: minor}
 	rel, err := inst.Run(loadChart(t), vals)
 	if err != nil {
 		return nil, err
@@ -558,6 +565,43 @@ func TestOptionalOff(t *testing.T) {
 	}
 }
 
+// TestAppArmorProfile: the agent runs unconfined by AppArmor unless the
+// values say otherwise, because containerd's default profile refuses
+// owners and interface targets (test/kernels/confine measures it): as the
+// container's appArmorProfile from Kubernetes 1.30, as the annotation
+// before.
+func TestAppArmorProfile(t *testing.T) {
+	const ann = "container.apparmor.security.beta.kubernetes.io/agent"
+	for _, c := range []struct {
+		kube, values  string
+		field, annVal string // "": none
+	}{
+		{"1.33", "", "Unconfined", ""},
+		{"1.30", "", "Unconfined", ""},
+		{"1.29", "", "", "unconfined"},
+		{"1.25", "", "", "unconfined"},
+		{"1.33", `appArmorProfile: {type: RuntimeDefault}`, "RuntimeDefault", ""},
+		{"1.29", `appArmorProfile: {type: RuntimeDefault}`, "", "runtime/default"},
+		{"1.33", `appArmorProfile: {type: Localhost, localhostProfile: bpfleet}`, "Localhost", ""},
+		{"1.29", `appArmorProfile: {type: Localhost, localhostProfile: bpfleet}`, "", "localhost/bpfleet"},
+		{"1.33", `appArmorProfile: null`, "", ""},
+		{"1.29", `appArmorProfile: null`, "", ""},
+	} {
+		r, err := renderFor(t, c.values, c.kube)
+		if err != nil {
+			t.Fatalf("Kubernetes %s, values %q: %v", c.kube, c.values, err)
+		}
+		field := ""
+		if sc := agentContainer(t, r).SecurityContext; sc != nil && sc.AppArmorProfile != nil {
+			field = string(sc.AppArmorProfile.Type)
+		}
+		got := r.DaemonSet.Spec.Template.Annotations[ann]
+		if field != c.field || got != c.annVal {
+			t.Errorf("Kubernetes %s, values %q: appArmorProfile %q, annotation %q; want %q, %q", c.kube, c.values, field, got, c.field, c.annVal)
+		}
+	}
+}
+
 // TestInvalidValuesRejected: the schema and the templates' fail refuse bad
 // values, each with a message naming what is wrong.
 func TestInvalidValuesRejected(t *testing.T) {
@@ -596,6 +640,7 @@ func TestInvalidValuesRejected(t *testing.T) {
 		{`hostPaths: {proc: "proc"}`, "proc"},
 		{`updateStrategy: {type: Recreate}`, "updateStrategy"},
 		{`seccompProfile: {type: Off}`, "seccompProfile"},
+		{`appArmorProfile: {type: Off}`, "appArmorProfile"},
 		{`privileged: true`, "privileged"},
 		{`securityContext: {privileged: true}`, "securityContext"},
 		{`agent: {interal: 10s}`, "interal"},

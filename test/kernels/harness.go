@@ -171,6 +171,14 @@ func buildArch(o *Options, goarch string) (*initramfs, error) {
 		}
 		r.addFile("tests/"+filepath.Base(bin), bin, 0o755)
 	}
+	deps, err := readGuestDeps(root, o.Packages)
+	if err != nil {
+		return nil, err
+	}
+	if err := buildGuestBins(r, deps.builds, dir, goarch); err != nil {
+		return nil, err
+	}
+	r.debs = deps.debs
 	if len(o.Commands) > 0 || o.Agent {
 		bin := filepath.Join(dir, "bpfleet")
 		if err := goBuild(root, goarch, "build", "-trimpath", "-o", bin, "./cmd/bpfleet"); err != nil {
@@ -318,6 +326,10 @@ func RunEntry(ctx context.Context, e Entry, o *Options, base *initramfs) *Result
 	base.addData("bpfleet/entry", []byte(e.Name+"\n"), 0o644)
 	if o.Net {
 		addNetModules(base, k.NetModules)
+	}
+	if base.debFiles, err = addDebs(base, base.debFiles, e, base.debs, o.Logf); err != nil {
+		res.Err = err
+		return res
 	}
 	dir := filepath.Join(o.WorkDir, e.Name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {

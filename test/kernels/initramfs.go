@@ -23,12 +23,19 @@ const (
 	sIFDIR = 0o040000
 	sIFREG = 0o100000
 	sIFCHR = 0o020000
+	sIFLNK = 0o120000
 )
 
 // initramfs collects files and writes them as an uncompressed newc cpio
 // archive, which every kernel accepts as initramfs. Written here rather than
 // with cpio(1) so device nodes need no root and the order is deterministic.
-type initramfs struct{ files map[string]cpioFile }
+type initramfs struct {
+	files map[string]cpioFile
+	// debs are the Debian packages the tests asked for (guest-deps);
+	// debFiles the files of the current entry's, replaced per entry.
+	debs     []string
+	debFiles debFiles
+}
 
 func newInitramfs() *initramfs {
 	r := &initramfs{files: map[string]cpioFile{}}
@@ -58,6 +65,13 @@ func (r *initramfs) addData(dst string, data []byte, perm uint32) {
 	dst = strings.Trim(dst, "/")
 	r.dir(path.Dir(dst))
 	r.files[dst] = cpioFile{mode: sIFREG | perm, data: data}
+}
+
+// addSymlink adds dst pointing at target, as a Debian package ships it.
+func (r *initramfs) addSymlink(dst, target string) {
+	dst = strings.Trim(dst, "/")
+	r.dir(path.Dir(dst))
+	r.files[dst] = cpioFile{mode: sIFLNK | 0o777, data: []byte(target)}
 }
 
 // removeUnder drops dir's contents (the directory stays).
@@ -97,7 +111,7 @@ func (r *initramfs) write(w io.Writer) error {
 	for _, n := range names {
 		f := r.files[n]
 		data := f.data
-		if f.mode&sIFREG != 0 && f.mode&sIFDIR == 0 && data == nil && f.src != "" {
+		if f.mode&0o170000 == sIFREG && data == nil && f.src != "" {
 			b, err := os.ReadFile(f.src)
 			if err != nil {
 				return err

@@ -45,7 +45,7 @@ type Program struct {
 	// Sleepable is nil when the kernel gave no answer.
 	Sleepable *bool `json:"sleepable"`
 	// MissKind says what a recursion miss of this program means on this
-	// kernel: recursion, contention-possible, unknown or none (see README).
+	// kernel: recursion, contention-possible, unknown or none (see docs/misses.md).
 	MissKind string `json:"miss_kind"`
 
 	LoadTime      time.Time `json:"load_time"`

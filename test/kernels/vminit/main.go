@@ -127,6 +127,9 @@ func mountAll() []error {
 		{"bpf", "/sys/fs/bpf", "bpf"},
 		{"tracefs", "/sys/kernel/tracing", "tracefs"},
 		{"debugfs", "/sys/kernel/debug", "debugfs"},
+		// The LSMs' files: which are active (lsm), and AppArmor's policy
+		// interface, which apparmor_parser loads profiles through.
+		{"securityfs", "/sys/kernel/security", "securityfs"},
 	}
 	var errs []error
 	for _, m := range mounts {
