@@ -28,6 +28,10 @@ type Record struct {
 	// AttachBTFObjID is the id of the BTF object (vmlinux, a module, a BPF
 	// program's BTF) holding AttachBTFID; 0 when none or not known.
 	AttachBTFObjID uint32
+	// AttachBTFObjKnown is false where the kernel's bpf_prog_aux has no
+	// attach_btf (before Linux 5.11): AttachBTFObjID is then 0 whatever
+	// the target's object.
+	AttachBTFObjKnown bool
 	// DstProgID is the target program of an extension or fentry-on-BPF
 	// program that is loaded but not attached yet (the kernel forgets it on
 	// attach); 0 otherwise.
@@ -40,8 +44,9 @@ const (
 	attachFuncOff = 32
 	attachFuncLen = 64
 
-	flagSleepable      = 1 << 0
-	flagSleepableKnown = 1 << 1
+	flagSleepable         = 1 << 0
+	flagSleepableKnown    = 1 << 1
+	flagAttachBTFObjKnown = 1 << 3 // F_ATTACH_BTF_OBJ_KNOWN in prog_facts.h
 )
 
 // The kernel hands out at most a few pages of the seq_file per read(); a
@@ -125,6 +130,7 @@ func (it *Iter) decode(b []byte) Record {
 		DstProgID:          le.Uint32(b[20:]),
 		Sleepable:          flags&flagSleepable != 0,
 		SleepableKnown:     flags&flagSleepableKnown != 0,
+		AttachBTFObjKnown:  flags&flagAttachBTFObjKnown != 0,
 	}
 	r.AttachFunc = it.names.Get(b[attachFuncOff : attachFuncOff+attachFuncLen])
 	return r

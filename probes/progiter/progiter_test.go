@@ -128,6 +128,16 @@ func TestReadClassifiesPrograms(t *testing.T) {
 		if r.AttachBTFID != uint32(want) {
 			t.Errorf("%s: attach btf id %d, want %d (btf_trace_%s in vmlinux)", p.name, r.AttachBTFID, want, p.spec.AttachTo)
 		}
+		if !r.AttachBTFObjKnown {
+			if hasMember(t, kernel, "bpf_prog_aux", "attach_btf") {
+				t.Errorf("%s: attach btf object not known, but the kernel's bpf_prog_aux has attach_btf", p.name)
+			} else if r.AttachBTFObjID != 0 {
+				t.Errorf("%s: attach btf object %d where the kernel keeps none", p.name, r.AttachBTFObjID)
+			} else {
+				t.Logf("%s: attach btf object not known: the kernel's bpf_prog_aux has no attach_btf", p.name)
+			}
+			continue
+		}
 		checkVmlinux(t, p.name, r.AttachBTFObjID)
 	}
 
@@ -138,6 +148,21 @@ func TestReadClassifiesPrograms(t *testing.T) {
 	if self.Type != uint32(ebpf.Tracing) || self.ExpectedAttachType != uint32(ebpf.AttachTraceIter) {
 		t.Errorf("iterator itself: type %d expected attach type %d, want tracing/trace_iter", self.Type, self.ExpectedAttachType)
 	}
+}
+
+// hasMember says whether the kernel's struct typ (its BTF) has member.
+func hasMember(t *testing.T, kernel *btf.Spec, typ, member string) bool {
+	t.Helper()
+	var st *btf.Struct
+	if err := kernel.TypeByName(typ, &st); err != nil {
+		t.Fatalf("kernel BTF: %v", err)
+	}
+	for _, m := range st.Members {
+		if m.Name == member {
+			return true
+		}
+	}
+	return false
 }
 
 func checkVmlinux(t *testing.T, name string, id uint32) {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 )
 
@@ -18,11 +19,56 @@ type Canary struct {
 	link link.Link
 }
 
+// ErrNoRecursionGuard is the answer of a kernel that does not guard BPF
+// programs against recursion (RecursionGuard). It wraps
+// ebpf.ErrNotSupported.
+var ErrNoRecursionGuard = fmt.Errorf("%w: the kernel has no per-program recursion guard", ebpf.ErrNotSupported)
+
+// RecursionGuard asks the kernel whether it turns a program's nested run
+// away (and counts it): nil where its struct bpf_prog_info, as the kernel's
+// own BTF describes it, has recursion_misses; else an error wrapping
+// ErrNoRecursionGuard with what the kernel said. The field and the
+// guard of trampoline programs came in one change (Linux 5.12); on a
+// kernel without them a program that re-enters its own attach point
+// recurses until the kernel stack overflows (fentry on
+// htab_map_delete_elem deleting from a hash map: a double fault, measured
+// on 5.10), and the canary's nested bpf_printk spins forever on
+// trace_printk_lock, which bpf_trace_printk holds around its tracepoint.
+// Raw tracepoints got the guard later than trampolines: the field is
+// necessary for the canary, and every kernel of the matrix that has it
+// has both.
+func RecursionGuard() error {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return fmt.Errorf("%w: reading the kernel's BTF to find bpf_prog_info.recursion_misses: %v", ErrNoRecursionGuard, err)
+	}
+	var info *btf.Struct
+	if err := spec.TypeByName("bpf_prog_info", &info); err != nil {
+		return fmt.Errorf("%w: the kernel's BTF has no struct bpf_prog_info: %v", ErrNoRecursionGuard, err)
+	}
+	for _, m := range info.Members {
+		if m.Name == "recursion_misses" {
+			return nil
+		}
+	}
+	last := "none"
+	if n := len(info.Members); n > 0 {
+		last = info.Members[n-1].Name
+	}
+	return fmt.Errorf("%w: the kernel's struct bpf_prog_info (%d bytes, its last field %s) has no recursion_misses",
+		ErrNoRecursionGuard, info.Size, last)
+}
+
 // Load loads the canary and attaches it. Only its own trigger (Trigger)
 // provokes misses, whatever pid namespace the caller is in.
 // It fails with an error wrapping ebpf.ErrNotSupported or the kernel's errno
-// when the kernel refuses tp_btf or the bpf_trace_printk tracepoint.
+// when the kernel refuses tp_btf or the bpf_trace_printk tracepoint, and
+// with ErrNoRecursionGuard, loading nothing, on a kernel where a trigger
+// would deadlock (RecursionGuard).
 func Load() (*Canary, error) {
+	if err := RecursionGuard(); err != nil {
+		return nil, fmt.Errorf("canary: %w", err)
+	}
 	spec, err := loadCanary()
 	if err != nil {
 		return nil, fmt.Errorf("reading canary spec: %w", err)

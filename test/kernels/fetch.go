@@ -145,26 +145,58 @@ func (a *aptEnv) update() error {
 
 var dependsRe = regexp.MustCompile(`(?m)^\s*Depends: (linux-image-\S+)$`)
 
-// resolve finds the unsigned kernel package the metapackage currently points
-// to: the metapackage depends on linux-image-<abi>; its unsigned image is
-// linux-binary-unsigned-<abi> (sid, trixie-backports era) or
+// resolve finds the unsigned kernel package version metaVer of the
+// metapackage points to: it depends on linux-image-<abi>; its unsigned
+// image is linux-binary-unsigned-<abi> (sid, trixie-backports era) or
 // linux-image-<abi>-unsigned (bookworm, trixie).
-func (a *aptEnv) resolve(meta string) (pkg, version, abi string, err error) {
-	out, err := a.run(a.dir, "apt-cache", "depends", meta)
+func (a *aptEnv) resolve(meta, metaVer string) (pkg, version, abi string, err error) {
+	out, err := a.run(a.dir, "apt-cache", "depends", meta+"="+metaVer)
 	if err != nil {
-		return "", "", "", fmt.Errorf("resolving %s: %w", meta, err)
+		return "", "", "", fmt.Errorf("resolving %s %s: %w", meta, metaVer, err)
 	}
 	m := dependsRe.FindSubmatch(out)
 	if m == nil {
-		return "", "", "", fmt.Errorf("resolving %s: no linux-image dependency in %q", meta, out)
+		return "", "", "", fmt.Errorf("resolving %s %s: no linux-image dependency in %q", meta, metaVer, out)
 	}
 	abi = strings.TrimPrefix(string(m[1]), "linux-image-")
 	for _, cand := range []string{"linux-binary-unsigned-" + abi, "linux-image-" + abi + "-unsigned"} {
-		if v, ok := a.version(cand); ok {
-			return cand, v, abi, nil
+		vs := a.versions(cand)
+		if len(vs) == 0 {
+			continue
+		}
+		// The image built from the same source upload as the
+		// metapackage, else the newest build of that ABI.
+		v := vs[0]
+		for _, x := range vs {
+			if x == metaVer {
+				v = x
+			}
+		}
+		return cand, v, abi, nil
+	}
+	return "", "", "", fmt.Errorf("resolving %s %s: no unsigned image package for ABI %s", meta, metaVer, abi)
+}
+
+// versions lists every version of pkg the package lists hold, in apt's
+// order of preference (newest first), none when apt knows no such package.
+func (a *aptEnv) versions(pkg string) []string {
+	out, err := a.run(a.dir, "apt-cache", "madison", pkg)
+	if err != nil {
+		return nil
+	}
+	var vs []string
+	seen := map[string]bool{}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Split(line, "|")
+		if len(f) < 3 || strings.TrimSpace(f[0]) != pkg {
+			continue
+		}
+		if v := strings.TrimSpace(f[1]); !seen[v] {
+			seen[v] = true
+			vs = append(vs, v)
 		}
 	}
-	return "", "", "", fmt.Errorf("resolving %s: no unsigned image package for ABI %s", meta, abi)
+	return vs
 }
 
 // version is the candidate version of pkg, false when apt knows no such
@@ -191,7 +223,11 @@ func (a *aptEnv) download(pkg, version string) (deb, tmp string, err error) {
 		return "", "", fmt.Errorf("creating download dir: %w", err)
 	}
 	if _, err := a.run(tmp, "apt-get", "-q", "download", pkg+"="+version); err != nil {
-		return "", tmp, fmt.Errorf("downloading %s: %w", pkg, err)
+		err = fmt.Errorf("downloading %s: %w", pkg, err)
+		if strings.Contains(err.Error(), " 404 ") {
+			err = &notServedError{pkg: pkg, version: version, err: err}
+		}
+		return "", tmp, err
 	}
 	debs, _ := filepath.Glob(filepath.Join(tmp, "*.deb"))
 	if len(debs) != 1 {
@@ -204,6 +240,11 @@ func (a *aptEnv) download(pkg, version string) (deb, tmp string, err error) {
 // downloading and extracting it only when it is not cached yet. With net,
 // it also returns the guest's NIC modules (Kernel.NetModules), fetched the
 // same way.
+//
+// A kernel the mirror lists but does not serve (HTTP 404: bullseye's LTS
+// kernels are in bullseye-security only, whose pool some mirrors do not
+// carry while their lists are reachable) gives way to the metapackage's
+// next older version, said in the log; any other download error fails.
 func FetchKernel(e Entry, net bool, logf func(string, ...any)) (*Kernel, error) {
 	apt, err := newAptEnv(e.Suite, e.Arch)
 	if err != nil {
@@ -212,7 +253,42 @@ func FetchKernel(e Entry, net bool, logf func(string, ...any)) (*Kernel, error) 
 	if err := apt.update(); err != nil {
 		return nil, err
 	}
-	pkg, ver, abi, err := apt.resolve(e.Meta)
+	metaVers := apt.versions(e.Meta)
+	if len(metaVers) == 0 {
+		return nil, fmt.Errorf("resolving %s: no such package in %s/%s", e.Meta, e.Suite, e.Arch)
+	}
+	var unserved []string
+	for _, mv := range metaVers {
+		k, err := fetchKernelAt(apt, e, mv, net, logf)
+		if err == nil {
+			if len(unserved) > 0 {
+				logf("%s: using %s %s: the mirror does not serve %s", e.Name, k.Package, k.Version, strings.Join(unserved, ", "))
+			}
+			return k, nil
+		}
+		var nf *notServedError
+		if !errors.As(err, &nf) {
+			return nil, err
+		}
+		logf("%s: %v; trying %s's next older version", e.Name, err, e.Meta)
+		unserved = append(unserved, nf.pkg+" "+nf.version)
+	}
+	return nil, fmt.Errorf("no version of %s has a kernel the mirror serves (not served: %s)", e.Meta, strings.Join(unserved, ", "))
+}
+
+// notServedError is a download the mirror answered with 404: the package
+// is listed but its file is not there.
+type notServedError struct {
+	pkg, version string
+	err          error
+}
+
+func (e *notServedError) Error() string { return e.err.Error() }
+func (e *notServedError) Unwrap() error { return e.err }
+
+// fetchKernelAt is FetchKernel for version metaVer of the metapackage.
+func fetchKernelAt(apt *aptEnv, e Entry, metaVer string, net bool, logf func(string, ...any)) (*Kernel, error) {
+	pkg, ver, abi, err := apt.resolve(e.Meta, metaVer)
 	if err != nil {
 		return nil, err
 	}

@@ -40,6 +40,11 @@ const (
 	// FeatMapCount: the kfunc bpf_map_sum_elem_count() the map iterator
 	// counts hash-family elements with (6.6+).
 	FeatMapCount = "bpf_map_sum_elem_count kfunc"
+	// FeatRecursionGuard: the kernel turns a program's nested run away and
+	// counts it in bpf_prog_info.recursion_misses (canary.RecursionGuard).
+	// Without it the recursion scenarios overflow the kernel stack or
+	// deadlock, so they are not run.
+	FeatRecursionGuard = "per-program recursion guard"
 )
 
 // present is what the kernel matrix measured each entry to support (load,
@@ -52,6 +57,12 @@ var present = map[string][]string{
 	"sid-amd64":      {FeatFentry, FeatFexit, FeatFmodRet, FeatFentrySleep, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatFentryOnBPF, FeatLinkIter, FeatMapIter, FeatMapCount, FeatMissWatch, FeatMissWatchKprobe},
 	"sid-rt-amd64":   {FeatFentry, FeatFexit, FeatFmodRet, FeatFentrySleep, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatFentryOnBPF, FeatLinkIter, FeatMapIter, FeatMapCount, FeatMissWatch, FeatMissWatchKprobe},
 	"sid-arm64":      {FeatFentry, FeatFexit, FeatFmodRet, FeatFentrySleep, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatFentryOnBPF, FeatLinkIter, FeatMapIter, FeatMapCount, FeatMissWatch},
+	// Measured 2026-12-06 on 5.10.223 (opt-in entry): the kprobe and map
+	// iterator tests load and run. Its fentry, tp_btf and profiler refusals
+	// are bpf_loop's (the 5.10 verifier: "number of funcs in func_info
+	// doesn't match number of subprogs"), not the attach type's, so they
+	// are not listed.
+	"bullseye-amd64": {FeatKprobe, FeatMapIter},
 }
 
 // Entry is the matrix entry this binary runs in, "" outside the matrix.
@@ -95,7 +106,22 @@ const FeatMissWatchKprobe = "miss watchpoint in a kprobe handler"
 // program (probes/profiler's session shape).
 const FeatFsessionOnBPF = "fsession on a BPF program"
 
+// CanaryFeature is the feature a refusal to load the recursion canary
+// (test/canary's Load) is about: the recursion guard where the kernel has
+// none, else tp_btf on bpf_trace_printk.
+func CanaryFeature(noGuard bool) string {
+	if noGuard {
+		return FeatRecursionGuard
+	}
+	return FeatTpBtf
+}
+
 func init() {
+	// The guard: recursion_misses in each of these kernels' BTF, and their
+	// recursion scenarios pass (bullseye's 5.10 has neither).
+	for _, e := range []string{"bookworm-amd64", "trixie-amd64", "sid-amd64", "sid-rt-amd64", "sid-arm64"} {
+		present[e] = append(present[e], FeatRecursionGuard)
+	}
 	// Measured 2026-12-03 (probes/profiler, test/kernels/ktest's agent
 	// profile tests): fsession on a BPF program in the three 7.2 entries,
 	// fentry/fexit on one in trixie (6.12) too.

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -37,7 +38,7 @@ func TestExportCauses(t *testing.T) {
 	}
 	c, err := canary.Load()
 	if err != nil {
-		expect.SkipUnlessExpected(t, expect.FeatTpBtf, err)
+		expect.SkipUnlessExpected(t, expect.CanaryFeature(errors.Is(err, canary.ErrNoRecursionGuard)), err)
 	}
 	defer c.Close()
 	id, err := c.ProgramID()

@@ -8,6 +8,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/test/canary"
 )
 
 // scan runs one bpfleet scan and returns what it reports about program id.
@@ -42,9 +43,16 @@ func checkScan(t *testing.T, name string, prog *ebpf.Program, wantAttach string)
 	before := stats(t, prog)
 	p := scan(t, id)
 	after := stats(t, prog)
+	// Where the kernel's bpf_prog_info has no recursion_misses, cilium/ebpf
+	// reads it as 0 and bpfleet must report it absent, never 0.
+	noField := canary.RecursionGuard()
 	switch {
+	case p.RecursionMisses == nil && noField != nil:
+		t.Logf("bpfleet reports recursion_misses absent for program %d, as the kernel has none: %v", id, noField)
 	case p.RecursionMisses == nil:
 		t.Errorf("bpfleet reports no recursion_misses for program %d; the kernel says %d", id, after.RecursionMisses)
+	case noField != nil:
+		t.Errorf("bpfleet reports recursion_misses %d for program %d, a number the kernel does not have (%v)", *p.RecursionMisses, id, noField)
 	case *p.RecursionMisses < before.RecursionMisses || *p.RecursionMisses > after.RecursionMisses:
 		t.Errorf("bpfleet reports %d recursion misses for program %d; the kernel says %d", *p.RecursionMisses, id, after.RecursionMisses)
 	}
