@@ -467,16 +467,26 @@ func checkChurnGenerations(t *testing.T, prom *backends.Prometheus, node string,
 			ours[ns][k.String()] = true
 		}
 	}
-	names, ourKeys := map[string]bool{}, 0
+	names, ourKeys, ownerless := map[string]bool{}, 0, 0
 	for ns, ks := range ours {
 		names[ns.name] = true
 		ourKeys += len(ks)
+		// A program unloaded after the scan read it and before its owner
+		// walk (the round closes its programs at any moment of a scan) is
+		// exported once without an owner: one more key for the name, the
+		// same but for an empty process_executable_name. Counted, and
+		// allowed once; a label that changes per load makes a key per
+		// load and fails.
+		if len(ks) == 2 && sameButOwner(ks) {
+			ownerless++
+			continue
+		}
 		if len(ks) > 1 {
 			t.Errorf("churned name %s (unattached %v) made %d workload keys, want 1: a key label changes per load: %v", ns.name, ns.unattached, len(ks), ks)
 		}
 	}
-	t.Logf("workload series of bpf_program_run_count_total over the run: %d label sets of %d workload keys; the %d churned names: %d keys",
-		len(series), len(keys), len(names), ourKeys)
+	t.Logf("workload series of bpf_program_run_count_total over the run: %d label sets of %d workload keys; the %d churned names: %d keys, %d of them the ownerless one of a program unloaded between a scan's read and its owner walk",
+		len(series), len(keys), len(names), ourKeys, ownerless)
 	if len(keys) == 0 || float64(len(series)) > 1.05*float64(len(keys)) {
 		var gens []string
 		for k, n := range keys {
@@ -490,6 +500,24 @@ func checkChurnGenerations(t *testing.T, prom *backends.Prometheus, node string,
 	if len(names) != churnNames {
 		t.Errorf("%d churned names in the workload series, want %d", len(names), churnNames)
 	}
+}
+
+// sameButOwner says the two workload keys in ks differ only in that one
+// has an empty process_executable_name.
+func sameButOwner(ks map[string]bool) bool {
+	var a []string
+	for k := range ks {
+		a = append(a, k)
+	}
+	const l = "process_executable_name="
+	strip := func(k string) (string, bool) {
+		i := strings.Index(k, l)
+		j := strings.Index(k[i:], ",")
+		return k[:i] + k[i+j:], k[i+len(l):i+j] == `""`
+	}
+	ka, emptyA := strip(a[0])
+	kb, emptyB := strip(a[1])
+	return ka == kb && emptyA != emptyB
 }
 
 func tail(s string) string {
