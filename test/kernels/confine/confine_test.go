@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/test/nettest"
 )
 
 // The test re-executes its own binary: stage holder holds the fixtures,
@@ -126,13 +127,13 @@ func hold() {
 	if err != nil {
 		fail(err)
 	}
-	if err := setXDP(1, xdp.FD()); err != nil {
+	if err := nettest.SetXDP(1, xdp.FD()); err != nil {
 		fail(fmt.Errorf("attaching XDP to lo: %w", err))
 	}
 	fmt.Printf("ready %d %d\n", progID(held), progID(xdp))
 	xdp.Close()
 	_, _ = io.Copy(io.Discard, os.Stdin)
-	_ = setXDP(1, -1)
+	_ = nettest.SetXDP(1, -1)
 	held.Unpin()
 	held.Close()
 }
@@ -236,56 +237,6 @@ func setnsIn(path string) error {
 		done <- unix.Setns(fd, unix.CLONE_NEWNET)
 	}()
 	return <-done
-}
-
-// setXDP attaches the program fd to ifindex in generic (skb) mode with one
-// RTM_SETLINK request: an attachment without a bpf_link, which only a
-// netlink query finds.
-func setXDP(ifindex, fd int) error {
-	attr := func(typ uint16, v []byte) []byte {
-		b := binary.NativeEndian.AppendUint16(nil, uint16(4+len(v)))
-		b = binary.NativeEndian.AppendUint16(b, typ)
-		b = append(b, v...)
-		for len(b)%4 != 0 {
-			b = append(b, 0)
-		}
-		return b
-	}
-	u32 := func(v uint32) []byte { return binary.NativeEndian.AppendUint32(nil, v) }
-	xdp := append(attr(unix.IFLA_XDP_FD, u32(uint32(fd))), attr(unix.IFLA_XDP_FLAGS, u32(unix.XDP_FLAGS_SKB_MODE))...)
-	ifi := make([]byte, unix.SizeofIfInfomsg)
-	binary.NativeEndian.PutUint32(ifi[4:], uint32(ifindex))
-	body := append(ifi, attr(unix.NLA_F_NESTED|unix.IFLA_XDP, xdp)...)
-	s, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(s)
-	msg := binary.NativeEndian.AppendUint32(nil, uint32(unix.SizeofNlMsghdr+len(body)))
-	msg = binary.NativeEndian.AppendUint16(msg, unix.RTM_SETLINK)
-	msg = binary.NativeEndian.AppendUint16(msg, unix.NLM_F_REQUEST|unix.NLM_F_ACK)
-	msg = binary.NativeEndian.AppendUint32(msg, 1) // seq
-	msg = binary.NativeEndian.AppendUint32(msg, 0) // pid
-	if err := unix.Sendto(s, append(msg, body...), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return err
-	}
-	buf := make([]byte, 4096)
-	n, _, err := unix.Recvfrom(s, buf, 0)
-	if err != nil {
-		return err
-	}
-	msgs, err := syscall.ParseNetlinkMessage(buf[:n])
-	if err != nil {
-		return err
-	}
-	for _, m := range msgs {
-		if m.Header.Type == unix.NLMSG_ERROR && len(m.Data) >= 4 {
-			if e := int32(binary.NativeEndian.Uint32(m.Data)); e != 0 {
-				return unix.Errno(-e)
-			}
-		}
-	}
-	return nil
 }
 
 // run runs argv through the exec stage under profile and returns its
