@@ -34,6 +34,9 @@ type attribution struct {
 	// hostNetns is where the interfaces are (owners.HostNetns), "" the
 	// agent's own namespace.
 	hostNetns string
+	// hostNetnsErr is the refusal to read pid 1's namespace: hostNetns
+	// is then a guess, the agent's own (degraded.go says when it is not).
+	hostNetnsErr error
 	// netns is the pods behind the interfaces whose other end is in
 	// another namespace, by ifindex: found with one /proc walk when an
 	// interface appears (at most once a scan), never per scan.
@@ -106,7 +109,8 @@ type generationFiller interface {
 
 func newAttribution(cfg Config) *attribution {
 	at := &attribution{bpffs: cfg.BPFFS, progs: map[uint32]ownedProg{}, attached: map[uint32]attachedProg{}, pids: map[int]bool{},
-		procRoot: cfg.ProcRoot, hostNetns: owners.HostNetns(cfg.ProcRoot), netns: map[int]netnsPod{}, workloads: map[string]workloadName{}}
+		procRoot: cfg.ProcRoot, netns: map[int]netnsPod{}, workloads: map[string]workloadName{}}
+	at.hostNetns, at.hostNetnsErr = owners.HostNetns(cfg.ProcRoot)
 	var src owners.Source
 	if cfg.OneShot && cfg.ProcRoot == "/proc" {
 		// nil without a running agent's pin: walk /proc

@@ -59,15 +59,22 @@ func parseAppArmorLabel(label string) (profile, mode string, ok bool) {
 	return profile, mode, true
 }
 
+// enforcing says the AppArmor label is a profile that refuses (enforce or
+// kill mode), not one that only logs or none.
+func enforcing(label string) bool {
+	_, mode, ok := parseAppArmorLabel(label)
+	return ok && (mode == "enforce" || mode == "kill")
+}
+
 // confinementLine says which of the lost features (the Degraded lines'
 // feature names) the agent's AppArmor profile can refuse, "" when the
 // profile refuses nothing (unconfined, complain mode) or nothing it can
 // refuse was lost.
 func confinementLine(label string, lost []string) string {
-	profile, mode, ok := parseAppArmorLabel(label)
-	if !ok || (mode != "enforce" && mode != "kill") {
+	if !enforcing(label) {
 		return ""
 	}
+	profile, mode, _ := parseAppArmorLabel(label)
 	var refused []string
 	for _, f := range appArmorRefusable {
 		if slices.Contains(lost, f) {

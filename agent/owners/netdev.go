@@ -132,28 +132,27 @@ func InNetns(nsPath string, f func()) error {
 // an agent in a pod with the host's pid namespace and its own network
 // namespace: the chart's default), when it is not the caller's own: where
 // the interfaces are that pods' programs attach to. "" when it is the
-// caller's, or absent.
-func HostNetns(procRoot string) string {
+// caller's, or absent. refused is the kernel's refusal to stat it (a
+// ptrace-mode check: a pid 1 more capable than the caller, or an LSM
+// profile such as containerd's default AppArmor one); the answer is then
+// "", the caller's own, which is right where pid 1 merely has more
+// capabilities, and which the caller must say is a guess otherwise.
+func HostNetns(procRoot string) (nsPath string, refused error) {
 	if procRoot == "" {
 		procRoot = "/proc"
 	}
 	p := procRoot + "/1/ns/net"
 	var self, host unix.Stat_t
 	if unix.Stat("/proc/thread-self/ns/net", &self) != nil {
-		return ""
+		return "", nil
 	}
 	switch err := unix.Stat(p, &host); {
 	case err == unix.EACCES || err == unix.EPERM:
-		// Refused (a ptrace-mode check, which an LSM profile such as
-		// containerd's default AppArmor one denies): whether it is ours
-		// is unknown, so it is named anyway and entering it fails with
-		// the refusal, a degraded line, rather than the interfaces being
-		// read, silently, in the pod's own namespace.
-		return p
+		return "", fmt.Errorf("reading the host's network namespace %s: %w", p, err)
 	case err != nil, self.Dev == host.Dev && self.Ino == host.Ino:
-		return ""
+		return "", nil
 	}
-	return p
+	return p, nil
 }
 
 // NetnsContainers finds, for the network namespaces that have an id in the

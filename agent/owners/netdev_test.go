@@ -103,14 +103,14 @@ func TestHostNetns(t *testing.T) {
 	if err := os.Symlink("/proc/"+strconv.Itoa(host.Process.Pid), filepath.Join(root, "1")); err != nil {
 		t.Fatal(err)
 	}
-	if h := owners.HostNetns(root); h != "" {
+	if h, _ := owners.HostNetns(root); h != "" {
 		t.Fatalf("in the host's namespace: HostNetns = %q, want none", h)
 	}
 	set := pods.New(t, 1, pods.TC)
 	var inPod string
 	var ds []owners.Netdev
 	err := owners.InNetns("/proc/"+strconv.Itoa(set.Pods[0].PID)+"/ns/net", func() {
-		inPod = owners.HostNetns(root)
+		inPod, _ = owners.HostNetns(root)
 		if inPod != "" {
 			owners.InNetns(inPod, func() { ds, _ = owners.Netdevs() })
 		}

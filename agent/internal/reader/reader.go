@@ -37,7 +37,7 @@ func New(o Options) *Reader {
 	r.parallel = o.Parallel
 	r.oneShot = o.OneShot
 	r.cacheDir = o.CacheDir
-	r.targets.netns = owners.HostNetns(o.ProcRoot)
+	r.targets.netns, _ = owners.HostNetns(o.ProcRoot) // the attribution says a refusal
 	if !o.NoIterator {
 		r.loadFacts = loadProgIter
 	}
