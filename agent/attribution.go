@@ -69,8 +69,8 @@ type attribution struct {
 	nsErr string
 	// ownersDenied is the last refusal (EACCES, EPERM) of an owner read
 	// of a process's fds or facts, kept once seen (facts are read once
-	// per process, so the refusal is not seen again); pinsDenied is the last pin walk's
-	// refusal, "" when it had none.
+	// per process, so the refusal is not seen again); pinsDenied is the
+	// last pin walk's refusal, "" when it had none.
 	ownersDenied string
 	pinsDenied   string
 }
