@@ -6,8 +6,11 @@
 package expect
 
 import (
+	"errors"
 	"os"
 	"testing"
+
+	"github.com/bpfleet/bpfleet/test/canary"
 )
 
 // EntryEnv names the kernel-matrix entry a test binary runs in; the harness's
@@ -106,11 +109,11 @@ const FeatMissWatchKprobe = "miss watchpoint in a kprobe handler"
 // program (probes/profiler's session shape).
 const FeatFsessionOnBPF = "fsession on a BPF program"
 
-// CanaryFeature is the feature a refusal to load the recursion canary
-// (test/canary's Load) is about: the recursion guard where the kernel has
+// CanaryFeature is the feature err, a refusal to load the recursion canary
+// (test/canary's Load), is about: the recursion guard where the kernel has
 // none, else tp_btf on bpf_trace_printk.
-func CanaryFeature(noGuard bool) string {
-	if noGuard {
+func CanaryFeature(err error) string {
+	if errors.Is(err, canary.ErrNoRecursionGuard) {
 		return FeatRecursionGuard
 	}
 	return FeatTpBtf
