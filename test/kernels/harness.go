@@ -41,6 +41,9 @@ type Options struct {
 	// Env is added to the environment of the tests and commands in the
 	// guest (KEY=value each).
 	Env []string
+	// TestArgs are added to every guest test binary's flags
+	// (-test.run=REGEXP, -test.count=N): one scenario run many times.
+	TestArgs []string
 	// Agent puts bpfleet in the guest (/bin/bpfleet) even with no
 	// Commands, for tests that run it.
 	Agent bool
@@ -191,6 +194,9 @@ func buildArch(o *Options, goarch string) (*initramfs, error) {
 	}
 	if len(o.Env) > 0 {
 		r.addData("bpfleet/env", []byte(strings.Join(o.Env, "\n")+"\n"), 0o644)
+	}
+	if len(o.TestArgs) > 0 {
+		r.addData("bpfleet/testargs", []byte(strings.Join(o.TestArgs, "\n")+"\n"), 0o644)
 	}
 	return r, nil
 }

@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -45,6 +46,8 @@ func main() {
 	loglevel := flag.Int("loglevel", 2, "guest console loglevel (7 prints the stacks of soft lockups and warnings)")
 	net := flag.Bool("net", false, "give each guest a NIC on qemu's user-mode network (eth0 "+guestAddr+"/24; the host's loopback is "+guestHostAddr+")")
 	agent := flag.Bool("agent", false, "put bpfleet in the guest (/bin/bpfleet) even with -cmd none, for tests that run it")
+	run := flag.String("run", "", "run only the guest tests matching this regexp (go test -run)")
+	count := flag.Int("count", 1, "run each guest test this many times (go test -count)")
 	flag.Var(&env, "env", "KEY=value added to the guest tests' and commands' environment (repeatable)")
 	flag.Var(&cmds, "cmd", "command run in every VM after the tests, e.g. 'bpfleet probe -o json' (repeatable; default: "+strings.Join(defaultCommands, ", ")+"; none: no commands)")
 	flag.Parse()
@@ -75,6 +78,12 @@ func main() {
 	}
 	o := &Options{Packages: strings.Split(*pkgs, ","), Commands: cmds, Timeout: *timeout, WorkDir: *work, Tags: *tags, LogLevel: *loglevel,
 		Net: *net, Env: env, Agent: *agent, Logf: logf}
+	if *run != "" {
+		o.TestArgs = append(o.TestArgs, "-test.run="+*run)
+	}
+	if *count != 1 {
+		o.TestArgs = append(o.TestArgs, "-test.count="+strconv.Itoa(*count))
+	}
 	if len(o.Commands) == 1 && o.Commands[0] == "none" {
 		o.Commands = nil
 	} else if len(o.Commands) == 0 {

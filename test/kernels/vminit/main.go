@@ -33,6 +33,7 @@ const (
 	commandsFile = "/bpfleet/commands" // one command per line, fields split on spaces
 	entryFile    = "/bpfleet/entry"    // the matrix entry name
 	envFile      = "/bpfleet/env"      // KEY=value lines added to the environment
+	testArgsFile = "/bpfleet/testargs" // flags added to each test binary's, one a line
 	// netFile, present when the harness asked for networking: "addr
 	// A.B.C.D/N" for eth0 and "modules PATH..." to load first, in order.
 	netFile     = "/bpfleet/net"
@@ -69,10 +70,16 @@ func main() {
 		}
 	}
 
+	// A flag given twice takes its last value: the harness's -count
+	// replaces the default count.
+	args := []string{"-test.v=test2json", "-test.timeout=" + testTimeout, "-test.count=1"}
+	if b, err := os.ReadFile(testArgsFile); err == nil {
+		args = append(args, strings.Fields(string(b))...)
+	}
 	tests, _ := filepath.Glob(testsGlob)
 	sort.Strings(tests)
 	for _, t := range tests {
-		run("test", filepath.Base(t), env, t, "-test.v=test2json", "-test.timeout="+testTimeout, "-test.count=1")
+		run("test", filepath.Base(t), env, t, args...)
 	}
 	// The commands run under the limit a node without a raised one gives
 	// (64 KiB, the kernel's default before 5.16): on kernels that charge
