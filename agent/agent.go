@@ -323,17 +323,18 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 			a.afterEarlyWalk(early)
 		}
 	}
-	if a.mw != nil {
-		// Before the counters: every miss sampled is then one the read
-		// counts.
-		a.mw.drain(a.fillOwner)
-	}
+	readAt := time.Now()
 	progs, st, err := a.r.ReadView(start)
 	if err != nil {
 		if early != nil {
 			<-early.c // the walk must not outlive the scan
 		}
 		return nil, err
+	}
+	if a.mw != nil {
+		// After the counters: every miss the read counts is sampled by
+		// now; one sampled after readAt may be the next read's.
+		a.mw.drain(a.fillOwner, readAt)
 	}
 	now := a.cfg.Now()
 	var dt time.Duration

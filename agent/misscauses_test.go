@@ -60,6 +60,40 @@ func TestMissCauses(t *testing.T) {
 	}
 }
 
+// TestMissSampleCarried: a miss after a scan's read began is sampled in
+// that scan's drain but counted by the next read; its sample explains it
+// there instead of leaving a miss unexplained in each interval. A sample
+// beyond the count from before the read (a re-trapped write) is dropped.
+func TestMissSampleCarried(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration, cause string) MissSample {
+		return MissSample{ProgID: 7, Cause: cause, Context: ContextTask, Time: t0.Add(d)}
+	}
+	m := &missWatch{pending: map[uint32][]MissSample{}, spent: map[uint32]bool{}}
+	for i, iv := range []struct {
+		cut     time.Duration
+		samples []MissSample
+		misses  uint64
+		want    MissCauses
+	}{
+		// Read at t0: two misses before it, one sampled 2 ms after.
+		{0, []MissSample{at(2*time.Millisecond, CauseRecursion), at(-time.Second, CauseRecursion), at(-2*time.Second, CauseInterrupt)},
+			2, MissCauses{Recursion: 1, Interrupt: 1}},
+		// The next read counts that one, its sample carried.
+		{10 * time.Second, nil, 1, MissCauses{Recursion: 1}},
+		// Two samples of one counted miss before the read: one dropped...
+		{20 * time.Second, []MissSample{at(15*time.Second, CausePreempted), at(16*time.Second, CausePreempted)}, 1, MissCauses{Preempted: 1}},
+		// ...and not taken for the next interval's unsampled miss.
+		{30 * time.Second, nil, 1, MissCauses{Unexplained: 1}},
+	} {
+		m.drain(nil, t0.Add(iv.cut))
+		m.pending[7] = append(m.pending[7], iv.samples...)
+		if got, _ := m.explain(7, iv.misses); got != iv.want {
+			t.Errorf("interval %d: causes %+v, want %+v", i, got, iv.want)
+		}
+	}
+}
+
 // TestEpisodeCauses: an episode adds up its intervals' causes and counts
 // its samples by context, task and stack.
 func TestEpisodeCauses(t *testing.T) {

@@ -34,10 +34,13 @@ type missWatch struct {
 	// waitSince is when each waiting program started to wait.
 	waitSince map[uint32]time.Time
 	waiting   []uint32
-	// pending holds each program's explained samples not yet matched to
-	// misses the kernel counted (drained before the counters are read,
-	// so normally those of the scan's own interval).
+	// pending holds each program's explained samples of this scan, to be
+	// matched to the misses its read counted; carry those explain left
+	// over that came after cut (the scan's read began), which are of
+	// misses the next read counts.
 	pending map[uint32][]MissSample
+	carry   map[uint32][]MissSample
+	cut     time.Time
 	spent   map[uint32]bool
 	// blind holds the programs whose counted misses trip no watchpoint
 	// (blindIntervals, blindMisses): they are not armed again.
@@ -96,14 +99,23 @@ func newMissWatch(cfg *Config, cpus int) *missWatch {
 	return m
 }
 
-// drain takes the samples of the interval, before the scan reads the
-// counters: every sample drained is then of a miss the read counts.
-func (m *missWatch) drain(fill func(*Owner)) {
+// drain takes the samples of the interval after the scan read the
+// counters (the read began at cut): every miss the read counted is in the
+// rings by then, and a miss after it is sampled with a later time. Reading
+// the rings first instead left every miss between the drain and the read
+// (the drain's symbol and task lookups take a second on a slow CPU)
+// counted in one interval and sampled in the next, unexplained in both.
+func (m *missWatch) drain(fill func(*Owner), cut time.Time) {
 	m.recent = m.recent[:0]
 	clear(m.spent)
-	// A sample no counted miss took by now was of a miss an earlier read
-	// counted (explain keeps none past its scan): only this drain's count.
+	// The last scan's leftovers after its cut start this scan's pools;
+	// the rest were of misses an earlier read counted.
 	clear(m.pending)
+	m.pending, m.carry = m.carry, m.pending
+	if m.pending == nil {
+		m.pending = map[uint32][]MissSample{}
+	}
+	m.cut = cut
 	if m.w == nil {
 		return
 	}
@@ -192,17 +204,25 @@ func (m *missWatch) stackNames(stack []uint64, frames []misswatch.Frame) []strin
 }
 
 // explain splits an interval's misses of a program by cause: one counted
-// miss per pending sample, the rest unexplained. Samples beyond the count
-// (a CPU that re-traps a write, as qemu's arm64 does) are dropped: counts
-// come from the kernel, causes from the samples.
+// miss per pending sample, oldest first, the rest unexplained. Samples
+// beyond the count are of misses after the read (kept for the next
+// interval when they came after the cut) or of writes a CPU re-trapped
+// (qemu's arm64 does), dropped: counts come from the kernel, causes from
+// the samples.
 func (m *missWatch) explain(id uint32, misses uint64) (MissCauses, []MissSample) {
 	var c MissCauses
 	pool := m.pending[id]
+	slices.SortStableFunc(pool, func(a, b MissSample) int { return a.Time.Compare(b.Time) })
 	n := min(uint64(len(pool)), misses)
 	for _, s := range pool[:n] {
 		c.Add(s.Cause, 1)
 	}
 	c.Unexplained = misses - n
+	for _, s := range pool[n:] {
+		if !m.cut.IsZero() && !s.Time.Before(m.cut) {
+			m.carry[id] = append(m.carry[id], s)
+		}
+	}
 	if m.spent[id] {
 		m.over += misses - n
 	}
