@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/bpfleet/bpfleet/agent/internal/scantest"
-	"github.com/bpfleet/bpfleet/internal/fdinfo"
+	"github.com/bpfleet/bpfleet/internal/bpfsys"
 	"github.com/bpfleet/bpfleet/test/canary/canarytest"
 	testcounters "github.com/bpfleet/bpfleet/test/counters"
 	"github.com/cilium/ebpf"
@@ -362,7 +362,7 @@ func TestFirstReadMemlockAndFiles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, ok := fdinfo.Field(b, "memlock:")
+		m, ok := bpfsys.Field(b, "memlock:")
 		if !ok {
 			t.Fatalf("no memlock in fdinfo:\n%s", b)
 		}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
+	"github.com/bpfleet/bpfleet/internal/bpfsys"
 	"github.com/bpfleet/bpfleet/probes/catalog"
 	"github.com/bpfleet/bpfleet/probes/features"
 	"github.com/cilium/ebpf"

@@ -2,18 +2,18 @@ package owners
 
 import (
 	"bufio"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"syscall"
-	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/bpfleet/bpfleet/internal/bpfsys"
 )
 
 // Attachment is a program attached to a cgroup or a network interface. Such
@@ -93,17 +93,11 @@ func (st *AttachStats) fail(err error) {
 // fails the same way), which would pass a missing privilege off as a kernel
 // without the attach type.
 func queryRefused() string {
-	var attr [40]byte // union bpf_attr, query: target_fd, attach_type, ...
-	binary.NativeEndian.PutUint32(attr[0:], ^uint32(0))
-	binary.NativeEndian.PutUint32(attr[4:], uint32(ebpf.AttachCGroupInetIngress))
-	_, _, e := unix.Syscall(unix.SYS_BPF, bpfProgQuery, uintptr(unsafe.Pointer(&attr[0])), uintptr(len(attr)))
-	if e == unix.EPERM {
+	if errors.Is(bpfsys.ProgQueryBadFD(uint32(ebpf.AttachCGroupInetIngress)), unix.EPERM) {
 		return "BPF_PROG_QUERY: operation not permitted: the kernel wants CAP_NET_ADMIN for it (before Linux 6.9)"
 	}
 	return ""
 }
-
-const bpfProgQuery = 16 // BPF_PROG_QUERY
 
 type cgroupAttach struct {
 	at   ebpf.AttachType

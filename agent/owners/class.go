@@ -1,6 +1,10 @@
 package owners
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/bpfleet/bpfleet/internal/bpfsys"
+)
 
 // A class names what a per-instance attachment target stands for, in terms
 // that outlive the instance: a pod's restart makes new cgroups, container
@@ -154,7 +158,7 @@ func PathClass(p string) string {
 		if i > 0 {
 			prev = comps[i-1]
 		}
-		if _, num := parseUint64([]byte(c)); (prev == "proc" || prev == "snapshots") && num ||
+		if _, num := bpfsys.ParseUint64([]byte(c)); (prev == "proc" || prev == "snapshots") && num ||
 			isHex64(strings.TrimSuffix(c, "-init")) || isPodUID(c) {
 			comps[i] = "*"
 			masked = true

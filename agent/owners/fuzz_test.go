@@ -1,29 +1,11 @@
 package owners
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 )
-
-func FuzzParseFDInfo(f *testing.F) {
-	f.Add([]byte("pos:\t0\nflags:\t02000002\nprog_type:\t1\nprog_id:\t17\nrun_cnt:\t0\n"))
-	f.Add([]byte("link_type:\traw_tracepoint\nlink_id:\t3\nprog_id:\t42\n"))
-	f.Add([]byte("prog_id:\t99999999999999999999999\n"))
-	f.Add([]byte("prog_id:"))
-	f.Add([]byte(""))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		fi := ParseFDInfo(b)
-		if fi.ProgID != 0 && !bytes.Contains(b, []byte("prog_id:")) {
-			t.Errorf("prog id %d from input without prog_id:", fi.ProgID)
-		}
-		if fi.LinkID != 0 && !bytes.Contains(b, []byte("link_id:")) {
-			t.Errorf("link id %d from input without link_id:", fi.LinkID)
-		}
-	})
-}
 
 func addCgroupFixtures(f *testing.F, asPaths bool) {
 	files, _ := filepath.Glob(filepath.Join("testdata", "proc-cgroup", "*.txt"))

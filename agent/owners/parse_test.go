@@ -14,31 +14,6 @@ const (
 	pod2 = "0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9"
 )
 
-func TestParseFDInfo(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		in   string
-		want FDInfo
-	}{
-		{"prog", "pos:\t0\nflags:\t02000002\nmnt_id:\t15\nino:\t2091\nprog_type:\t1\nprog_jited:\t1\nprog_tag:\t3b185187f1855c4c\nmemlock:\t4096\nprog_id:\t17\nrun_time_ns:\t0\nrun_cnt:\t0\nrecursion_misses:\t0\nverified_insns:\t2\n", FDInfo{ProgID: 17}},
-		{"link", "pos:\t0\nflags:\t02000000\nmnt_id:\t15\nino:\t2091\nlink_type:\traw_tracepoint\nlink_id:\t3\nprog_tag:\t3b185187f1855c4c\nprog_id:\t42\ntp_name:\tsys_enter\n", FDInfo{ProgID: 42, LinkID: 3}},
-		{"map has neither", "pos:\t0\nflags:\t02000002\nmap_type:\t2\nmap_id:\t9\nfrozen:\t0\n", FDInfo{}},
-		{"no trailing newline", "prog_id:\t4294967295", FDInfo{ProgID: 4294967295}},
-		{"overflow ignored", "prog_id:\t4294967296\n", FDInfo{}},
-		{"garbage value ignored", "prog_id:\t12x\nlink_id:\t\n", FDInfo{}},
-		{"crlf and spaces", "prog_id:  7 \r\n", FDInfo{ProgID: 7}},
-		{"key must start the line", "xprog_id:\t5\n  prog_id:\t6\n", FDInfo{}},
-		{"unknown lines around", "future_field:\tabc\nprog_id:\t8\nlink_id:\t9\nanother:\t1\n", FDInfo{ProgID: 8, LinkID: 9}},
-		{"empty", "", FDInfo{}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := ParseFDInfo([]byte(tc.in)); got != tc.want {
-				t.Errorf("ParseFDInfo = %+v, want %+v", got, tc.want)
-			}
-		})
-	}
-}
-
 func TestProcCgroupFixtures(t *testing.T) {
 	for _, tc := range []struct {
 		file string

@@ -3,9 +3,10 @@ package owners
 import (
 	"os"
 	"strconv"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/bpfleet/bpfleet/internal/bpfsys"
 )
 
 // dupIDs reads the ids behind another process's BPF fd by duplicating it
@@ -23,24 +24,14 @@ func dupIDs(pidfd, fd int, isProg bool) (Holding, error) {
 		return Holding{}, errnoErr(e)
 	}
 	defer unix.RawSyscall(unix.SYS_CLOSE, r, 0, 0)
-	// The leading fields of bpf_prog_info (type, id) and bpf_link_info
-	// (type, id, prog_id); the kernel fills no more than InfoLen asks.
-	var info [3]uint32
-	attr := struct {
-		fd, infoLen uint32
-		info        uint64
-	}{uint32(r), 8, uint64(uintptr(unsafe.Pointer(&info[0])))}
-	if !isProg {
-		attr.infoLen = 12
-	}
-	const objGetInfoByFD = 15
-	if _, _, e := unix.RawSyscall(unix.SYS_BPF, objGetInfoByFD, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr)); e != 0 {
-		return Holding{}, errnoErr(e)
+	id, progID, err := bpfsys.ObjIDs(int(r), !isProg)
+	if err != nil {
+		return Holding{}, err
 	}
 	if isProg {
-		return Holding{ProgID: info[1]}, nil
+		return Holding{ProgID: progID}, nil
 	}
-	return Holding{LinkID: info[1], ProgID: info[2]}, nil
+	return Holding{LinkID: id, ProgID: progID}, nil
 }
 
 // pidfdOpen opens a pidfd for pid: ESRCH when it exited, ENOSYS before

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/bpfleet/bpfleet/internal/bpfsys"
 )
 
 // Pin is one bpffs file that pins a program, or a link of a program.
@@ -113,7 +113,7 @@ func (w *pinWalker) dir(dir string, depth int) {
 }
 
 func (w *pinWalker) file(path string) {
-	fd, err := objGet(path)
+	fd, err := bpfsys.ObjGet(path)
 	if err == unix.ENOENT {
 		// Unpinned mid-walk, or a file BPF_OBJ_GET does not open: the
 		// kernel's preloaded iterators (maps.debug, progs.debug).
@@ -130,34 +130,12 @@ func (w *pinWalker) file(path string) {
 		w.fail(fmt.Errorf("reading fdinfo of pin %s: %w", path, err))
 		return
 	}
-	fi := ParseFDInfo(b)
+	fi := bpfsys.ParseFDInfo(b)
 	if fi.ProgID == 0 && fi.LinkID == 0 {
 		w.st.Skipped++ // a map
 		return
 	}
 	w.pins = append(w.pins, Pin{Path: path, ProgID: fi.ProgID, LinkID: fi.LinkID})
-}
-
-// objGet is BPF_OBJ_GET. Flags must be 0 (read-write): the kernel refuses
-// read-only opens of links.
-func objGet(path string) (int, error) {
-	p, err := unix.BytePtrFromString(path)
-	if err != nil {
-		return -1, err
-	}
-	attr := struct {
-		pathname  uint64
-		bpfFD     uint32
-		fileFlags uint32
-		pathFD    int32
-		_         uint32
-	}{pathname: uint64(uintptr(unsafe.Pointer(p)))}
-	r, _, e := unix.Syscall(unix.SYS_BPF, unix.BPF_OBJ_GET, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
-	runtime.KeepAlive(p)
-	if e != 0 {
-		return -1, e
-	}
-	return int(r), nil
 }
 
 // PinsByProg groups pin paths by program id; a link's pin counts for its

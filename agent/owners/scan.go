@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/bpfleet/bpfleet/internal/bpfsys"
 )
 
 // Owner is a process that holds an fd of a program or of one of its links.
@@ -355,7 +357,7 @@ func parseStatStart(b []byte) (uint64, bool) {
 		}
 		field++
 		if field == 22 {
-			return parseUint64(b[:j])
+			return bpfsys.ParseUint64(b[:j])
 		}
 		b = b[j:]
 	}

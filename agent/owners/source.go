@@ -1,12 +1,15 @@
 package owners
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strconv"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/bpfleet/bpfleet/internal/bpfsys"
 )
 
 // Holding is one fd of one process that refers to a BPF program or link.
@@ -270,7 +273,7 @@ func (s *ProcSource) resolve(p *holder, procfd int, name *byte, fd int, isProg b
 		st.count(err, "reading fdinfo of pid "+string(p.name))
 		return h, false, false
 	}
-	fi := ParseFDInfo(b)
+	fi := bpfsys.ParseFDInfo(b)
 	h.ProgID = fi.ProgID
 	if !isProg {
 		h.LinkID = fi.LinkID
@@ -313,7 +316,7 @@ func dirent(buf []byte, off int) (name []byte, next int) {
 
 // cstr cuts b at its first NUL.
 func cstr(b []byte) []byte {
-	if i := indexByte(b, 0); i >= 0 {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
 		return b[:i]
 	}
 	return b

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/bpfleet/bpfleet/internal/bpfsys"
 	"github.com/bpfleet/bpfleet/test/kernels/expect"
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -299,27 +300,17 @@ type sysInfo struct {
 }
 
 func readSys(id uint32) (*sysInfo, error) {
-	idAttr := struct{ id, next, flags uint32 }{id: id}
-	r0, _, errno := unix.Syscall(unix.SYS_BPF, 30, uintptr(unsafe.Pointer(&idAttr)), unsafe.Sizeof(idAttr)) // BPF_LINK_GET_FD_BY_ID
-	if errno != 0 {
-		return nil, errno
+	fd, err := bpfsys.FDByID(bpfsys.CmdLinkGetFDByID, id)
+	if err != nil {
+		return nil, err
 	}
-	fd := int(r0)
 	defer unix.Close(fd)
 	var buf [256]byte // larger than any kernel's struct: info_len is the kernel's size
 	name := make([]byte, 512)
 	get := func() (uint32, error) {
-		attr := struct {
-			fd, infoLen uint32
-			info        uint64
-		}{uint32(fd), uint32(len(buf)), uint64(uintptr(unsafe.Pointer(&buf[0])))}
-		_, _, errno := unix.Syscall(unix.SYS_BPF, 15, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
-		runtime.KeepAlive(&buf)
+		n, err := bpfsys.ObjInfo(fd, unsafe.Pointer(&buf[0]), uint32(len(buf)))
 		runtime.KeepAlive(name)
-		if errno != 0 {
-			return 0, errno
-		}
-		return attr.infoLen, nil
+		return n, err
 	}
 	n, err := get()
 	if err != nil {
@@ -664,14 +655,10 @@ func BenchmarkRead(b *testing.B) {
 	}
 	nextIDs := func() int {
 		n := 0
-		attr := struct{ start, next, flags uint32 }{}
-		for {
-			_, _, errno := unix.RawSyscall(unix.SYS_BPF, 31, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr)) // BPF_LINK_GET_NEXT_ID
-			if errno != 0 {
+		for id, ok := uint32(0), true; ; n++ {
+			if id, ok, _ = bpfsys.NextID(bpfsys.CmdLinkGetNextID, id); !ok {
 				return n
 			}
-			attr.start = attr.next
-			n++
 		}
 	}
 	var tIt, tNext time.Duration

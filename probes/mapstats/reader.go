@@ -3,12 +3,11 @@ package mapstats
 import (
 	"errors"
 	"fmt"
-	"runtime"
-	"unsafe"
 
-	"github.com/bpfleet/bpfleet/internal/fdinfo"
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/bpfleet/bpfleet/internal/bpfsys"
 )
 
 // Map is one BPF map on the node.
@@ -107,7 +106,7 @@ type Reader struct {
 	// cacheErr is why the CO-RE cache could not be read or written at
 	// load (the iterator loaded all the same), nil otherwise.
 	cacheErr error
-	dir      *fdinfo.Dir
+	dir      bpfsys.FdinfoDir
 	recs     []Record
 	// maps is what the last read returned, in ascending id order as the
 	// iterator walks them, and memAt the count each map's memory was read
@@ -127,11 +126,10 @@ type Reader struct {
 // refuses it. An error is returned only when neither can work (no
 // /proc/self/fdinfo).
 func NewReader(opts Options) (*Reader, error) {
-	dir, err := fdinfo.Open()
-	if err != nil {
+	r := &Reader{opts: opts, dir: bpfsys.NewFdinfoDir()}
+	if err := r.dir.Open(); err != nil {
 		return nil, err
 	}
-	r := &Reader{opts: opts, dir: dir}
 	if opts.NoIterator {
 		r.source.Reason = "iterator not asked for"
 		return r, nil
@@ -216,7 +214,7 @@ func (r *Reader) readIter() error {
 		if have && held[j].MemoryKnown && !needRefresh(memoryRule(m.Type, m.Flags), rec.CountKnown, heldAt[j], rec.Count) {
 			m.Memory, m.MemoryKnown = held[j].Memory, true
 		} else if rec.Whole || have {
-			if fd, err = mapFDByID(rec.ID); errors.Is(err, unix.ENOENT) {
+			if fd, err = bpfsys.FDByID(bpfsys.CmdMapGetFDByID, rec.ID); errors.Is(err, unix.ENOENT) {
 				continue // freed since the iterator saw it
 			}
 			m.Memory, m.MemoryKnown = 0, false
@@ -226,7 +224,7 @@ func (r *Reader) readIter() error {
 		}
 		if r.wantWalk(&m) {
 			if fd < 0 {
-				if fd, err = mapFDByID(rec.ID); errors.Is(err, unix.ENOENT) {
+				if fd, err = bpfsys.FDByID(bpfsys.CmdMapGetFDByID, rec.ID); errors.Is(err, unix.ENOENT) {
 					continue
 				}
 			}
@@ -266,25 +264,7 @@ func (r *Reader) memlock(fd int) (uint64, bool) {
 	if err != nil {
 		return 0, false
 	}
-	return fdinfo.Field(b, "memlock:")
-}
-
-// bpf(2) commands and attributes used directly: cilium/ebpf's
-// NewMapFromID also reads the map's info, a syscall the memory refresh
-// does not need.
-const (
-	cmdMapGetNextKey = 4
-	cmdMapGetFDByID  = 14
-)
-
-// mapFDByID opens map id (BPF_MAP_GET_FD_BY_ID); ENOENT when it is gone.
-func mapFDByID(id uint32) (int, error) {
-	attr := struct{ id, next, openFlags uint32 }{id: id}
-	fd, _, errno := unix.Syscall(unix.SYS_BPF, cmdMapGetFDByID, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
-	if errno != 0 {
-		return -1, errno
-	}
-	return int(fd), nil
+	return bpfsys.Field(b, "memlock:")
 }
 
 // walkFD counts the keys of the map open as fd with BPF_MAP_GET_NEXT_KEY,
@@ -295,28 +275,23 @@ func mapFDByID(id uint32) (int, error) {
 func (r *Reader) walkFD(fd int, keySize uint32, why string) Entries {
 	key := make([]byte, max(keySize, 1))
 	next := make([]byte, max(keySize, 1))
-	attr := struct {
-		fd      uint32
-		_       uint32
-		key     uint64
-		nextKey uint64
-	}{fd: uint32(fd), nextKey: uint64(uintptr(unsafe.Pointer(&next[0])))}
 	// n keys found so far; one call past the bound tells a map of
 	// exactly CountBound keys from a bigger one.
 	for n := 0; ; n++ {
-		_, _, errno := unix.Syscall(unix.SYS_BPF, cmdMapGetNextKey, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
-		runtime.KeepAlive(key)
-		runtime.KeepAlive(next)
+		var prev []byte // the first key
+		if n > 0 {
+			prev = key
+		}
+		err := bpfsys.MapNextKey(fd, prev, next)
 		switch {
-		case errno == unix.ENOENT:
+		case errors.Is(err, unix.ENOENT):
 			return Entries{Count: uint64(n), Known: true, How: CountWalk}
-		case errno != 0:
-			return Entries{Reason: fmt.Sprintf("%s; walking keys: %v", why, errno)}
+		case err != nil:
+			return Entries{Reason: fmt.Sprintf("%s; walking keys: %v", why, err)}
 		case n == r.opts.CountBound:
 			return Entries{Count: uint64(n), Reason: fmt.Sprintf("%s; at least %d (the count's bound)", why, n)}
 		}
 		copy(key, next)
-		attr.key = uint64(uintptr(unsafe.Pointer(&key[0])))
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 	"golang.org/x/sys/unix"
+
+	"github.com/bpfleet/bpfleet/internal/bpfsys"
 )
 
 // fsession is what the kernel's BTF says of tracing sessions: the value of
@@ -59,34 +61,6 @@ var probeSession = sync.OnceValues(func() (fsession, error) {
 func HaveSession() error {
 	_, err := probeSession()
 	return err
-}
-
-// progLoadAttr is union bpf_attr for BPF_PROG_LOAD up to fd_array: the part
-// this loader sets.
-type progLoadAttr struct {
-	progType           uint32
-	insnCnt            uint32
-	insns              uint64
-	license            uint64
-	logLevel           uint32
-	logSize            uint32
-	logBuf             uint64
-	kernVersion        uint32
-	progFlags          uint32
-	progName           [16]byte
-	progIfindex        uint32
-	expectedAttachType uint32
-	progBTFFd          uint32
-	funcInfoRecSize    uint32
-	funcInfo           uint64
-	funcInfoCnt        uint32
-	lineInfoRecSize    uint32
-	lineInfo           uint64
-	lineInfoCnt        uint32
-	attachBTFID        uint32
-	attachProgFd       uint32
-	coreReloCnt        uint32
-	fdArray            uint64
 }
 
 // loadSession loads the session program with BPF_PROG_LOAD itself:
@@ -172,36 +146,28 @@ func targetFuncID(target *ebpf.Program, fn string) (uint32, error) {
 // returns its last line with the errno.
 func progLoad(code []byte, attachType, targetFd, btfID uint32) (int, error) {
 	license := []byte("GPL\x00")
-	attr := progLoadAttr{
-		progType:           uint32(ebpf.Tracing),
-		insnCnt:            uint32(len(code) / asm.InstructionSize),
-		insns:              uint64(uintptr(unsafe.Pointer(&code[0]))),
-		license:            uint64(uintptr(unsafe.Pointer(&license[0]))),
-		expectedAttachType: attachType,
-		attachBTFID:        btfID,
-		attachProgFd:       targetFd,
+	attr := bpfsys.ProgLoadAttr{
+		ProgType:           uint32(ebpf.Tracing),
+		InsnCnt:            uint32(len(code) / asm.InstructionSize),
+		Insns:              uint64(uintptr(unsafe.Pointer(&code[0]))),
+		License:            uint64(uintptr(unsafe.Pointer(&license[0]))),
+		ExpectedAttachType: attachType,
+		AttachBTFID:        btfID,
+		AttachFD:           targetFd,
 	}
-	copy(attr.progName[:], "prof_session")
+	copy(attr.ProgName[:], "prof_session")
 	load := func() (int, error) {
-		for {
-			fd, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_PROG_LOAD, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
-			runtime.KeepAlive(code)
-			runtime.KeepAlive(license)
-			if errno == unix.EAGAIN || errno == unix.EINTR {
-				continue
-			}
-			if errno != 0 {
-				return -1, errno
-			}
-			return int(fd), nil
-		}
+		fd, err := bpfsys.ProgLoad(&attr)
+		runtime.KeepAlive(code)
+		runtime.KeepAlive(license)
+		return fd, err
 	}
 	fd, err := load()
 	if err == nil || errors.Is(err, unix.EPERM) {
 		return fd, err
 	}
 	log := make([]byte, 1<<16)
-	attr.logLevel, attr.logSize, attr.logBuf = 1, uint32(len(log)), uint64(uintptr(unsafe.Pointer(&log[0])))
+	attr.LogLevel, attr.LogSize, attr.LogBuf = 1, uint32(len(log)), uint64(uintptr(unsafe.Pointer(&log[0])))
 	fd, err2 := load()
 	runtime.KeepAlive(log)
 	if err2 == nil {

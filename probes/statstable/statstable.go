@@ -28,6 +28,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/bpfleet/bpfleet/internal/bpfsys"
 )
 
 // Slot is one program's slot: Stats is the caller's, the rest the
@@ -88,7 +90,7 @@ type Table struct {
 	// it is the one loaded).
 	CastErr string
 	args    args
-	attr    testRunAttr
+	attr    bpfsys.TestRunAttr
 }
 
 // args is struct args in statstable.bpf.c: the run's ctx.
@@ -163,7 +165,7 @@ func load(cpus, capacity int, prog string) (_ *Table, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: attaching the CPU hotplug counter to raw tracepoint cpuhp_enter: %w", ebpf.ErrNotSupported, err)
 	}
-	t.attr = testRunAttr{ProgFD: uint32(t.prog.FD()), CtxSizeIn: uint32(unsafe.Sizeof(args{})), CtxIn: uint64(uintptr(unsafe.Pointer(&t.args)))}
+	t.attr = bpfsys.TestRunAttr{ProgFD: uint32(t.prog.FD()), CtxSizeIn: uint32(unsafe.Sizeof(args{})), CtxIn: uint64(uintptr(unsafe.Pointer(&t.args)))}
 	return t, nil
 }
 
@@ -193,28 +195,6 @@ type Result struct {
 	Bad int
 }
 
-// testRunAttr is union bpf_attr's BPF_PROG_TEST_RUN member.
-type testRunAttr struct {
-	ProgFD      uint32
-	Retval      uint32
-	DataSizeIn  uint32
-	DataSizeOut uint32
-	DataIn      uint64
-	DataOut     uint64
-	Repeat      uint32
-	Duration    uint32
-	CtxSizeIn   uint32
-	CtxSizeOut  uint32
-	CtxIn       uint64
-	CtxOut      uint64
-	Flags       uint32
-	CPU         uint32
-	BatchSize   uint32
-	_           uint32
-}
-
-const cmdProgTestRun = 10 // BPF_PROG_TEST_RUN
-
 // Run sums the first n slots: one bpf(BPF_PROG_TEST_RUN).
 func (t *Table) Run(n int) (Result, error) {
 	if n < 0 || n > len(t.slots) {
@@ -222,10 +202,10 @@ func (t *Table) Run(n int) (Result, error) {
 	}
 	t.args = args{N: uint32(n)}
 	t.attr.Retval = 0
-	_, _, errno := unix.Syscall(unix.SYS_BPF, cmdProgTestRun, uintptr(unsafe.Pointer(&t.attr)), unsafe.Sizeof(t.attr))
+	err := bpfsys.ProgTestRun(&t.attr)
 	runtime.KeepAlive(t)
-	if errno != 0 {
-		return Result{}, fmt.Errorf("running the stats table program: %w", errno)
+	if err != nil {
+		return Result{}, fmt.Errorf("running the stats table program: %w", err)
 	}
 	if int32(t.attr.Retval) != 0 {
 		return Result{}, fmt.Errorf("the stats table program could not learn the per-CPU offsets (returned %d)", int32(t.attr.Retval))

@@ -1,7 +1,7 @@
 package reader
 
 import (
-	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
+	"github.com/bpfleet/bpfleet/internal/bpfsys"
 )
 
 // decodeIter decodes an iterator link: the iterator's target name.

@@ -3,7 +3,7 @@ package reader
 import (
 	"strconv"
 
-	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
+	"github.com/bpfleet/bpfleet/internal/bpfsys"
 )
 
 // decodeKprobeMulti decodes a kprobe_multi link: entry or return, and how

@@ -3,7 +3,7 @@ package reader
 import (
 	"fmt"
 
-	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
+	"github.com/bpfleet/bpfleet/internal/bpfsys"
 )
 
 // decodeNetfilter decodes a netfilter link: protocol family, hook and

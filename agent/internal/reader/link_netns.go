@@ -1,7 +1,7 @@
 package reader
 
 import (
-	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
+	"github.com/bpfleet/bpfleet/internal/bpfsys"
 )
 
 // decodeNetns decodes a network namespace link: its attach type only.

@@ -3,7 +3,7 @@ package reader
 import (
 	"strconv"
 
-	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
+	"github.com/bpfleet/bpfleet/internal/bpfsys"
 )
 
 // decodePerfEvent decodes a perf_event link: its kind (uprobe, kprobe,

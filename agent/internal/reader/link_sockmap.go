@@ -1,7 +1,7 @@
 package reader
 
 import (
-	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
+	"github.com/bpfleet/bpfleet/internal/bpfsys"
 )
 
 // decodeSockmap decodes a sockmap link: its attach type (the map is not

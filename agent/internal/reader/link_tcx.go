@@ -1,7 +1,7 @@
 package reader
 
 import (
-	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
+	"github.com/bpfleet/bpfleet/internal/bpfsys"
 )
 
 // decodeTCX decodes a tcx or netkit link, which share their layout: the

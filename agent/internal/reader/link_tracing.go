@@ -1,7 +1,7 @@
 package reader
 
 import (
-	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
+	"github.com/bpfleet/bpfleet/internal/bpfsys"
 )
 
 // decodeTracing decodes a tracing link (fentry, fexit, fmod_ret, lsm,

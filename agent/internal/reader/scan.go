@@ -10,8 +10,8 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
 	"github.com/bpfleet/bpfleet/agent/internal/prog"
+	"github.com/bpfleet/bpfleet/internal/bpfsys"
 	"github.com/bpfleet/bpfleet/probes/progstats"
 	"golang.org/x/sys/unix"
 )
@@ -337,7 +337,7 @@ const readBatch = 64
 // reads and a first scan (`bpfleet list`, where every program is new and
 // costs a map-id read and an fdinfo read) runs on every CPU.
 func (r *Reader) readProgs(bootWall time.Time, keep func(progRead)) error {
-	r.fdinfo.Open()
+	_ = r.fdinfo.Open() // unreadable: memory is absent, the rest read
 	if r.parallel < 2 {
 		defer r.scratch.fdinfo.Release()
 		return r.eachProgID(func(id uint32) {

@@ -10,7 +10,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
+	"github.com/bpfleet/bpfleet/internal/bpfsys"
 	"github.com/bpfleet/bpfleet/probes/progstats"
 	"github.com/cilium/ebpf"
 )
@@ -260,7 +260,7 @@ func (r *Reader) readIter(bootWall time.Time, st *ScanStats) ([]Program, error) 
 		}
 		if s == nil || !rec.StatsKnown {
 			if !opened {
-				r.fdinfo.Open()
+				_ = r.fdinfo.Open() // unreadable: memory is absent, the rest read
 				defer r.scratch.fdinfo.Release()
 				opened = true
 			}
@@ -360,7 +360,7 @@ func (r *Reader) readIterOnce(bootWall time.Time, st *ScanStats) ([]ProgramStat,
 		if !full.Whole || !full.StaticKnown || !full.StatsKnown {
 			// As in readIter: what the record lacks is read by syscall.
 			if !opened {
-				r.fdinfo.Open()
+				_ = r.fdinfo.Open() // unreadable: memory is absent, the rest read
 				opened = true
 			}
 			p, s, err := readProg(full.ID, nil, bootWall, &r.scratch)

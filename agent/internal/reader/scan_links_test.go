@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bpfleet/bpfleet/agent/internal/bpfsys"
 	"github.com/bpfleet/bpfleet/agent/internal/scantest"
+	"github.com/bpfleet/bpfleet/internal/bpfsys"
 	"github.com/bpfleet/bpfleet/probes/linkstats"
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"

@@ -32,6 +32,8 @@ import (
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/bpfleet/bpfleet/internal/bpfsys"
 )
 
 // Program describes one iterator program to relocate and load.
@@ -433,9 +435,8 @@ func Load[T any](p *Program, dir string, load func(*Result) (T, error)) (T, Load
 	return v, li, nil
 }
 
-// Constants of union bpf_attr for BPF_PROG_LOAD (include/uapi/linux/bpf.h).
+// Constants of BPF_PROG_LOAD (include/uapi/linux/bpf.h).
 const (
-	cmdProgLoad         = 5  // BPF_PROG_LOAD
 	progTypeTracing     = 26 // BPF_PROG_TYPE_TRACING
 	attachTraceIter     = 28 // BPF_TRACE_ITER
 	errnoENOTSUPP       = 524
@@ -443,40 +444,13 @@ const (
 	verifierLogTailRows = 3
 )
 
-// progLoadAttr is the prefix of union bpf_attr's BPF_PROG_LOAD member up
-// to attach_btf_obj_fd (Linux 5.11); a kernel accepts a shorter attr.
-type progLoadAttr struct {
-	ProgType           uint32
-	InsnCnt            uint32
-	Insns              uint64
-	License            uint64
-	LogLevel           uint32
-	LogSize            uint32
-	LogBuf             uint64
-	KernVersion        uint32
-	ProgFlags          uint32
-	ProgName           [16]byte
-	ProgIfindex        uint32
-	ExpectedAttachType uint32
-	ProgBTFFD          uint32
-	FuncInfoRecSize    uint32
-	FuncInfo           uint64
-	FuncInfoCnt        uint32
-	LineInfoRecSize    uint32
-	LineInfo           uint64
-	LineInfoCnt        uint32
-	AttachBTFID        uint32
-	AttachBTFObjFD     uint32
-	_                  uint32
-}
-
 // ProgLoad loads an iterator program (marshalled instructions) named name;
 // on a verifier refusal it loads again with a log and returns the log's
 // last lines, which name what this kernel lacks (an unknown helper, a
 // refused access).
 func ProgLoad(insns []byte, attachBTFID uint32, name string) (int, error) {
 	license := []byte("GPL\x00")
-	attr := progLoadAttr{
+	attr := bpfsys.ProgLoadAttr{
 		ProgType:           progTypeTracing,
 		InsnCnt:            uint32(len(insns) / asm.InstructionSize),
 		Insns:              uint64(uintptr(unsafe.Pointer(&insns[0]))),
@@ -485,7 +459,7 @@ func ProgLoad(insns []byte, attachBTFID uint32, name string) (int, error) {
 		AttachBTFID:        attachBTFID,
 	}
 	copy(attr.ProgName[:15], name)
-	fd, err := bpfProgLoad(&attr)
+	fd, err := bpfsys.ProgLoad(&attr)
 	if err == nil {
 		runtime.KeepAlive(insns)
 		return fd, nil
@@ -498,7 +472,7 @@ func ProgLoad(insns []byte, attachBTFID uint32, name string) (int, error) {
 	}
 	log := make([]byte, verifierLogSize)
 	attr.LogLevel, attr.LogSize, attr.LogBuf = 1, uint32(len(log)), uint64(uintptr(unsafe.Pointer(&log[0])))
-	if fd, err2 := bpfProgLoad(&attr); err2 == nil {
+	if fd, err2 := bpfsys.ProgLoad(&attr); err2 == nil {
 		unix.Close(fd) // loads with a log but not without: keep the first error
 	}
 	runtime.KeepAlive(insns)
@@ -506,20 +480,6 @@ func ProgLoad(insns []byte, attachBTFID uint32, name string) (int, error) {
 	lines := strings.Split(strings.TrimRight(unix.ByteSliceToString(log), "\n"), "\n")
 	tail := strings.Join(lines[max(0, len(lines)-verifierLogTailRows):], " | ")
 	return -1, fmt.Errorf("%w: verifier rejected the iterator: %w: %s", ebpf.ErrNotSupported, err, tail)
-}
-
-func bpfProgLoad(attr *progLoadAttr) (int, error) {
-	for {
-		fd, _, errno := unix.Syscall(unix.SYS_BPF, cmdProgLoad, uintptr(unsafe.Pointer(attr)), unsafe.Sizeof(*attr))
-		runtime.KeepAlive(attr)
-		if errno == unix.EAGAIN || errno == unix.EINTR {
-			continue // the verifier was interrupted; the kernel asks for a retry
-		}
-		if errno != 0 {
-			return -1, errno
-		}
-		return int(fd), nil
-	}
 }
 
 // Instantiate creates every map of spec (without key/value BTF: none of

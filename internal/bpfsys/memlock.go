@@ -5,38 +5,7 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/bpfleet/bpfleet/internal/fdinfo"
 )
-
-// FdinfoDir is /proc/self/fdinfo, held open so that fdinfo entries are
-// opened relative to it: that spares the kernel resolving /proc/self for
-// every program of a first scan.
-type FdinfoDir struct {
-	dir int // -1 until first use
-}
-
-// NewFdinfoDir returns a directory not opened yet: Open opens it on first
-// use.
-func NewFdinfoDir() FdinfoDir { return FdinfoDir{dir: -1} }
-
-// Open opens the directory once, before any FdinfoFiles read (they share
-// it from several goroutines and only read dir).
-func (d *FdinfoDir) Open() {
-	if d.dir < 0 {
-		if dir, err := unix.Open("/proc/self/fdinfo", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
-			d.dir = dir
-		}
-	}
-}
-
-// Close closes the directory; a later Open opens it again.
-func (d *FdinfoDir) Close() {
-	if d.dir >= 0 {
-		unix.Close(d.dir)
-		d.dir = -1
-	}
-}
 
 // FdinfoFiles reads the "memlock:" line of our own fdinfo, the only place
 // the kernel reports a program's memory charge. Opening and closing
@@ -63,8 +32,8 @@ func (f *FdinfoFiles) Memlock(fd int, id uint32) (uint64, bool) {
 	var buf [512]byte
 	if file, ok := f.files[fd]; ok {
 		if b, ok := preadAt0(file, buf[:]); ok {
-			if pid, ok := fdinfo.Field(b, "prog_id:"); ok && pid == uint64(id) {
-				return fdinfo.Field(b, "memlock:")
+			if pid, ok := Field(b, "prog_id:"); ok && pid == uint64(id) {
+				return Field(b, "memlock:")
 			}
 		}
 		CloseFD(file)
@@ -86,12 +55,12 @@ func (f *FdinfoFiles) Memlock(fd int, id uint32) (uint64, bool) {
 		CloseFD(int(file))
 		return 0, false
 	}
-	if pid, ok := fdinfo.Field(b, "prog_id:"); ok && pid == uint64(id) {
+	if pid, ok := Field(b, "prog_id:"); ok && pid == uint64(id) {
 		f.files[fd] = int(file)
 	} else {
 		CloseFD(int(file))
 	}
-	return fdinfo.Field(b, "memlock:")
+	return Field(b, "memlock:")
 }
 
 // Release closes every kept file: none outlives the scan.

@@ -1,4 +1,4 @@
-package fdinfo
+package bpfsys
 
 import (
 	"os"
@@ -35,8 +35,8 @@ func TestField(t *testing.T) {
 
 // TestRead reads a real entry: the pos: line of a file read to offset 3.
 func TestRead(t *testing.T) {
-	d, err := Open()
-	if err != nil {
+	d := NewFdinfoDir()
+	if err := d.Open(); err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()

@@ -15,10 +15,17 @@ import (
 // while a scan needs exactly one BPF_OBJ_GET_INFO_BY_FD per program. The
 // layouts below are the kernel's uapi structs (include/uapi/linux/bpf.h).
 
+// The bpf(2) commands the project issues itself (enum bpf_cmd).
 const (
+	cmdMapGetNextKey  = 4  // BPF_MAP_GET_NEXT_KEY
+	cmdProgLoad       = 5  // BPF_PROG_LOAD
+	cmdObjGet         = 7  // BPF_OBJ_GET
+	cmdProgTestRun    = 10 // BPF_PROG_TEST_RUN
 	CmdProgGetNextID  = 11 // BPF_PROG_GET_NEXT_ID
 	CmdProgGetFDByID  = 13 // BPF_PROG_GET_FD_BY_ID
+	CmdMapGetFDByID   = 14 // BPF_MAP_GET_FD_BY_ID
 	cmdObjGetInfoByFD = 15 // BPF_OBJ_GET_INFO_BY_FD
+	cmdProgQuery      = 16 // BPF_PROG_QUERY
 	CmdLinkGetFDByID  = 30 // BPF_LINK_GET_FD_BY_ID
 	CmdLinkGetNextID  = 31 // BPF_LINK_GET_NEXT_ID
 )
