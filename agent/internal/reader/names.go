@@ -80,23 +80,6 @@ var linkTypeNames = [...]string{
 	"uprobe_multi", "netkit", "sockmap",
 }
 
-const (
-	linkTypeRawTracepoint = 1
-	linkTypeTracing       = 2
-	linkTypeCgroup        = 3
-	linkTypeIter          = 4
-	linkTypeNetns         = 5
-	linkTypeXDP           = 6
-	linkTypePerfEvent     = 7
-	linkTypeKprobeMulti   = 8
-	linkTypeStructOps     = 9
-	linkTypeNetfilter     = 10
-	linkTypeTCX           = 11
-	linkTypeUprobeMulti   = 12
-	linkTypeNetkit        = 13
-	linkTypeSockmap       = 14
-)
-
 // LinkTypeName names a bpf_link_type.
 func LinkTypeName(t uint32) string { return enumName(linkTypeNames[:], t, "link_") }
 
@@ -104,13 +87,6 @@ func LinkTypeName(t uint32) string { return enumName(linkTypeNames[:], t, "link_
 var perfEventAttachNames = [...]string{
 	"perf_event", "uprobe", "uretprobe", "kprobe", "kretprobe", "tracepoint", "perf_event",
 }
-
-const (
-	perfEventUprobe    = 1
-	perfEventUretprobe = 2
-	perfEventKprobe    = 3
-	perfEventKretprobe = 4
-)
 
 // Unattached is the attach type of a program that no link or attachment
 // names.

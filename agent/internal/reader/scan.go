@@ -559,73 +559,17 @@ func (r *Reader) readLink(id uint32, c *linkStatic) (Link, error) {
 		return Link{}, fmt.Errorf("reading link %d info: %w", id, err)
 	}
 	if c == nil {
-		c = r.newLinkStatic(&info, n, func(ptrOff, lenOff int) string { return r.linkName(fd, ptrOff, lenOff) })
+		d := bpfsys.DecodeLink(&info, n, func(ptrOff, lenOff int) string { return r.linkName(fd, ptrOff, lenOff) })
+		c = r.newLinkStatic(&d) // link_names.go
 		r.links[id] = c
 	}
 	c.seen = r.seq
 	l := c.link
 	if c.missedKnown {
-		m := kprobeMissed(&info)
+		m := info.KprobeMissed()
 		l.Missed = &m
 	}
 	return l, nil
-}
-
-// kprobeMissed is a kprobe link's missed counter (perf_event kprobe or
-// kprobe_multi), for a link whose linkStatic says missedKnown.
-func kprobeMissed(info *bpfsys.LinkInfo) uint64 {
-	switch info.Type {
-	case linkTypePerfEvent:
-		return info.U64(bpfsys.LinkPerfKprobeMissed)
-	case linkTypeKprobeMulti:
-		return info.U64(bpfsys.LinkKMultiMissed)
-	}
-	return 0
-}
-
-// linkNameFunc asks for one of a link's name strings, which the kernel
-// hands out only into a buffer: ptrOff and lenOff are the offsets, in
-// bpf_link_info's union, of the buffer's pointer and length.
-type linkNameFunc func(ptrOff, lenOff int) string
-
-// newLinkStatic decodes a link's info (n bytes of it filled by the kernel),
-// asking name for the name strings the kernel hands out only into a buffer
-// (linkName on the syscall path, the record's on the iterator's). Each
-// kind's decoding is in its own file, link_<kind>.go.
-func (r *Reader) newLinkStatic(info *bpfsys.LinkInfo, n uint32, name linkNameFunc) *linkStatic {
-	c := &linkStatic{link: Link{ID: info.ID, ProgID: info.ProgID, Type: LinkTypeName(info.Type)}}
-	l := &c.link
-	switch info.Type {
-	case linkTypeRawTracepoint:
-		decodeRawTracepoint(l, name)
-	case linkTypeTracing:
-		r.decodeTracing(l, info)
-	case linkTypeCgroup:
-		r.decodeCgroup(l, info)
-	case linkTypeIter:
-		decodeIter(l, name)
-	case linkTypeNetns:
-		decodeNetns(l, info)
-	case linkTypeXDP:
-		r.decodeXDP(l, info)
-	case linkTypeTCX, linkTypeNetkit:
-		r.decodeTCX(l, info)
-	case linkTypeKprobeMulti:
-		decodeKprobeMulti(c, info, n)
-	case linkTypeUprobeMulti:
-		decodeUprobeMulti(l, info, name)
-	case linkTypePerfEvent:
-		decodePerfEvent(c, info, n, name)
-	case linkTypeNetfilter:
-		decodeNetfilter(l, info)
-	case linkTypeStructOps:
-		l.AttachType = "struct_ops"
-	case linkTypeSockmap:
-		decodeSockmap(l, info)
-	default:
-		l.AttachType = l.Type
-	}
-	return c
 }
 
 // linkName asks the kernel for a link's name string (tracepoint, function,

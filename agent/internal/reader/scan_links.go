@@ -101,7 +101,8 @@ func (r *Reader) readLinksIter(st *ScanStats) ([]Link, bool) {
 }
 
 // linksFromIter turns one pass of the iterator into links, decoding each
-// new link's info with the syscall path's own decoder (newLinkStatic).
+// new link's info with the syscall path's own decoder (bpfsys.DecodeLink,
+// newLinkStatic).
 func (r *Reader) linksFromIter(st *ScanStats) ([]Link, error) {
 	ls := &r.lsrc
 	// Links up to the highest id of the last read need no fields: the
@@ -152,7 +153,8 @@ func (r *Reader) linksFromIter(st *ScanStats) ([]Link, error) {
 		if c == nil {
 			n := min(rec.InfoSize, uint32(unsafe.Sizeof(info)))
 			name := rec.Name
-			c = r.newLinkStatic(&info, n, func(int, int) string { return name })
+			d := bpfsys.DecodeLink(&info, n, func(int, int) string { return name })
+			c = r.newLinkStatic(&d)
 			r.links[rec.ID] = c
 		}
 		c.seen = r.seq
@@ -163,7 +165,7 @@ func (r *Reader) linksFromIter(st *ScanStats) ([]Link, error) {
 				// left, so the pointers below never move.
 				missed = make([]uint64, 0, 3*(len(recs)-i))
 			}
-			missed = append(missed, kprobeMissed(&info))
+			missed = append(missed, info.KprobeMissed())
 			l.Missed = &missed[len(missed)-1]
 			if nesting, maxactive, ok := rec.MissedSplit(); ok {
 				missed = append(missed, nesting, maxactive)
@@ -187,7 +189,7 @@ func checkLinkRecords(progID uint32, recs []linkstats.Record) error {
 		if r.ProgID != progID {
 			continue
 		}
-		if !r.Known || r.Type != linkTypeIter || r.Name != "bpf_link" {
+		if !r.Known || r.Type != bpfsys.LinkTypeIter || r.Name != "bpf_link" {
 			return fmt.Errorf("the bpf_link iterator's record of its own link is wrong (type %d, name %q, whole %v)", r.Type, r.Name, r.Known)
 		}
 		return nil

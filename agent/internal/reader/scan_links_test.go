@@ -177,7 +177,7 @@ func TestLinksIteratorFailsHalfway(t *testing.T) {
 // TestLinkRecordCheck: the first read must hold the iterator's own link,
 // read whole as an iter link on bpf_link.
 func TestLinkRecordCheck(t *testing.T) {
-	own := linkstats.Record{ID: 9, Type: linkTypeIter, ProgID: 7, Known: true, Name: "bpf_link"}
+	own := linkstats.Record{ID: 9, Type: bpfsys.LinkTypeIter, ProgID: 7, Known: true, Name: "bpf_link"}
 	for _, tc := range []struct {
 		name string
 		recs []linkstats.Record
