@@ -1,11 +1,13 @@
 package reader
 
 import (
+	"errors"
 	"fmt"
 	"unsafe"
 
 	"github.com/bpfleet/bpfleet/internal/bpfsys"
 	"github.com/bpfleet/bpfleet/probes/linkstats"
+	"golang.org/x/sys/unix"
 )
 
 // The links' scan source: with the iterator scan source active, every link
@@ -203,4 +205,83 @@ func (r *Reader) closeLinks() {
 		r.lsrc.iter.Close()
 		r.lsrc.iter = nil
 	}
+}
+
+// readLinks lists every link. A link's attachment never changes, so only
+// links with a counter (kprobe missed) are opened again on later scans;
+// the rest cost one GET_NEXT_ID each.
+func (r *Reader) readLinks(st *ScanStats) ([]Link, error) {
+	if links, ok := r.readLinksIter(st); ok { // scan_links.go
+		return links, nil
+	}
+	links := make([]Link, 0, len(r.links)+4)
+	var id uint32
+	for {
+		next, ok, err := bpfsys.NextID(bpfsys.CmdLinkGetNextID, id)
+		if errors.Is(err, unix.EINVAL) && id == 0 {
+			return links, nil // kernel without BPF links (< 5.8)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("listing links after id %d: %w", id, err)
+		}
+		if !ok {
+			return links, nil
+		}
+		id = next
+		c := r.links[id]
+		if c != nil && !c.dynamic {
+			c.seen = r.seq
+			links = append(links, c.link)
+			continue
+		}
+		l, err := retryTransient(func() (Link, error) { return r.readLink(id, c) })
+		switch {
+		case err != nil && cameOrWent(err):
+			st.Vanished++
+			continue
+		case err != nil:
+			st.Errors++
+			st.AddError(err)
+			continue
+		}
+		links = append(links, l)
+	}
+}
+
+func (r *Reader) readLink(id uint32, c *linkStatic) (Link, error) {
+	fd, err := bpfsys.FDByID(bpfsys.CmdLinkGetFDByID, id)
+	if err != nil {
+		return Link{}, fmt.Errorf("opening link %d: %w", id, err)
+	}
+	defer bpfsys.CloseFD(fd)
+
+	var info bpfsys.LinkInfo
+	n, err := bpfsys.ObjInfo(fd, unsafe.Pointer(&info), uint32(unsafe.Sizeof(info)))
+	if err != nil {
+		return Link{}, fmt.Errorf("reading link %d info: %w", id, err)
+	}
+	if c == nil {
+		d := bpfsys.DecodeLink(&info, n, func(ptrOff, lenOff int) string { return r.linkName(fd, ptrOff, lenOff) })
+		c = r.newLinkStatic(&d) // link_names.go
+		r.links[id] = c
+	}
+	c.seen = r.seq
+	l := c.link
+	if c.missedKnown {
+		m := info.KprobeMissed()
+		l.Missed = &m
+	}
+	return l, nil
+}
+
+// linkName asks the kernel for a link's name string (tracepoint, function,
+// path) with a second OBJ_GET_INFO call that hands it a buffer.
+func (r *Reader) linkName(fd int, ptrOff, lenOff int) string {
+	var info bpfsys.LinkInfo
+	info.SetU64(ptrOff, uint64(uintptr(unsafe.Pointer(&r.nameBuf[0]))))
+	info.SetU32(lenOff, uint32(len(r.nameBuf)))
+	if _, err := bpfsys.ObjInfo(fd, unsafe.Pointer(&info), uint32(unsafe.Sizeof(info))); err != nil {
+		return ""
+	}
+	return unix.ByteSliceToString(r.nameBuf)
 }
