@@ -19,9 +19,10 @@ import (
 
 // record makes TestRecordLinkInfo attach real links on the running kernel
 // and write their bpf_link_info to testdata/linkinfo, the bytes
-// TestDecodeLink decodes. As root, under the host lock:
+// TestDecodeLink decodes. As root, serialized with the other tests that
+// load BPF programs:
 //
-//	flock /tmp/bpfleet-host.lock go test -count=1 -run TestRecordLinkInfo ./internal/bpfsys/ -record
+//	go test -count=1 -run TestRecordLinkInfo ./internal/bpfsys/ -record
 var record = flag.Bool("record", false, "attach real links and record their bpf_link_info into testdata/linkinfo")
 
 // A recorded link is two files: <kind>.bin, the info_len bytes of
@@ -106,8 +107,10 @@ func TestRecordLinkInfo(t *testing.T) {
 	}
 
 	// A cgroup link on a new empty cgroup.
-	cg := filepath.Join("/sys/fs/cgroup/unified", fmt.Sprintf("bpfleet-linkinfo-%d", os.Getpid()))
-	if err := os.Mkdir(cg, 0o755); err == nil {
+	cg := filepath.Join(cgroup2Mount(), fmt.Sprintf("bpfleet-linkinfo-%d", os.Getpid()))
+	if !filepath.IsAbs(cg) {
+		keep("cgroup", nil, errors.New("no cgroup2 mount"))
+	} else if err := os.Mkdir(cg, 0o755); err == nil {
 		l, err = link.AttachCgroup(link.CgroupOptions{Path: cg, Attach: ebpf.AttachCGroupInetEgress, Program: load(ebpf.CGroupSKB, ebpf.AttachCGroupInetEgress, "", 1)})
 		keep("cgroup", l, err)
 		os.Remove(cg)
@@ -146,7 +149,7 @@ func TestRecordLinkInfo(t *testing.T) {
 
 	readme := "Link info recorded from a real kernel by TestRecordLinkInfo (linkinfo_record_test.go):\n" +
 		"kernel " + kernel + " (" + runtime.GOARCH + "), recorded with\n" +
-		"  flock /tmp/bpfleet-host.lock go test -count=1 -run TestRecordLinkInfo ./internal/bpfsys/ -record\n" +
+		"  go test -count=1 -run TestRecordLinkInfo ./internal/bpfsys/ -record (as root)\n" +
 		"Kinds: " + strings.Join(made, " ") + "\n" +
 		"<kind>.bin holds the info_len bytes the kernel filled; <kind>.name the name\n" +
 		"buffer's pointer and length offsets, then the name the kernel wrote there.\n"
@@ -229,4 +232,16 @@ func inFreshNetns(fn func(ns int)) error {
 		errc <- err
 	}()
 	return <-errc
+}
+
+// cgroup2Mount is where cgroup2 is mounted ("" for nowhere, and the cgroup
+// link is not made).
+func cgroup2Mount() string {
+	b, _ := os.ReadFile("/proc/self/mounts")
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 2 && f[2] == "cgroup2" {
+			return f[1]
+		}
+	}
+	return ""
 }
