@@ -24,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/exporter/otlp"
 	"github.com/bpfleet/bpfleet/internal/config"
 )
 
@@ -426,7 +427,7 @@ func (e *Exporter) LogErrors() {
 	}
 	if n := e.spansDropped.Load(); n > e.spans.reported.Load() {
 		e.spans.reported.Store(n)
-		e.log.Warn("episode spans dropped: over the span budget, the export queue full or the backend down (counted in bpf.agent.spans.dropped)", "dropped_total", n, "budget_per_minute", e.cfg.SpanBudget, "queue", spanQueueDefaults(e.cfg.OTel.SpanQueue).Size)
+		e.log.Warn("episode spans dropped: over the span budget, the export queue full or the backend down (counted in bpf.agent.spans.dropped)", "dropped_total", n, "budget_per_minute", e.cfg.SpanBudget, "queue", otlp.SpanQueueDefaults(e.cfg.OTel.SpanQueue).Size)
 	}
 }
 

@@ -5,16 +5,15 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/otel"
 
 	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/exporter/internal/faultaddr"
 	"github.com/bpfleet/bpfleet/internal/config"
 )
 
@@ -33,47 +32,6 @@ func bigSnapshot(seq uint64, n int) *agent.Snapshot {
 			Misses: 1, Intervals: []agent.EpisodeInterval{{Time: t, Misses: 1}}})
 	}
 	return s
-}
-
-// stuckListener accepts connections and never answers: a collector that is
-// up but hangs.
-func stuckListener(t *testing.T) (addr string, closeAll func()) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	return l.Addr().String(), func() {
-		l.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-	}
-}
-
-// deadAddr is a loopback address nothing listens on.
-func deadAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := l.Addr().String()
-	l.Close()
-	return a
 }
 
 // With the backend down or hanging, Update must not block, memory must stay
@@ -98,10 +56,10 @@ func TestBackendFaults(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			runtime.GC()
 			base := runtime.NumGoroutine()
-			addr := deadAddr(t)
+			addr := faultaddr.Dead(t)
 			closeStuck := func() {}
 			if tc.stuck {
-				addr, closeStuck = stuckListener(t)
+				addr, closeStuck = faultaddr.Stuck(t)
 			}
 			// Short timeouts so a hanging backend costs the test little,
 			// resolved by internal/config as the agent's are.

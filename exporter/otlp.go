@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/encoding"
 
+	"github.com/bpfleet/bpfleet/exporter/otlp"
 	"github.com/bpfleet/bpfleet/internal/config"
 )
 
@@ -127,7 +128,7 @@ func (e *Exporter) signals(ctx context.Context) (signalSetup, error) {
 		}
 		// A bounded queue (OTel.SpanQueue): with the backend down, spans
 		// beyond it are dropped rather than held, and counted.
-		s.spanProcessors = append(s.spanProcessors, newSpanQueue(exp, e.cfg.OTel.SpanQueue, &e.spansDropped, func(err error) {
+		s.spanProcessors = append(s.spanProcessors, otlp.NewSpanQueue(exp, e.cfg.OTel.SpanQueue, &e.spansDropped, func(err error) {
 			e.traceErrs.Add(1)
 			e.errs.add("exporting spans", err)
 		}))
@@ -140,7 +141,7 @@ func (e *Exporter) signals(ctx context.Context) (signalSetup, error) {
 		}
 		// The OTEL_BSP_* settings as resolved, given: the processor
 		// reads no environment itself.
-		q := spanQueueDefaults(e.cfg.OTel.SpanQueue)
+		q := otlp.SpanQueueDefaults(e.cfg.OTel.SpanQueue)
 		s.spanProcessors = append(s.spanProcessors, sdktrace.NewBatchSpanProcessor(exp, sdktrace.WithMaxQueueSize(q.Size),
 			sdktrace.WithMaxExportBatchSize(q.Batch), sdktrace.WithBatchTimeout(q.Delay), sdktrace.WithExportTimeout(q.Timeout)))
 		s.tracesTarget = strings.TrimSpace(s.tracesTarget + " console")
@@ -235,7 +236,7 @@ func (e *Exporter) grpcDialOptions(s *config.Signal, tlsConf *tls.Config) ([]grp
 }
 
 func (e *Exporter) metricExporter(ctx context.Context, s *config.Signal) (sdkmetric.Exporter, error) {
-	tlsConf, err := loadTLS(s.TLS)
+	tlsConf, err := otlp.LoadTLS(s.TLS)
 	if err != nil {
 		return nil, fmt.Errorf("creating OTLP %s metric exporter: %w", s.Protocol, err)
 	}
@@ -264,11 +265,11 @@ func (e *Exporter) metricExporter(ctx context.Context, s *config.Signal) (sdkmet
 		}
 		exp, err = otlpmetricgrpc.New(ctx, opts...)
 	} else {
-		// http/protobuf: bpfleet's own encoder (otlpwire.go), which keeps
+		// http/protobuf: bpfleet's own encoder (exporter/otlp), which keeps
 		// each series' encoding between exports.
-		exp = newWireExporter(wireConfig{url: s.Endpoint, headers: headerOf(s.Headers), timeout: s.Timeout,
-			gzip: s.Compression == config.CompressionGzip, tls: tlsConf, proxy: e.cfg.OTel.Proxy.ProxyFunc(),
-			keep: 2 * max(e.cfg.ResendUnchanged, e.cfg.exportInterval())})
+		exp = otlp.NewMetricExporter(otlp.MetricConfig{URL: s.Endpoint, Headers: s.Headers, Timeout: s.Timeout,
+			Gzip: s.Compression == config.CompressionGzip, TLS: tlsConf, Proxy: e.cfg.OTel.Proxy.ProxyFunc(),
+			Keep: 2 * max(e.cfg.ResendUnchanged, e.cfg.exportInterval())})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("creating OTLP %s metric exporter: %w", s.Protocol, err)
@@ -277,7 +278,7 @@ func (e *Exporter) metricExporter(ctx context.Context, s *config.Signal) (sdkmet
 }
 
 func (e *Exporter) spanExporter(ctx context.Context, s *config.Signal) (sdktrace.SpanExporter, error) {
-	tlsConf, err := loadTLS(s.TLS)
+	tlsConf, err := otlp.LoadTLS(s.TLS)
 	if err != nil {
 		return nil, fmt.Errorf("creating OTLP %s span exporter: %w", s.Protocol, err)
 	}

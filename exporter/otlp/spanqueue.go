@@ -1,4 +1,4 @@
-package exporter
+package otlp
 
 import (
 	"context"
@@ -11,9 +11,9 @@ import (
 	"github.com/bpfleet/bpfleet/internal/config"
 )
 
-// spanQueueDefaults fills what a hand-made Config left zero with the spec's
+// SpanQueueDefaults fills what a hand-made Config left zero with the spec's
 // OTEL_BSP_* defaults (internal/config resolves the agent's).
-func spanQueueDefaults(q config.SpanQueue) config.SpanQueue {
+func SpanQueueDefaults(q config.SpanQueue) config.SpanQueue {
 	if q.Size <= 0 {
 		q.Size = config.DefaultSpanQueueSize
 	}
@@ -27,14 +27,14 @@ func spanQueueDefaults(q config.SpanQueue) config.SpanQueue {
 	return q
 }
 
-// spanQueue is the span processor in front of the OTLP span exporter. It
+// SpanQueue is the span processor in front of the OTLP span exporter. It
 // does what the SDK's batch span processor does (a bounded queue, batches
 // sent by one goroutine, never blocking the caller) except that nothing is
 // lost uncounted: a span that finds the queue full, and every span of a
 // batch the exporter could not send (after its own retries), is added to
 // dropped. The SDK's processor drops both silently, so during a long
 // backend outage every episode past its 2,048-span queue vanished.
-type spanQueue struct {
+type SpanQueue struct {
 	exp     sdktrace.SpanExporter
 	cfg     config.SpanQueue
 	dropped *atomic.Int64
@@ -51,9 +51,10 @@ type spanQueue struct {
 	closed bool
 }
 
-func newSpanQueue(exp sdktrace.SpanExporter, cfg config.SpanQueue, dropped *atomic.Int64, failed func(error)) *spanQueue {
-	cfg = spanQueueDefaults(cfg)
-	s := &spanQueue{
+// NewSpanQueue starts the queue's export goroutine, sending to exp.
+func NewSpanQueue(exp sdktrace.SpanExporter, cfg config.SpanQueue, dropped *atomic.Int64, failed func(error)) *SpanQueue {
+	cfg = SpanQueueDefaults(cfg)
+	s := &SpanQueue{
 		exp: exp, cfg: cfg, dropped: dropped, failed: failed,
 		q:       make(chan sdktrace.ReadOnlySpan, cfg.Size),
 		flushes: make(chan chan struct{}),
@@ -64,11 +65,11 @@ func newSpanQueue(exp sdktrace.SpanExporter, cfg config.SpanQueue, dropped *atom
 	return s
 }
 
-func (s *spanQueue) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (s *SpanQueue) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
 
 // OnEnd queues the span, or counts it dropped when the queue is full or
 // the processor is shut down.
-func (s *spanQueue) OnEnd(sp sdktrace.ReadOnlySpan) {
+func (s *SpanQueue) OnEnd(sp sdktrace.ReadOnlySpan) {
 	if !sp.SpanContext().IsSampled() {
 		return
 	}
@@ -88,7 +89,7 @@ func (s *spanQueue) OnEnd(sp sdktrace.ReadOnlySpan) {
 // run collects batches and exports them: when a batch is full, when Delay
 // has passed since the last export, on a flush and at shutdown (what is
 // queued then is exported once more, then the exporter shut down).
-func (s *spanQueue) run() {
+func (s *SpanQueue) run() {
 	defer close(s.done)
 	batch := make([]sdktrace.ReadOnlySpan, 0, s.cfg.Batch)
 	tick := time.NewTicker(s.cfg.Delay)
@@ -142,7 +143,7 @@ func (s *spanQueue) run() {
 }
 
 // ForceFlush exports what is queued now and waits for it, or for ctx.
-func (s *spanQueue) ForceFlush(ctx context.Context) error {
+func (s *SpanQueue) ForceFlush(ctx context.Context) error {
 	ack := make(chan struct{})
 	select {
 	case s.flushes <- ack:
@@ -161,7 +162,7 @@ func (s *spanQueue) ForceFlush(ctx context.Context) error {
 
 // Shutdown exports what is queued, then shuts the exporter down. Spans
 // ended after it are counted dropped.
-func (s *spanQueue) Shutdown(ctx context.Context) error {
+func (s *SpanQueue) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.closed {
 		s.closed = true

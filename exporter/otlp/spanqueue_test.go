@@ -1,4 +1,4 @@
-package exporter
+package otlp
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfleet/bpfleet/exporter/internal/faultaddr"
 	"github.com/bpfleet/bpfleet/internal/config"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -20,10 +21,10 @@ func TestSpanQueueCountsEveryLoss(t *testing.T) {
 		stuck bool
 	}{{"hanging", true}, {"down", false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			addr := deadAddr(t)
+			addr := faultaddr.Dead(t)
 			if tc.stuck {
 				var closeAll func()
-				addr, closeAll = stuckListener(t)
+				addr, closeAll = faultaddr.Stuck(t)
 				defer closeAll()
 			}
 			exp, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpoint(addr), otlptracehttp.WithInsecure(),
@@ -33,7 +34,7 @@ func TestSpanQueueCountsEveryLoss(t *testing.T) {
 			}
 			var dropped atomic.Int64
 			var failures atomic.Int64
-			q := newSpanQueue(exp, config.SpanQueue{Size: 8, Batch: 4, Delay: 10 * time.Millisecond, Timeout: 200 * time.Millisecond},
+			q := NewSpanQueue(exp, config.SpanQueue{Size: 8, Batch: 4, Delay: 10 * time.Millisecond, Timeout: 200 * time.Millisecond},
 				&dropped, func(error) { failures.Add(1) })
 			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(q))
 			const n = 100
@@ -61,8 +62,8 @@ func TestSpanQueueDefaults(t *testing.T) {
 		{config.SpanQueue{Size: 100, Batch: 512}, config.SpanQueue{Size: 100, Batch: 100, Delay: 5 * time.Second}},
 		{config.SpanQueue{Size: 8, Batch: 4, Delay: time.Millisecond, Timeout: time.Second}, config.SpanQueue{Size: 8, Batch: 4, Delay: time.Millisecond, Timeout: time.Second}},
 	} {
-		if got := spanQueueDefaults(tc.in); got != tc.want {
-			t.Errorf("spanQueueDefaults(%+v) = %+v, want %+v", tc.in, got, tc.want)
+		if got := SpanQueueDefaults(tc.in); got != tc.want {
+			t.Errorf("SpanQueueDefaults(%+v) = %+v, want %+v", tc.in, got, tc.want)
 		}
 	}
 }

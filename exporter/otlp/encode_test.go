@@ -1,7 +1,6 @@
-package exporter
+package otlp
 
 import (
-	"net/http"
 	"testing"
 	"time"
 
@@ -46,7 +45,7 @@ func TestWireEncoding(t *testing.T) {
 			},
 		}},
 	}
-	w := newWireExporter(wireConfig{headers: http.Header{}})
+	w := NewMetricExporter(MetricConfig{Headers: map[string]string{}})
 	for round := range 2 { // the second from the attribute cache
 		var req colmetricpb.ExportMetricsServiceRequest
 		if err := proto.Unmarshal(w.encode(rm), &req); err != nil {
@@ -114,7 +113,7 @@ func TestWireEncoding(t *testing.T) {
 	// (keep 0), but kept while within keep: a series left out while it
 	// does not move is sent again later (Config.ResendUnchanged).
 	all := rm.ScopeMetrics[0].Metrics
-	kept := newWireExporter(wireConfig{headers: http.Header{}, keep: time.Hour})
+	kept := NewMetricExporter(MetricConfig{Headers: map[string]string{}, Keep: time.Hour})
 	kept.encode(rm)
 	rm.ScopeMetrics[0].Metrics = all[2:]
 	w.encode(rm)
