@@ -290,10 +290,11 @@ func (at *attribution) updateOwners(res *owners.Result) {
 		if p, ok := at.progs[id]; ok && !refill && sameOwners(p.raw, raw) {
 			continue
 		}
+		// A copy: fillers write pod fields, and raw stays the Scanner's.
 		out := make([]Owner, len(raw))
-		for i, o := range raw {
-			out[i] = Owner(o)
-			if at.filler != nil {
+		copy(out, raw)
+		if at.filler != nil {
+			for i := range out {
 				at.filler.Fill(&out[i])
 			}
 		}

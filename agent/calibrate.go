@@ -79,3 +79,15 @@ func (a *Agent) overhead() map[string]*float64 {
 	}
 	return a.overheads
 }
+
+// oneShotTaxKinds are the attach types a one-shot command (top, list)
+// measures the stats tax for, beside xdp and tc: the cheap in-kernel
+// triggers; other tracing types take raw_tp's figure.
+var oneShotTaxKinds = []catalog.AttachType{catalog.RawTp, catalog.TpBTF, catalog.Tracepoint}
+
+// CalibrateOneShotStats is CalibrateStats for the attach types a one-shot
+// command measures (raw_tp, tp_btf, tracepoint), so that the CLI need not
+// name probes/catalog's attach types.
+func (a *Agent) CalibrateOneShotStats(ctx context.Context) ([]StatsCost, error) {
+	return a.CalibrateStats(ctx, oneShotTaxKinds)
+}

@@ -6,6 +6,7 @@ import (
 	"github.com/bpfleet/bpfleet/agent/internal/prog"
 	"github.com/bpfleet/bpfleet/agent/internal/reader"
 	"github.com/bpfleet/bpfleet/agent/internal/stats"
+	"github.com/bpfleet/bpfleet/agent/owners"
 	"github.com/bpfleet/bpfleet/internal/config"
 )
 
@@ -17,7 +18,7 @@ type (
 	LinkMisses  = prog.LinkMisses
 	Program     = prog.Program
 	Link        = prog.Link
-	Owner       = prog.Owner
+	Owner       = owners.Owner
 	Rates       = prog.Rates
 	ProgramStat = prog.ProgramStat
 	ProfileStat = prog.ProfileStat

@@ -54,7 +54,7 @@ func TestServeMaps(t *testing.T) {
 		}
 		if len(m.Users) != 1 || m.Users[0].ProgID != set.ProgID || m.Users[0].ProgName != "api_maps_p" {
 			t.Errorf("map %s users %+v, want program %d api_maps_p", m.Name, m.Users, set.ProgID)
-		} else if !slices.ContainsFunc(m.Users[0].Owners, func(o mapview.Owner) bool { return o.PID == os.Getpid() }) {
+		} else if !slices.ContainsFunc(m.Users[0].Owners, func(o mapview.MapOwner) bool { return o.PID == os.Getpid() }) {
 			t.Errorf("map %s: owners %+v lack the test process %d", m.Name, m.Users[0].Owners, os.Getpid())
 		}
 	}

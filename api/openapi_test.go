@@ -113,7 +113,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"ProgramList": ProgramList{}, "Status": Status{}, "Error": Error{},
 		"History": history.Series{}, "HistoryPoint": history.Point{},
 		"Map": agent.Map{}, "MapScan": agent.MapScan{}, "MapList": mapview.List{}, "MapEntry": mapview.Map{},
-		"MapUser": mapview.User{}, "MapOwner": mapview.Owner{},
+		"MapUser": mapview.User{}, "MapOwner": mapview.MapOwner{},
 		"MissCauses": agent.MissCauses{}, "MissSample": agent.MissSample{}, "MissWatch": agent.MissWatch{},
 		"WatchedProgram": agent.WatchedProgram{}, "EpisodeTask": agent.EpisodeTask{}, "EpisodeStack": agent.EpisodeStack{},
 		"MissList": MissList{},

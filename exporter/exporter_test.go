@@ -83,26 +83,6 @@ func TestEveryMetricIsObserved(t *testing.T) {
 	}
 }
 
-func TestParseLevel(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want Level
-		err  bool
-	}{
-		{"program", LevelProgram, false},
-		{"workload", LevelWorkload, false},
-		{"owner", LevelOwner, false},
-		{"attach-type", LevelAttachType, false},
-		{"programs", 0, true},
-		{"", 0, true},
-	} {
-		got, err := ParseLevel(tc.in)
-		if (err != nil) != tc.err || (!tc.err && got != tc.want) {
-			t.Errorf("ParseLevel(%q) = %v, %v", tc.in, got, err)
-		}
-	}
-}
-
 func u64(v uint64) *uint64 { return &v }
 
 func prog(id uint32, runTime uint64, misses *uint64) agent.ProgramStat {

@@ -35,14 +35,16 @@ type Map struct {
 
 // User is a program that uses a map, with its owners in brief.
 type User struct {
-	ProgID   uint32  `json:"prog_id"`
-	ProgName string  `json:"prog_name"`
-	Owners   []Owner `json:"owners"`
+	ProgID   uint32     `json:"prog_id"`
+	ProgName string     `json:"prog_name"`
+	Owners   []MapOwner `json:"owners"`
 }
 
-// Owner is the part of agent.Owner that says whose a map is: the process,
-// its container and its pod.
-type Owner struct {
+// MapOwner is the API's MapOwner: the part of an owner (agent.Owner) that
+// says whose a map is, the process, its container and its pod. A brief of
+// the one owner type for the maps view, not an owner type of its own: the
+// maps JSON carries these fields only.
+type MapOwner struct {
 	PID          int    `json:"pid"`
 	Comm         string `json:"comm"`
 	ContainerID  string `json:"container_id,omitempty"`
@@ -151,9 +153,9 @@ func Build(s *agent.Snapshot, f Filter) List {
 }
 
 func user(p *agent.ProgramStat) User {
-	u := User{ProgID: p.ID, ProgName: p.Name, Owners: make([]Owner, len(p.Owners))}
+	u := User{ProgID: p.ID, ProgName: p.Name, Owners: make([]MapOwner, len(p.Owners))}
 	for i, o := range p.Owners {
-		u.Owners[i] = Owner{PID: o.PID, Comm: o.Comm, ContainerID: o.ContainerID, PodNamespace: o.PodNamespace, PodName: o.PodName,
+		u.Owners[i] = MapOwner{PID: o.PID, Comm: o.Comm, ContainerID: o.ContainerID, PodNamespace: o.PodNamespace, PodName: o.PodName,
 			WorkloadKind: o.WorkloadKind, WorkloadName: o.WorkloadName}
 	}
 	return u

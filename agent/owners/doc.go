@@ -4,9 +4,8 @@
 // attachments that no process holds (cgroup programs found with
 // BPF_PROG_QUERY, XDP, tc and tcx programs on network interfaces).
 //
-// The package imports nothing of the agent: agent imports owners, so the
-// Owner type here mirrors agent.Owner field for field and converts with a
-// plain type conversion, agent.Owner(o).
+// The package imports nothing of the agent: agent imports owners, and the
+// Owner type here is the one owner type (agent.Owner is an alias of it).
 //
 // Use:
 //

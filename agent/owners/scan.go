@@ -14,27 +14,63 @@ import (
 )
 
 // Owner is a process that holds an fd of a program or of one of its links.
-// It has exactly agent.Owner's fields, in the same order, so the agent
-// converts one with agent.Owner(o) (owners cannot import agent: agent
-// imports owners).
+// It is the one owner type: the agent's Program.Owners (agent.Owner, an
+// alias) are these, filled further by an OwnerFiller.
 type Owner struct {
 	PID         int    `json:"pid"`
 	Comm        string `json:"comm"`
 	Exe         string `json:"exe,omitempty"`
 	Cgroup      string `json:"cgroup,omitempty"`
-	ContainerID string `json:"container_id,omitempty"`
-	Runtime     string `json:"runtime,omitempty"`
-	PodUID      string `json:"pod_uid,omitempty"`
+	ContainerID string `json:"container_id"`
+	// Runtime is the container runtime the cgroup path names:
+	// containerd, cri-o, docker, podman.
+	Runtime string `json:"runtime,omitempty"`
+	PodUID  string `json:"pod_uid"`
 	// Pod fields are left empty here; an optional Kubernetes resolver
 	// fills them.
 	PodName       string `json:"pod_name,omitempty"`
 	PodNamespace  string `json:"pod_namespace,omitempty"`
 	ContainerName string `json:"container_name,omitempty"`
-	WorkloadKind  string `json:"workload_kind,omitempty"`
-	WorkloadName  string `json:"workload_name,omitempty"`
-	// Via is "fd" when the process holds the program's own fd, "link" when
-	// it holds only a link of it.
+	// WorkloadKind and WorkloadName name the pod's controller, what stays
+	// when the pod is replaced: DaemonSet, Deployment (a ReplicaSet's
+	// owner), StatefulSet, Job, CronJob, ... Empty for a pod no controller
+	// owns.
+	WorkloadKind string `json:"workload_kind,omitempty"`
+	WorkloadName string `json:"workload_name,omitempty"`
+	// Via says how the ownership was found: "fd" (holds the program's fd),
+	// "link" (holds only a link of it) or "attachment" (no process holds
+	// it; the agent found the container whose cgroup it is attached to).
 	Via string `json:"via"`
+}
+
+// FillFromCgroup sets o's container id, runtime and pod UID from its
+// cgroup path where the owner walk did not: what a filler without the
+// Kubernetes API can say.
+func (o *Owner) FillFromCgroup() {
+	if o.Cgroup == "" || (o.ContainerID != "" && o.PodUID != "") {
+		return
+	}
+	inf := ParseCgroupPath(o.Cgroup)
+	// A runtime's monitor (crio-conmon-<id>) names the container it
+	// watches but does not run in it: it belongs to the pod only.
+	if o.ContainerID == "" && !inf.Conmon {
+		o.ContainerID = inf.ID
+	}
+	if o.Runtime == "" && !inf.Conmon {
+		o.Runtime = inf.Runtime
+	}
+	if o.PodUID == "" {
+		o.PodUID = inf.PodUID
+	}
+}
+
+// Workload names the owner's workload: its pod's controller, or the pod
+// itself (kind Pod) when no controller owns it. Empty outside a named pod.
+func (o *Owner) Workload() (kind, name string) {
+	if o.WorkloadKind == "" && o.PodName != "" {
+		return "Pod", o.PodName
+	}
+	return o.WorkloadKind, o.WorkloadName
 }
 
 // Ways an owner holds a program.

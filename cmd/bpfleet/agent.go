@@ -67,7 +67,7 @@ or with the kubeconfig $KUBECONFIG names on a host outside any pod.`,
 	f.DurationVar(&c.ExportInterval, "export-interval", 0, fmt.Sprintf("metric export interval, at least %v (0: OTEL_METRIC_EXPORT_INTERVAL, else --interval); exports run right after a scan, at most one per scan", config.MinExportInterval))
 	f.DurationVar(&c.MapInterval, "map-interval", c.MapInterval, "time between reads of the node's BPF maps (memory, entries, fullness); a scan reads them sooner when a program was loaded or unloaded (0: every scan)")
 	f.DurationVar(&c.ResendUnchanged, "resend-unchanged", c.ResendUnchanged, "how often a pushed (OTLP, console) program or workload counter, memory or map series whose values did not move is sent again; series that move go out in every export (0: every series in every export)")
-	f.StringVar((*string)(&c.Level), "metrics-level", string(c.Level), "metrics detail: workload (program series that survive reloads), program (one series set per program id: debugging), owner or attach-type")
+	f.StringVar(&c.LevelName, "metrics-level", c.LevelName, "metrics detail: workload (program series that survive reloads), program (one series set per program id: debugging), owner or attach-type")
 	f.IntVar(&c.MaxPrograms, "max-programs", c.MaxPrograms, "most programs (--metrics-level=program) or program keys (workload) exported, and the SDK's cardinality limit (0: no cap); the rest are counted in bpf.agent.programs.dropped")
 	f.BoolVar(&c.ProgramInfo, "program-info", false, "at --metrics-level=workload, also export bpf.program.info (one series per program id: new series with every reload)")
 	f.IntVar(&c.SpanBudget, "span-budget", c.SpanBudget, "most miss-episode spans per minute (0: no cap); the rest are counted in bpf.agent.spans.dropped")
@@ -167,12 +167,8 @@ func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 	}()
 	defer agent.PublishIterators(c.Scan, log).Close()
 
-	level, err := exporter.ParseLevel(string(c.Level)) // valid: checked by config
-	if err != nil {
-		return err
-	}
 	exp, err := exporter.New(ctx, exporter.Config{
-		Level:           level,
+		Level:           c.Level,
 		MaxPrograms:     c.MaxPrograms,
 		Interval:        c.EffectiveExportInterval(),
 		ScanInterval:    c.Interval, // exports follow scans, in the same wakeup

@@ -88,7 +88,7 @@ func TestMapsJSONTruth(t *testing.T) {
 			t.Errorf("map %s memory %v, fdinfo says %d", m.Name, m.MemoryBytes, want)
 		}
 		if !slices.Contains(m.ProgramIDs, set.ProgID) || !slices.ContainsFunc(m.Users, func(u mapview.User) bool {
-			return u.ProgID == set.ProgID && slices.ContainsFunc(u.Owners, func(o mapview.Owner) bool { return o.PID == os.Getpid() })
+			return u.ProgID == set.ProgID && slices.ContainsFunc(u.Owners, func(o mapview.MapOwner) bool { return o.PID == os.Getpid() })
 		}) {
 			t.Errorf("map %s: program ids %v users %+v, want program %d owned by the test process", m.Name, m.ProgramIDs, m.Users, set.ProgID)
 		}
@@ -190,7 +190,7 @@ func TestMapsTable(t *testing.T) {
 			t.Errorf("fmtBytes(%d) = %q, want %q", n, got, want)
 		}
 	}
-	u := []mapview.User{{ProgID: 7, ProgName: "xdp_fw", Owners: []mapview.Owner{{PID: 3, Comm: "cilium-agent", PodNamespace: "kube-system", PodName: "cilium-x"}}}, {ProgID: 8}}
+	u := []mapview.User{{ProgID: 7, ProgName: "xdp_fw", Owners: []mapview.MapOwner{{PID: 3, Comm: "cilium-agent", PodNamespace: "kube-system", PodName: "cilium-x"}}}, {ProgID: 8}}
 	if got, want := usersCell(u), "xdp_fw(7) cilium-agent(3) kube-system/cilium-x +1"; got != want {
 		t.Errorf("usersCell = %q, want %q", got, want)
 	}

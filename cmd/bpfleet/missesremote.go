@@ -12,10 +12,6 @@ import (
 	"github.com/bpfleet/bpfleet/api"
 )
 
-// maxMissesBytes bounds one /v1/misses answer: 1,024 misses with their
-// stacks are under 2 MB of JSON.
-const maxMissesBytes = 8 << 20
-
 // remoteMisses reads a running agent's /v1/misses (the CLI build runs
 // bpfleet-agent for this: missesremote_lean.go). Each call returns the
 // misses newer than the previous call's, of the programs sels pick (by id
@@ -23,7 +19,7 @@ const maxMissesBytes = 8 << 20
 func remoteMisses(remote, token string, sels []string) (missSource, error) {
 	var last time.Time
 	return func(ctx context.Context) (missBatch, error) {
-		l, err := fetchMisses(ctx, remote, token)
+		l, err := api.FetchMisses(ctx, remote, token)
 		if err != nil {
 			return missBatch{}, err
 		}
@@ -57,8 +53,4 @@ func sampleMatch(sels []string, m *agent.MissSample) bool {
 		}
 	}
 	return false
-}
-
-func fetchMisses(ctx context.Context, base, token string) (*api.MissList, error) {
-	return fetchJSON[api.MissList](ctx, base, token, "/v1/misses", maxMissesBytes, "misses")
 }

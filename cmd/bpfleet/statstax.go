@@ -8,19 +8,13 @@ import (
 	"strconv"
 
 	"github.com/bpfleet/bpfleet/agent"
-	"github.com/bpfleet/bpfleet/probes/catalog"
 )
-
-// taxKinds are the attach types top and list measure the stats tax for,
-// beside xdp and tc: the cheap in-kernel triggers; other tracing types
-// take raw_tp's figure.
-var taxKinds = []catalog.AttachType{catalog.RawTp, catalog.TpBTF, catalog.Tracepoint}
 
 // measureTax measures the stats cost per run; w (if not nil) gets one line
 // when it cannot.
 func measureTax(ctx context.Context, a *agent.Agent, w io.Writer) {
 	raiseMemlock()
-	if _, err := a.CalibrateStats(ctx, taxKinds); err != nil && w != nil {
+	if _, err := a.CalibrateOneShotStats(ctx); err != nil && w != nil {
 		fmt.Fprintf(w, "stats tax not measured: %v\n", err)
 	}
 }

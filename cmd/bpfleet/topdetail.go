@@ -13,77 +13,17 @@ import (
 	"github.com/bpfleet/bpfleet/agent/history"
 )
 
-// detailState is the open detail view: the program, the facts it had when
-// last seen (kept after it is unloaded, so the view can still show them),
-// its history, and when it was found unloaded.
-type detailState struct {
-	id       uint32
-	prog     *agent.ProgramStat
-	series   *history.Series
-	err      string // why the history could not be read
-	unloaded time.Time
-	// recent are the program's last sampled misses (newest last, at most
-	// maxDetailMisses), from the snapshots seen while the view is open;
-	// seenSeq the last snapshot taken from (a redraw takes none again).
-	recent  []agent.MissSample
-	seenSeq uint64
-}
-
-// maxDetailMisses is how many sampled misses the detail view keeps and shows.
-const maxDetailMisses = 2
-
-// openDetail opens the selected program's view, with its facts from the
-// last frame: should it be unloaded before the next scan, the view still
-// says what it was.
-func (v *topView) openDetail() {
-	if v.selected == 0 || v.selected == v.detail.id {
-		return
-	}
-	v.detail = detailState{id: v.selected}
-	if s := v.shown; s != nil {
-		for i := range s.Programs {
-			if s.Programs[i].ID == v.selected {
-				p := *s.Programs[i]
-				v.detail.prog = &p
-			}
-		}
-	}
-}
-
-func (v *topView) closeDetail() { v.detail = detailState{} }
-
-// setHistory stores the latest history read for the open view.
-func (v *topView) setHistory(s *history.Series, err error) {
-	v.detail.series, v.detail.err = s, ""
-	if err != nil {
-		v.detail.err = err.Error()
-	}
-}
-
 // detailKeys is the detail view's key line.
 const detailKeys = "Esc back  ↑↓/jk previous/next program  q quit"
 
 // factsWidth is the width of the facts column beside the graphs.
 const factsWidth = 31
 
-// renderDetail draws the open program's graphs with its facts beside them,
+// drawDetail draws the open program's graphs with its facts beside them,
 // and its open miss episodes below.
-func (v *topView) renderDetail(f *frame, s *agent.Snapshot) {
+func (v *topView) drawDetail(f *frame, s *agent.Snapshot) {
 	d := &v.detail
-	gone := true
-	for i := range s.Programs {
-		if s.Programs[i].ID == d.id {
-			p := *s.Programs[i]
-			d.prog, d.unloaded, gone = &p, time.Time{}, false
-		}
-	}
-	d.takeMisses(s)
-	if gone && d.unloaded.IsZero() {
-		d.unloaded = s.Time
-		if d.series != nil && d.series.UnloadedAt != nil {
-			d.unloaded = *d.series.UnloadedAt
-		}
-	}
+	gone := d.gone
 
 	name := ""
 	if d.prog != nil {
@@ -538,23 +478,6 @@ func padRunes(s string, n int) string {
 		return string(r[:max(n, 0)])
 	}
 	return s + strings.Repeat(" ", n-len(r))
-}
-
-// takeMisses keeps the program's newest sampled misses of s, once per
-// snapshot.
-func (d *detailState) takeMisses(s *agent.Snapshot) {
-	if s.Seq != 0 && s.Seq == d.seenSeq {
-		return
-	}
-	d.seenSeq = s.Seq
-	for _, m := range s.Misses {
-		if m.ProgID == d.id {
-			d.recent = append(d.recent, m)
-		}
-	}
-	if n := len(d.recent); n > maxDetailMisses {
-		d.recent = append(d.recent[:0:0], d.recent[n-maxDetailMisses:]...)
-	}
 }
 
 // causesCell is the facts column's causes: the explained ones short

@@ -12,31 +12,6 @@ import (
 	"github.com/bpfleet/bpfleet/agent"
 )
 
-// topView is top's state between frames: sort, filter, and the key-entry
-// mode. Rendering is a pure function of the view and a snapshot.
-type topView struct {
-	sortIdx int
-	reverse bool
-	filter  string
-	editing bool
-	editBuf string
-	status  string
-	// ascii draws with ASCII only, for terminals without UTF-8.
-	ascii bool
-
-	// Selection: the selected program's id (it follows the program when
-	// the order changes), its row index as a fallback when it vanishes, the
-	// first row shown, and the ids in display order at the last frame.
-	selected uint32
-	selIdx   int
-	offset   int
-	ids      []uint32
-	shown    *agent.Snapshot // the last frame's
-
-	// detail is the program whose detail view is open, 0 in the list.
-	detail detailState
-}
-
 var topSorts = []struct {
 	name string
 	less func(a, b *agent.ProgramStat) bool // "a comes first"
@@ -55,138 +30,6 @@ var topSorts = []struct {
 	}},
 	{"id", func(a, b *agent.ProgramStat) bool { return a.ID < b.ID }},
 	{"name", func(a, b *agent.ProgramStat) bool { return a.Name < b.Name }},
-}
-
-func newTopView() *topView { return &topView{} }
-
-func (v *topView) setSort(name string) error {
-	for i, s := range topSorts {
-		if s.name == name {
-			v.sortIdx = i
-			return nil
-		}
-	}
-	names := make([]string, len(topSorts))
-	for i, s := range topSorts {
-		names[i] = s.name
-	}
-	return fmt.Errorf("unknown sort %q: use one of %s", name, strings.Join(names, ", "))
-}
-
-// Keys beyond a byte: escape sequences the key reader decodes.
-const (
-	keyEsc = 0x100 + iota
-	keyUp
-	keyDown
-	keyPgUp
-	keyPgDn
-	keyHome
-	keyEnd
-)
-
-// key handles one key press (a byte or one of the key* codes) and reports
-// whether top should quit.
-func (v *topView) key(k int) (quit bool) {
-	if v.editing {
-		switch k {
-		case '\r', '\n':
-			v.filter, v.editing = v.editBuf, false
-		case keyEsc:
-			v.editing, v.editBuf = false, ""
-		case 127, 8:
-			if v.editBuf != "" {
-				v.editBuf = v.editBuf[:len(v.editBuf)-1]
-			}
-		default:
-			if k >= 32 && k < 127 {
-				v.editBuf += string(rune(k))
-			}
-		}
-		return false
-	}
-	if k == 'q' || k == 3 { // q, Ctrl-C
-		return true
-	}
-	if v.detail.id != 0 {
-		switch k {
-		case keyEsc, 'd', 127, 8:
-			v.closeDetail()
-		case keyUp, 'k':
-			v.move(-1)
-			v.openDetail()
-		case keyDown, 'j':
-			v.move(1)
-			v.openDetail()
-		}
-		return false
-	}
-	switch k {
-	case 's':
-		v.sortIdx = (v.sortIdx + 1) % len(topSorts)
-	case 'r':
-		v.reverse = !v.reverse
-	case 'c':
-		v.setSort("cpu")
-	case 'n':
-		v.setSort("runs")
-	case 'm':
-		v.setSort("misses")
-	case '/':
-		v.editing, v.editBuf = true, v.filter
-	case keyEsc:
-		v.filter = ""
-	case keyUp, 'k':
-		v.move(-1)
-	case keyDown, 'j':
-		v.move(1)
-	case keyPgUp:
-		v.move(-10)
-	case keyPgDn:
-		v.move(10)
-	case keyHome, 'g':
-		v.move(-len(v.ids))
-	case keyEnd, 'G':
-		v.move(len(v.ids))
-	case '\r', '\n', 'd':
-		v.openDetail()
-	}
-	return false
-}
-
-// move shifts the selection by n rows of the last frame's order.
-func (v *topView) move(n int) {
-	if len(v.ids) == 0 {
-		return
-	}
-	i := v.selIdx + n
-	if i < 0 {
-		i = 0
-	}
-	if i >= len(v.ids) {
-		i = len(v.ids) - 1
-	}
-	v.selIdx, v.selected = i, v.ids[i]
-}
-
-// selectIn finds the selected program in this frame's rows: by id while it
-// is there, else the row now at its old index (it vanished or was filtered).
-func (v *topView) selectIn(progs []*agent.ProgramStat) {
-	v.ids = v.ids[:0]
-	for _, p := range progs {
-		v.ids = append(v.ids, p.ID)
-	}
-	if len(v.ids) == 0 {
-		v.selIdx, v.selected = 0, 0
-		return
-	}
-	for i, id := range v.ids {
-		if id == v.selected {
-			v.selIdx = i
-			return
-		}
-	}
-	v.selIdx = min(max(v.selIdx, 0), len(v.ids)-1)
-	v.selected = v.ids[v.selIdx]
 }
 
 func totalMisses(p *agent.Program) uint64 {
@@ -463,14 +306,23 @@ func asciiOnly(s string) string {
 	return b.String()
 }
 
-// renderScreen draws one full frame for a rows×cols terminal.
+// renderScreen brings the view up to s (show) and draws one full frame for
+// a rows×cols terminal from the view as it then is (drawList, drawDetail
+// change nothing).
 func (v *topView) renderScreen(s *agent.Snapshot, rows, cols int) string {
+	sc := v.show(s, rows, cols)
 	f := &frame{rows: rows, cols: cols, ascii: v.ascii}
-	v.shown = s
 	if v.detail.id != 0 {
-		v.renderDetail(f, s)
-		return f.String()
+		v.drawDetail(f, s)
+	} else {
+		v.drawList(f, s, sc)
 	}
+	return f.String()
+}
+
+// drawList draws the list: the header, the rows show chose and the
+// attach-type panel.
+func (v *topView) drawList(f *frame, s *agent.Snapshot, sc listPlan) {
 	f.add(ansiBold, v.header(s))
 	switch {
 	case v.editing:
@@ -480,29 +332,11 @@ func (v *topView) renderScreen(s *agent.Snapshot, rows, cols int) string {
 	default:
 		f.add("", listKeys)
 	}
-	panel := append(v.attachPanel(s), profilePanel(s)...)
-	room := max(rows-4-len(panel), 1)
-	layout := layoutWide
-	if cols < fullWidth {
-		layout = layoutNarrow
-	}
-	f.add(ansiRev, listHeader(layout))
-	progs := v.rows(s)
-	v.selectIn(progs)
-	more := len(progs) > room
-	if more {
-		room-- // the "… N more" line
-	}
-	if v.selIdx < v.offset {
-		v.offset = v.selIdx
-	}
-	if v.selIdx >= v.offset+room {
-		v.offset = v.selIdx - room + 1
-	}
-	v.offset = max(min(v.offset, len(progs)-room), 0)
+	f.add(ansiRev, listHeader(sc.layout))
+	progs, room := sc.progs, sc.room
 	for i := v.offset; i < len(progs) && i < v.offset+room; i++ {
 		p := progs[i]
-		text, missing := programLine(layout, p)
+		text, missing := programLine(sc.layout, p)
 		style := ""
 		switch {
 		case i == v.selIdx && missing:
@@ -514,18 +348,17 @@ func (v *topView) renderScreen(s *agent.Snapshot, rows, cols int) string {
 		}
 		f.add(style, text)
 	}
-	if more {
+	if sc.more {
 		f.add("", fmt.Sprintf("… %d more (rows %d-%d shown)", len(progs)-room, v.offset+1, min(v.offset+room, len(progs))))
 	}
 	f.add("", "")
-	for i, l := range panel {
+	for i, l := range sc.panel {
 		style := ""
 		if i == 0 {
 			style = ansiRev
 		}
 		f.add(style, l)
 	}
-	return f.String()
 }
 
 func (v *topView) attachPanel(s *agent.Snapshot) []string {

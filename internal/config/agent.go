@@ -11,22 +11,6 @@ import (
 	"github.com/bpfleet/bpfleet/internal/apiconst"
 )
 
-// MetricsLevel is --metrics-level.
-type MetricsLevel string
-
-// The metrics levels, least detail first.
-const (
-	LevelAttachType MetricsLevel = "attach-type"
-	LevelOwner      MetricsLevel = "owner"
-	LevelWorkload   MetricsLevel = "workload"
-	LevelProgram    MetricsLevel = "program"
-)
-
-// Valid reports whether l is one of the levels.
-func (l MetricsLevel) Valid() bool {
-	return l == LevelAttachType || l == LevelOwner || l == LevelWorkload || l == LevelProgram
-}
-
 // Agent is `bpfleet agent`'s configuration.
 type Agent struct {
 	Scan Scan
@@ -40,10 +24,13 @@ type Agent struct {
 	// or workload counter, memory or map series whose values did not move
 	// is sent again; 0: every export.
 	ResendUnchanged time.Duration
-	Level           MetricsLevel
-	MaxPrograms     int
-	ProgramInfo     bool // --program-info: bpf.program.info at the workload level
-	SpanBudget      int  // --span-budget: episode spans per minute; 0: no cap
+	// LevelName is --metrics-level as given; Validate parses it into
+	// Level, what the exporter takes.
+	LevelName   string
+	Level       MetricsLevel
+	MaxPrograms int
+	ProgramInfo bool // --program-info: bpf.program.info at the workload level
+	SpanBudget  int  // --span-budget: episode spans per minute; 0: no cap
 	// MissWatch is --miss-watch: run the miss watcher (hardware
 	// watchpoints on the miss counters of programs that miss), and
 	// MissBudget --miss-budget, its samples per CPU per watched program
@@ -104,6 +91,7 @@ func DefaultAgent() Agent {
 		Interval:        10 * time.Second,
 		MapInterval:     DefaultMapInterval,
 		ResendUnchanged: DefaultResendUnchanged,
+		LevelName:       LevelWorkload.String(),
 		Level:           LevelWorkload,
 		MaxPrograms:     1000,
 		SpanBudget:      600,
@@ -172,7 +160,8 @@ func (c *Agent) EffectiveExportInterval() time.Duration {
 	return c.Interval
 }
 
-// Validate checks every bound and enum; Resolve calls it.
+// Validate checks every bound and enum, and sets Level from LevelName;
+// Resolve calls it.
 func (c *Agent) Validate() error {
 	var errs []error
 	add := func(err error) {
@@ -196,8 +185,10 @@ func (c *Agent) Validate() error {
 	if c.ResendUnchanged < 0 {
 		add(problem("--resend-unchanged", c.ResendUnchanged.String(), "want 0 (every series in every export) or a duration"))
 	}
-	if !c.Level.Valid() {
-		add(problem("--metrics-level", string(c.Level), "want workload, program, owner or attach-type"))
+	if l, err := ParseMetricsLevel(c.LevelName); err != nil {
+		add(problem("--metrics-level", c.LevelName, levelWant))
+	} else {
+		c.Level = l
 	}
 	if c.MaxPrograms < 0 {
 		add(problem("--max-programs", strconv.Itoa(c.MaxPrograms), "want 0 (no cap) or a positive number of programs"))
@@ -256,7 +247,7 @@ func (c *Agent) Settings() []any {
 	s := []any{
 		"interval", c.Interval,
 		"export_interval", c.EffectiveExportInterval(),
-		"metrics_level", string(c.Level),
+		"metrics_level", c.Level.String(),
 		"max_programs", c.MaxPrograms,
 		"span_budget", c.SpanBudget,
 		"miss_watch", c.MissWatch,

@@ -55,7 +55,7 @@ func TestAgentResolve(t *testing.T) {
 		{name: "generic protocol reported once", env: map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, want: []string{"OTEL_EXPORTER_OTLP_PROTOCOL"}},
 		{name: "empty counts as unset", env: map[string]string{"OTEL_METRICS_EXPORTER": "", "OTEL_EXPORTER_OTLP_ENDPOINT": " "}},
 		{name: "prometheus", env: map[string]string{"OTEL_METRICS_EXPORTER": "prometheus"}, want: wantPrometheus()},
-		{name: "fleet controls", mod: func(c *Agent) { c.Level, c.ProgramInfo, c.SpanBudget, c.Compression = LevelWorkload, true, 0, "none" }},
+		{name: "fleet controls", mod: func(c *Agent) { c.LevelName, c.ProgramInfo, c.SpanBudget, c.Compression = "workload", true, 0, "none" }},
 		{name: "bad fleet controls", mod: func(c *Agent) { c.SpanBudget, c.Compression = -1, "zstd" }, want: []string{"--span-budget", "--otlp-compression"}},
 		{name: "miss budget 0", mod: func(c *Agent) { c.MissBudget = 0 }, want: []string{"--miss-budget"}},
 		{name: "miss budget negative, watcher off: still refused", mod: func(c *Agent) { c.MissWatch, c.MissBudget = false, -3 }, want: []string{"--miss-budget"}},
@@ -88,7 +88,7 @@ func TestAgentResolve(t *testing.T) {
 		{name: "pprof not host:port", mod: func(c *Agent) { c.Pprof = "6060" }, want: []string{"--pprof"}},
 		{name: "pprof port", mod: func(c *Agent) { c.Pprof = "localhost:http" }, want: []string{"--pprof"}},
 		{name: "everything wrong at once", mod: func(c *Agent) {
-			c.Interval, c.Level, c.MaxPrograms, c.Scan.QuietIntervals = 0, "pods", -1, 0
+			c.Interval, c.LevelName, c.MaxPrograms, c.Scan.QuietIntervals = 0, "pods", -1, 0
 			c.Stats, c.Profile, c.Pprof = Stats{Mode: StatsSampled}, Profile{Selectors: []string{"id:x"}, Window: -1}, "0.0.0.0:6060"
 		}, env: map[string]string{"OTEL_TRACES_EXPORTER": "jaeger", "OTEL_EXPORTER_OTLP_COMPRESSION": "zstd"},
 			want: []string{"--interval", "--metrics-level", "--max-programs", "--quiet-intervals", "OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_COMPRESSION",

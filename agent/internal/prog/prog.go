@@ -186,33 +186,6 @@ type TargetPod struct {
 	PeerNetns int64
 }
 
-// Owner is a process that holds an fd of the program or of one of its links.
-type Owner struct {
-	PID         int    `json:"pid"`
-	Comm        string `json:"comm"`
-	Exe         string `json:"exe,omitempty"`
-	Cgroup      string `json:"cgroup,omitempty"`
-	ContainerID string `json:"container_id"`
-	// Runtime is the container runtime the cgroup path names:
-	// containerd, cri-o, docker, podman.
-	Runtime string `json:"runtime,omitempty"`
-	PodUID  string `json:"pod_uid"`
-	// Pod fields are filled by an optional Kubernetes resolver.
-	PodName       string `json:"pod_name,omitempty"`
-	PodNamespace  string `json:"pod_namespace,omitempty"`
-	ContainerName string `json:"container_name,omitempty"`
-	// WorkloadKind and WorkloadName name the pod's controller, what stays
-	// when the pod is replaced: DaemonSet, Deployment (a ReplicaSet's
-	// owner), StatefulSet, Job, CronJob, ... Empty for a pod no controller
-	// owns.
-	WorkloadKind string `json:"workload_kind,omitempty"`
-	WorkloadName string `json:"workload_name,omitempty"`
-	// Via says how the ownership was found: "fd" (holds the program's fd),
-	// "link" (holds only a link of it) or "attachment" (no process holds
-	// it; the container is the one whose cgroup it is attached to).
-	Via string `json:"via"`
-}
-
 // Rates are one interval's deltas of a program's (or an aggregate's)
 // cumulative counters and the rates derived from them.
 type Rates struct {
@@ -280,35 +253,9 @@ type ProfileStat struct {
 	MeanNs       float64 `json:"mean_ns"`
 }
 
-// FillFromCgroup sets o's container id, runtime and pod UID from its
-// cgroup path where the owner walk did not: what a filler without the
-// Kubernetes API can say.
-func (o *Owner) FillFromCgroup() {
-	if o.Cgroup == "" || (o.ContainerID != "" && o.PodUID != "") {
-		return
-	}
-	inf := owners.ParseCgroupPath(o.Cgroup)
-	// A runtime's monitor (crio-conmon-<id>) names the container it
-	// watches but does not run in it: it belongs to the pod only.
-	if o.ContainerID == "" && !inf.Conmon {
-		o.ContainerID = inf.ID
-	}
-	if o.Runtime == "" && !inf.Conmon {
-		o.Runtime = inf.Runtime
-	}
-	if o.PodUID == "" {
-		o.PodUID = inf.PodUID
-	}
-}
-
-// Workload names the owner's workload: its pod's controller, or the pod
-// itself (kind Pod) when no controller owns it. Empty outside a named pod.
-func (o *Owner) Workload() (kind, name string) {
-	if o.WorkloadKind == "" && o.PodName != "" {
-		return "Pod", o.PodName
-	}
-	return o.WorkloadKind, o.WorkloadName
-}
+// Owner is owners.Owner, the one owner type, named here beside Program
+// for the packages that alias prog's types (agent, agent/internal/reader).
+type Owner = owners.Owner
 
 // SameValue says whether two optional values are both absent or equal.
 func SameValue[T comparable](a, b *T) bool {

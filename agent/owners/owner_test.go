@@ -7,11 +7,11 @@ import (
 	"github.com/bpfleet/bpfleet/agent/owners"
 )
 
-// The agent converts owners.Owner to agent.Owner with a type conversion; this
-// stops compiling the day the two types drift apart.
-func TestOwnerConvertsToAgentOwner(t *testing.T) {
+// agent.Owner is owners.Owner, not a second type to convert to: this stops
+// compiling the day agent defines an owner type of its own again.
+func TestAgentOwnerIsOwnersOwner(t *testing.T) {
 	o := owners.Owner{PID: 7, Comm: "c", Exe: "/e", Cgroup: "/g", ContainerID: "id", Runtime: "docker", PodUID: "u", Via: owners.ViaLink}
-	a := agent.Owner(o)
+	var a agent.Owner = o
 	if a.PID != 7 || a.Comm != "c" || a.Exe != "/e" || a.Cgroup != "/g" || a.ContainerID != "id" || a.Runtime != "docker" || a.PodUID != "u" || a.Via != "link" {
 		t.Errorf("converted owner %+v lost fields of %+v", a, o)
 	}
