@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -138,33 +137,9 @@ func TestMountinfoCgroup2(t *testing.T) {
 // and everything attached to its interfaces.
 func inNewNetns(t *testing.T, f func()) {
 	t.Helper()
-	if err := withNewNetns(f); err != nil {
+	if err := nettest.InFreshNetns(func(int) { f() }); err != nil {
 		t.Skipf("creating a network namespace: %v", err)
 	}
-}
-
-func withNewNetns(f func()) error {
-	done := make(chan error)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			done <- err
-			return
-		}
-		defer unix.Close(orig)
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			done <- err
-			return
-		}
-		f()
-		// Only a thread back in its own namespace may run other goroutines.
-		if unix.Setns(orig, unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
-		}
-		done <- nil
-	}()
-	return <-done
 }
 
 func TestNetdevAttachments(t *testing.T) {
@@ -263,7 +238,7 @@ func TestNetdevAttachmentsIn(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	go func() {
-		err := withNewNetns(func() {
+		err := nettest.InFreshNetns(func(int) {
 			if err := nettest.SetXDP(1, xdp.FD()); err != nil {
 				ready <- "error: " + err.Error()
 				return

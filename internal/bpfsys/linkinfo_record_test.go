@@ -11,6 +11,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/bpfleet/bpfleet/test/nettest"
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
@@ -133,7 +134,7 @@ func TestRecordLinkInfo(t *testing.T) {
 	tcx := load(ebpf.SchedCLS, ebpf.AttachTCXEgress, "", -1) // TCX_NEXT
 	skl := load(ebpf.SkLookup, ebpf.AttachSkLookup, "", 1)   // SK_PASS
 	nf := load(ebpf.Netfilter, ebpf.AttachNetfilter, "", 1)  // NF_ACCEPT
-	err = inFreshNetns(func(ns int) {
+	err = nettest.InFreshNetns(func(ns int) {
 		l, err := link.AttachXDP(link.XDPOptions{Program: xdp, Interface: 1})
 		keep("xdp", l, err)
 		l, err = link.AttachTCX(link.TCXOptions{Program: tcx, Interface: 1, Attach: ebpf.AttachTCXEgress})
@@ -201,37 +202,6 @@ func recordLink(kind string, l link.Link) error {
 		return os.WriteFile(filepath.Join(linkinfoDir, kind+".name"), []byte(named), 0o644)
 	}
 	return nil
-}
-
-// inFreshNetns runs fn in a new network namespace (its fd given) on a
-// locked thread, then returns the thread to the test's namespace.
-func inFreshNetns(fn func(ns int)) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer unix.Close(orig)
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("no private network namespace: %w", err)
-			return
-		}
-		ns, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err == nil {
-			fn(ns)
-			unix.Close(ns)
-		}
-		if err2 := unix.Setns(orig, unix.CLONE_NEWNET); err2 != nil {
-			errc <- errors.Join(err, err2) // the thread stays locked and dies with the goroutine
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- err
-	}()
-	return <-errc
 }
 
 // cgroup2Mount is where cgroup2 is mounted ("" for nowhere, and the cgroup

@@ -15,6 +15,7 @@ import (
 
 	"github.com/bpfleet/bpfleet/internal/bpfsys"
 	"github.com/bpfleet/bpfleet/test/kernels/expect"
+	"github.com/bpfleet/bpfleet/test/nettest"
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
@@ -187,35 +188,21 @@ func makeLinks(t *testing.T) []made {
 }
 
 // inNetns runs fn in a new network namespace (its fd given) on a locked
-// thread, then returns the thread to the test's namespace.
+// thread, then returns the thread to the test's namespace; the namespace
+// lives until the test ends, with the links made on its devices.
 func inNetns(t *testing.T, fn func(ns int)) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread()
-		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			t.Errorf("opening own netns: %v", err)
-			return
+	err := nettest.InFreshNetns(func(ns int) {
+		if keep, err := unix.Dup(ns); err == nil {
+			t.Cleanup(func() { unix.Close(keep) })
 		}
-		defer unix.Close(orig)
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			t.Logf("no private network namespace (%v): network links not made", err)
-			return
-		}
-		ns, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err == nil {
-			t.Cleanup(func() { unix.Close(ns) })
-			fn(ns)
-		}
-		if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
-			t.Errorf("returning to own netns: %v", err) // the thread stays locked and dies with the goroutine
-			return
-		}
-		runtime.UnlockOSThread()
-	}()
-	<-done
+		fn(ns)
+	})
+	switch {
+	case errors.Is(err, nettest.ErrNoNetns):
+		t.Logf("%v: network links not made", err)
+	case err != nil:
+		t.Error(err)
+	}
 }
 
 // cgroupDir makes an empty cgroup (v2) for the test.

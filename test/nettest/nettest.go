@@ -6,7 +6,9 @@ package nettest
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"runtime"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -123,4 +125,42 @@ func SetXDP(ifindex int, fd int) error {
 	xdp := append(Attr(1 /* IFLA_XDP_FD */, U32(uint32(fd))), Attr(3 /* IFLA_XDP_FLAGS */, U32(2 /* XDP_FLAGS_SKB_MODE */))...)
 	body := append(ifinfomsg(ifindex), Attr(unix.IFLA_XDP|unix.NLA_F_NESTED, xdp)...)
 	return Request(unix.RTM_SETLINK, 0, body)
+}
+
+// ErrNoNetns is returned by InFreshNetns when the kernel refused a private
+// network namespace (no CAP_SYS_ADMIN, or namespaces off).
+var ErrNoNetns = errors.New("no private network namespace")
+
+// InFreshNetns runs fn on a locked thread in a new network namespace (its
+// loopback is ifindex 1), then returns the thread to the caller's namespace.
+// ns is the new namespace's fd, open while fn runs: a test that needs the
+// namespace after fn returns (links on its devices) keeps a dup of it. A
+// thread that cannot go back stays locked and dies with its goroutine.
+func InFreshNetns(fn func(ns int)) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			errc <- fmt.Errorf("opening own network namespace: %w", err)
+			return
+		}
+		defer unix.Close(orig)
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("%w: %w", ErrNoNetns, err)
+			return
+		}
+		ns, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err == nil {
+			fn(ns)
+			unix.Close(ns)
+		}
+		if err2 := unix.Setns(orig, unix.CLONE_NEWNET); err2 != nil {
+			errc <- errors.Join(err, fmt.Errorf("returning to own network namespace: %w", err2))
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- err
+	}()
+	return <-errc
 }
