@@ -32,7 +32,8 @@ if selected scan; then
 	# unloaded), ScanWalk: every scan walks (the same run's baseline);
 	# SteadyRead/IterRead: the reader alone, the same two ways; Run: one
 	# stats table read per variant (rdonly_cast, probe_read).
-	go test -count=1 -run X -bench 'FirstScan|Scan$|ScanWalk|SteadyRead|IterRead' ./agent
+	go test -count=1 -run X -bench 'Scan$|ScanWalk' ./agent
+	go test -count=1 -run X -bench 'FirstScan|SteadyRead|IterRead' ./agent/internal/reader
 	go test -count=1 -run X -bench 'Run' ./probes/statstable
 fi
 
@@ -42,7 +43,8 @@ if selected iterator; then
 	# Close (what list pays) from the iterator vs from syscalls;
 	# LoadCached: loading the iterator with its CO-RE result cached; Links:
 	# the bpf_link iterator against the per-link syscalls, steady and first.
-	go test -count=1 -run X -bench 'IterRead|OneShot|Links' ./agent
+	go test -count=1 -run X -bench 'OneShot' ./agent
+	go test -count=1 -run X -bench 'IterRead|Links' ./agent/internal/reader
 	go test -count=1 -run X -bench 'LoadCached|Read' ./probes/progstats
 fi
 
@@ -95,6 +97,13 @@ fi
 if selected fleet; then
 	section "fleet: 50 nodes x 1,000 programs and 100 pods reloaded into a real Prometheus, directly and through a Collector (series, bytes, CPU); 300 pods restarted 3 times (series ever per kind)"
 	go test -tags bench -count=1 -timeout 20m -run 'TestBenchFleet|TestBenchAgentProcess' -v ./exporter/e2e | grep -E 'BENCH|FAIL|ok'
+fi
+
+if selected scale; then
+	section "scale: one real bpfleet agent at 1,000, 3,000 and 10,000 programs (a mix of unattached, cgroup, tcx and XDP programs) with 3 maps each, defaults, into a real Prometheus: scan times, CPU per program per scan, RSS, series and bytes per export"
+	# BPFLEET_BENCH_SCALE=1000,3000,10000 picks the sizes, BPFLEET_BENCH_WINDOW
+	# (default 60s) the window each size is measured over.
+	go test -tags bench -count=1 -timeout 30m -run 'TestBenchScale' -v ./exporter/e2e | grep -E 'BENCH|FAIL|ok'
 fi
 
 if selected agentcpu; then

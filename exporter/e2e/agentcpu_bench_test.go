@@ -241,23 +241,34 @@ func benchMaps(t testing.TB, n int) {
 		}
 	})
 	for i := range n {
-		spec := &ebpf.MapSpec{Name: fmt.Sprintf("bench_m%d", i%100), Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 16}
-		if i%2 == 1 {
-			spec.Type = ebpf.Hash
-		}
-		m, err := ebpf.NewMap(spec)
+		m, err := newBenchMap(i)
 		if err != nil {
 			t.Fatalf("creating map %d of %d: %v", i, n, err)
 		}
 		maps = append(maps, m)
-		if spec.Type == ebpf.Hash {
-			for k := range uint32(i % 16) {
-				if err := m.Put(k, uint64(k)); err != nil {
-					t.Fatal(err)
-				}
+	}
+}
+
+// newBenchMap is the i-th of the benchmarks' maps: an array, or a hash map
+// holding i%16 elements, under one of 100 names.
+func newBenchMap(i int) (*ebpf.Map, error) {
+	spec := &ebpf.MapSpec{Name: fmt.Sprintf("bench_m%d", i%100), Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 16}
+	if i%2 == 1 {
+		spec.Type = ebpf.Hash
+	}
+	m, err := ebpf.NewMap(spec)
+	if err != nil {
+		return nil, err
+	}
+	if spec.Type == ebpf.Hash {
+		for k := range uint32(i % 16) {
+			if err := m.Put(k, uint64(k)); err != nil {
+				m.Close()
+				return nil, fmt.Errorf("filling map %d: %w", i, err)
 			}
 		}
 	}
+	return m, nil
 }
 
 // schedCPU is a process's CPU time in ns, the sum of its threads'
