@@ -28,7 +28,7 @@ import (
 // cost grows with the node, at 1,000, 3,000 and 10,000 programs with three
 // maps per program (BPFLEET_BENCH_SCALE picks the sizes). Each size is a node
 // as Cilium, runc and per-pod cgroup programs leave it: programs that share a
-// few hundred names, 5% attached to a cgroup, 5% to tcx on an interface, two
+// few hundred names, 5% attached to per-pod cgroups, 5% to tcx on veths, two
 // XDP programs, the rest unattached, all held by this process (the owner walk
 // reads its fd table: programs and maps, one fd each). The agent runs with
 // the operator's defaults (--interval 10s, export every interval, gzip, the
@@ -206,14 +206,16 @@ func pinnedMaps(t *testing.T, n int) func() {
 }
 
 // scaleNode is one size's programs: unattached socket filters sharing 200
-// names, cgroup_skb programs linked to a cgroup of their own, tcx programs
-// on a veth, and XDP on both of its ends.
+// names, cgroup_skb programs linked in pairs (ingress, egress) to a cgroup
+// per pod under one parent, tcx programs
+// on veths (a tcx hook holds at most 63 programs: each end's ingress and
+// egress take 63 each), and XDP on both ends of the first.
 type scaleNode struct {
 	fl     *fleetLoad
 	links  []link.Link
 	progs  []*ebpf.Program
-	cgroup string
-	veth   string
+	cgroup string // the pods' parent
+	veths  []string
 }
 
 func newScaleNode(t *testing.T, n int) *scaleNode {
@@ -241,18 +243,31 @@ func newScaleNode(t *testing.T, n int) *scaleNode {
 	if err := os.Mkdir(nd.cgroup, 0o755); err != nil {
 		t.Fatalf("creating a cgroup for the cgroup programs: %v", err)
 	}
-	nd.veth = fmt.Sprintf("bfs%d", os.Getpid()%100000)
-	if err := nettest.AddVeth(nd.veth, nd.veth+"p", os.Getpid()); err != nil {
-		t.Fatal(err)
+	for k := range (attached + 1) / 2 {
+		if err := os.Mkdir(filepath.Join(nd.cgroup, fmt.Sprintf("pod%d", k)), 0o755); err != nil {
+			t.Fatalf("creating a pod cgroup: %v", err)
+		}
 	}
-	ifaces := []string{nd.veth, nd.veth + "p"}
+	// Four tcx hooks per veth pair (two ends, two directions), 63
+	// programs each (the kernel's TCX_MAX_ENTRIES).
+	const tcxMax = 63
+	pairs := (attached + 4*tcxMax - 1) / (4 * tcxMax)
+	var ifaces []string
 	var idx []int
-	for _, name := range ifaces {
-		ifc, err := net.InterfaceByName(name)
-		if err != nil {
+	for k := range pairs {
+		name := fmt.Sprintf("bfs%d_%d", os.Getpid()%10000, k)
+		if err := nettest.AddVeth(name, name+"p", os.Getpid()); err != nil {
 			t.Fatal(err)
 		}
-		idx = append(idx, ifc.Index)
+		nd.veths = append(nd.veths, name)
+		for _, end := range []string{name, name + "p"} {
+			ifc, err := net.InterfaceByName(end)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ifaces = append(ifaces, end)
+			idx = append(idx, ifc.Index)
+		}
 	}
 	load := func(name string, typ ebpf.ProgramType, at ebpf.AttachType, ret int64) *ebpf.Program {
 		p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: name, Type: typ, AttachType: at, License: "MIT",
@@ -264,20 +279,28 @@ func newScaleNode(t *testing.T, n int) *scaleNode {
 		return p
 	}
 	for i := range attached {
-		p := load(fmt.Sprintf("cg_pod_%03d", i%100), ebpf.CGroupSKB, ebpf.AttachCGroupInetIngress, 1)
-		l, err := link.AttachCgroup(link.CgroupOptions{Path: nd.cgroup, Attach: ebpf.AttachCGroupInetIngress, Program: p})
+		at := ebpf.AttachCGroupInetIngress
+		if i%2 == 1 {
+			at = ebpf.AttachCGroupInetEgress
+		}
+		p := load(fmt.Sprintf("cg_pod_%03d", i%100), ebpf.CGroupSKB, at, 1)
+		l, err := link.AttachCgroup(link.CgroupOptions{Path: filepath.Join(nd.cgroup, fmt.Sprintf("pod%d", i/2)), Attach: at, Program: p})
 		if err != nil {
 			t.Fatalf("attaching cgroup program %d: %v", i, err)
 		}
 		nd.links = append(nd.links, l)
-		p = load(fmt.Sprintf("tcx_ep_%03d", i%100), ebpf.SchedCLS, ebpf.AttachTCXIngress, -1 /* TCX_NEXT */)
-		l, err = link.AttachTCX(link.TCXOptions{Interface: idx[0], Program: p, Attach: ebpf.AttachTCXIngress})
+		hook, dir := i/tcxMax/2, ebpf.AttachTCXIngress
+		if i/tcxMax%2 == 1 {
+			dir = ebpf.AttachTCXEgress
+		}
+		p = load(fmt.Sprintf("tcx_ep_%03d", i%100), ebpf.SchedCLS, dir, -1 /* TCX_NEXT */)
+		l, err = link.AttachTCX(link.TCXOptions{Interface: idx[hook], Program: p, Attach: dir})
 		if err != nil {
 			t.Fatalf("attaching tcx program %d: %v", i, err)
 		}
 		nd.links = append(nd.links, l)
 	}
-	for i, ix := range idx {
+	for i, ix := range idx[:2] {
 		p := load(fmt.Sprintf("xdp_ep_%d", i), ebpf.XDP, ebpf.AttachXDP, 2 /* XDP_PASS */)
 		l, err := link.AttachXDP(link.XDPOptions{Program: p, Interface: ix})
 		if err != nil {
@@ -301,8 +324,8 @@ func (nd *scaleNode) close() {
 		p.Close()
 	}
 	nd.fl.close()
-	if nd.veth != "" {
-		if ifc, err := net.InterfaceByName(nd.veth); err == nil {
+	for _, name := range nd.veths {
+		if ifc, err := net.InterfaceByName(name); err == nil {
 			// struct ifinfomsg with the index: RTM_DELLINK takes both ends.
 			msg := make([]byte, 16)
 			binary.NativeEndian.PutUint32(msg[4:], uint32(ifc.Index))
@@ -310,6 +333,10 @@ func (nd *scaleNode) close() {
 		}
 	}
 	if nd.cgroup != "" {
+		pods, _ := filepath.Glob(filepath.Join(nd.cgroup, "pod*"))
+		for _, d := range pods {
+			_ = os.Remove(d)
+		}
 		_ = os.Remove(nd.cgroup)
 	}
 }
