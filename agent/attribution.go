@@ -14,9 +14,10 @@ import (
 // cgroup_device programs have no holder at all.
 const ViaAttachment = "attachment"
 
-// attribution finds who owns each program: processes holding its fd or a
-// link's (through the task_file iterator where the kernel allows it, else a
-// /proc walk), bpffs pins, and — for programs no link names — the cgroup or
+// attribution finds who owns each program: processes holding its fd, a
+// link's or a perf_event fd it is attached through (through the task_file
+// iterator where the kernel allows it, else a /proc walk), bpffs pins, and
+// — for programs no link names — the probe, tracepoint, cgroup or
 // interface they are attached to. It is refreshed only when a program
 // appears that has not been attributed, or after Config.OwnerRefresh.
 type attribution struct {
@@ -29,6 +30,10 @@ type attribution struct {
 	progs    map[uint32]ownedProg
 	pins     map[uint32][]string
 	attached map[uint32]attachedProg
+	// perf is what the programs attached through a perf_event fd with no
+	// link (PERF_EVENT_IOC_SET_BPF) are attached to, named as their link
+	// would be (reader.NamePerfAttachments).
+	perf     map[uint32]attachedProg
 	filler   OwnerFiller
 	procRoot string
 	// hostNetns is where the interfaces are (owners.HostNetns), "" the
@@ -108,7 +113,7 @@ type generationFiller interface {
 }
 
 func newAttribution(cfg Config) *attribution {
-	at := &attribution{bpffs: cfg.BPFFS, progs: map[uint32]ownedProg{}, attached: map[uint32]attachedProg{}, pids: map[int]bool{},
+	at := &attribution{bpffs: cfg.BPFFS, progs: map[uint32]ownedProg{}, attached: map[uint32]attachedProg{}, perf: map[uint32]attachedProg{}, pids: map[int]bool{},
 		procRoot: cfg.ProcRoot, netns: map[int]netnsPod{}, workloads: map[string]workloadName{}}
 	at.hostNetns, at.hostNetnsErr = owners.HostNetns(cfg.ProcRoot)
 	var src owners.Source
@@ -153,8 +158,14 @@ type taskfileSource struct{ it *taskfile.Iter }
 func (s taskfileSource) Holdings(dst []owners.Holding, st *owners.Stats) ([]owners.Holding, error) {
 	err := s.it.Read(func(e taskfile.Entry) {
 		h := owners.Holding{PID: int32(e.PID), FD: int32(e.FD), ProgID: e.ProgID}
-		if e.Kind == taskfile.KindLink {
+		switch e.Kind {
+		case taskfile.KindLink:
 			h.LinkID = e.LinkID
+		case taskfile.KindPerf:
+			// The Scanner asks the kernel what it is attached to.
+			h.Perf = true
+			dst = append(dst, h)
+			return
 		}
 		dst = append(dst, h)
 		st.BPFFDs++
@@ -194,6 +205,7 @@ func (at *attribution) refresh(progs reader.View, h holders) []error {
 	}
 	at.noteRefusals(res)
 	at.updateOwners(res)
+	at.updatePerf(res)
 	at.pins = owners.PinsByProg(h.pins)
 	at.pinsDenied = ""
 	if h.pst.Denied > 0 {
@@ -309,6 +321,21 @@ func (at *attribution) updateOwners(res *owners.Result) {
 	}
 }
 
+// updatePerf names what each program held by a perf_event fd is attached
+// to, as the perf_event link of the same probe is named: one attach type
+// and target however the kernel attached it.
+func (at *attribution) updatePerf(res *owners.Result) {
+	clear(at.perf)
+	if res == nil {
+		return
+	}
+	for id, as := range res.Perf {
+		var j attachedProg
+		j.attachType, j.target, j.class = reader.NamePerfAttachments(as)
+		at.perf[id] = j
+	}
+}
+
 // setFiller plugs in f; the next refresh fills every owner with it.
 func (at *attribution) setFiller(f OwnerFiller) {
 	at.filler, at.filledOK = f, false
@@ -365,7 +392,14 @@ func (at *attribution) apply(p *Program) {
 	}
 	p.Pins = at.pins[p.ID]
 	if len(p.Links) > 0 {
+		// A link's attachment wins over the perf_event fd that kernels
+		// with perf_event links keep beside it: the same probe, with
+		// its link id and missed counter.
 		at.applyLinkPods(p)
+		return
+	}
+	if j, ok := at.perf[p.ID]; ok {
+		p.AttachType, p.AttachTarget, p.TargetClass = j.attachType, j.target, j.class
 		return
 	}
 	j, ok := at.attached[p.ID]

@@ -10,6 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
 	"github.com/bpfleet/bpfleet/internal/bpfsys"
 )
 
@@ -38,8 +41,10 @@ type Owner struct {
 	WorkloadKind string `json:"workload_kind,omitempty"`
 	WorkloadName string `json:"workload_name,omitempty"`
 	// Via says how the ownership was found: "fd" (holds the program's fd),
-	// "link" (holds only a link of it) or "attachment" (no process holds
-	// it; the agent found the container whose cgroup it is attached to).
+	// "link" (holds a link of it, not its fd), "perf_event" (holds only a
+	// perf_event fd it is attached through: PERF_EVENT_IOC_SET_BPF, with
+	// no link) or "attachment" (no process holds it; the agent found the
+	// container whose cgroup it is attached to).
 	Via string `json:"via"`
 }
 
@@ -75,9 +80,25 @@ func (o *Owner) Workload() (kind, name string) {
 
 // Ways an owner holds a program.
 const (
-	ViaFD   = "fd"
-	ViaLink = "link"
+	ViaFD        = "fd"
+	ViaLink      = "link"
+	ViaPerfEvent = "perf_event"
 )
+
+// PerfAttachment is a program attached through a process's perf_event fd
+// with PERF_EVENT_IOC_SET_BPF: a kprobe, uprobe or tracepoint on a kernel
+// without perf_event bpf_links (before 5.15) or by a loader that does not
+// use them. Kernels with the link keep the perf_event fd beside it, so a
+// program may have both; its link says the same, with more (kprobe
+// missed).
+type PerfAttachment struct {
+	PID, FD int
+	// Query is the kernel's BPF_TASK_FD_QUERY answer; Known is false
+	// where the kernel would not describe the fd (a perf_event program on
+	// a hardware or software event): only its program is known then.
+	Query bpfsys.TaskFD
+	Known bool
+}
 
 // Result is one owner scan. It, its maps and Links' slices belong to the
 // Scanner and are valid until its next Scan; Programs' slices stay valid
@@ -89,8 +110,11 @@ type Result struct {
 	Links map[uint32][]int
 	// LinkProgs maps a link id to its program id, as the link fd said.
 	LinkProgs map[uint32]uint32
-	Stats     Stats
-	Duration  time.Duration
+	// Perf maps a program id to the perf_event fds it is attached
+	// through, by pid and fd.
+	Perf     map[uint32][]PerfAttachment
+	Stats    Stats
+	Duration time.Duration
 }
 
 // Scanner finds the owners of BPF programs. It keeps a cache of per-process
@@ -109,6 +133,11 @@ type Scanner struct {
 	// res.Programs holds the same slices.
 	progs map[uint32]*progOwners
 	res   Result
+	// nameBuf receives the names BPF_TASK_FD_QUERY returns; perfQuery
+	// says its pids are ours (procRoot is our pid namespace's), decided
+	// at the first perf_event fd.
+	nameBuf              []byte
+	perfQuery, perfKnown bool
 }
 
 type procFacts struct {
@@ -171,23 +200,37 @@ func NewScanner(procRoot string, src Source) *Scanner {
 	return &Scanner{
 		src: src, procRoot: procRoot, cache: map[int32]*procFacts{}, buf: make([]byte, 4<<10),
 		progs: map[uint32]*progOwners{},
-		res:   Result{Programs: map[uint32][]Owner{}, Links: map[uint32][]int{}, LinkProgs: map[uint32]uint32{}},
+		res: Result{Programs: map[uint32][]Owner{}, Links: map[uint32][]int{}, LinkProgs: map[uint32]uint32{},
+			Perf: map[uint32][]PerfAttachment{}},
 	}
 }
 
+// holdingRank orders one pid's holdings of a program by what its Via
+// says: its own fd, a link, a perf_event fd.
+func holdingRank(h Holding) int {
+	switch {
+	case h.Perf:
+		return 2
+	case h.LinkID != 0:
+		return 1
+	}
+	return 0
+}
+
 // holdingOrder sorts holdings so that one pid's are adjacent and its "fd"
-// holding of a program comes before its link holdings.
+// holding of a program comes before its link holdings, and those before
+// its perf_event fds.
 func holdingOrder(a, b Holding) int {
 	if a.PID != b.PID {
 		return cmp.Compare(a.PID, b.PID)
 	}
-	if (a.LinkID == 0) != (b.LinkID == 0) {
-		if a.LinkID == 0 {
-			return -1
-		}
-		return 1
+	if ra, rb := holdingRank(a), holdingRank(b); ra != rb {
+		return cmp.Compare(ra, rb)
 	}
-	return cmp.Compare(a.LinkID, b.LinkID)
+	if a.LinkID != b.LinkID {
+		return cmp.Compare(a.LinkID, b.LinkID)
+	}
+	return cmp.Compare(a.FD, b.FD)
 }
 
 // sortHoldings sorts hs by holdingOrder. Both sources list processes by
@@ -229,6 +272,7 @@ func (s *Scanner) Scan(want func(progID uint32) bool) (*Result, error) {
 	r.Stats, r.Duration = Stats{}, 0
 	clear(r.Links)
 	clear(r.LinkProgs)
+	clear(r.Perf)
 	var err error
 	s.holdings, err = s.src.Holdings(s.holdings[:0], &r.Stats)
 	if err != nil {
@@ -236,6 +280,11 @@ func (s *Scanner) Scan(want func(progID uint32) bool) (*Result, error) {
 	}
 	s.gen++
 	sortHoldings(s.holdings)
+	for i := range s.holdings {
+		if h := &s.holdings[i]; h.Perf {
+			s.queryPerf(h, want, &r.Stats)
+		}
+	}
 	// Holdings are sorted by pid: a process's facts are checked once per
 	// scan, however many fds it holds, and a program's owners come in pid
 	// order, so a pid's second holding of a program is its last owner's.
@@ -266,14 +315,20 @@ func (s *Scanner) Scan(want func(progID uint32) bool) (*Result, error) {
 			e.gen, e.n, e.fresh = s.gen, 0, nil
 		}
 		if e.lastPID() == int(h.PID) {
-			continue // the pid's first holding (its fd, if any) decided Via
+			// The pid's first holding decided Via (its fd, if any, else
+			// a link): a program held by a link and by the perf_event
+			// fd beside it has this owner once.
+			continue
 		}
 		o := Owner{
 			PID: int(h.PID), Comm: pf.comm, Exe: pf.exe, Cgroup: pf.cgroup,
 			ContainerID: pf.c.ID, Runtime: pf.c.Runtime, PodUID: pf.c.PodUID,
 			Via: ViaFD,
 		}
-		if h.LinkID != 0 {
+		switch {
+		case h.Perf:
+			o.Via = ViaPerfEvent
+		case h.LinkID != 0:
 			o.Via = ViaLink
 		}
 		e.add(o)
@@ -300,6 +355,49 @@ func (s *Scanner) Scan(want func(progID uint32) bool) (*Result, error) {
 	}
 	r.Duration = time.Since(t0)
 	return r, nil
+}
+
+// queryPerf asks the kernel what perf_event fd h carries (BPF_TASK_FD_QUERY)
+// and notes it in the result: h.ProgID becomes the program, 0 where there
+// is none to record. Only perf_event fds are asked about, so a node
+// without them pays nothing. The query takes a pid of our own namespace:
+// with the procfs of another (a host /proc without hostPID), the pids the
+// source gave are not ours, and perf_event fds are left out.
+func (s *Scanner) queryPerf(h *Holding, want func(uint32) bool, st *Stats) {
+	if !s.perfKnown {
+		s.perfQuery, s.perfKnown = samePidNamespace(s.procRoot), true
+	}
+	listed := h.ProgID // the iterator's answer; 0 from /proc
+	h.ProgID = 0
+	if !s.perfQuery {
+		return
+	}
+	st.PerfFDs++
+	q, err := bpfsys.TaskFDQuery(int(h.PID), int(h.FD), &s.nameBuf)
+	a := PerfAttachment{PID: int(h.PID), FD: int(h.FD), Query: q, Known: err == nil}
+	switch {
+	case err == nil:
+	case errors.Is(err, ebpf.ErrNotSupported) && listed != 0:
+		// A perf_event program on a hardware or software event: the
+		// kernel does not describe it, but the iterator named it.
+		a.Query.ProgID = listed
+	case errors.Is(err, unix.ENOENT) && listed == 0:
+		return // a perf event without a program: not ours
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.EBADF):
+		st.Vanished++ // detached, closed or exited since it was listed
+		return
+	case errors.Is(err, ebpf.ErrNotSupported):
+		return // the /proc walk cannot tell its program
+	default:
+		st.count(err, "asking what perf_event fd "+itoa(h.FD)+" of pid "+itoa(h.PID)+" carries")
+		return
+	}
+	st.PerfProgs++
+	h.ProgID = a.Query.ProgID
+	if h.ProgID == 0 || (want != nil && !want(h.ProgID)) {
+		return
+	}
+	s.res.Perf[h.ProgID] = append(s.res.Perf[h.ProgID], a)
 }
 
 // facts returns the cached facts of pid, re-read when the pid now names

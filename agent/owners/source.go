@@ -12,20 +12,27 @@ import (
 	"github.com/bpfleet/bpfleet/internal/bpfsys"
 )
 
-// Holding is one fd of one process that refers to a BPF program or link.
+// Holding is one fd of one process that refers to a BPF program or link,
+// or a perf_event fd that may carry a program.
 type Holding struct {
 	PID int32
 	FD  int32
 	// ProgID is the program, for a link fd the link's program (0 for a
-	// link without one).
+	// link without one), for a perf_event fd its program where the source
+	// knows it (the iterator), else 0.
 	ProgID uint32
 	// LinkID is non-zero for a link fd.
 	LinkID uint32
+	// Perf marks a perf_event fd: the Scanner asks the kernel
+	// (BPF_TASK_FD_QUERY) what program it carries and what that is
+	// attached to.
+	Perf bool
 }
 
-// Source lists the BPF program and link fds that processes hold. ProcSource
-// reads /proc; a task_file BPF iterator answers the same in one read and can
-// be plugged into a Scanner instead.
+// Source lists the BPF program and link fds that processes hold, and their
+// perf_event fds. ProcSource reads /proc; a task_file BPF iterator answers
+// the same in one read (listing only perf_event fds that carry a program)
+// and can be plugged into a Scanner instead.
 type Source interface {
 	// Holdings appends what it finds to dst and counts its work in st.
 	// An error means the source as a whole failed (procfs missing, the
@@ -41,10 +48,14 @@ type Stats struct {
 	FDs    int `json:"fds"`
 	BPFFDs int `json:"bpf_fds"`
 	// ByPidfd counts the BPF fds read through pidfd_getfd, not fdinfo.
-	ByPidfd  int `json:"by_pidfd"`
-	Vanished int `json:"vanished"`
-	Denied   int `json:"denied"`
-	Errors   int `json:"errors"`
+	ByPidfd int `json:"by_pidfd"`
+	// PerfFDs counts the perf_event fds the kernel was asked about
+	// (BPF_TASK_FD_QUERY), PerfProgs those that carry a program.
+	PerfFDs   int `json:"perf_fds"`
+	PerfProgs int `json:"perf_progs"`
+	Vanished  int `json:"vanished"`
+	Denied    int `json:"denied"`
+	Errors    int `json:"errors"`
 	// LastError is the most recent error counted in Errors or Denied.
 	LastError string `json:"last_error,omitempty"`
 }
@@ -62,10 +73,12 @@ func (st *Stats) count(err error, what string) {
 	st.LastError = what + ": " + err.Error()
 }
 
-// The link targets of BPF fds in /proc/PID/fd.
+// The link targets of BPF fds in /proc/PID/fd, and of perf_event fds,
+// which carry a program attached with PERF_EVENT_IOC_SET_BPF.
 const (
-	linkBPFProg = "anon_inode:bpf-prog"
-	linkBPFLink = "anon_inode:bpf_link"
+	linkBPFProg   = "anon_inode:bpf-prog"
+	linkBPFLink   = "anon_inode:bpf_link"
+	linkPerfEvent = "anon_inode:[perf_event]"
 )
 
 // ProcSource walks /proc/*/fd. It reads directories with getdents into
@@ -73,8 +86,8 @@ const (
 // directory, passing names straight out of the dirent buffer, so the walk
 // does not allocate per process or per fd. Only fds that are BPF programs or
 // links cost more: a pidfd_getfd and a bpf() info call where the kernel
-// allows it (dupIDs), an fdinfo read where not. It is not safe for
-// concurrent use.
+// allows it (dupIDs), an fdinfo read where not; perf_event fds are listed
+// for the Scanner's query. It is not safe for concurrent use.
 //
 // Only thread-group leaders are walked (/proc lists no others): a thread
 // that unshared its fd table (clone without CLONE_FILES) is not seen.
@@ -191,6 +204,12 @@ func (s *ProcSource) walkPID(procfd int, pidName []byte, pid int32, dst []Holdin
 				continue
 			}
 			target := s.link[:ln]
+			if string(target) == linkPerfEvent {
+				// Neither fdinfo nor OBJ_GET_INFO describe it: the
+				// Scanner asks the kernel.
+				dst = append(dst, Holding{PID: pid, FD: int32(fd), Perf: true})
+				continue
+			}
 			isProg := string(target) == linkBPFProg
 			if !isProg && string(target) != linkBPFLink {
 				continue

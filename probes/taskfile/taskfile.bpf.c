@@ -1,8 +1,9 @@
 //go:build ignore
 
 // An iter/task_file program: one read of the iterator walks every open file
-// of every process and emits a record for each file that is a BPF program
-// or a BPF link, with the holder's pid, fd and comm and the object's ids.
+// of every process and emits a record for each file that is a BPF program,
+// a BPF link or a perf event carrying a BPF program, with the holder's pid,
+// fd and comm and the object's ids.
 // It answers "which process holds this program" in one pass instead of
 // reading /proc/*/fdinfo/* file by file.
 #include "vmlinux.h"
@@ -13,6 +14,11 @@ char LICENSE[] SEC("license") = "GPL";
 
 #define KIND_PROG 1
 #define KIND_LINK 2
+// A perf event with a program: a kprobe, uprobe or tracepoint attached with
+// PERF_EVENT_IOC_SET_BPF. Before Linux 5.15 (no perf_event bpf_link) this
+// fd is all that holds such a program; newer loaders keep it beside the
+// link. link_id is 0.
+#define KIND_PERF 3
 
 // Must match the layout decoded in taskfile.go (recordSize).
 struct file_record {
@@ -43,20 +49,29 @@ __u64 learned_anon_inode;
 // file operations (bpf_link_fops_poll: struct_ops links) are.
 volatile const bool links_by_name = false;
 
-// Anonymous-inode files are named at creation; a link is "bpf_link"
-// whichever file operations it got.
-static __always_inline bool named_bpf_link(struct file *file)
-{
-	const char want[] = "bpf_link";
-	char name[sizeof(want)];
-	const unsigned char *n = file->f_path.dentry->d_name.name;
+// Anonymous-inode files are named at creation: a link is "bpf_link"
+// whichever file operations it got, a perf event "[perf_event]". The
+// name lives in the dentry's inline name, longer than the longest name
+// compared here, so reading that many bytes stays inside it.
+#define ANON_NAME_LEN sizeof("[perf_event]")
 
-	if (bpf_probe_read_kernel(name, sizeof(name), n))
-		return false;
-	for (int i = 0; i < sizeof(want); i++)
+static __always_inline bool name_is(const char *name, const char *want, int len)
+{
+	for (int i = 0; i < len; i++)
 		if (name[i] != want[i])
 			return false;
 	return true;
+}
+
+// perf_prog is the program a perf event file carries, NULL for none. The
+// member is read by CO-RE: a kernel without it has no BPF on perf events.
+static __always_inline struct bpf_prog *perf_prog(struct file *file)
+{
+	struct perf_event *ev = file->private_data;
+
+	if (!bpf_core_field_exists(ev->prog))
+		return NULL;
+	return BPF_CORE_READ(ev, prog);
 }
 
 SEC("iter/task_file")
@@ -65,6 +80,8 @@ int dump_task_file(struct bpf_iter__task_file *ctx)
 	struct task_struct *task = ctx->task;
 	struct file *file = ctx->file;
 	struct file_record r = {};
+	struct bpf_prog *prog = NULL;
+	char name[ANON_NAME_LEN];
 	__u64 fop;
 	int kind;
 
@@ -90,10 +107,19 @@ int dump_task_file(struct bpf_iter__task_file *ctx)
 		kind = KIND_PROG;
 	} else if (learned_link_fops && fop == learned_link_fops && !links_by_name) {
 		kind = KIND_LINK;
-	} else if (learned_anon_inode && (__u64)file->f_inode == learned_anon_inode && named_bpf_link(file)) {
+	} else if (learned_anon_inode && (__u64)file->f_inode == learned_anon_inode) {
 		// Only the plain link fops can be learned; links with other
-		// fops are found by name among anonymous-inode files.
-		kind = KIND_LINK;
+		// fops, and perf events, are found by name among
+		// anonymous-inode files (eventfds, epoll, timers... are
+		// others).
+		if (bpf_probe_read_kernel(name, sizeof(name), file->f_path.dentry->d_name.name))
+			return 0;
+		if (name_is(name, "bpf_link", sizeof("bpf_link")))
+			kind = KIND_LINK;
+		else if (name_is(name, "[perf_event]", sizeof("[perf_event]")) && (prog = perf_prog(file)))
+			kind = KIND_PERF;
+		else
+			return 0;
 	} else {
 		return 0;
 	}
@@ -103,6 +129,8 @@ int dump_task_file(struct bpf_iter__task_file *ctx)
 	r.kind = kind;
 	if (kind == KIND_PROG) {
 		r.prog_id = BPF_CORE_READ((struct bpf_prog *)file->private_data, aux, id);
+	} else if (kind == KIND_PERF) {
+		r.prog_id = BPF_CORE_READ(prog, aux, id);
 	} else {
 		struct bpf_link *l = file->private_data;
 

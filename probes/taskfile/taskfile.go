@@ -1,7 +1,8 @@
 // Package taskfile finds, in one pass of a BPF iterator over every open
-// file of every process, which processes hold BPF program and link fds: the
-// owners of the programs on a node, as bpftool's pid_iter does, without
-// reading /proc/*/fdinfo/* file by file.
+// file of every process, which processes hold BPF program and link fds, and
+// perf_event fds that carry a program: the owners of the programs on a
+// node, as bpftool's pid_iter does, without reading /proc/*/fdinfo/* file
+// by file.
 package taskfile
 
 import (
@@ -21,6 +22,11 @@ type Kind uint8
 const (
 	KindProg Kind = 1 // a program fd (bpf-prog)
 	KindLink Kind = 2 // a link fd (bpf_link)
+	// KindPerf is a perf_event fd ([perf_event]) carrying a program: a
+	// kprobe, uprobe or tracepoint attached with PERF_EVENT_IOC_SET_BPF,
+	// alone before Linux 5.15, beside its perf_event link after. What it
+	// is attached to is BPF_TASK_FD_QUERY's to say (internal/bpfsys).
+	KindPerf Kind = 3
 )
 
 func (k Kind) String() string {
@@ -29,6 +35,8 @@ func (k Kind) String() string {
 		return "prog"
 	case KindLink:
 		return "link"
+	case KindPerf:
+		return "perf_event"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -38,8 +46,8 @@ type Entry struct {
 	PID    uint32 // thread group id, in the initial pid namespace
 	FD     uint32
 	Kind   Kind
-	ProgID uint32 // the program, or the program of the link
-	LinkID uint32 // 0 for a program fd
+	ProgID uint32 // the program, or the program of the link or perf event
+	LinkID uint32 // 0 but for a link fd
 	Comm   string
 }
 
@@ -132,7 +140,7 @@ func (it *Iter) learn() error {
 }
 
 // Read runs one pass of the iterator and calls fn for every BPF program or
-// link fd open in any process. Each process is visited once, not once per
+// link fd, and every perf_event fd with a program, open in any process. Each process is visited once, not once per
 // thread. The Entry is passed by value; fn may keep it.
 func (it *Iter) Read(fn func(Entry)) error {
 	rd, err := it.link.Open()

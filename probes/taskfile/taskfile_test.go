@@ -16,6 +16,8 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/bpfleet/bpfleet/test/perfattach"
 )
 
 // The helper process: re-executed test binary that holds the fds it
@@ -322,4 +324,101 @@ func benchReadVsProcfs(b *testing.B, fds int) {
 	b.ReportMetric(float64(procTime)/float64(iterTime), "procfs/iter")
 	b.ReportMetric(float64(nIter), "iter-entries")
 	b.ReportMetric(float64(nProc), "procfs-entries")
+}
+
+// TestFindsPerfEvents: a program attached the legacy way
+// (PERF_EVENT_IOC_SET_BPF, no bpf_link) is held by a perf_event fd alone;
+// the iterator reports that fd, in this process and in a child that
+// inherited it, with the program's id. A perf event without a program is
+// not reported; a program attached through a perf_event link (Linux 5.15+)
+// is reported by its link fd and by the perf_event fd beside it.
+func TestFindsPerfEvents(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		byName bool
+	}{{"learned", false}, {"links-by-name", true}} {
+		t.Run(c.name, func(t *testing.T) { testFindsPerfEvents(t, loadIter(t, c.byName)) })
+	}
+}
+
+func testFindsPerfEvents(t *testing.T, it *Iter) {
+	newTP := func(name string) (*ebpf.Program, uint32) {
+		p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: name, Type: ebpf.TracePoint, Instructions: returnZero, License: "GPL"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		return p, progID(t, p)
+	}
+	legacy, legacyID := newTP("tf_perf_legacy")
+	perf, err := perfattach.Tracepoint(legacy.FD(), "task", "task_rename")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(perf)
+	bare, err := perfattach.Open("task", "task_rename")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(bare)
+
+	linked, linkedID := newTP("tf_perf_link")
+	l, err := link.Tracepoint("task", "task_rename", linked, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, infoErr := l.Info()
+	pe, err := l.(interface{ PerfEvent() (*os.File, error) }).PerfEvent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pe.Close() // a dup of the link's perf_event fd
+
+	dup, err := unix.Dup(perf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(dup), "perf")
+	defer f.Close()
+	child := startHolder(t, f)
+
+	self := os.Getpid()
+	want := map[Entry]bool{
+		{PID: uint32(self), FD: uint32(perf), Kind: KindPerf, ProgID: legacyID, Comm: comm(t, self)}:    false,
+		{PID: uint32(child), FD: 3, Kind: KindPerf, ProgID: legacyID, Comm: comm(t, child)}:             false,
+		{PID: uint32(self), FD: uint32(pe.Fd()), Kind: KindPerf, ProgID: linkedID, Comm: comm(t, self)}: false,
+	}
+	var linkFD uint32
+	if infoErr == nil {
+		// A perf_event link: the link fd is reported as one.
+		linkFD = uint32(l.(interface{ FD() int }).FD())
+	} else {
+		t.Logf("no perf_event bpf_link on this kernel, cilium/ebpf attached with the ioctl: %v", infoErr)
+	}
+	var gotLink bool
+	if err := it.Read(func(e Entry) {
+		if _, ok := want[e]; ok {
+			want[e] = true
+		}
+		if e.PID == uint32(self) && e.FD == uint32(bare) {
+			t.Errorf("a perf event without a program is reported: %+v", e)
+		}
+		if e.PID == uint32(self) && e.Kind == KindLink && e.FD == linkFD && e.ProgID == linkedID {
+			gotLink = true
+		}
+		if e.Kind == KindPerf && e.LinkID != 0 {
+			t.Errorf("perf_event fd with a link id: %+v", e)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for e, found := range want {
+		if !found {
+			t.Errorf("not reported: %+v", e)
+		}
+	}
+	if infoErr == nil && !gotLink {
+		t.Errorf("the perf_event link fd %d of program %d is not reported", linkFD, linkedID)
+	}
 }

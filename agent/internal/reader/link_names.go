@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/bpfleet/bpfleet/agent/owners"
 	"github.com/bpfleet/bpfleet/internal/bpfsys"
 )
 
@@ -83,4 +84,36 @@ func namePerfEvent(c *linkStatic, d *bpfsys.LinkDetail) {
 		}
 		c.dynamic, c.missedKnown = true, d.MissedKnown
 	}
+}
+
+// NamePerfAttachments names a program attached through perf_event fds with
+// no link (PERF_EVENT_IOC_SET_BPF; owners.PerfAttachment holds the
+// kernel's BPF_TASK_FD_QUERY answer) exactly as the perf_event link of
+// the same probe is named (namePerfEvent): the same attach type, target
+// and class on a 5.10 kernel, which has no such link, as on a 6.x one.
+// Several fds (one probe attached by several processes) are joined as a
+// program's links are. What only a link has (its id, a kprobe's missed
+// counter) has no place here and stays absent. as must not be empty.
+func NamePerfAttachments(as []owners.PerfAttachment) (attachType, target, class string) {
+	links := make([]Link, len(as))
+	for i := range as {
+		links[i] = perfAttachmentLink(&as[i])
+	}
+	return links[0].AttachType, joinTargets(links), JoinClasses(links)
+}
+
+// perfAttachmentLink is the link a perf_event link of a's probe would be,
+// decoded: the query's fd type is the link's perf_event kind. Where the
+// kernel did not describe the fd (a perf_event program on a hardware or
+// software event) the kind is 0, named "perf_event", as such a link's.
+func perfAttachmentLink(a *owners.PerfAttachment) Link {
+	d := bpfsys.LinkDetail{Type: bpfsys.LinkTypePerfEvent, ProgID: a.Query.ProgID}
+	if a.Known {
+		d.PerfType = a.Query.PerfEventType()
+		d.Name = a.Query.Name
+		d.Offset = uint32(a.Query.Offset) // the link's is a u32 too
+	}
+	var c linkStatic
+	namePerfEvent(&c, &d)
+	return c.link
 }

@@ -17,8 +17,9 @@ import (
 // Run checks bpfsys's layouts, written by hand from the uapi header,
 // against the running kernel's BTF: each Go field of ProgInfo and each
 // offset into bpf_link_info's union must sit where the kernel's struct has
-// it. A member the kernel does not have yet is logged (its info_len stops
-// before it); a kernel without BTF skips with the kernel's error.
+// it, and each field of TaskFDQueryAttr where bpf_attr's task_fd_query
+// has it. A member the kernel does not have yet is logged (its info_len
+// stops before it); a kernel without BTF skips with the kernel's error.
 func Run(t *testing.T) {
 	t.Helper()
 	spec, err := btf.LoadKernelSpec()
@@ -96,6 +97,27 @@ func Run(t *testing.T) {
 	} {
 		checkOffset(t, link, "bpf_link_info", c.path, 16, uint32(c.off))
 	}
+
+	// BPF_TASK_FD_QUERY's attr: the owner walk's question about a
+	// perf_event fd.
+	var attr *btf.Union
+	if err := spec.TypeByName("bpf_attr", &attr); err != nil {
+		t.Fatalf("union bpf_attr in the kernel's BTF: %v", err)
+	}
+	taskFDFields := map[string]string{
+		"PID": "pid", "FD": "fd", "Flags": "flags", "BufLen": "buf_len", "Buf": "buf",
+		"ProgID": "prog_id", "FDType": "fd_type", "ProbeOffset": "probe_offset", "ProbeAddr": "probe_addr",
+	}
+	rt = reflect.TypeFor[bpfsys.TaskFDQueryAttr]()
+	for i := range rt.NumField() {
+		f := rt.Field(i)
+		c, ok := taskFDFields[f.Name]
+		if !ok {
+			t.Errorf("TaskFDQueryAttr.%s: no bpf_attr.task_fd_query member named for it in this test", f.Name)
+			continue
+		}
+		checkOffset(t, attr, "bpf_attr", "task_fd_query."+c, 0, uint32(f.Offset))
+	}
 	if got := uint32(reflect.TypeFor[bpfsys.LinkInfo]().Size()); got < link.Size {
 		t.Logf("LinkInfo is %d bytes, the kernel's bpf_link_info %d: the members past it are not read", got, link.Size)
 	}
@@ -104,7 +126,7 @@ func Run(t *testing.T) {
 // checkOffset finds a dotted member path in s (anonymous unions and
 // structs searched through) and compares its byte offset, less base, with
 // want.
-func checkOffset(t *testing.T, s *btf.Struct, sname, path string, base, want uint32) {
+func checkOffset(t *testing.T, s btf.Type, sname, path string, base, want uint32) {
 	t.Helper()
 	off, err := memberOffset(s, strings.Split(path, "."))
 	if errors.Is(err, errNoMember) {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -330,7 +331,12 @@ func TestKprobeMissed(t *testing.T) {
 	ran := get(t, objs.Runs) - runs0
 
 	var linkMissed *uint64
-	if info, err := l.Info(); err == nil {
+	info, infoErr := l.Info()
+	// Before Linux 5.15 there is no perf_event bpf_link: cilium/ebpf
+	// attaches with PERF_EVENT_IOC_SET_BPF, and only the perf_event fd
+	// holds the attachment.
+	legacy := errors.Is(infoErr, ebpf.ErrNotSupported)
+	if infoErr == nil {
 		if pe := info.PerfEvent(); pe != nil {
 			if kp := pe.Kprobe(); kp != nil {
 				linkMissed = &kp.Missed
@@ -340,7 +346,7 @@ func TestKprobeMissed(t *testing.T) {
 			}
 		}
 	} else {
-		t.Logf("reading kprobe link info: %v", err)
+		t.Logf("reading kprobe link info: %v", infoErr)
 	}
 	if ran != 0 {
 		t.Errorf("kprobe ran %d times inside user-space map updates, want 0 (bpf_prog_active is held there)", ran)
@@ -352,8 +358,17 @@ func TestKprobeMissed(t *testing.T) {
 	t.Logf("kprobe on htab_map_update_elem (%s): %d updates, recursion_misses +%d, link missed %s", runtime.GOARCH, n, misses, lm)
 	metric(t, "kprobe.recursion_misses", misses)
 	metric(t, "kprobe.link_missed", lm)
-	p := checkScan(t, expect.FeatKprobe, objs.Prog, expect.FeatKprobe)
-	checkLinkMissed(t, p, linkMissed)
+	// The agent as it runs by default, owners found: a kprobe attached
+	// without a link has its attachment from the owner walk.
+	p := checkScanWith(t, ownersConfig(true), expect.FeatKprobe, objs.Prog, expect.FeatKprobe)
+	if legacy {
+		checkNoLink(t, p)
+	} else {
+		checkLinkMissed(t, p, linkMissed)
+	}
+	checkKprobeOwned(t, p, legacy, "htab_map_update_elem")
+	// The /proc walk finds the same, where the iterator is not used.
+	checkKprobeOwned(t, scanWith(t, ProgramID(t, objs.Prog), ownersConfig(false)), legacy, "htab_map_update_elem")
 	switch {
 	case misses == n && linkMissed != nil:
 		// 6.7+: counted and reported.
@@ -381,6 +396,35 @@ func TestKprobeMissed(t *testing.T) {
 	t.Run("blind", func(t *testing.T) {
 		explain.Blind(t, ProgramID(t, objs.Prog), expect.Expected(expect.FeatMissWatchKprobe), update)
 	})
+}
+
+// checkNoLink holds a program attached the legacy way (no perf_event
+// bpf_link) to having no link in bpfleet's scan, and so no link id and no
+// link missed: absent, not zero.
+func checkNoLink(t *testing.T, p agent.ProgramStat) {
+	t.Helper()
+	if len(p.Links) != 0 {
+		t.Errorf("bpfleet shows %d links %+v for a kprobe attached without a bpf_link, want none", len(p.Links), p.Links)
+	}
+}
+
+// checkKprobeOwned holds bpfleet's scan of the kprobe program this test
+// attached to fn: attach type kprobe and this process among its owners.
+// Attached without a bpf_link (legacy), the target comes from the kernel's
+// answer about the perf_event fd and must name fn, as the link's does.
+func checkKprobeOwned(t *testing.T, p agent.ProgramStat, legacy bool, fn string) {
+	t.Helper()
+	if p.AttachType != "kprobe" {
+		t.Errorf("bpfleet classifies program %d as %q, want kprobe", p.ID, p.AttachType)
+	}
+	if legacy && p.AttachTarget != fn {
+		t.Errorf("bpfleet names the target of program %d %q, want %s (from its perf_event fd)", p.ID, p.AttachTarget, fn)
+	}
+	self := slices.IndexFunc(p.Owners, func(o agent.Owner) bool { return o.PID == os.Getpid() })
+	if self < 0 {
+		t.Errorf("bpfleet's owners of program %d %+v lack this process (%d)", p.ID, p.Owners, os.Getpid())
+	}
+	t.Logf("bpfleet: kprobe program %d attach %q target %q, %d links, owners %+v", p.ID, p.AttachType, p.AttachTarget, len(p.Links), p.Owners)
 }
 
 // checkLinkMissed holds bpfleet's kprobe link missed against the kernel's

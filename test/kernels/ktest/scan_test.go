@@ -14,7 +14,21 @@ import (
 // scan runs one bpfleet scan and returns what it reports about program id.
 func scan(t *testing.T, id uint32) agent.ProgramStat {
 	t.Helper()
-	a, err := agent.New(agent.Config{StatsMode: agent.StatsAlways})
+	return scanWith(t, id, agent.Config{StatsMode: agent.StatsAlways})
+}
+
+// ownersConfig is the agent's default configuration: owners found, by the
+// task_file iterator where the kernel loads it (iter), else the /proc
+// walk. A program attached through a perf_event fd without a link (every
+// kprobe before Linux 5.15) gets its attach type from the owner walk.
+func ownersConfig(iter bool) agent.Config {
+	return agent.Config{StatsMode: agent.StatsAlways, Owners: true, OwnerIterator: iter}
+}
+
+// scanWith is scan with the agent configured by cfg.
+func scanWith(t *testing.T, id uint32, cfg agent.Config) agent.ProgramStat {
+	t.Helper()
+	a, err := agent.New(cfg)
 	if err != nil {
 		t.Fatalf("starting bpfleet's scanner: %v", err)
 	}
@@ -39,9 +53,15 @@ func scan(t *testing.T, id uint32) agent.ProgramStat {
 // sleepable unknown) rather than guess.
 func checkScan(t *testing.T, name string, prog *ebpf.Program, wantAttach string) agent.ProgramStat {
 	t.Helper()
+	return checkScanWith(t, agent.Config{StatsMode: agent.StatsAlways}, name, prog, wantAttach)
+}
+
+// checkScanWith is checkScan with the agent configured by cfg.
+func checkScanWith(t *testing.T, cfg agent.Config, name string, prog *ebpf.Program, wantAttach string) agent.ProgramStat {
+	t.Helper()
 	id := ProgramID(t, prog)
 	before := stats(t, prog)
-	p := scan(t, id)
+	p := scanWith(t, id, cfg)
 	after := stats(t, prog)
 	// Where the kernel's bpf_prog_info has no recursion_misses, cilium/ebpf
 	// reads it as 0 and bpfleet must report it absent, never 0.
