@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export BPFLEET_CACHE=${BPFLEET_CACHE:-/var/cache/bpfleet}
-KERNELS=${KERNELS:-bookworm-amd64,sid-amd64,sid-rt-amd64,sid-arm64}
+KERNELS=${KERNELS:-bullseye-amd64,bookworm-amd64,sid-amd64,sid-rt-amd64,sid-arm64}
 
 step() { printf '\n== %s (%s)\n' "$1" "$(date -u +%H:%M:%S)"; }
 

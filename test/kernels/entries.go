@@ -14,39 +14,29 @@ type Entry struct {
 	// Meta is the flavour's metapackage (linux-image-cloud-amd64); apt
 	// resolves it to the current ABI package, so no version is written here.
 	Meta string
-	// OptIn entries run only when named (-kernels, KERNELS=): an empty
-	// list, `make test-kernels` with no KERNELS, leaves them out.
-	OptIn bool
 }
 
-// Matrix is every entry, in order; `make test-kernels` runs all but the
-// opt-in ones.
+// Matrix is every entry, in order; `make test-kernels` runs them all.
 var Matrix = []Entry{
 	{Name: "bookworm-amd64", Suite: "bookworm", Arch: "amd64", Meta: "linux-image-cloud-amd64"},
 	{Name: "trixie-amd64", Suite: "trixie", Arch: "amd64", Meta: "linux-image-amd64"},
 	{Name: "sid-amd64", Suite: "sid", Arch: "amd64", Meta: "linux-image-amd64"},
 	{Name: "sid-rt-amd64", Suite: "sid", Arch: "amd64", Meta: "linux-image-rt-amd64"},
 	{Name: "sid-arm64", Suite: "sid", Arch: "arm64", Meta: "linux-image-arm64"},
-	// Debian 11's 5.10, the oldest kernel bpfleet is tried on (issue 33):
-	// opt-in until every test and command passes there.
-	{Name: "bullseye-amd64", Suite: "bullseye", Arch: "amd64", Meta: "linux-image-cloud-amd64", OptIn: true},
+	// Debian 11's 5.10, the oldest kernel bpfleet is tried on: no
+	// recursion_misses, no stats iterator, no perf_event links.
+	{Name: "bullseye-amd64", Suite: "bullseye", Arch: "amd64", Meta: "linux-image-cloud-amd64"},
 }
 
 // GOARCH is the Go architecture of the entry's guest.
 func (e Entry) GOARCH() string { return e.Arch }
 
 // selectEntries picks the entries named in a comma or space separated list;
-// an empty list means all of them but the opt-in ones.
+// an empty list means all of them.
 func selectEntries(list string) ([]Entry, error) {
 	names := strings.FieldsFunc(list, func(r rune) bool { return r == ',' || r == ' ' })
 	if len(names) == 0 {
-		var out []Entry
-		for _, e := range Matrix {
-			if !e.OptIn {
-				out = append(out, e)
-			}
-		}
-		return out, nil
+		return Matrix, nil
 	}
 	var out []Entry
 	for _, n := range names {

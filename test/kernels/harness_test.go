@@ -202,24 +202,3 @@ func TestQEMUMajor(t *testing.T) {
 		}
 	}
 }
-
-// TestSelectEntriesOptIn: an empty list is every entry but the opt-in
-// ones; an opt-in entry runs when named.
-func TestSelectEntriesOptIn(t *testing.T) {
-	all, err := selectEntries("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range all {
-		if e.OptIn {
-			t.Errorf("the default list has opt-in entry %s", e.Name)
-		}
-	}
-	if len(all) == len(Matrix) {
-		t.Errorf("the default list is the whole matrix (%d entries): no opt-in entry left out", len(Matrix))
-	}
-	named, err := selectEntries("bullseye-amd64")
-	if err != nil || len(named) != 1 || !named[0].OptIn {
-		t.Errorf("naming bullseye-amd64: %v, %v", named, err)
-	}
-}

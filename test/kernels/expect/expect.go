@@ -60,7 +60,7 @@ var present = map[string][]string{
 	"sid-amd64":      {FeatFentry, FeatFexit, FeatFmodRet, FeatFentrySleep, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatFentryOnBPF, FeatLinkIter, FeatMapIter, FeatMapCount, FeatMissWatch, FeatMissWatchKprobe},
 	"sid-rt-amd64":   {FeatFentry, FeatFexit, FeatFmodRet, FeatFentrySleep, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatFentryOnBPF, FeatLinkIter, FeatMapIter, FeatMapCount, FeatMissWatch, FeatMissWatchKprobe},
 	"sid-arm64":      {FeatFentry, FeatFexit, FeatFmodRet, FeatFentrySleep, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatFentryOnBPF, FeatLinkIter, FeatMapIter, FeatMapCount, FeatMissWatch},
-	// Measured 2026-12-06 on 5.10.223 (opt-in entry): the kprobe and map
+	// Measured 2026-12-06 on 5.10.223: the kprobe and map
 	// iterator tests load and run. Its fentry, tp_btf and profiler refusals
 	// are bpf_loop's (the 5.10 verifier: "number of funcs in func_info
 	// doesn't match number of subprogs"), not the attach type's, so they
