@@ -33,6 +33,7 @@ const (
 	FeatureMissWatch     = "miss watch"
 	FeatureMissSymbols   = "miss stack symbols"
 	FeatureCoreCache     = "CO-RE cache"
+	FeatureMisses        = "recursion misses"
 )
 
 // usedCaps are the capabilities the agent uses beyond the ones without
@@ -177,6 +178,9 @@ func (a *Agent) degraded() []string {
 	}
 	if err := lost.CgroupLinks; err != nil {
 		add(FeatureCgroupLinks, err.Error())
+	}
+	if lost.RecursionMisses != "" {
+		add(FeatureMisses, lost.RecursionMisses+": no program's misses are counted on this kernel (Linux 5.12 added them), so they are absent (JSON null, no series, no alert), not zero")
 	}
 	if m := a.mw; m != nil {
 		switch {

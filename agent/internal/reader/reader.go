@@ -1,7 +1,11 @@
 package reader
 
 import (
+	"fmt"
+	"unsafe"
+
 	"github.com/bpfleet/bpfleet/agent/owners"
+	"github.com/bpfleet/bpfleet/internal/bpfsys"
 )
 
 // Options configure a Reader: the agent's scan settings (agent.Config has
@@ -38,6 +42,9 @@ func New(o Options) *Reader {
 	r.oneShot = o.OneShot
 	r.cacheDir = o.CacheDir
 	r.targets.netns, _ = owners.HostNetns(o.ProcRoot) // the attribution says a refusal
+	if !o.OneShot {
+		r.probeProgInfoLen()
+	}
 	if !o.NoIterator {
 		r.loadFacts = loadProgIter
 	}
@@ -89,6 +96,9 @@ type Losses struct {
 	// CoreCache: the iterators' CO-RE cache could not be read or written
 	// (the first such error), so every start parses kernel BTF again.
 	CoreCache error
+	// RecursionMisses: the kernel's bpf_prog_info has no
+	// recursion_misses, so every program's is absent.
+	RecursionMisses string
 }
 
 // Losses says what the reader has lost so far (the scan source's own
@@ -107,7 +117,31 @@ func (r *Reader) Losses() Losses {
 	l.CgroupLinks = r.targets.cgroupErr
 	l.CoreCache = r.cacheErr
 	l.Interfaces = r.targets.netdevErr
+	if n := r.progInfoLen.Load(); n != 0 && n < bpfsys.ProgInfoEndRecursionMisses {
+		l.RecursionMisses = fmt.Sprintf("the kernel's struct bpf_prog_info is %d bytes, ending before recursion_misses (bytes %d to %d)",
+			n, bpfsys.ProgInfoEndRecursionMisses-8, bpfsys.ProgInfoEndRecursionMisses)
+	}
 	return l
+}
+
+// probeProgInfoLen asks the kernel how long its bpf_prog_info is, with the
+// first program it lists, so that the agent's start line can say what
+// this kernel does not count before the first scan reads every program.
+// Without a program nothing is known until one is read.
+func (r *Reader) probeProgInfoLen() {
+	id, ok, err := bpfsys.NextID(bpfsys.CmdProgGetNextID, 0)
+	if err != nil || !ok {
+		return
+	}
+	fd, err := bpfsys.FDByID(bpfsys.CmdProgGetFDByID, id)
+	if err != nil {
+		return
+	}
+	defer bpfsys.CloseFD(fd)
+	var info bpfsys.ProgInfo
+	if n, err := bpfsys.ObjInfo(fd, unsafe.Pointer(&info), uint32(unsafe.Sizeof(info))); err == nil {
+		r.progInfoLen.Store(n)
+	}
 }
 
 // Close releases the iterators, the steady read's watcher and table and

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -118,6 +119,10 @@ type Reader struct {
 	lastLinks []Link
 	// targets names link targets and their classes (targets.go).
 	targets targetState
+	// progInfoLen is the kernel's bpf_prog_info size (its info_len
+	// answer), 0 until a program was read: what Losses says the kernel
+	// lacks. Atomic: parallel readers note it.
+	progInfoLen atomic.Uint32
 	// joinsKept says this scan found the same programs in the same slots
 	// and the same links (kprobe missed counters included) as the last
 	// one, so join was skipped: every program's joins, owners and miss
@@ -413,6 +418,8 @@ func (r *Reader) eachProgID(fn func(uint32)) error {
 type scratch struct {
 	mapBuf []uint32
 	fdinfo bpfsys.FdinfoFiles
+	// infoLen is the info_len of the last program read.
+	infoLen uint32
 }
 
 func newScratch(dir *bpfsys.FdinfoDir) scratch {
@@ -427,6 +434,9 @@ func (r *Reader) readOne(id uint32, bootWall time.Time, sc *scratch) progRead {
 	p, s, err := readProg(id, cached, bootWall, sc)
 	if err != nil && cameOrWent(err) {
 		p, s, err = readProg(id, cached, bootWall, sc) // see retryTransient
+	}
+	if err == nil && r.progInfoLen.Load() != sc.infoLen {
+		r.progInfoLen.Store(sc.infoLen)
 	}
 	return progRead{prog: p, static: s, fresh: cached == nil, err: err}
 }
@@ -462,6 +472,7 @@ func readProg(id uint32, cached *progStatic, bootWall time.Time, sc *scratch) (P
 		cached = newProgStatic(fd, &info, n, bootWall, sc)
 	}
 
+	sc.infoLen = n
 	p := cached.prog
 	p.RunCount = info.RunCnt
 	p.RunTimeNs = info.RunTimeNs

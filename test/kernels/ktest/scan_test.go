@@ -2,6 +2,7 @@ package ktest
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -28,6 +29,13 @@ func ownersConfig(iter bool) agent.Config {
 // scanWith is scan with the agent configured by cfg.
 func scanWith(t *testing.T, id uint32, cfg agent.Config) agent.ProgramStat {
 	t.Helper()
+	p, _ := scanDegraded(t, id, cfg)
+	return p
+}
+
+// scanDegraded is scanWith that also returns the snapshot's Degraded lines.
+func scanDegraded(t *testing.T, id uint32, cfg agent.Config) (agent.ProgramStat, []string) {
+	t.Helper()
 	a, err := agent.New(cfg)
 	if err != nil {
 		t.Fatalf("starting bpfleet's scanner: %v", err)
@@ -39,11 +47,11 @@ func scanWith(t *testing.T, id uint32, cfg agent.Config) agent.ProgramStat {
 	}
 	for _, p := range snap.Programs {
 		if p.ID == id {
-			return *p
+			return *p, snap.Degraded
 		}
 	}
 	t.Fatalf("bpfleet's scan does not list program %d (%d programs seen)", id, len(snap.Programs))
-	return agent.ProgramStat{}
+	return agent.ProgramStat{}, nil
 }
 
 // checkScan holds bpfleet's scan of prog (called name in metric lines) against the kernel's own counters,
@@ -61,11 +69,22 @@ func checkScanWith(t *testing.T, cfg agent.Config, name string, prog *ebpf.Progr
 	t.Helper()
 	id := ProgramID(t, prog)
 	before := stats(t, prog)
-	p := scanWith(t, id, cfg)
+	p, degraded := scanDegraded(t, id, cfg)
 	after := stats(t, prog)
 	// Where the kernel's bpf_prog_info has no recursion_misses, cilium/ebpf
-	// reads it as 0 and bpfleet must report it absent, never 0.
+	// reads it as 0 and bpfleet must report it absent, never 0, and say
+	// why in a Degraded line (the start line's too); where it has them,
+	// no such line.
 	noField := canary.RecursionGuard()
+	said := slices.IndexFunc(degraded, func(d string) bool { return strings.HasPrefix(d, agent.FeatureMisses+": ") })
+	switch {
+	case noField != nil && said < 0:
+		t.Errorf("the kernel has no recursion_misses (%v), and bpfleet's Degraded lines do not say so: %q", noField, degraded)
+	case noField == nil && said >= 0:
+		t.Errorf("bpfleet says %q on a kernel that counts recursion misses", degraded[said])
+	case said >= 0:
+		t.Logf("bpfleet: %s", degraded[said])
+	}
 	switch {
 	case p.RecursionMisses == nil && noField != nil:
 		t.Logf("bpfleet reports recursion_misses absent for program %d, as the kernel has none: %v", id, noField)
