@@ -396,6 +396,12 @@ func (at *attribution) apply(p *Program) {
 		// with perf_event links keep beside it: the same probe, with
 		// its link id and missed counter.
 		at.applyLinkPods(p)
+		if j, ok := at.perf[p.ID]; ok && p.AttachTarget == "" {
+			// Kernels from 5.15 to 6.5 make the perf_event link but
+			// describe nothing of its probe in link info; the
+			// perf_event fd beside it names the probe.
+			p.AttachTarget, p.TargetClass = j.target, j.class
+		}
 		return
 	}
 	if j, ok := at.perf[p.ID]; ok {

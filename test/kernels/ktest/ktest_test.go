@@ -366,9 +366,9 @@ func TestKprobeMissed(t *testing.T) {
 	} else {
 		checkLinkMissed(t, p, linkMissed)
 	}
-	checkKprobeOwned(t, p, legacy, "htab_map_update_elem")
+	checkKprobeOwned(t, p, "htab_map_update_elem")
 	// The /proc walk finds the same, where the iterator is not used.
-	checkKprobeOwned(t, scanWith(t, ProgramID(t, objs.Prog), ownersConfig(false)), legacy, "htab_map_update_elem")
+	checkKprobeOwned(t, scanWith(t, ProgramID(t, objs.Prog), ownersConfig(false)), "htab_map_update_elem")
 	switch {
 	case misses == n && linkMissed != nil:
 		// 6.7+: counted and reported.
@@ -409,16 +409,19 @@ func checkNoLink(t *testing.T, p agent.ProgramStat) {
 }
 
 // checkKprobeOwned holds bpfleet's scan of the kprobe program this test
-// attached to fn: attach type kprobe and this process among its owners.
-// Attached without a bpf_link (legacy), the target comes from the kernel's
-// answer about the perf_event fd and must name fn, as the link's does.
-func checkKprobeOwned(t *testing.T, p agent.ProgramStat, legacy bool, fn string) {
+// attached to fn: attach type kprobe, target fn and this process among its
+// owners. Attached without a bpf_link (legacy) or with a link whose info
+// has no probe details, the target comes from the kernel's answer about
+// the perf_event fd.
+func checkKprobeOwned(t *testing.T, p agent.ProgramStat, fn string) {
 	t.Helper()
 	if p.AttachType != "kprobe" {
 		t.Errorf("bpfleet classifies program %d as %q, want kprobe", p.ID, p.AttachType)
 	}
-	if legacy && p.AttachTarget != fn {
-		t.Errorf("bpfleet names the target of program %d %q, want %s (from its perf_event fd)", p.ID, p.AttachTarget, fn)
+	// Without a link, or with one whose info does not describe the
+	// probe (before 6.6), the target comes from the perf_event fd.
+	if p.AttachTarget != fn {
+		t.Errorf("bpfleet names the target of program %d %q, want %s", p.ID, p.AttachTarget, fn)
 	}
 	self := slices.IndexFunc(p.Owners, func(o agent.Owner) bool { return o.PID == os.Getpid() })
 	if self < 0 {
