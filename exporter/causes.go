@@ -61,11 +61,14 @@ func causeGrowth(cur, last agent.MissCauses) agent.MissCauses {
 type intervalCauses struct {
 	byAttach map[string]agent.MissCauses
 	byProg   map[uint32]agent.MissCauses
+	// known: some program of the snapshot has recursion_misses.
+	known bool
 }
 
 func newIntervalCauses(s *agent.Snapshot) intervalCauses {
 	var ic intervalCauses
 	for _, p := range s.Programs {
+		ic.known = ic.known || p.RecursionMisses != nil
 		if !agent.Explained(p.DeltaCauses) {
 			continue
 		}
@@ -97,6 +100,9 @@ func (ic *intervalCauses) owner(ids []uint32) agent.MissCauses {
 // aggCauses observes each aggregate's misses by cause.
 func aggCauses(series func(*view) []aggSeries) func(*view, sink) {
 	return func(v *view, s sink) {
+		if !v.missesKnown {
+			return
+		}
 		ss := series(v)
 		for i := range ss {
 			a := &ss[i]

@@ -22,6 +22,10 @@ type view struct {
 	info      []attribute.Set
 	owners    []aggSeries
 	attach    []aggSeries
+	// missesKnown: some program's recursion_misses is known. Where the
+	// kernel counts none (5.10), no aggregate has a misses series: a 0
+	// would be a figure the kernel never gave.
+	missesKnown bool
 
 	programsSeen, linksSeen int
 	dropped                 int
@@ -327,6 +331,7 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 	}
 
 	ic := newIntervalCauses(s)
+	v.missesKnown = ic.known
 	if e.cfg.Level == LevelOwner {
 		live := make(map[string]bool, len(s.Owners))
 		for i := range s.Owners {

@@ -31,42 +31,13 @@ const (
 // the causes adding up to the kernel's count, and Jaeger an episode span
 // carrying the causes, down to its stack events.
 func TestGuestMissCauses(t *testing.T) {
-	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-		t.Skipf("the guest needs qemu (scripts/install-deps.sh installs it): %v", err)
-	}
 	prom := backends.StartPrometheus(t)
 	jg := backends.StartJaeger(t)
-	guestURL := func(addr, path string) string {
-		_, port, _ := strings.Cut(addr, ":")
-		return "http://" + guestHostAddr + ":" + port + path
-	}
 	metricsURL := guestURL(prom.Addr, strings.TrimPrefix(prom.OTLPEndpoint(), "http://"+prom.Addr))
 	tracesURL := guestURL(jg.OTLPHTTP, "/v1/traces")
 
-	// The harness fetches the kernel through its cache (BPFLEET_CACHE, as
-	// the matrix does), builds the guest's test and agent, and boots it.
-	// A healthy boot takes under a minute; 3 min each bounds the harness's
-	// retries of a guest that died with no test failing.
-	start := time.Now()
-	cmd := exec.Command("go", "run", "./test/kernels", "-kernels", guestEntry,
-		"-packages", "./test/kernels/exportcauses", "-cmd", "none", "-agent", "-net", "-timeout", "3m",
-		"-work", t.TempDir(),
-		"-env", exportcauses.MetricsEnv+"="+metricsURL, "-env", exportcauses.TracesEnv+"="+tracesURL)
-	cmd.Dir = "../.."
-	out, err := cmd.CombinedOutput()
-	t.Logf("guest run (%v):\n%s", time.Since(start).Round(time.Second), out)
-	if err != nil {
-		t.Fatalf("the guest run failed: %v (its output above)", err)
-	}
-	got := map[string]string{}
-	for _, line := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(f[0], exportcauses.MetricPrefix) {
-			got[strings.TrimPrefix(f[0], exportcauses.MetricPrefix)] = f[1]
-		}
-		if _, reason, ok := strings.Cut(line, "SKIP TestExportCauses: "); ok {
-			t.Skipf("the guest's kernel: %s", reason)
-		}
-	}
+	got := runGuest(t, guestEntry, "./test/kernels/exportcauses", "TestExportCauses", exportcauses.MetricPrefix,
+		exportcauses.MetricsEnv+"="+metricsURL, exportcauses.TracesEnv+"="+tracesURL)
 	for _, k := range []string{"program_id", "instance", "os_version", "provoked", "kernel_misses"} {
 		if got[k] == "" {
 			t.Fatalf("the guest reported no %s (its output above)", k)
@@ -77,7 +48,7 @@ func TestGuestMissCauses(t *testing.T) {
 	// The series of each cause: recursion is every miss provoked while the
 	// program was watched, and the causes add up to the kernel's count.
 	var causes map[string]float64
-	err = backends.Eventually(60*time.Second, func() error {
+	err := backends.Eventually(60*time.Second, func() error {
 		ss, err := prom.Query(context.Background(), sel)
 		if err != nil {
 			return err
@@ -156,4 +127,48 @@ func TestGuestMissCauses(t *testing.T) {
 	if v := sp.Process["os.version"]; v != got["os_version"] {
 		t.Errorf("span resource os.version %v, want the guest's %s", v, got["os_version"])
 	}
+}
+
+// guestURL is the host's addr as the guest reaches it, with path.
+func guestURL(addr, path string) string {
+	_, port, _ := strings.Cut(addr, ":")
+	return "http://" + guestHostAddr + ":" + port + path
+}
+
+// runGuest boots the matrix entry with the real agent in it (/bin/bpfleet)
+// and a user-mode network to this host, runs test of pkg there with env
+// (KEY=value) and returns the "metric <prefix>name=value" lines it logged,
+// by name. The test's skip skips the caller with the guest kernel's words.
+func runGuest(t *testing.T, entry, pkg, test, prefix string, env ...string) map[string]string {
+	t.Helper()
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skipf("the guest needs qemu (scripts/install-deps.sh installs it): %v", err)
+	}
+	// The harness fetches the kernel through its cache (BPFLEET_CACHE, as
+	// the matrix does), builds the guest's test and agent, and boots it.
+	// A healthy boot takes under a minute; 3 min each bounds the harness's
+	// retries of a guest that died with no test failing.
+	args := []string{"run", "./test/kernels", "-kernels", entry, "-packages", pkg, "-run", "^" + test + "$",
+		"-cmd", "none", "-agent", "-net", "-timeout", "3m", "-work", t.TempDir()}
+	for _, e := range env {
+		args = append(args, "-env", e)
+	}
+	start := time.Now()
+	cmd := exec.Command("go", args...)
+	cmd.Dir = "../.."
+	out, err := cmd.CombinedOutput()
+	t.Logf("guest run (%v):\n%s", time.Since(start).Round(time.Second), out)
+	if err != nil {
+		t.Fatalf("the guest run failed: %v (its output above)", err)
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(f[0], prefix) {
+			got[strings.TrimPrefix(f[0], prefix)] = f[1]
+		}
+		if _, reason, ok := strings.Cut(line, "SKIP "+test+": "); ok {
+			t.Skipf("the guest's kernel: %s", reason)
+		}
+	}
+	return got
 }

@@ -35,15 +35,18 @@ type Kernel struct {
 	abi        string // the kernel's ABI name, e.g. 7.2.13+deb14-amd64
 }
 
-// netModules are the modules, in load order (each depends on the one
-// before), that give a guest a virtio-net NIC: Debian builds them as
-// modules, and the packages ship no modules.dep to read the order from.
-var netModules = []string{"failover", "net_failover", "virtio_net"}
+// netModules are the modules, in load order (each depends on ones before
+// it), that give a guest a virtio-net NIC: Debian builds them as modules,
+// and the packages ship no modules.dep to read the order from. Newer
+// kernels build the virtio core and its PCI transport in; bullseye's 5.10
+// cloud kernel has them as modules too.
+var netModules = []string{"virtio", "virtio_ring", "virtio_pci", "failover", "net_failover", "virtio_net"}
 
 // netModulesList names, in the kernel's cache directory, the file listing
-// the fetched NIC modules in load order. It is written last, so a
-// directory without it (an older cache, an interrupted fetch) has its
-// modules fetched again.
+// the fetched NIC modules in load order, after a first line naming the
+// modules that were looked for. It is written last, so a directory without
+// it (an interrupted fetch), or whose first line is not today's
+// netModules, has its modules fetched again.
 const netModulesList = "net/modules"
 
 // cacheDir is where everything downloaded is kept between runs.
@@ -331,12 +334,15 @@ func fetchImage(apt *aptEnv, e Entry, k *Kernel, dir string, logf func(string, .
 // into the kernel (vminit finds no eth0 if it is not).
 func fetchNetModules(apt *aptEnv, e Entry, k *Kernel, dir string, logf func(string, ...any)) ([]string, error) {
 	list := filepath.Join(dir, netModulesList)
+	wanted := "wanted " + strings.Join(netModules, " ")
 	if b, err := os.ReadFile(list); err == nil {
-		var paths []string
-		for _, name := range strings.Fields(string(b)) {
-			paths = append(paths, filepath.Join(dir, "net", name))
+		if first, rest, _ := strings.Cut(string(b), "\n"); first == wanted {
+			var paths []string
+			for _, name := range strings.Fields(rest) {
+				paths = append(paths, filepath.Join(dir, "net", name))
+			}
+			return paths, nil
 		}
-		return paths, nil
 	}
 	pkg, ver := "linux-modules-"+k.abi, ""
 	if v, ok := apt.version(pkg); ok {
@@ -365,7 +371,7 @@ func fetchNetModules(apt *aptEnv, e Entry, k *Kernel, dir string, logf func(stri
 			paths = append(paths, filepath.Join(netDir, f))
 		}
 	}
-	if err := os.WriteFile(list+".tmp", []byte(strings.Join(names, "\n")+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(list+".tmp", []byte(wanted+"\n"+strings.Join(names, "\n")+"\n"), 0o644); err != nil {
 		return nil, err
 	}
 	return paths, os.Rename(list+".tmp", list)

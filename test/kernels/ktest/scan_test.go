@@ -12,12 +12,6 @@ import (
 	"github.com/bpfleet/bpfleet/test/canary"
 )
 
-// scan runs one bpfleet scan and returns what it reports about program id.
-func scan(t *testing.T, id uint32) agent.ProgramStat {
-	t.Helper()
-	return scanWith(t, id, agent.Config{StatsMode: agent.StatsAlways})
-}
-
 // ownersConfig is the agent's default configuration: owners found, by the
 // task_file iterator where the kernel loads it (iter), else the /proc
 // walk. A program attached through a perf_event fd without a link (every
