@@ -33,7 +33,9 @@ type attribution struct {
 	// perf is what the programs attached through a perf_event fd with no
 	// link (PERF_EVENT_IOC_SET_BPF) are attached to, named as their link
 	// would be (reader.NamePerfAttachments).
-	perf     map[uint32]attachedProg
+	perf map[uint32]attachedProg
+	// pinScan remembers what each bpffs file is between walks.
+	pinScan  *owners.PinScanner
 	filler   OwnerFiller
 	procRoot string
 	// hostNetns is where the interfaces are (owners.HostNetns), "" the
@@ -114,6 +116,7 @@ type generationFiller interface {
 
 func newAttribution(cfg Config) *attribution {
 	at := &attribution{bpffs: cfg.BPFFS, progs: map[uint32]ownedProg{}, attached: map[uint32]attachedProg{}, perf: map[uint32]attachedProg{}, pids: map[int]bool{},
+		pinScan:  owners.NewPinScanner(owners.PinOptions{}),
 		procRoot: cfg.ProcRoot, netns: map[int]netnsPod{}, workloads: map[string]workloadName{}}
 	at.hostNetns, at.hostNetnsErr = owners.HostNetns(cfg.ProcRoot)
 	var src owners.Source
@@ -184,10 +187,11 @@ type holders struct {
 }
 
 // readHolders walks /proc (or runs the task_file iterator) and bpffs. It is
-// the only user of at.scanner, so one may run beside a program read.
+// the only user of at.scanner and at.pinScan, so one may run beside a
+// program read.
 func (at *attribution) readHolders() holders {
 	res, err := at.scanner.Scan(nil)
-	pins, pst := owners.ScanPins(at.bpffs, owners.PinOptions{})
+	pins, pst := at.pinScan.Scan(at.bpffs)
 	return holders{res, err, pins, pst}
 }
 

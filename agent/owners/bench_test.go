@@ -154,3 +154,62 @@ func BenchmarkProcWalkRatio(b *testing.B) {
 	b.ReportMetric(float64(tOurs)/float64(tNaive), "ours/naive")
 	b.Logf("%d processes, %d fds, %d bpf fds", st.Procs, st.FDs, st.BPFFDs)
 }
+
+// BenchmarkScanPins walks a bpffs directory of 3,000 pinned maps and 30
+// pinned programs, as a node whose loader pins its maps leaves it: a walk
+// that opens every file (Cold: ScanPins, what each owner refresh did) and
+// one by a PinScanner that has seen them (Steady: nothing new), against
+// the floor of listing the directory (ReadDirOnly).
+func BenchmarkScanPins(b *testing.B) {
+	root, err := os.MkdirTemp("/sys/fs/bpf", "bpfleet-pins-bench-")
+	if err != nil {
+		b.Skipf("a directory on bpffs: %v", err)
+	}
+	b.Cleanup(func() { os.RemoveAll(root) })
+	for i := range 3000 {
+		m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		err = m.Pin(filepath.Join(root, "map"+strconv.Itoa(i)))
+		m.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range 30 {
+		p, _ := loadProg(b, ebpf.SocketFilter)
+		if err := p.Pin(filepath.Join(root, "prog"+strconv.Itoa(i))); err != nil {
+			b.Fatal(err)
+		}
+	}
+	roots := []string{root}
+	perFile := func(b *testing.B) {
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/3030, "ns/file")
+	}
+	b.Run("ReadDirOnly", func(b *testing.B) {
+		for b.Loop() {
+			os.ReadDir(root)
+		}
+		perFile(b)
+	})
+	b.Run("Cold", func(b *testing.B) {
+		for b.Loop() {
+			if pins, _ := ScanPins(roots, PinOptions{}); len(pins) != 30 {
+				b.Fatalf("%d pins, want 30", len(pins))
+			}
+		}
+		perFile(b)
+	})
+	b.Run("Steady", func(b *testing.B) {
+		s := NewPinScanner(PinOptions{})
+		s.Scan(roots)
+		b.ReportAllocs()
+		for b.Loop() {
+			if pins, _ := s.Scan(roots); len(pins) != 30 {
+				b.Fatalf("%d pins, want 30", len(pins))
+			}
+		}
+		perFile(b)
+	})
+}

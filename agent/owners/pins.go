@@ -1,11 +1,14 @@
 package owners
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -31,7 +34,12 @@ type PinOptions struct {
 
 // PinStats counts a pin walk's work.
 type PinStats struct {
+	// Files counts the pinned files looked at: opened, or known from an
+	// earlier walk.
 	Files int `json:"files"`
+	// Opened counts the files opened (BPF_OBJ_GET): those not known from
+	// an earlier walk.
+	Opened int `json:"opened"`
 	// Skipped counts pinned objects that are neither programs nor links
 	// (maps), files BPF_OBJ_GET does not open (the preloaded iterators
 	// maps.debug and progs.debug answer ENOENT), and files past MaxFiles.
@@ -45,33 +53,77 @@ type PinStats struct {
 	Truncated bool `json:"truncated"`
 }
 
-// ScanPins walks bpffs mount points (default /sys/fs/bpf) and returns the
-// programs and links pinned there. Each pinned file is opened with
-// BPF_OBJ_GET, identified from the agent's own fdinfo of that fd (the same
-// parser as for other processes' fds, and no GET_INFO call), and closed at
-// once: a held fd would keep an unpinned program alive.
+// ScanPins walks bpffs mount points (default /sys/fs/bpf) once and returns
+// the programs and links pinned there (PinScanner.Scan with nothing
+// remembered).
 func ScanPins(roots []string, opt PinOptions) ([]Pin, PinStats) {
-	if len(roots) == 0 {
-		roots = []string{"/sys/fs/bpf"}
-	}
+	return NewPinScanner(opt).Scan(roots)
+}
+
+// PinScanner finds the programs and links pinned in bpffs. A pinned file
+// it has not seen is opened with BPF_OBJ_GET, identified from the agent's
+// own fdinfo of that fd (the same parser as for other processes' fds, no
+// GET_INFO call) and closed at once: a held fd would keep an unpinned
+// program alive. What each file is, is remembered by inode: an object stays
+// the same while pinned, and bpffs gives every new pin a new inode
+// (get_next_ino), so a later walk opens only the files that are new. On a
+// node with thousands of pinned maps (Cilium's) a walk after a reload
+// costs a getdents entry per pin, not an open, an fdinfo read and two
+// closes. It is not safe for concurrent use.
+type PinScanner struct {
+	opt   PinOptions
+	known map[pinInode]pinFacts
+	gen   uint32
+	dents []byte
+	info  []byte
+}
+
+type pinInode struct{ dev, ino uint64 }
+
+// pinFacts is what a pinned file is: a program's or a link's pin, or
+// neither (a map, or a file BPF_OBJ_GET does not open).
+type pinFacts struct {
+	progID, linkID uint32
+	gen            uint32 // the last walk that saw it
+}
+
+// NewPinScanner returns a PinScanner bounded by opt.
+func NewPinScanner(opt PinOptions) *PinScanner {
 	if opt.MaxDepth <= 0 {
 		opt.MaxDepth = 8
 	}
 	if opt.MaxFiles <= 0 {
 		opt.MaxFiles = 10000
 	}
-	w := pinWalker{opt: opt, info: make([]byte, 4<<10)}
+	return &PinScanner{opt: opt, known: map[pinInode]pinFacts{}}
+}
+
+// Scan walks the roots (default /sys/fs/bpf). MaxFiles bounds the files
+// opened, not the ones remembered from earlier walks.
+func (s *PinScanner) Scan(roots []string) ([]Pin, PinStats) {
+	if len(roots) == 0 {
+		roots = []string{"/sys/fs/bpf"}
+	}
+	if s.dents == nil {
+		s.dents, s.info = make([]byte, 32<<10), make([]byte, 4<<10)
+	}
+	s.gen++
+	w := pinWalker{s: s}
 	for _, r := range roots {
 		w.dir(r, 0)
+	}
+	for k, f := range s.known {
+		if f.gen != s.gen {
+			delete(s.known, k) // unpinned
+		}
 	}
 	return w.pins, w.st
 }
 
 type pinWalker struct {
-	opt  PinOptions
+	s    *PinScanner
 	st   PinStats
 	pins []Pin
-	info []byte
 }
 
 func (w *pinWalker) fail(err error) {
@@ -83,59 +135,132 @@ func (w *pinWalker) fail(err error) {
 }
 
 func (w *pinWalker) dir(dir string, depth int) {
-	ents, err := os.ReadDir(dir)
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		if depth > 0 && errors.Is(err, os.ErrNotExist) {
+		if depth > 0 && errors.Is(err, unix.ENOENT) {
 			return // removed mid-walk
 		}
-		w.fail(fmt.Errorf("reading bpffs directory: %w", err))
+		w.fail(fmt.Errorf("reading bpffs directory: open %s: %w", dir, err))
 		return
 	}
+	var st unix.Stat_t
+	var ents []pinEntry
+	if err = unix.Fstat(fd, &st); err == nil {
+		ents, err = w.entries(fd, st.Dev)
+	}
+	unix.Close(fd) // before descending: the depth must not cost fds
+	if err != nil && !errors.Is(err, unix.ENOENT) {
+		w.fail(fmt.Errorf("reading bpffs directory %s: %w", dir, err))
+	}
+	// Name order, a directory's pins at its place, as os.ReadDir lists.
+	slices.SortFunc(ents, func(a, b pinEntry) int { return strings.Compare(a.name, b.name) })
 	for _, e := range ents {
-		p := filepath.Join(dir, e.Name())
+		p := filepath.Join(dir, e.name)
 		switch {
-		case e.IsDir():
-			if depth+1 > w.opt.MaxDepth {
-				w.st.Truncated = true
-				continue
-			}
+		case !e.isDir:
+			w.file(p, pinInode{st.Dev, e.ino})
+		case depth+1 > w.s.opt.MaxDepth:
+			w.st.Truncated = true
+		default:
 			w.dir(p, depth+1)
-		case e.Type().IsRegular():
-			if w.st.Files >= w.opt.MaxFiles {
-				w.st.Truncated = true
-				w.st.Skipped++
-				continue
-			}
-			w.st.Files++
-			w.file(p)
 		}
 	}
 }
 
-func (w *pinWalker) file(path string) {
+// pinEntry is a directory entry the walk looks at by name: a directory, a
+// pin, or a file not seen before.
+type pinEntry struct {
+	name  string
+	ino   uint64
+	isDir bool
+}
+
+// entries lists the open directory fd (dev its device). A file known from
+// an earlier walk as no pin of a program or link (a map) is counted here
+// and not listed: on a node of many pinned maps, nothing is allocated for
+// them.
+func (w *pinWalker) entries(fd int, dev uint64) ([]pinEntry, error) {
+	var ents []pinEntry
+	buf := w.s.dents
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err != nil {
+			return ents, err
+		}
+		if n <= 0 {
+			return ents, nil
+		}
+		for off := 0; off < n; {
+			nameOff, next := direntNameOff(buf, off)
+			if next > n {
+				break
+			}
+			ino, typ := binary.NativeEndian.Uint64(buf[off:]), buf[off+18]
+			name := cstr(buf[nameOff:next])
+			off = next
+			switch {
+			case typ == unix.DT_REG:
+				key := pinInode{dev, ino}
+				if f, ok := w.s.known[key]; ok && f.progID == 0 && f.linkID == 0 {
+					f.gen = w.s.gen
+					w.s.known[key] = f
+					w.st.Files++
+					w.st.Skipped++
+					continue
+				}
+			case typ != unix.DT_DIR, string(name) == ".", string(name) == "..":
+				continue
+			}
+			ents = append(ents, pinEntry{string(name), ino, typ == unix.DT_DIR})
+		}
+	}
+}
+
+func (w *pinWalker) file(path string, key pinInode) {
+	f, known := w.s.known[key]
+	if !known && w.st.Opened >= w.s.opt.MaxFiles {
+		w.st.Truncated = true
+		w.st.Skipped++
+		return
+	}
+	w.st.Files++
+	if !known {
+		w.st.Opened++
+		var ok bool
+		if f, ok = w.open(path); !ok {
+			return
+		}
+	}
+	f.gen = w.s.gen
+	w.s.known[key] = f
+	if f.progID == 0 && f.linkID == 0 {
+		w.st.Skipped++ // a map, or a file BPF_OBJ_GET does not open
+		return
+	}
+	w.pins = append(w.pins, Pin{Path: path, ProgID: f.progID, LinkID: f.linkID})
+}
+
+// open identifies a pinned file the walk has not seen; ok is false where
+// it could not (the walk's error, or unpinned since it was listed).
+func (w *pinWalker) open(path string) (pinFacts, bool) {
 	fd, err := bpfsys.ObjGet(path)
 	if err == unix.ENOENT {
 		// Unpinned mid-walk, or a file BPF_OBJ_GET does not open: the
 		// kernel's preloaded iterators (maps.debug, progs.debug).
-		w.st.Skipped++
-		return
+		return pinFacts{}, true
 	}
 	if err != nil {
 		w.fail(fmt.Errorf("opening pin %s: %w", path, err))
-		return
+		return pinFacts{}, false
 	}
-	b, err := readFile("/proc/self/fdinfo/"+strconv.Itoa(fd), &w.info)
+	b, err := readFile("/proc/self/fdinfo/"+strconv.Itoa(fd), &w.s.info)
 	unix.Close(fd)
 	if err != nil {
 		w.fail(fmt.Errorf("reading fdinfo of pin %s: %w", path, err))
-		return
+		return pinFacts{}, false
 	}
 	fi := bpfsys.ParseFDInfo(b)
-	if fi.ProgID == 0 && fi.LinkID == 0 {
-		w.st.Skipped++ // a map
-		return
-	}
-	w.pins = append(w.pins, Pin{Path: path, ProgID: fi.ProgID, LinkID: fi.LinkID})
+	return pinFacts{progID: fi.ProgID, linkID: fi.LinkID}, true
 }
 
 // PinsByProg groups pin paths by program id; a link's pin counts for its

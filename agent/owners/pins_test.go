@@ -82,6 +82,33 @@ func TestScanPins(t *testing.T) {
 	if _, st := ScanPins(nil, PinOptions{}); st.Errors != 0 {
 		t.Errorf("default root: stats %+v", st)
 	}
+	// A scanner that lives on opens only what is new: a pin replaced at
+	// the same path is a new inode, a removed one is forgotten.
+	ps := NewPinScanner(PinOptions{})
+	if _, st := ps.Scan([]string{root}); st.Opened != 4 {
+		t.Errorf("first walk: stats %+v, want 4 files opened", st)
+	}
+	if pins, st := ps.Scan([]string{root}); st.Opened != 0 || st.Files != 4 || !slices.Equal(pins, want) {
+		t.Errorf("second walk: pins %+v stats %+v, want the same pins and nothing opened", pins, st)
+	}
+	other, otherID := loadProg(t, ebpf.SocketFilter)
+	if err := prog.Unpin(); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Pin(filepath.Join(root, "prog")); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Unpin(); err != nil {
+		t.Fatal(err)
+	}
+	want[2].ProgID = otherID
+	if pins, st := ps.Scan([]string{root}); st.Opened != 1 || st.Files != 3 || !slices.Equal(pins, want) {
+		t.Errorf("after replacing a pin and removing one: pins %+v stats %+v, want %+v and one file opened", pins, st, want)
+	}
+	if len(ps.known) != 3 {
+		t.Errorf("the scanner remembers %d files, want the 3 still pinned", len(ps.known))
+	}
+
 	// A missing root is an error counted, not a failure.
 	_, st = ScanPins([]string{filepath.Join(root, "missing")}, PinOptions{})
 	if st.Errors != 1 {
