@@ -2,14 +2,10 @@ package exportabsent
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,15 +16,11 @@ import (
 
 	"github.com/bpfleet/bpfleet/agent"
 	"github.com/bpfleet/bpfleet/api"
-	"github.com/bpfleet/bpfleet/internal/syncbuf"
 	"github.com/bpfleet/bpfleet/test/canary"
+	"github.com/bpfleet/bpfleet/test/kernels/guestagent"
 )
 
-const (
-	agentBin = "/bin/bpfleet" // the harness's -agent puts it there
-	apiAddr  = "127.0.0.1:7070"
-	interval = 500 * time.Millisecond
-)
+const interval = 500 * time.Millisecond
 
 func TestExportAbsent(t *testing.T) {
 	metrics := os.Getenv(MetricsEnv)
@@ -70,48 +62,28 @@ func TestExportAbsent(t *testing.T) {
 		ids[name], _ = info.ID()
 	}
 
-	nonce := make([]byte, 4)
-	rand.Read(nonce)
-	instance := "guest-" + hex.EncodeToString(nonce)
-	out := &syncbuf.Buffer{}
+	instance := guestagent.Instance()
 	// Stats always on, so the tracepoint's runs are counted; the default
 	// metrics level (workload), as the chart runs it.
-	cmd := exec.Command(agentBin, "agent", "--interval", interval.String(), "--stats", "always",
-		"--api-addr", apiAddr, "--calibrate=false")
-	cmd.Env = append(os.Environ(),
-		"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT="+metrics,
+	ag := guestagent.Start(t, []string{
+		"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=" + metrics,
 		"OTEL_EXPORTER_OTLP_METRICS_PROTOCOL=http/protobuf",
 		"OTEL_TRACES_EXPORTER=none",
 		"OTEL_METRIC_EXPORT_INTERVAL=500",
-		"OTEL_RESOURCE_ATTRIBUTES=service.instance.id="+instance)
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting the agent: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	defer func() {
-		cmd.Process.Kill()
-		t.Logf("agent output:\n%s", out.String())
-	}()
+		"OTEL_RESOURCE_ATTRIBUTES=service.instance.id=" + instance,
+	}, "--interval", interval.String(), "--stats", "always", "--calibrate=false")
 
 	// Runs for the tracepoint, then a snapshot that shows both programs.
+	base := "http://" + guestagent.APIAddr
 	var snap *agent.Snapshot
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	guestagent.Wait(t, 60*time.Second, "the agent's snapshot listing the programs", func() error {
 		unix.Getppid()
-		snap, err = api.FetchSnapshot(context.Background(), "http://"+apiAddr, "")
-		if err == nil && listed(snap, ids) == nil {
-			break
+		var err error
+		if snap, err = api.FetchSnapshot(context.Background(), base, ""); err != nil {
+			return err
 		}
-		if err == nil {
-			err = listed(snap, ids)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the agent's snapshot within 60s: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return listed(snap, ids)
+	})
 	if !slices.ContainsFunc(snap.Degraded, func(d string) bool { return strings.HasPrefix(d, agent.FeatureMisses+": ") }) {
 		t.Errorf("the snapshot's Degraded lines do not say this kernel counts no recursion misses: %q", snap.Degraded)
 	}
@@ -120,24 +92,16 @@ func TestExportAbsent(t *testing.T) {
 			t.Errorf("program %d (%s): recursion misses %v, causes %v; want both absent", p.ID, p.Name, p.RecursionMisses, p.MissCauses)
 		}
 	}
-	if !strings.Contains(out.String(), agent.FeatureMisses+": ") {
+	if !strings.Contains(ag.Output(), agent.FeatureMisses+": ") {
 		t.Errorf("the agent's log does not say this kernel counts no recursion misses")
 	}
 	// Several exports, then a clean stop.
 	time.Sleep(8 * interval)
-	snap, err = api.FetchSnapshot(context.Background(), "http://"+apiAddr, "")
+	snap, err = api.FetchSnapshot(context.Background(), base, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("agent exited with %v after SIGTERM", err)
-		}
-	case <-time.After(60 * time.Second):
-		t.Errorf("agent did not stop within 60s of SIGTERM")
-	}
+	ag.Stop(t)
 	var u unix.Utsname
 	unix.Uname(&u)
 	for k, v := range map[string]any{"instance": instance, "tracepoint_id": ids["tracepoint_id"], "kprobe_id": ids["kprobe_id"],

@@ -2,16 +2,12 @@ package exportcauses
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,16 +15,12 @@ import (
 
 	"github.com/bpfleet/bpfleet/agent"
 	"github.com/bpfleet/bpfleet/api"
-	"github.com/bpfleet/bpfleet/internal/syncbuf"
 	"github.com/bpfleet/bpfleet/test/canary"
 	"github.com/bpfleet/bpfleet/test/kernels/expect"
+	"github.com/bpfleet/bpfleet/test/kernels/guestagent"
 )
 
-const (
-	agentBin = "/bin/bpfleet" // the harness's -agent puts it there
-	apiAddr  = "127.0.0.1:7070"
-	interval = 500 * time.Millisecond
-)
+const interval = 500 * time.Millisecond
 
 func TestExportCauses(t *testing.T) {
 	metrics, traces := os.Getenv(MetricsEnv), os.Getenv(TracesEnv)
@@ -44,36 +36,19 @@ func TestExportCauses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A retried boot exports to the same backends: each boot's series
-	// and spans carry their own instance, which the host queries.
-	nonce := make([]byte, 4)
-	rand.Read(nonce)
-	instance := "guest-" + hex.EncodeToString(nonce)
-
-	out := &syncbuf.Buffer{}
-	cmd := exec.Command(agentBin, "agent", "--interval", interval.String(), "--metrics-level", "program",
-		"--max-programs", "0", "--api-addr", apiAddr, "--miss-watch", "--calibrate=false")
-	cmd.Env = append(os.Environ(),
-		"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT="+metrics,
+	instance := guestagent.Instance()
+	ag := guestagent.Start(t, []string{
+		"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=" + metrics,
 		"OTEL_EXPORTER_OTLP_METRICS_PROTOCOL=http/protobuf",
-		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="+traces,
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=" + traces,
 		"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf",
 		"OTEL_METRIC_EXPORT_INTERVAL=500", "OTEL_BSP_SCHEDULE_DELAY=200",
-		"OTEL_RESOURCE_ATTRIBUTES=service.instance.id="+instance)
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting the agent: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	defer func() {
-		cmd.Process.Kill()
-		t.Logf("agent output:\n%s", out.String())
-	}()
+		"OTEL_RESOURCE_ATTRIBUTES=service.instance.id=" + instance,
+	}, "--interval", interval.String(), "--metrics-level", "program", "--max-programs", "0", "--miss-watch", "--calibrate=false")
 
 	// The first scan: the watcher says whether this kernel lets it watch.
 	var ml api.MissList
-	wait(t, 60*time.Second, "the agent's first scan", func() error {
+	guestagent.Wait(t, 60*time.Second, "the agent's first scan", func() error {
 		return get("/v1/misses", &ml)
 	})
 	if !ml.Watch.Available {
@@ -84,7 +59,7 @@ func TestExportCauses(t *testing.T) {
 	if err := c.Trigger(1); err != nil {
 		t.Fatal(err)
 	}
-	wait(t, 30*time.Second, fmt.Sprintf("the watcher watching canary %d", id), func() error {
+	guestagent.Wait(t, 30*time.Second, fmt.Sprintf("the watcher watching canary %d", id), func() error {
 		if err := get("/v1/misses", &ml); err != nil {
 			return err
 		}
@@ -110,7 +85,7 @@ func TestExportCauses(t *testing.T) {
 	// The agent's own view first: a wrong count here is the watcher's,
 	// not the export's.
 	var p agent.ProgramStat
-	wait(t, 30*time.Second, "the agent's causes adding up to the kernel's misses", func() error {
+	guestagent.Wait(t, 30*time.Second, "the agent's causes adding up to the kernel's misses", func() error {
 		if err := get("/v1/programs/"+strconv.FormatUint(uint64(id), 10), &p); err != nil {
 			return err
 		}
@@ -125,15 +100,7 @@ func TestExportCauses(t *testing.T) {
 	// Two export intervals for the metrics; the shutdown flushes the
 	// episode's span.
 	time.Sleep(4 * interval)
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("agent exited with %v after SIGTERM", err)
-		}
-	case <-time.After(60 * time.Second):
-		t.Errorf("agent did not stop within 60s of SIGTERM")
-	}
+	ag.Stop(t)
 	var u unix.Utsname
 	unix.Uname(&u)
 	// What the host half checks the backends against.
@@ -147,7 +114,7 @@ func TestExportCauses(t *testing.T) {
 func get(path string, v any) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+apiAddr+path, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+guestagent.APIAddr+path, nil)
 	if err != nil {
 		return err
 	}
@@ -160,19 +127,4 @@ func get(path string, v any) error {
 		return fmt.Errorf("GET %s: %s", path, resp.Status)
 	}
 	return json.NewDecoder(resp.Body).Decode(v)
-}
-
-func wait(t *testing.T, limit time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, limit, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
