@@ -395,21 +395,22 @@ func (at *attribution) apply(p *Program) {
 		p.Owners = o
 	}
 	p.Pins = at.pins[p.ID]
-	if len(p.Links) > 0 {
+	perf, byPerf := at.perf[p.ID]
+	switch {
+	case len(p.Links) > 0:
 		// A link's attachment wins over the perf_event fd that kernels
 		// with perf_event links keep beside it: the same probe, with
 		// its link id and missed counter.
 		at.applyLinkPods(p)
-		if j, ok := at.perf[p.ID]; ok && p.AttachTarget == "" {
+		if byPerf && p.AttachTarget == "" {
 			// Kernels from 5.15 to 6.5 make the perf_event link but
 			// describe nothing of its probe in link info; the
 			// perf_event fd beside it names the probe.
-			p.AttachTarget, p.TargetClass = j.target, j.class
+			p.AttachTarget, p.TargetClass = perf.target, perf.class
 		}
 		return
-	}
-	if j, ok := at.perf[p.ID]; ok {
-		p.AttachType, p.AttachTarget, p.TargetClass = j.attachType, j.target, j.class
+	case byPerf:
+		p.AttachType, p.AttachTarget, p.TargetClass = perf.attachType, perf.target, perf.class
 		return
 	}
 	j, ok := at.attached[p.ID]

@@ -232,27 +232,12 @@ func (w *cgroupWalker) subdirs(fd int) ([]string, error) {
 		w.dents = make([]byte, 32<<10)
 	}
 	var subs []string
-	for {
-		n, err := unix.Getdents(fd, w.dents)
-		if err != nil {
-			return subs, err
+	err := eachDirent(fd, w.dents, func(name []byte, _ uint64, typ byte) {
+		if typ == unix.DT_DIR {
+			subs = append(subs, string(name))
 		}
-		if n <= 0 {
-			return subs, nil
-		}
-		for off := 0; off < n; {
-			nameOff, next := direntNameOff(w.dents, off)
-			if next > n {
-				break
-			}
-			isDir := w.dents[off+18] == unix.DT_DIR
-			off = next
-			name := cstr(w.dents[nameOff:next])
-			if isDir && string(name) != "." && string(name) != ".." {
-				subs = append(subs, string(name))
-			}
-		}
-	}
+	})
+	return subs, err
 }
 
 func (w *cgroupWalker) query(fd int, dir string) {

@@ -1,7 +1,6 @@
 package owners
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -181,39 +180,24 @@ type pinEntry struct {
 // them.
 func (w *pinWalker) entries(fd int, dev uint64) ([]pinEntry, error) {
 	var ents []pinEntry
-	buf := w.s.dents
-	for {
-		n, err := unix.Getdents(fd, buf)
-		if err != nil {
-			return ents, err
-		}
-		if n <= 0 {
-			return ents, nil
-		}
-		for off := 0; off < n; {
-			nameOff, next := direntNameOff(buf, off)
-			if next > n {
-				break
+	err := eachDirent(fd, w.s.dents, func(name []byte, ino uint64, typ byte) {
+		switch typ {
+		case unix.DT_REG:
+			key := pinInode{dev, ino}
+			if f, ok := w.s.known[key]; ok && f.progID == 0 && f.linkID == 0 {
+				f.gen = w.s.gen
+				w.s.known[key] = f
+				w.st.Files++
+				w.st.Skipped++
+				return
 			}
-			ino, typ := binary.NativeEndian.Uint64(buf[off:]), buf[off+18]
-			name := cstr(buf[nameOff:next])
-			off = next
-			switch {
-			case typ == unix.DT_REG:
-				key := pinInode{dev, ino}
-				if f, ok := w.s.known[key]; ok && f.progID == 0 && f.linkID == 0 {
-					f.gen = w.s.gen
-					w.s.known[key] = f
-					w.st.Files++
-					w.st.Skipped++
-					continue
-				}
-			case typ != unix.DT_DIR, string(name) == ".", string(name) == "..":
-				continue
-			}
-			ents = append(ents, pinEntry{string(name), ino, typ == unix.DT_DIR})
+		case unix.DT_DIR:
+		default:
+			return
 		}
-	}
+		ents = append(ents, pinEntry{string(name), ino, typ == unix.DT_DIR})
+	})
+	return ents, err
 }
 
 func (w *pinWalker) file(path string, key pinInode) {

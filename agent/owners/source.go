@@ -2,6 +2,7 @@ package owners
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -326,6 +327,34 @@ func direntNameOff(buf []byte, off int) (nameOff, next int) {
 		return len(buf), len(buf) // corrupt: stop
 	}
 	return off + direntNameStart, off + reclen
+}
+
+// eachDirent reads the open directory fd to its end with getdents into
+// buf, calling fn with each entry's name (valid only during the call),
+// inode and d_type; "." and ".." are left out. Only a reply of 0 ends the
+// directory (a pending signal cuts a reply short). The /proc walk, the hot
+// path, keeps loops of its own.
+func eachDirent(fd int, buf []byte, fn func(name []byte, ino uint64, typ byte)) error {
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err != nil {
+			return err
+		}
+		if n <= 0 {
+			return nil
+		}
+		for off := 0; off < n; {
+			nameOff, next := direntNameOff(buf, off)
+			if next > n {
+				break
+			}
+			name := cstr(buf[nameOff:next])
+			if string(name) != "." && string(name) != ".." {
+				fn(name, binary.NativeEndian.Uint64(buf[off:]), buf[off+18])
+			}
+			off = next
+		}
+	}
 }
 
 func dirent(buf []byte, off int) (name []byte, next int) {
