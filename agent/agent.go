@@ -344,7 +344,7 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 
 	st.OwnersRefreshed = a.attachOwners(progs, now, &st, early)
 	if a.attr != nil && st.OwnersRefreshed {
-		st.OwnersPin = a.attr.pin
+		st.OwnersPin, st.OwnersSource = a.attr.pin, a.attr.sourceName()
 	}
 
 	snap := &Snapshot{

@@ -2,11 +2,18 @@ package agent
 
 import (
 	"fmt"
+	"io"
 
 	"github.com/bpfleet/bpfleet/agent/internal/reader"
 	"github.com/bpfleet/bpfleet/agent/owners"
 	"github.com/bpfleet/bpfleet/probes/taskfile"
 	"github.com/cilium/ebpf"
+)
+
+// Where a refresh found which processes hold BPF fds (ScanStats.OwnersSource).
+const (
+	OwnersSourceIterator = "iterator" // the task_file iterator: one read
+	OwnersSourceProc     = "proc"     // a walk of /proc/PID/fd
 )
 
 // ViaAttachment marks an owner found through a program's attachment (a
@@ -21,15 +28,20 @@ const ViaAttachment = "attachment"
 // interface they are attached to. It is refreshed only when a program
 // appears that has not been attributed, or after Config.OwnerRefresh.
 type attribution struct {
-	scanner  *owners.Scanner
-	iterErr  error
-	pin      string // the task_file iterator's pin, when read from one
-	bpffs    []string
-	cgroup   string
-	cgErr    error
-	progs    map[uint32]ownedProg
-	pins     map[uint32][]string
-	attached map[uint32]attachedProg
+	scanner *owners.Scanner
+	iterErr error
+	// iterCacheErr says why the task_file iterator's CO-RE cache could
+	// not be read or written.
+	iterCacheErr error
+	iter         io.Closer // the task_file iterator loaded, nil for a pin or the walk
+	pin          string    // the task_file iterator's pin, when read from one
+	srcName      string    // OwnersSourceIterator or OwnersSourceProc
+	bpffs        []string
+	cgroup       string
+	cgErr        error
+	progs        map[uint32]ownedProg
+	pins         map[uint32][]string
+	attached     map[uint32]attachedProg
 	// perf is what the programs attached through a perf_event fd with no
 	// link (PERF_EVENT_IOC_SET_BPF) are attached to, named as their link
 	// would be (reader.NamePerfAttachments).
@@ -122,18 +134,33 @@ func newAttribution(cfg Config) *attribution {
 	var src owners.Source
 	if cfg.OneShot && cfg.ProcRoot == "/proc" {
 		// nil without a running agent's pin: walk /proc
-		src, at.pin = openPinnedTaskfile(cfg.BPFFS)
+		var it *taskfile.Iter
+		if it, at.pin = openPinnedTaskfile(cfg.BPFFS); it != nil {
+			src, at.iter = taskfileSource{it}, it
+		}
 	}
-	if src == nil && cfg.OwnerIterator && cfg.ProcRoot == "/proc" {
-		// The iterator sees the agent's own pid namespace's view of
-		// every task in one read(); with a host /proc mounted elsewhere
-		// the pids it reports could differ from that /proc's, so the walk
-		// is used there.
-		if it, err := taskfile.Load(); err == nil {
-			src = taskfileSource{it}
+	// The iterator sees the agent's own pid namespace's view of every task
+	// in one read(); with a host /proc mounted elsewhere the pids it
+	// reports could differ from that /proc's, so the walk is used there.
+	// A one-shot list loads it only from the CO-RE cache (a few ms, less
+	// than the walk of 1,000 held fds): relocating it from kernel BTF
+	// costs ~30 ms, more than the walk it replaces.
+	switch {
+	case src != nil || cfg.ProcRoot != "/proc":
+	case cfg.OwnerIterator:
+		if it, li, err := taskfile.LoadCached(cfg.CacheDir); err == nil {
+			src, at.iter, at.iterCacheErr = taskfileSource{it}, it, li.CacheErr
 		} else {
 			at.iterErr = fmt.Errorf("task_file iterator unavailable, walking /proc instead: %w", err)
 		}
+	case cfg.OneShot && !cfg.NoIterator && taskfile.Cached(cfg.CacheDir):
+		// Loaded while the programs are read, on the other CPU.
+		p := loadTaskfile(cfg.CacheDir, owners.NewProcSource(cfg.ProcRoot))
+		src, at.iter = p, p
+	}
+	at.srcName = OwnersSourceProc
+	if src != nil {
+		at.srcName = OwnersSourceIterator
 	}
 	at.scanner = owners.NewScanner(cfg.ProcRoot, src)
 	if cfg.ProcRoot == "/proc" {
@@ -146,13 +173,57 @@ func newAttribution(cfg Config) *attribution {
 // openPinnedTaskfile opens the task_file iterator a running agent pinned
 // (probes/taskfile/pin.go), so a one-shot list finds owners in one read
 // rather than a /proc walk; nil when there is none.
-func openPinnedTaskfile(bpffs []string) (owners.Source, string) {
+func openPinnedTaskfile(bpffs []string) (*taskfile.Iter, string) {
 	for _, dir := range bpffs {
 		if it, err := taskfile.OpenPinned(dir); err == nil {
-			return taskfileSource{it}, taskfile.PinPath(dir)
+			return it, taskfile.PinPath(dir)
 		}
 	}
 	return nil, ""
+}
+
+// pendingTaskfile is a task_file iterator being loaded beside a one-shot
+// list's program read: its Holdings waits for the load, and walks /proc
+// when the kernel refused it.
+type pendingTaskfile struct {
+	done chan struct{}
+	it   *taskfile.Iter
+	err  error
+	proc owners.Source
+}
+
+func loadTaskfile(cacheDir string, proc owners.Source) *pendingTaskfile {
+	p := &pendingTaskfile{done: make(chan struct{}), proc: proc}
+	go func() {
+		defer close(p.done)
+		p.it, _, p.err = taskfile.LoadCached(cacheDir)
+	}()
+	return p
+}
+
+func (p *pendingTaskfile) Holdings(dst []owners.Holding, st *owners.Stats) ([]owners.Holding, error) {
+	<-p.done
+	if p.err != nil {
+		return p.proc.Holdings(dst, st)
+	}
+	return taskfileSource{p.it}.Holdings(dst, st)
+}
+
+func (p *pendingTaskfile) Close() error {
+	<-p.done
+	if p.it == nil {
+		return nil
+	}
+	return p.it.Close()
+}
+
+// sourceName is OwnersSourceIterator or OwnersSourceProc: how the last
+// refresh found holders. Called after the refresh.
+func (at *attribution) sourceName() string {
+	if p, ok := at.iter.(*pendingTaskfile); ok && p.err != nil {
+		return OwnersSourceProc
+	}
+	return at.srcName
 }
 
 // taskfileSource adapts the task_file iterator to owners.Source.
@@ -386,6 +457,9 @@ func (at *attribution) ownerExited() bool {
 func (at *attribution) close() {
 	if at.watch != nil {
 		at.watch.close()
+	}
+	if at.iter != nil {
+		at.iter.Close()
 	}
 }
 

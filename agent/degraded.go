@@ -96,14 +96,19 @@ func (a *Agent) Degraded() []string {
 }
 
 // coreCacheErr is the first complaint about the CO-RE cache of the
-// reader's iterators, else of the map iterator's: one directory for all,
-// so one line.
+// reader's iterators, else of the map iterator's, else of the task_file
+// iterator's: one directory for all, so one line.
 func (a *Agent) coreCacheErr(lost reader.Losses) error {
 	if lost.CoreCache != nil {
 		return lost.CoreCache
 	}
 	if m := a.maps; m != nil && m.r != nil {
-		return m.r.CacheErr()
+		if err := m.r.CacheErr(); err != nil {
+			return err
+		}
+	}
+	if a.attr != nil {
+		return a.attr.iterCacheErr
 	}
 	return nil
 }

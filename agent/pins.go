@@ -41,7 +41,7 @@ func PublishIterators(c config.Scan, log *slog.Logger) io.Closer {
 		}
 	}
 	if !c.NoOwners {
-		p, err := taskfile.Publish(c.BPFFS[0])
+		p, err := taskfile.Publish(c.BPFFS[0], c.CacheDir)
 		if err != nil {
 			log.Info("not pinning the task_file iterator: bpfleet list will walk /proc for owners", "err", err)
 		} else {

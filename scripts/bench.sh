@@ -22,7 +22,7 @@ selected() { [[ $want == all || ,$want, == *,$1,* ]]; }
 scripts/install-deps.sh >/dev/null
 
 if selected list; then
-	section "list: bpfleet list -o json against bpftool prog show -j, 1,000 programs"
+	section "list: bpfleet list -o json against bpftool prog show -j, 1,000 and 10,000 programs"
 	go test -tags bench -count=1 -run 'TestBenchListAgainstBpftool' -v ./cmd/bpfleet | grep -E 'BENCH|FAIL|ok'
 fi
 

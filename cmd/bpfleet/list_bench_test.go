@@ -6,10 +6,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/internal/config"
 )
 
 // This file is `make bench` only (build tag bench): a race against another
@@ -21,7 +27,16 @@ type timing struct{ wall, cpu time.Duration }
 
 func runTimed(t *testing.T, name string, args ...string) timing {
 	t.Helper()
+	return runTimedEnv(t, nil, name, args...)
+}
+
+// runTimedEnv is runTimed with env added to the test's environment.
+func runTimedEnv(t *testing.T, env []string, name string, args ...string) timing {
+	t.Helper()
 	cmd := exec.Command(name, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	start := time.Now()
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("%s %v: %v", name, args, err)
@@ -35,17 +50,19 @@ func median(ds []time.Duration) time.Duration {
 }
 
 // TestBenchListAgainstBpftool times `bpfleet list -o json` against
-// `bpftool prog show -j` over 1,000 programs, alternated so all see the
-// same machine load, and prints the medians and their ratios: with no agent
-// running (list scans by syscall, or loads the iterator with --scan-source
-// iterator) and with a real `bpfleet agent` running (list reads the
-// iterator the agent pinned), each with and without owners; and the
-// startup floor, `bpfleet version`.
+// `bpftool prog show -j` over 1,000 and 10,000 programs (BPFLEET_BENCH_LIST
+// picks the sizes), alternated so all see the same machine load, and prints
+// the medians and their ratios: with no agent running (list scans by
+// syscall, or loads the iterator with --scan-source iterator) and with a
+// real `bpfleet agent` running (list reads the iterator the agent pinned),
+// each with and without owners; and the startup floor, `bpfleet version`.
 //
 // Debian's bpftool is built without its pid iterator: it reports no owners.
-// The like-for-like comparison is therefore list --no-owners; the default
-// (owners through a /proc walk, here of a process holding 1,000 program
-// fds) is printed beside it.
+// The like-for-like comparison is therefore list --no-owners; with owners
+// (here of a process holding every program's fd) and no agent, list finds
+// them with a task_file iterator of its own when the CO-RE cache holds it
+// (any agent run on the node with that cache wrote it) and by a /proc walk
+// when the cache is cold: both are timed.
 //
 // BPFLEET_BENCH_BASELINE names another CLI build of bpfleet (e.g. built
 // from main: go build -tags lean), timed alternated with this one, so a
@@ -56,7 +73,33 @@ func TestBenchListAgainstBpftool(t *testing.T) {
 	if err != nil {
 		t.Fatal("bpftool not found: run scripts/install-deps.sh")
 	}
-	ids := loadSocketFilters(t, 1000)
+	sizes := []int{1000, 10000}
+	if v := os.Getenv("BPFLEET_BENCH_LIST"); v != "" {
+		sizes = sizes[:0]
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil || n <= 0 {
+				t.Fatalf("BPFLEET_BENCH_LIST=%q: want program counts such as 1000,10000", v)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	coldCache := []string{config.CacheDirEnv + "=" + t.TempDir()}
+	warmCache := []string{config.CacheDirEnv + "=" + t.TempDir()}
+	stop := startPinningAgent(t, bin, pinTestBPFFS(t), warmCache...) // it writes the CO-RE cache
+	stop()
+	loaded := 0
+	for _, n := range sizes {
+		if n > loaded {
+			loadSocketFilters(t, n-loaded)
+			loaded = n
+		}
+		t.Run(strconv.Itoa(n), func(t *testing.T) { benchList(t, bin, bpftool, n, coldCache, warmCache) })
+	}
+}
+
+// benchList is one size of TestBenchListAgainstBpftool.
+func benchList(t *testing.T, bin, bpftool string, n int, coldCache, warmCache []string) {
 	dir := pinTestBPFFS(t) // the agent pins here, so no other agent's pin is used
 	const runs = 21
 	type variant struct {
@@ -64,26 +107,46 @@ func TestBenchListAgainstBpftool(t *testing.T) {
 		bin   string // "": bpftool prog show -j
 		args  []string
 		agent bool
+		env   []string
 	}
 	noOwners := []string{"list", "-o", "json", "--no-owners", "--bpffs", dir}
 	owners := []string{"list", "-o", "json", "--bpffs", dir}
 	variants := []variant{
-		{"bpftool prog show -j", "", nil, false},
-		{"bpfleet version", bin, []string{"version"}, false},
-		{"bpfleet-agent version (one full binary as before)", bin + "-agent", []string{"version"}, false},
-		{"no agent:  list -o json --no-owners", bin, noOwners, false},
-		{"no agent:  list -o json (owners)", bin, owners, false},
-		{"no agent:  list ... --no-owners --scan-source iterator", bin, append(noOwners[:len(noOwners):len(noOwners)], "--scan-source", "iterator"), false},
-		{"bpftool prog show -j (agent running)", "", nil, true},
-		{"agent pin: list -o json --no-owners", bin, noOwners, true},
-		{"agent pin: list -o json (owners)", bin, owners, true},
+		{"bpftool prog show -j", "", nil, false, nil},
+		{"bpfleet version", bin, []string{"version"}, false, nil},
+		{"bpfleet-agent version (one full binary as before)", bin + "-agent", []string{"version"}, false, nil},
+		{"no agent:  list -o json --no-owners", bin, noOwners, false, warmCache},
+		{"no agent:  list -o json --no-owners (cold CO-RE cache)", bin, noOwners, false, coldCache},
+		{"no agent:  list -o json (owners)", bin, owners, false, warmCache},
+		{"no agent:  list -o json (owners, cold CO-RE cache)", bin, owners, false, coldCache},
+		{"bpftool prog show -j (agent running)", "", nil, true, nil},
+		{"agent pin: list -o json --no-owners", bin, noOwners, true, nil},
+		{"agent pin: list -o json (owners)", bin, owners, true, nil},
 	}
 	baseline := os.Getenv("BPFLEET_BENCH_BASELINE")
 	if baseline != "" {
-		variants = append(variants[:6:6], variant{"baseline: no agent: list -o json --no-owners", baseline, noOwners, false},
-			variants[6], variants[7], variants[8],
-			variant{"baseline: agent pin: list -o json --no-owners", baseline, noOwners, true},
-			variant{"baseline: agent pin: list -o json (owners)", baseline, owners, true})
+		variants = append(variants[:7:7], variant{"baseline: no agent: list -o json --no-owners", baseline, noOwners, false, warmCache},
+			variant{"baseline: no agent: list -o json (owners)", baseline, owners, false, warmCache},
+			variants[7], variants[8], variants[9],
+			variant{"baseline: agent pin: list -o json --no-owners", baseline, noOwners, true, nil},
+			variant{"baseline: agent pin: list -o json (owners)", baseline, owners, true, nil})
+	}
+	// Each no-agent variant reads what its label says: the cold cache by
+	// syscall and /proc, the warm one by iterators.
+	for _, v := range variants {
+		if v.env == nil || v.bin != bin {
+			continue
+		}
+		src, osrc := "iterator", agent.OwnersSourceIterator
+		if v.env[0] == coldCache[0] {
+			src, osrc = "syscall", agent.OwnersSourceProc
+		}
+		if slices.Contains(v.args, "--no-owners") {
+			osrc = ""
+		}
+		if got := listJSONEnv(t, v.env, bin, v.args[3:]...).Scan; got.Source != src || got.OwnersSource != osrc {
+			t.Fatalf("%s: scan %+v, want programs by %s, owners by %q", v.label, got, src, osrc)
+		}
 	}
 	wall := make([][]time.Duration, len(variants))
 	cpu := make([][]time.Duration, len(variants))
@@ -97,7 +160,7 @@ func TestBenchListAgainstBpftool(t *testing.T) {
 				if v.bin == "" {
 					tm = runTimed(t, bpftool, "prog", "show", "-j")
 				} else {
-					tm = runTimed(t, v.bin, v.args...)
+					tm = runTimedEnv(t, v.env, v.bin, v.args...)
 				}
 				wall[j], cpu[j] = append(wall[j], tm.wall), append(cpu[j], tm.cpu)
 			}
@@ -116,7 +179,7 @@ func TestBenchListAgainstBpftool(t *testing.T) {
 	measure(true)
 	stop()
 
-	t.Logf("BENCH list-vs-bpftool: %d+ programs, median of %d alternated runs (wall, cpu; ratio = wall / bpftool wall of the same group)", len(ids), runs)
+	t.Logf("BENCH list-vs-bpftool: %d+ programs, median of %d alternated runs (wall, cpu; ratio = wall / bpftool wall of the same group)", n, runs)
 	base := median(wall[0])
 	for j, v := range variants {
 		w := median(wall[j])
@@ -130,9 +193,10 @@ func TestBenchListAgainstBpftool(t *testing.T) {
 
 // startPinningAgent runs `bpfleet agent` with its bpffs in dir and waits
 // for its iterator pins; the returned func stops it.
-func startPinningAgent(t *testing.T, bin, dir string) func() {
+func startPinningAgent(t *testing.T, bin, dir string, env ...string) func() {
 	t.Helper()
 	cmd := exec.Command(bin, "agent", "--bpffs", dir, "--interval", "10s", "--calibrate=false", "--api-addr=")
+	cmd.Env = append(os.Environ(), env...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

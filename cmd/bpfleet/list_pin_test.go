@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/internal/config"
 	"github.com/bpfleet/bpfleet/internal/syncbuf"
 	"github.com/bpfleet/bpfleet/probes/progstats"
 	"github.com/bpfleet/bpfleet/probes/taskfile"
@@ -24,7 +26,7 @@ import (
 // touch a running agent's.
 func pinTestBPFFS(t *testing.T) string {
 	t.Helper()
-	dir := filepath.Join("/sys/fs/bpf", fmt.Sprintf("bpfleet-cmdtest-%d-%s", os.Getpid(), t.Name()))
+	dir := filepath.Join("/sys/fs/bpf", fmt.Sprintf("bpfleet-cmdtest-%d-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "-")))
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Skipf("cannot use the host's bpffs at /sys/fs/bpf: %v", err)
 	}
@@ -39,6 +41,7 @@ type listScanDoc struct {
 		FallbackReason string `json:"fallback_reason"`
 		IteratorPin    string `json:"iterator_pin"`
 		OwnersPin      string `json:"owners_pin"`
+		OwnersSource   string `json:"owners_source"`
 	} `json:"scan"`
 }
 
@@ -49,7 +52,15 @@ func listJSON(t *testing.T, bin string, args ...string) listScanDoc {
 
 func listJSONOwners(t *testing.T, bin string, args ...string) listScanDoc {
 	t.Helper()
-	out, err := exec.Command(bin, append([]string{"list", "-o", "json"}, args...)...).Output()
+	return listJSONEnv(t, nil, bin, args...)
+}
+
+// listJSONEnv runs list -o json with env added to the test's environment.
+func listJSONEnv(t *testing.T, env []string, bin string, args ...string) listScanDoc {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"list", "-o", "json"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("list %v: %v", args, err)
 	}
@@ -63,19 +74,33 @@ func listJSONOwners(t *testing.T, bin string, args ...string) listScanDoc {
 // TestListFromPin: with an agent's iterator pinned, a one-shot list reads
 // it (scan.source iterator, scan.iterator_pin its path) and reports every
 // idle program exactly as the syscall scan does; without a pin, or without
-// bpffs, it scans by syscall and says why.
+// bpffs, it loads its own iterator where the CO-RE cache holds it and
+// otherwise scans by syscall and says why.
 func TestListFromPin(t *testing.T) {
 	bin := bpfleetBin(t)
 	dir := pinTestBPFFS(t)
 	ids := loadSocketFilters(t, 50)
 
-	none := listJSON(t, bin, "--bpffs", dir)
+	emptyCache := []string{config.CacheDirEnv + "=" + t.TempDir()}
+	none := listJSONEnv(t, emptyCache, bin, "--no-owners", "--bpffs", dir)
 	if none.Scan.Source != "syscall" || !strings.Contains(none.Scan.FallbackReason, "no iterator pinned at "+dir) {
 		t.Errorf("no pin: scan %+v, want syscall saying no iterator is pinned", none.Scan)
 	}
-	notfs := listJSON(t, bin, "--bpffs", t.TempDir())
+	notfs := listJSONEnv(t, emptyCache, bin, "--no-owners", "--bpffs", t.TempDir())
 	if notfs.Scan.Source != "syscall" || !strings.Contains(notfs.Scan.FallbackReason, "is not a bpffs mount") {
 		t.Errorf("no bpffs: scan %+v, want syscall saying it is not bpffs", notfs.Scan)
+	}
+	warm := t.TempDir()
+	if cpus, err := progstats.PossibleCPUs(); err != nil {
+		t.Fatal(err)
+	} else if it, li, err := progstats.LoadCached(cpus, warm); err != nil || li.CacheErr != nil {
+		t.Fatalf("priming the CO-RE cache: %v, %v", err, li.CacheErr)
+	} else {
+		it.Close()
+	}
+	cached := listJSONEnv(t, []string{config.CacheDirEnv + "=" + warm}, bin, "--no-owners", "--bpffs", dir)
+	if cached.Scan.Source != "iterator" || cached.Scan.IteratorPin != "" || cached.Scan.FallbackReason != "" {
+		t.Errorf("no pin, the iterator in the CO-RE cache: scan %+v, want its own iterator", cached.Scan)
 	}
 
 	cpus, err := progstats.PossibleCPUs()
@@ -129,12 +154,26 @@ func TestListFromPin(t *testing.T) {
 	}
 
 	// Owners: from the agent's pinned task_file iterator, the same as
-	// from the /proc walk a list does without one.
-	walked := listJSONOwners(t, bin, "--bpffs", dir)
-	if walked.Scan.OwnersPin != "" {
-		t.Fatalf("owners from pin %s before any was published", walked.Scan.OwnersPin)
+	// from the /proc walk a list does without one and a cold CO-RE cache,
+	// and from the iterator a list loads itself once the cache holds it.
+	walked := listJSONEnv(t, emptyCache, bin, "--bpffs", dir)
+	if walked.Scan.OwnersPin != "" || walked.Scan.OwnersSource != agent.OwnersSourceProc {
+		t.Fatalf("no pin, empty CO-RE cache: scan %+v, want owners from the /proc walk", walked.Scan)
 	}
-	tf, err := taskfile.Publish(dir)
+	cache := t.TempDir()
+	if it, li, err := taskfile.LoadCached(cache); err != nil || li.CacheErr != nil {
+		t.Fatalf("priming the CO-RE cache: %v, %v", err, li.CacheErr)
+	} else {
+		it.Close()
+	}
+	loaded := listJSONEnv(t, []string{config.CacheDirEnv + "=" + cache}, bin, "--bpffs", dir)
+	if loaded.Scan.OwnersPin != "" || loaded.Scan.OwnersSource != agent.OwnersSourceIterator {
+		t.Fatalf("no pin, CO-RE cache holding the task_file iterator: scan %+v, want owners from the iterator", loaded.Scan)
+	}
+	if noIter := listJSONEnv(t, []string{config.CacheDirEnv + "=" + cache}, bin, "--bpffs", dir, "--no-iterator"); noIter.Scan.OwnersSource != agent.OwnersSourceProc {
+		t.Errorf("--no-iterator: scan %+v, want owners from the /proc walk", noIter.Scan)
+	}
+	tf, err := taskfile.Publish(dir, "")
 	if errors.Is(err, ebpf.ErrNotSupported) {
 		t.Skipf("kernel refuses iter/task_file: %v", err)
 	}
@@ -155,9 +194,12 @@ func TestListFromPin(t *testing.T) {
 		}
 		return m
 	}
-	w, g := owners(walked), owners(fromPin)
+	w, g, l := owners(walked), owners(fromPin), owners(loaded)
 	if len(g) != len(ids) || !reflect.DeepEqual(w, g) {
 		t.Errorf("owners of the test's %d programs: %d from the pin, differing from the /proc walk's %d", len(ids), len(g), len(w))
+	}
+	if !reflect.DeepEqual(w, l) {
+		t.Errorf("owners of the test's %d programs: %d from the loaded iterator, differing from the /proc walk's %d", len(ids), len(l), len(w))
 	}
 	for id, o := range g {
 		if own, _ := o.([]any); len(own) != 1 || int(own[0].(map[string]any)["pid"].(float64)) != os.Getpid() {

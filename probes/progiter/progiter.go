@@ -6,11 +6,12 @@ package progiter
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 
+	"github.com/bpfleet/bpfleet/probes/internal/coreload"
 	"github.com/bpfleet/bpfleet/probes/internal/records"
 	"github.com/bpfleet/bpfleet/probes/internal/refuse"
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 )
 
@@ -57,7 +58,8 @@ const bufSize = 64 << 10
 // Iter is a loaded and attached bpf_prog iterator. It is not safe for
 // concurrent use.
 type Iter struct {
-	objs   progiterObjects
+	prog   *ebpf.Program
+	maps   map[string]*ebpf.Map
 	link   *link.Iter
 	progID uint32
 	buf    []byte
@@ -66,32 +68,42 @@ type Iter struct {
 	names records.Strings
 }
 
-// Load loads the iterator program and attaches it. When the kernel refuses
-// it (no BTF, no bpf_prog iterator, a verifier that rejects the CO-RE reads)
-// the error wraps ebpf.ErrNotSupported and says why; missing privileges are
-// reported as the kernel's EPERM.
-func Load() (*Iter, error) {
+// LoadInfo says how a load went, for callers that report or measure it.
+type LoadInfo = coreload.LoadInfo
+
+// LoadCached loads the iterator program and attaches it, its CO-RE result
+// cached in dir ("" for no cache; probes/internal/coreload): cilium/ebpf's
+// loader parses the whole vmlinux BTF on every load, ~25 ms of a one-shot
+// list that meets one tracing program. When the kernel refuses it (no BTF,
+// no bpf_prog iterator, a verifier that rejects the CO-RE reads) the error
+// wraps ebpf.ErrNotSupported and says why; missing privileges are reported
+// as the kernel's EPERM.
+func LoadCached(dir string) (*Iter, LoadInfo, error) {
 	spec, err := loadProgiter()
 	if err != nil {
-		return nil, fmt.Errorf("reading bpf_prog iterator spec: %w", err)
+		return nil, LoadInfo{}, fmt.Errorf("reading bpf_prog iterator spec: %w", err)
 	}
-	it := &Iter{buf: make([]byte, bufSize), names: records.NewStrings()}
-	if err := spec.LoadAndAssign(&it.objs, nil); err != nil {
-		return nil, fmt.Errorf("loading iter/bpf_prog: %w", refuse.Iterator(err, "bpf_prog"))
-	}
-	it.link, err = link.AttachIter(link.IterOptions{Program: it.objs.DumpProg})
-	if err != nil {
-		it.objs.Close()
-		return nil, fmt.Errorf("attaching iter/bpf_prog: %w", refuse.Iterator(err, "bpf_prog"))
-	}
-	info, err := it.objs.DumpProg.Info()
-	if err != nil {
-		it.Close()
-		return nil, fmt.Errorf("reading iterator program info: %w", err)
-	}
-	id, _ := info.ID()
-	it.progID = uint32(id)
-	return it, nil
+	p := &coreload.Program{Name: "progiter", Object: _ProgiterBytes, Insns: spec.Programs["dump_prog"].Instructions, Target: "bpf_prog"}
+	return coreload.Load(p, dir, func(c *coreload.Result) (*Iter, error) {
+		prog, maps, err := coreload.Instantiate(spec, "dump_prog", c, nil)
+		if err != nil {
+			return nil, fmt.Errorf("loading iter/bpf_prog: %w", refuse.Iterator(err, "bpf_prog"))
+		}
+		it := &Iter{prog: prog, maps: maps, buf: make([]byte, bufSize), names: records.NewStrings()}
+		it.link, err = link.AttachIter(link.IterOptions{Program: prog})
+		if err != nil {
+			it.Close()
+			return nil, fmt.Errorf("attaching iter/bpf_prog: %w", refuse.Iterator(err, "bpf_prog"))
+		}
+		info, err := prog.Info()
+		if err != nil {
+			it.Close()
+			return nil, fmt.Errorf("reading iterator program info: %w", err)
+		}
+		id, _ := info.ID()
+		it.progID = uint32(id)
+		return it, nil
+	})
 }
 
 // ProgramID is the id of the iterator program itself, so that a caller
@@ -138,5 +150,5 @@ func (it *Iter) decode(b []byte) Record {
 
 // Close detaches and unloads the iterator.
 func (it *Iter) Close() error {
-	return errors.Join(it.link.Close(), it.objs.Close())
+	return coreload.Close(it.link, it.prog, it.maps)
 }

@@ -13,7 +13,7 @@ import (
 
 func loadIter(tb testing.TB) *Iter {
 	tb.Helper()
-	it, err := Load()
+	it, _, err := LoadCached("")
 	if errors.Is(err, ebpf.ErrNotSupported) {
 		tb.Skipf("kernel refuses iter/bpf_prog: %v", err)
 	}
@@ -344,4 +344,36 @@ func BenchmarkInfoWalk(b *testing.B) {
 	}
 	b.ReportMetric(float64(n), "progs")
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/prog")
+}
+
+// TestLoadCached: a load from the CO-RE cache (probes/internal/coreload)
+// reads what a load relocated from kernel BTF reads.
+func TestLoadCached(t *testing.T) {
+	dir := t.TempDir()
+	l := mustLoad(t, &ebpf.ProgramSpec{Name: "pi_cached", Type: ebpf.SocketFilter})
+	var recs [2]Record
+	for i, wantCached := range []bool{false, true} {
+		it, li, err := LoadCached(dir)
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			t.Skipf("kernel refuses iter/bpf_prog: %v", err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer it.Close()
+		if li.Cached != wantCached || li.CacheErr != nil {
+			t.Fatalf("load %d: cached %v (want %v), cache error %v", i, li.Cached, wantCached, li.CacheErr)
+		}
+		got := map[uint32]Record{}
+		if err := it.Read(got); err != nil {
+			t.Fatal(err)
+		}
+		recs[i] = got[l.id]
+		if recs[i].ID != l.id {
+			t.Fatalf("load %d: program %d missing", i, l.id)
+		}
+	}
+	if recs[0] != recs[1] {
+		t.Errorf("cached load read %+v, relocated %+v", recs[1], recs[0])
+	}
 }

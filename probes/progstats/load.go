@@ -18,6 +18,12 @@ type LoadInfo = coreload.LoadInfo
 // kernelKey is the cache key of this program on the running kernel.
 func kernelKey() (string, error) { return coreload.KernelKey(_ProgstatsBytes) }
 
+// Cached says whether dir holds the CO-RE result for the running kernel,
+// so that LoadCached would skip kernel BTF.
+func Cached(dir string) bool {
+	return coreload.Cached(&coreload.Program{Name: "progstats", Object: _ProgstatsBytes}, dir)
+}
+
 // LoadCached loads and attaches the iterator for cpus possible CPUs, with
 // the CO-RE result cached in dir ("" for no cache). A cache entry the
 // verifier refuses is dropped and the load retried from kernel BTF.

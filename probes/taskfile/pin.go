@@ -10,7 +10,7 @@ import (
 // The agent pins a task_file iterator for one-shot commands as it does the
 // stats iterator (probes/progstats/pin.go): `bpfleet list` then finds the
 // owners of every program in one read, instead of loading the iterator
-// (a kernel BTF parse: tens of ms) or walking /proc/*/fdinfo. After its
+// (a kernel BTF parse where its CO-RE result is not cached: tens of ms) or walking /proc/*/fdinfo. After its
 // learning pass the program's state is read-only, so every reader of the
 // pin sees the same. A task iterator reports pids in the pid namespace of
 // the task that opens it, so a reader gets its own namespace's pids.
@@ -25,14 +25,15 @@ func PinPath(bpffs string) string {
 // readers.
 type Published = iterpin.Published
 
-// Publish loads an instance of the iterator and pins it at
-// PinPath(bpffs), replacing a pin already there (iterpin.Pin).
-func Publish(bpffs string) (*Published, error) {
+// Publish loads an instance of the iterator, its CO-RE result cached in
+// cacheDir ("" for none), and pins it at PinPath(bpffs), replacing a pin
+// already there (iterpin.Pin).
+func Publish(bpffs, cacheDir string) (*Published, error) {
 	path := PinPath(bpffs)
 	if err := iterpin.Ready(path); err != nil {
 		return nil, err
 	}
-	it, err := Load()
+	it, _, err := LoadCached(cacheDir)
 	if err != nil {
 		return nil, err
 	}

@@ -31,7 +31,7 @@ func TestPinnedTaskFile(t *testing.T) {
 	defer p.Close()
 	id := progID(t, p)
 
-	pub, err := Publish(dir)
+	pub, err := Publish(dir, "")
 	if errors.Is(err, ebpf.ErrNotSupported) {
 		t.Skipf("kernel refuses iter/task_file: %v", err)
 	}

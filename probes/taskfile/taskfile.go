@@ -7,9 +7,9 @@ package taskfile
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 
+	"github.com/bpfleet/bpfleet/probes/internal/coreload"
 	"github.com/bpfleet/bpfleet/probes/internal/records"
 	"github.com/bpfleet/bpfleet/probes/internal/refuse"
 	"github.com/cilium/ebpf"
@@ -63,7 +63,9 @@ const bufSize = 64 << 10
 // Iter is a loaded and attached task_file iterator. It is not safe for
 // concurrent use.
 type Iter struct {
-	objs taskfileObjects
+	prog *ebpf.Program
+	maps map[string]*ebpf.Map
+	vars map[string]*ebpf.VariableSpec
 	link *link.Iter
 	buf  []byte
 	// comms interns process names: a node has few distinct ones, so
@@ -71,72 +73,140 @@ type Iter struct {
 	comms records.Strings
 }
 
-// Load loads the iterator and attaches it. When the kernel refuses it the
-// error wraps ebpf.ErrNotSupported and says why; missing privileges are
-// reported as the kernel's EPERM.
-func Load() (*Iter, error) { return load(false) }
+// LoadInfo says how a load went, for callers that report or measure it.
+type LoadInfo = coreload.LoadInfo
+
+// The iterator is loaded with bpf(BPF_PROG_LOAD) directly, its CO-RE result
+// cached per kernel build (probes/internal/coreload), as the stats
+// iterators are: cilium/ebpf's loader parses the whole vmlinux BTF on every
+// load, ~30 ms, three times what a /proc walk of 1,000 held program fds
+// costs, so a one-shot list could only afford the iterator from the cache.
+
+// Load loads the iterator and attaches it, relocating it from kernel BTF.
+// When the kernel refuses it the error wraps ebpf.ErrNotSupported and says
+// why; missing privileges are reported as the kernel's EPERM.
+func Load() (*Iter, error) {
+	it, _, err := LoadCached("")
+	return it, err
+}
+
+// LoadCached is Load with the CO-RE result cached in dir ("" for no
+// cache).
+func LoadCached(dir string) (*Iter, LoadInfo, error) { return load(false, dir) }
+
+// Cached says whether dir holds the CO-RE result for the running kernel,
+// so that LoadCached would skip kernel BTF.
+func Cached(dir string) bool {
+	return coreload.Cached(&coreload.Program{Name: "taskfile", Object: _TaskfileBytes}, dir)
+}
 
 // load with the test switch that finds links by name (see taskfile.bpf.c).
-func load(linksByName bool) (*Iter, error) {
+func load(linksByName bool, dir string) (*Iter, LoadInfo, error) {
 	spec, err := loadTaskfile()
 	if err != nil {
-		return nil, fmt.Errorf("reading task_file iterator spec: %w", err)
+		return nil, LoadInfo{}, fmt.Errorf("reading task_file iterator spec: %w", err)
 	}
-	if err := spec.Variables["links_by_name"].Set(linksByName); err != nil {
-		return nil, fmt.Errorf("configuring task_file iterator: %w", err)
+	var vars map[string]uint32
+	if linksByName {
+		vars = map[string]uint32{"links_by_name": 1}
 	}
-	it := &Iter{buf: make([]byte, bufSize), comms: records.NewStrings()}
-	if err := spec.LoadAndAssign(&it.objs, nil); err != nil {
-		return nil, fmt.Errorf("loading iter/task_file: %w", refuse.Iterator(err, "task_file"))
-	}
-	it.link, err = link.AttachIter(link.IterOptions{Program: it.objs.DumpTaskFile})
-	if err != nil {
-		it.objs.Close()
-		return nil, fmt.Errorf("attaching iter/task_file: %w", refuse.Iterator(err, "task_file"))
-	}
-	if err := it.learn(); err != nil {
-		it.Close()
-		return nil, err
-	}
-	return it, nil
+	p := &coreload.Program{Name: "taskfile", Object: _TaskfileBytes, Insns: spec.Programs["dump_task_file"].Instructions, Target: "task_file"}
+	return coreload.Load(p, dir, func(c *coreload.Result) (*Iter, error) {
+		prog, maps, err := coreload.Instantiate(spec, "dump_task_file", c, vars)
+		if err != nil {
+			return nil, fmt.Errorf("loading iter/task_file: %w", refuse.Iterator(err, "task_file"))
+		}
+		it := &Iter{prog: prog, maps: maps, vars: spec.Variables, buf: make([]byte, bufSize), comms: records.NewStrings()}
+		it.link, err = link.AttachIter(link.IterOptions{Program: prog})
+		if err != nil {
+			it.Close()
+			return nil, fmt.Errorf("attaching iter/task_file: %w", refuse.Iterator(err, "task_file"))
+		}
+		if err := it.learn(); err != nil {
+			it.Close()
+			return nil, err
+		}
+		return it, nil
+	})
 }
 
 // learn runs one pass in which the program notes the file operations of
 // this process's own program and link fds (the iterator's): how it tells
 // BPF files from others in every later pass.
 func (it *Iter) learn() error {
-	v := it.objs.taskfileVariables
+	le := binary.LittleEndian
 	for _, set := range []struct {
-		v   *ebpf.Variable
-		val any
+		name string
+		val  []byte
 	}{
-		{v.LearnProgFd, int32(it.objs.DumpTaskFile.FD())},
-		{v.LearnLinkFd, int32(it.link.FD())},
-		{v.Learning, true},
+		{"learn_prog_fd", le.AppendUint32(nil, uint32(it.prog.FD()))},
+		{"learn_link_fd", le.AppendUint32(nil, uint32(it.link.FD()))},
+		{"learning", []byte{1}},
 	} {
-		if err := set.v.Set(set.val); err != nil {
+		if err := it.setVar(set.name, set.val); err != nil {
 			return fmt.Errorf("arming task_file iterator: %w", err)
 		}
 	}
 	if err := it.Read(func(Entry) {}); err != nil {
 		return err
 	}
-	if err := v.Learning.Set(false); err != nil {
+	if err := it.setVar("learning", []byte{0}); err != nil {
 		return fmt.Errorf("arming task_file iterator: %w", err)
 	}
-	var progFops, linkFops uint64
-	for _, get := range []struct {
-		v   *ebpf.Variable
-		dst any
-	}{{v.LearnedProgFops, &progFops}, {v.LearnedLinkFops, &linkFops}} {
-		if err := get.v.Get(get.dst); err != nil {
+	var fops [2]uint64
+	for i, name := range []string{"learned_prog_fops", "learned_link_fops"} {
+		b, err := it.getVar(name)
+		if err != nil {
 			return fmt.Errorf("reading task_file iterator state: %w", err)
 		}
+		fops[i] = le.Uint64(b)
 	}
-	if progFops == 0 || linkFops == 0 {
+	if fops[0] == 0 || fops[1] == 0 {
 		return fmt.Errorf("%w: cannot recognise bpf files: the iterator did not see this process's own program and link fds", ebpf.ErrNotSupported)
 	}
 	return nil
+}
+
+// section returns the map holding a global variable and its spec. The
+// maps are made without BTF (coreload), so variables are read and written
+// as bytes of the section's one value.
+func (it *Iter) section(name string) (*ebpf.Map, *ebpf.VariableSpec, []byte, error) {
+	v := it.vars[name]
+	if v == nil {
+		return nil, nil, nil, fmt.Errorf("no variable %s in the object", name)
+	}
+	m := it.maps[v.SectionName]
+	if m == nil {
+		return nil, nil, nil, fmt.Errorf("no map for section %s of %s", v.SectionName, name)
+	}
+	val := make([]byte, m.ValueSize())
+	if err := m.Lookup(uint32(0), &val); err != nil {
+		return nil, nil, nil, fmt.Errorf("reading %s: %w", v.SectionName, err)
+	}
+	if int(v.Offset+v.Size()) > len(val) {
+		return nil, nil, nil, fmt.Errorf("variable %s outside %s", name, v.SectionName)
+	}
+	return m, v, val, nil
+}
+
+func (it *Iter) setVar(name string, b []byte) error {
+	m, v, val, err := it.section(name)
+	if err != nil {
+		return err
+	}
+	if len(b) != int(v.Size()) {
+		return fmt.Errorf("variable %s is %d bytes, not %d", name, v.Size(), len(b))
+	}
+	copy(val[v.Offset:], b)
+	return m.Update(uint32(0), val, ebpf.UpdateAny)
+}
+
+func (it *Iter) getVar(name string) ([]byte, error) {
+	_, v, val, err := it.section(name)
+	if err != nil {
+		return nil, err
+	}
+	return val[v.Offset : v.Offset+v.Size()], nil
 }
 
 // Read runs one pass of the iterator and calls fn for every BPF program or
@@ -170,5 +240,5 @@ func (it *Iter) decode(b []byte) Entry {
 
 // Close detaches and unloads the iterator.
 func (it *Iter) Close() error {
-	return errors.Join(it.link.Close(), it.objs.Close())
+	return coreload.Close(it.link, it.prog, it.maps)
 }

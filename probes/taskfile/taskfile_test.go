@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 
 func loadIter(tb testing.TB, linksByName bool) *Iter {
 	tb.Helper()
-	it, err := load(linksByName)
+	it, _, err := load(linksByName, "")
 	if errors.Is(err, ebpf.ErrNotSupported) {
 		tb.Skipf("kernel refuses iter/task_file: %v", err)
 	}
@@ -104,6 +104,28 @@ func TestFindsHolders(t *testing.T) {
 		{"links-by-name", true},
 	} {
 		t.Run(c.name, func(t *testing.T) { testFindsHolders(t, loadIter(t, c.byName)) })
+	}
+	// Loaded from the CO-RE cache (probes/internal/coreload), as a
+	// one-shot list does, after a load that wrote it.
+	t.Run("cached", func(t *testing.T) {
+		dir := t.TempDir()
+		for _, wantCached := range []bool{false, true} {
+			it, li, err := LoadCached(dir)
+			if errors.Is(err, ebpf.ErrNotSupported) {
+				t.Skipf("kernel refuses iter/task_file: %v", err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { it.Close() })
+			if li.Cached != wantCached || li.CacheErr != nil || Cached(dir) != true {
+				t.Fatalf("cached %v (want %v), cache error %v, Cached(dir) %v", li.Cached, wantCached, li.CacheErr, Cached(dir))
+			}
+			testFindsHolders(t, it)
+		}
+	})
+	if Cached(t.TempDir()) || Cached("") {
+		t.Error("an empty cache directory, or none, holds the iterator")
 	}
 }
 

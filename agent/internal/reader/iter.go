@@ -13,8 +13,11 @@ type progIterFacts struct {
 	buf map[uint32]progiter.Record
 }
 
-func loadProgIter() (FactsSource, error) {
-	it, err := progiter.Load()
+// loadProgIter loads the facts iterator with its CO-RE result cached in
+// the reader's cache directory.
+func (r *Reader) loadProgIter() (FactsSource, error) {
+	it, li, err := progiter.LoadCached(r.cacheDir)
+	r.noteCache(li.CacheErr)
 	if err != nil {
 		return nil, err
 	}

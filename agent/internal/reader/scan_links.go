@@ -65,10 +65,11 @@ func (r *Reader) readLinksIter(st *ScanStats) ([]Link, bool) {
 		}
 		return nil, false
 	}
-	if !ls.tried && r.pin != "" {
-		// A one-shot list reading a running agent's pinned bpf_prog
-		// iterator: loading a link iterator (3 ms from the CO-RE cache)
-		// costs more than the per-link syscalls of one scan.
+	if !ls.tried && r.oneShot {
+		// A one-shot list (reading a running agent's pinned bpf_prog
+		// iterator, or one it loaded from the CO-RE cache): loading a
+		// link iterator (3 ms from the cache) costs more than the
+		// per-link syscalls of one scan.
 		ls.tried = true
 		ls.fallback = "one scan: loading the bpf_link iterator costs more than the per-link reads it replaces"
 	}

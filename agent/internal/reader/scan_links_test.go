@@ -314,13 +314,16 @@ func TestLinksIteratorChurn(t *testing.T) {
 	t.Logf("%d scans while %d links came and went; %d of them seen", scans, <-done, seen)
 }
 
-// TestLinksOneShotPinned: a one-shot scan reading a running agent's pinned
-// bpf_prog iterator reads links by syscall, and says why.
-func TestLinksOneShotPinned(t *testing.T) {
-	a := iterReader(t)
-	a.pin = "/sys/fs/bpf/pinned-by-an-agent" // what openPinnedStatsIter sets
-	s := scan(t, a)
-	if s.Scan.LinksSource != ScanSourceSyscall || !strings.Contains(s.Scan.LinksFallbackReason, "one scan") || a.lsrc.iter != nil {
-		t.Fatalf("links source %q (%q), iterator loaded %v", s.Scan.LinksSource, s.Scan.LinksFallbackReason, a.lsrc.iter != nil)
+// TestLinksOneShot: a one-shot scan reading programs from a bpf_prog
+// iterator (a running agent's pin, or one it loaded from the CO-RE cache)
+// reads links by syscall, and says why.
+func TestLinksOneShot(t *testing.T) {
+	for _, pin := range []string{"/sys/fs/bpf/pinned-by-an-agent", ""} { // what openPinnedStatsIter sets
+		a := iterReader(t)
+		a.oneShot, a.pin = true, pin
+		s := scan(t, a)
+		if s.Scan.LinksSource != ScanSourceSyscall || !strings.Contains(s.Scan.LinksFallbackReason, "one scan") || a.lsrc.iter != nil {
+			t.Fatalf("pin %q: links source %q (%q), iterator loaded %v", pin, s.Scan.LinksSource, s.Scan.LinksFallbackReason, a.lsrc.iter != nil)
+		}
 	}
 }

@@ -41,6 +41,10 @@ type ScanStats struct {
 	// OwnersPin is the bpffs pin of a running agent's task_file iterator
 	// that a one-shot list found owners with instead of walking /proc.
 	OwnersPin string `json:"owners_pin,omitempty"`
+	// OwnersSource is how a refresh found the processes holding BPF
+	// fds: "iterator" (the task_file iterator, pinned or loaded) or
+	// "proc" (a walk of /proc/PID/fd); empty when owners were not read.
+	OwnersSource string `json:"owners_source,omitempty"`
 	// LinksSource is where links (and kprobe link missed) were read
 	// from: "iterator" (one iter/bpf_link read; a link it cannot read is
 	// read by syscall) or "syscall".

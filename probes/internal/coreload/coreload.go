@@ -386,6 +386,21 @@ func CachePath(dir string, p *Program, key string) string {
 	return filepath.Join(dir, p.Name+"-"+key[:32]+".json")
 }
 
+// Cached says whether dir holds a cached result of p (only its Name and
+// Object are read) for the running kernel: a load that would skip kernel
+// BTF.
+func Cached(p *Program, dir string) bool {
+	if dir == "" {
+		return false
+	}
+	key, err := KernelKey(p.Object)
+	if err != nil {
+		return false
+	}
+	_, err = ReadCache(CachePath(dir, p, key), key)
+	return err == nil
+}
+
 // Load relocates p against the running kernel, with the result cached in
 // dir ("" for no cache; internal/config chooses it, probes read no
 // environment), and calls load with it. A cached result that load
@@ -553,7 +568,8 @@ func Close(l *link.Iter, p *ebpf.Program, maps map[string]*ebpf.Map) error {
 	return errors.Join(errs...)
 }
 
-// setVars writes 32-bit values into a copy of the .rodata map's contents.
+// setVars writes values into a copy of the .rodata map's contents, each
+// little-endian in its variable's size (a bool, an int: up to 32 bits).
 func setVars(spec *ebpf.CollectionSpec, rodata *ebpf.MapSpec, vars map[string]uint32) error {
 	if len(vars) == 0 {
 		return nil
@@ -565,10 +581,12 @@ func setVars(spec *ebpf.CollectionSpec, rodata *ebpf.MapSpec, vars map[string]ui
 	data = bytes.Clone(data)
 	for name, val := range vars {
 		v := spec.Variables[name]
-		if v == nil || int(v.Offset)+4 > len(data) {
-			return fmt.Errorf("no 32-bit .rodata variable %s", name)
+		if v == nil || v.SectionName != ".rodata" || v.Size() > 4 || int(v.Offset+v.Size()) > len(data) {
+			return fmt.Errorf("no .rodata variable %s of up to 32 bits", name)
 		}
-		binary.LittleEndian.PutUint32(data[v.Offset:], val)
+		var b [4]byte
+		binary.LittleEndian.PutUint32(b[:], val)
+		copy(data[v.Offset:v.Offset+v.Size()], b[:])
 	}
 	rodata.Contents[0].Value = data
 	return nil
