@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -343,6 +344,9 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 	}
 
 	st.OwnersRefreshed = a.attachOwners(progs, now, &st, early)
+	if a.cfg.OneShot {
+		progs = a.withoutOwnIterators(progs, &st)
+	}
 	if a.attr != nil && st.OwnersRefreshed {
 		st.OwnersPin, st.OwnersSource = a.attr.pin, a.attr.sourceName()
 	}
@@ -386,6 +390,34 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 	}
 	a.seq++
 	return snap, nil
+}
+
+// withoutOwnIterators drops from a one-shot scan the iterator programs it
+// loaded itself (a running agent's pins are the agent's, and stay): they
+// live as long as the command, owned by it — bpftool does not list its
+// pid iterator either.
+func (a *Agent) withoutOwnIterators(progs reader.View, st *ScanStats) reader.View {
+	var own []uint32
+	if id := a.r.OwnProgram(); id != 0 {
+		own = append(own, id)
+	}
+	if a.attr != nil {
+		if id := a.attr.ownProgram(); id != 0 {
+			own = append(own, id)
+		}
+	}
+	if len(own) == 0 {
+		return progs
+	}
+	n := progs.Len()
+	for i := range n {
+		if p := progs.At(i); slices.Contains(own, p.ID) {
+			st.Links -= len(p.Links)
+		}
+	}
+	progs = progs.Without(own)
+	st.Programs -= n - progs.Len()
+	return progs
 }
 
 // SteadyRead says whether scans read counters without a walk while no

@@ -436,3 +436,34 @@ func TestEarlyOwnerWalkRefreshesOnce(t *testing.T) {
 		t.Errorf("third scan refreshed owners = %v with a program newer than the second's = %v", s3.Scan.OwnersRefreshed, newer)
 	}
 }
+
+// TestOneShotHidesOwnIterators: a one-shot scan that loads its own
+// iterators (from the CO-RE cache an agent wrote) does not list them: they
+// live as long as the command. Everything else it lists.
+func TestOneShotHidesOwnIterators(t *testing.T) {
+	cache := t.TempDir()
+	newTestAgentWith(t, Config{ProcRoot: "/proc", Owners: true, OwnerIterator: true, CacheDir: cache}).Close()
+	held := scantest.LoadPrograms(t, 3)
+	a := newTestAgentWith(t, Config{ProcRoot: "/proc", BPFFS: []string{t.TempDir()}, Owners: true, CacheDir: cache, OneShot: true})
+	s := scan(t, a)
+	if s.Scan.Source != ScanSourceIterator || s.Scan.OwnersSource != OwnersSourceIterator {
+		t.Skipf("no iterators from the CO-RE cache here: scan %+v", s.Scan)
+	}
+	own := []uint32{a.r.OwnProgram(), a.attr.ownProgram()}
+	if own[0] == 0 || own[1] == 0 {
+		t.Fatalf("own iterator programs %v: want the stats and task_file iterators' ids", own)
+	}
+	for _, id := range own {
+		if findProg(s, id) != nil {
+			t.Errorf("the scan lists its own iterator program %d", id)
+		}
+	}
+	for _, p := range held {
+		if id := scantest.ProgID(t, p); findProg(s, id) == nil {
+			t.Errorf("program %d missing", id)
+		}
+	}
+	if s.Scan.Programs != len(s.Programs) {
+		t.Errorf("scan.programs %d, %d listed", s.Scan.Programs, len(s.Programs))
+	}
+}

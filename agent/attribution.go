@@ -217,6 +217,15 @@ func (p *pendingTaskfile) Close() error {
 	return p.it.Close()
 }
 
+// ownProgram is the id of the task_file iterator a one-shot scan loaded
+// itself, 0 when none. Called after the refresh.
+func (at *attribution) ownProgram() uint32 {
+	if p, ok := at.iter.(*pendingTaskfile); ok && p.it != nil {
+		return p.it.ProgramID()
+	}
+	return 0
+}
+
 // sourceName is OwnersSourceIterator or OwnersSourceProc: how the last
 // refresh found holders. Called after the refresh.
 func (at *attribution) sourceName() string {

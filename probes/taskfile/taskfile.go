@@ -63,11 +63,12 @@ const bufSize = 64 << 10
 // Iter is a loaded and attached task_file iterator. It is not safe for
 // concurrent use.
 type Iter struct {
-	prog *ebpf.Program
-	maps map[string]*ebpf.Map
-	vars map[string]*ebpf.VariableSpec
-	link *link.Iter
-	buf  []byte
+	prog   *ebpf.Program
+	progID uint32
+	maps   map[string]*ebpf.Map
+	vars   map[string]*ebpf.VariableSpec
+	link   *link.Iter
+	buf    []byte
 	// comms interns process names: a node has few distinct ones, so
 	// steady-state reads allocate no strings.
 	comms records.Strings
@@ -126,6 +127,13 @@ func load(linksByName bool, dir string) (*Iter, LoadInfo, error) {
 			it.Close()
 			return nil, err
 		}
+		info, err := prog.Info()
+		if err != nil {
+			it.Close()
+			return nil, fmt.Errorf("reading iterator program info: %w", err)
+		}
+		id, _ := info.ID()
+		it.progID = uint32(id)
 		return it, nil
 	})
 }
@@ -208,6 +216,10 @@ func (it *Iter) getVar(name string) ([]byte, error) {
 	}
 	return val[v.Offset : v.Offset+v.Size()], nil
 }
+
+// ProgramID is the id of the iterator program this process loaded, so a
+// caller listing programs can recognise its own; 0 for a pinned one.
+func (it *Iter) ProgramID() uint32 { return it.progID }
 
 // Read runs one pass of the iterator and calls fn for every BPF program or
 // link fd, and every perf_event fd with a program, open in any process. Each process is visited once, not once per

@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -168,6 +169,32 @@ func (v View) At(i int) *Program {
 		return &v.Stats[i].Program
 	}
 	return &v.Progs[i]
+}
+
+// Without is the view less the programs with the given ids: a copy where
+// any is present, v itself otherwise (the reader's buffers are not
+// touched).
+func (v View) Without(ids []uint32) View {
+	drop := func(id uint32) bool { return slices.Contains(ids, id) }
+	if v.Stats != nil {
+		if !slices.ContainsFunc(v.Stats, func(s ProgramStat) bool { return drop(s.ID) }) {
+			return v
+		}
+		return View{Stats: slices.DeleteFunc(slices.Clone(v.Stats), func(s ProgramStat) bool { return drop(s.ID) })}
+	}
+	if !slices.ContainsFunc(v.Progs, func(p Program) bool { return drop(p.ID) }) {
+		return v
+	}
+	return View{Progs: slices.DeleteFunc(slices.Clone(v.Progs), func(p Program) bool { return drop(p.ID) })}
+}
+
+// OwnProgram is the id of the stats iterator program the reader loaded
+// itself (not a running agent's pin), 0 when it has none.
+func (r *Reader) OwnProgram() uint32 {
+	if r.iter == nil || r.pin != "" {
+		return 0
+	}
+	return r.iter.ProgramID()
 }
 
 // read returns every program in the kernel, with links and iterator facts
