@@ -54,10 +54,44 @@ type entryChange struct{ old, e *ProgramStat }
 
 // typeSum is the cumulative counters of one attach type's programs.
 type typeSum struct {
-	name                              string
-	programs                          int
-	runs, runTime, misses, linkMissed uint64
-	slot                              int // index in this scan's result
+	name                      string
+	programs                  int
+	runs, runTime, linkMissed uint64
+	misses                    missSum
+	slot                      int // index in this scan's result
+}
+
+// missSum is an aggregate's recursion_misses: the sum over its programs
+// that have the counter, and how many do, so that the sum turns absent
+// again when the last of them goes rather than staying a 0 the kernel
+// never gave.
+type missSum struct {
+	sum   uint64
+	known int
+}
+
+// add adds (or takes away) a program's recursion_misses, nil where the
+// kernel has none.
+func (m *missSum) add(v *uint64, add bool) {
+	switch {
+	case v == nil:
+	case add:
+		m.sum += *v
+		m.known++
+	default:
+		m.sum -= *v
+		m.known--
+	}
+}
+
+// value is the aggregate's recursion_misses, stored in *dst (a result's
+// own memory: the sums go on changing); nil where no program has them.
+func (m missSum) value(dst *uint64) *uint64 {
+	if m.known == 0 {
+		return nil
+	}
+	*dst = m.sum
+	return dst
 }
 
 // begin starts a scan.
@@ -114,7 +148,7 @@ func (g *aggregates) typeAdd(e *ProgramStat, add bool) {
 		t.programs++
 		t.runs += e.RunCount
 		t.runTime += e.RunTimeNs
-		t.misses += c.Misses
+		t.misses.add(e.RecursionMisses, true)
 		t.linkMissed += c.LinkMissed
 		return
 	}
@@ -123,7 +157,7 @@ func (g *aggregates) typeAdd(e *ProgramStat, add bool) {
 	t.programs--
 	t.runs -= e.RunCount
 	t.runTime -= e.RunTimeNs
-	t.misses -= c.Misses
+	t.misses.add(e.RecursionMisses, false)
 	t.linkMissed -= c.LinkMissed
 	if t.programs == 0 {
 		delete(g.types, e.AttachType)
@@ -149,10 +183,11 @@ func (g *aggregates) attachTypes(dt time.Duration, overhead map[string]*float64)
 		}
 	}
 	out := make([]AttachTypeStat, len(g.sums))
+	misses := make([]uint64, len(g.sums))
 	for i, t := range g.sums {
 		t.slot = i
 		out[i] = AttachTypeStat{AttachType: t.name, Programs: t.programs, RunCount: t.runs, RunTimeNs: t.runTime,
-			RecursionMisses: t.misses, LinkMissed: t.linkMissed, OverheadNs: overhead[t.name]}
+			RecursionMisses: t.misses.value(&misses[i]), LinkMissed: t.linkMissed, OverheadNs: overhead[t.name]}
 	}
 	for _, e := range g.moved {
 		prog.AddRates(&out[g.types[e.AttachType].slot].Delta, e.Delta)
@@ -197,10 +232,12 @@ func (g *aggregates) owners(entries []*ProgramStat, dt time.Duration) []OwnerSta
 }
 
 // ownerSums is the per-owner sums of cumulative counters, in the order
-// owners are first seen (by program, then owner), deltas left zero.
+// owners are first seen (by program, then owner), deltas left zero;
+// misses[j] is out[j]'s recursion_misses.
 type ownerSums struct {
-	out []OwnerStat
-	idx map[string]int
+	out    []OwnerStat
+	misses []missSum
+	idx    map[string]int
 }
 
 // sumOwners sums every program's counters into each of its owners: the
@@ -224,6 +261,7 @@ func sumOwners(progs []*ProgramStat) *ownerSums {
 					st.PID, st.Comm = o.PID, o.Comm
 				}
 				s.out = append(s.out, st)
+				s.misses = append(s.misses, missSum{})
 			}
 			s.out[j].ProgramIDs = append(s.out[j].ProgramIDs, p.ID)
 		}
@@ -248,10 +286,6 @@ func ownerKeys(dst []string, owners []Owner) []string {
 
 // add adds (or takes away) p's counters to each of its owners.
 func (s *ownerSums) add(p *ProgramStat, add bool) {
-	var misses uint64
-	if p.RecursionMisses != nil {
-		misses = *p.RecursionMisses
-	}
 	var buf [4]string
 	for _, key := range ownerKeys(buf[:0], p.Owners) {
 		j, ok := s.idx[key]
@@ -259,14 +293,13 @@ func (s *ownerSums) add(p *ProgramStat, add bool) {
 			continue
 		}
 		o := &s.out[j]
+		s.misses[j].add(p.RecursionMisses, add)
 		if add {
 			o.RunCount += p.RunCount
 			o.RunTimeNs += p.RunTimeNs
-			o.RecursionMisses += misses
 		} else {
 			o.RunCount -= p.RunCount
 			o.RunTimeNs -= p.RunTimeNs
-			o.RecursionMisses -= misses
 		}
 	}
 }
@@ -278,6 +311,10 @@ func (s *ownerSums) result(progs []*ProgramStat, dt time.Duration) []OwnerStat {
 		return nil
 	}
 	out := slices.Clone(s.out) // ProgramIDs shared: never appended to once summed
+	misses := make([]uint64, len(out))
+	for j := range out {
+		out[j].RecursionMisses = s.misses[j].value(&misses[j])
+	}
 	var buf [4]string
 	for _, p := range progs {
 		for _, key := range ownerKeys(buf[:0], p.Owners) {

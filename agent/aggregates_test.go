@@ -32,9 +32,8 @@ func refAttachTypes(progs []*ProgramStat, dt time.Duration, overhead map[string]
 		a.Programs++
 		a.RunCount += p.RunCount
 		a.RunTimeNs += p.RunTimeNs
-		c := prog.CountersOf(&p.Program)
-		a.RecursionMisses += c.Misses
-		a.LinkMissed += c.LinkMissed
+		refAddMisses(&a.RecursionMisses, p.RecursionMisses)
+		a.LinkMissed += prog.CountersOf(&p.Program).LinkMissed
 		prog.AddRates(&a.Delta, p.Delta)
 	}
 	for i := range out {
@@ -75,9 +74,7 @@ func refOwners(progs []*ProgramStat, dt time.Duration) []OwnerStat {
 			s.ProgramIDs = append(s.ProgramIDs, p.ID)
 			s.RunCount += p.RunCount
 			s.RunTimeNs += p.RunTimeNs
-			if p.RecursionMisses != nil {
-				s.RecursionMisses += *p.RecursionMisses
-			}
+			refAddMisses(&s.RecursionMisses, p.RecursionMisses)
 			prog.AddRates(&s.Delta, p.Delta)
 		}
 	}
@@ -88,6 +85,18 @@ func refOwners(progs []*ProgramStat, dt time.Duration) []OwnerStat {
 		return out[a].Delta.RunTimeNs > out[b].Delta.RunTimeNs || (out[a].Delta.RunTimeNs == out[b].Delta.RunTimeNs && out[a].Key < out[b].Key)
 	})
 	return out
+}
+
+// refAddMisses adds a program's recursion_misses v to an aggregate's
+// *sum, which stays nil until some program has them.
+func refAddMisses(sum **uint64, v *uint64) {
+	if v == nil {
+		return
+	}
+	if *sum == nil {
+		*sum = new(uint64)
+	}
+	**sum += *v
 }
 
 // fromScratch is aggregates that saw every program of progs come.
@@ -107,6 +116,9 @@ type fleet struct {
 	next   uint32
 	progs  map[uint32]*Program
 	linkID uint32
+	// withMisses says whether a new program has recursion_misses; nil:
+	// two in three do.
+	withMisses func(*rand.Rand) bool
 }
 
 var (
@@ -128,7 +140,7 @@ func (f *fleet) add() {
 	uid := uint32(0)
 	p := &Program{ID: f.next, Name: fmt.Sprintf("p%d", f.next), Tag: "t", Type: a.typ, AttachType: a.attach, UID: &uid,
 		MapIDs: []uint32{}, LoadTime: time.Unix(0, 0), Links: []Link{}, Owners: f.owners()}
-	if f.rng.IntN(3) > 0 {
+	if f.withMisses == nil && f.rng.IntN(3) > 0 || f.withMisses != nil && f.withMisses(f.rng) {
 		m := uint64(0)
 		p.RecursionMisses = &m
 	}
@@ -237,16 +249,28 @@ func (f *fleet) read() []Program {
 // entry; an idle, unchanged program's entry is the previous snapshot's very
 // entry while a changed program gets a new one; and no snapshot handed out
 // ever changes afterwards (the API's history keeps them).
+//
+// The fleets differ in which programs have recursion_misses: most, none
+// (a 5.10 kernel: every aggregate's is absent) or few, so that an attach
+// type's or owner's turns absent when the last program with the counter
+// goes and known again when one comes.
 func TestAggregatesIncremental(t *testing.T) {
-	for _, seed := range []uint64{1, 2, 3, 4, 5, 6} {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			testAggregatesIncremental(t, seed)
+	for _, tc := range []struct {
+		seed   uint64
+		misses string
+	}{{1, "most"}, {2, "most"}, {3, "most"}, {4, "most"}, {5, "most"}, {6, "most"}, {7, "none"}, {8, "few"}, {9, "few"}} {
+		t.Run(fmt.Sprintf("%d_%s", tc.seed, tc.misses), func(t *testing.T) {
+			testAggregatesIncremental(t, tc.seed, tc.misses)
 		})
 	}
 }
 
-func testAggregatesIncremental(t *testing.T, seed uint64) {
-	f := &fleet{rng: rand.New(rand.NewPCG(seed, 7)), progs: map[uint32]*Program{}}
+func testAggregatesIncremental(t *testing.T, seed uint64, misses string) {
+	withMisses := map[string]func(*rand.Rand) bool{
+		"none": func(*rand.Rand) bool { return false },
+		"few":  func(r *rand.Rand) bool { return r.IntN(60) == 0 },
+	}[misses]
+	f := &fleet{rng: rand.New(rand.NewPCG(seed, 7)), progs: map[uint32]*Program{}, withMisses: withMisses}
 	for range 150 {
 		f.add()
 	}
@@ -260,6 +284,21 @@ func testAggregatesIncremental(t *testing.T, seed uint64) {
 	var snaps []*Snapshot
 	var frozen [][]byte
 	shared, fresh, keptScans := 0, 0, 0
+	// Aggregates with recursion_misses absent and known, and how often
+	// one turned from one to the other between scans.
+	absent, known, turned := 0, 0, 0
+	wasKnown := map[string]bool{}
+	count := func(key string, m *uint64) {
+		if m == nil {
+			absent++
+		} else {
+			known++
+		}
+		if was, ok := wasKnown[key]; ok && was != (m != nil) {
+			turned++
+		}
+		wasKnown[key] = m != nil
+	}
 	for scan := range 400 {
 		changed, kept := map[uint32]bool{}, false
 		if scan > 0 {
@@ -280,10 +319,16 @@ func testAggregatesIncremental(t *testing.T, seed uint64) {
 		a.prevTime = now
 
 		if got, want := snap.AttachTypes, refAttachTypes(snap.Programs, dt, overhead); !reflect.DeepEqual(got, want) {
-			t.Fatalf("scan %d: attach types\n got %+v\nwant %+v", scan, got, want)
+			t.Fatalf("scan %d: attach types\n got %s\nwant %s", scan, asJSON(got), asJSON(want))
 		}
 		if got, want := snap.Owners, refOwners(snap.Programs, dt); !reflect.DeepEqual(got, want) {
-			t.Fatalf("scan %d: owners\n got %+v\nwant %+v", scan, got, want)
+			t.Fatalf("scan %d: owners\n got %s\nwant %s", scan, asJSON(got), asJSON(want))
+		}
+		for _, at := range snap.AttachTypes {
+			count("type "+at.AttachType, at.RecursionMisses)
+		}
+		for _, o := range snap.Owners {
+			count("owner "+o.Key, o.RecursionMisses)
 		}
 		if got, want := snap.StatsTax, stats.ComputeTax(snap.Programs, costs, state, dt, now); !reflect.DeepEqual(got, want) {
 			t.Fatalf("scan %d: stats tax\n got %+v\nwant %+v", scan, got, want)
@@ -331,6 +376,15 @@ func testAggregatesIncremental(t *testing.T, seed uint64) {
 	t.Logf("%d entries shared with the previous snapshot, %d new; %d scans with joins kept", shared, fresh, keptScans)
 	if shared == 0 || fresh == 0 || keptScans == 0 || keptScans == len(snaps)-1 {
 		t.Errorf("the fleet exercised only some cases: %d shared, %d new, %d of %d scans with joins kept", shared, fresh, keptScans, len(snaps))
+	}
+	t.Logf("aggregates' recursion_misses: %d absent, %d known, %d turned", absent, known, turned)
+	switch {
+	case misses == "none" && known > 0:
+		t.Errorf("%d aggregates have recursion_misses, though no program has", known)
+	case misses == "most" && known == 0:
+		t.Errorf("no aggregate has recursion_misses, though most programs have")
+	case misses == "few" && turned == 0:
+		t.Errorf("no aggregate's recursion_misses turned absent or known (%d absent, %d known)", absent, known)
 	}
 }
 
@@ -434,13 +488,13 @@ func TestAggregateAttachTypes(t *testing.T) {
 	ov := 12.5
 	got := fromScratch(progs).attachTypes(time.Second, map[string]*float64{"fentry": &ov})
 	if !reflect.DeepEqual(got, ref) {
-		t.Errorf("aggregates give %+v, the reference %+v", got, ref)
+		t.Errorf("aggregates give %s, the reference %s", asJSON(got), asJSON(ref))
 	}
 	if len(got) != 3 {
 		t.Fatalf("got %d attach types, want 3: %+v", len(got), got)
 	}
 	f := got[0]
-	if f.AttachType != "fentry" || f.Programs != 2 || f.RunCount != 30 || f.RunTimeNs != 400 || f.RecursionMisses != 3 ||
+	if f.AttachType != "fentry" || f.Programs != 2 || f.RunCount != 30 || f.RunTimeNs != 400 || f.RecursionMisses == nil || *f.RecursionMisses != 3 ||
 		f.Delta.Runs != 10 || f.Delta.RunTimeNs != 100 || f.Delta.NsPerRun != 10 || f.Delta.Misses != 1 || f.OverheadNs == nil || *f.OverheadNs != 12.5 {
 		t.Errorf("fentry = %+v", f)
 	}
@@ -462,7 +516,7 @@ func TestAggregateOwners(t *testing.T) {
 	}
 	got := fromScratch(progs).owners(progs, time.Second)
 	if ref := refOwners(progs, time.Second); !reflect.DeepEqual(got, ref) {
-		t.Errorf("aggregates give %+v, the reference %+v", got, ref)
+		t.Errorf("aggregates give %s, the reference %s", asJSON(got), asJSON(ref))
 	}
 	if len(got) != 2 {
 		t.Fatalf("got %+v", got)
@@ -474,4 +528,88 @@ func TestAggregateOwners(t *testing.T) {
 	if c.Key != "abc" || c.RunCount != 11 || len(c.ProgramIDs) != 2 || c.Delta.RunTimeNs != 15 {
 		t.Errorf("container owner (two pids, one count per program) = %+v", c)
 	}
+}
+
+// TestAggregateMissesAbsent: an aggregate's recursion_misses is nil where
+// none of its programs has the counter (bpf_prog_info before Linux 5.12),
+// else the sum of those that have it, a known 0 included; kept that way
+// incrementally, for the attach type and the owner alike, as programs
+// come, go and miss between scans.
+func TestAggregateMissesAbsent(t *testing.T) {
+	m := func(v uint64) *uint64 { return &v }
+	type loaded struct {
+		id     uint32
+		misses *uint64
+	}
+	type scan struct {
+		progs []loaded
+		want  *uint64 // the fentry type's and the owner's
+	}
+	for _, tc := range []struct {
+		name  string
+		scans []scan
+	}{
+		{"none has the counter (5.10)", []scan{{[]loaded{{1, nil}, {2, nil}}, nil}}},
+		{"every one has it", []scan{{[]loaded{{1, m(3)}, {2, m(4)}}, m(7)}}},
+		{"a known zero", []scan{{[]loaded{{1, m(0)}}, m(0)}}},
+		{"some have it", []scan{{[]loaded{{1, nil}, {2, m(5)}}, m(5)}}},
+		{"programs come, miss and go", []scan{
+			{[]loaded{{1, nil}}, nil},
+			{[]loaded{{1, nil}, {2, m(4)}}, m(4)},
+			{[]loaded{{1, nil}, {2, m(6)}}, m(6)}, // counters only: the owner's sums move
+			{[]loaded{{1, nil}}, nil},             // the last with the counter went
+			{[]loaded{{1, nil}, {3, m(0)}}, m(0)},
+			{[]loaded{{3, m(2)}}, m(2)},
+			{[]loaded{{4, nil}}, nil},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := &aggregates{}
+			prev := map[uint32]*ProgramStat{}
+			for i, sc := range tc.scans {
+				g.begin()
+				var entries []*ProgramStat
+				cur := map[uint32]*ProgramStat{}
+				for _, p := range sc.progs {
+					old := prev[p.id]
+					e := old
+					if old == nil || !prog.SameValue(old.RecursionMisses, p.misses) {
+						e = &ProgramStat{Program: Program{ID: p.id, AttachType: "fentry", RecursionMisses: p.misses,
+							Owners: []Owner{{PID: 7, Comm: "loader"}}}}
+						g.replace(old, e)
+					}
+					entries = append(entries, e)
+					cur[p.id] = e
+				}
+				for id, old := range prev {
+					if cur[id] == nil {
+						g.replace(old, nil)
+					}
+				}
+				prev = cur
+				types, owners := g.attachTypes(time.Second, nil), g.owners(entries, time.Second)
+				if len(types) != 1 || len(owners) != 1 {
+					t.Fatalf("scan %d: %d attach types, %d owners; want one each", i, len(types), len(owners))
+				}
+				if got, want := asJSON(types[0].RecursionMisses), asJSON(sc.want); got != want {
+					t.Errorf("scan %d: the attach type's recursion_misses %s, want %s", i, got, want)
+				}
+				if got, want := asJSON(owners[0].RecursionMisses), asJSON(sc.want); got != want {
+					t.Errorf("scan %d: the owner's recursion_misses %s, want %s", i, got, want)
+				}
+				if !reflect.DeepEqual(types, refAttachTypes(entries, time.Second, nil)) || !reflect.DeepEqual(owners, refOwners(entries, time.Second)) {
+					t.Errorf("scan %d: aggregates %s %s differ from the sums from scratch", i, asJSON(types), asJSON(owners))
+				}
+			}
+		})
+	}
+}
+
+// asJSON is v as the API writes it: an absent count null, not an address.
+func asJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprintf("%+v (%v)", v, err)
+	}
+	return string(b)
 }

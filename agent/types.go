@@ -72,13 +72,16 @@ const (
 
 // AttachTypeStat aggregates the programs of one attach type.
 type AttachTypeStat struct {
-	AttachType      string `json:"attach_type"`
-	Programs        int    `json:"programs"`
-	RunCount        uint64 `json:"run_count"`
-	RunTimeNs       uint64 `json:"run_time_ns"`
-	RecursionMisses uint64 `json:"recursion_misses"`
-	LinkMissed      uint64 `json:"link_missed"`
-	Delta           Rates  `json:"delta"`
+	AttachType string `json:"attach_type"`
+	Programs   int    `json:"programs"`
+	RunCount   uint64 `json:"run_count"`
+	RunTimeNs  uint64 `json:"run_time_ns"`
+	// RecursionMisses sums the type's programs' recursion_misses; nil
+	// where none of them has the counter (bpf_prog_info before Linux
+	// 5.12): absent, not zero, as a program's own.
+	RecursionMisses *uint64 `json:"recursion_misses"`
+	LinkMissed      uint64  `json:"link_missed"`
+	Delta           Rates   `json:"delta"`
 	// OverheadNs is the agent's own calibration of this attach type on this
 	// node: ns added per triggered call; nil when not calibrated.
 	OverheadNs *float64 `json:"overhead_ns,omitempty"`
@@ -86,18 +89,20 @@ type AttachTypeStat struct {
 
 // OwnerStat aggregates the programs of one owner (process or container).
 type OwnerStat struct {
-	Key             string   `json:"key"` // container id, or "pid:N" without one
-	PID             int      `json:"pid,omitempty"`
-	Comm            string   `json:"comm,omitempty"`
-	ContainerID     string   `json:"container_id,omitempty"`
-	PodUID          string   `json:"pod_uid,omitempty"`
-	PodName         string   `json:"pod_name,omitempty"`
-	Namespace       string   `json:"pod_namespace,omitempty"`
-	ProgramIDs      []uint32 `json:"program_ids"`
-	RunCount        uint64   `json:"run_count"`
-	RunTimeNs       uint64   `json:"run_time_ns"`
-	RecursionMisses uint64   `json:"recursion_misses"`
-	Delta           Rates    `json:"delta"`
+	Key         string   `json:"key"` // container id, or "pid:N" without one
+	PID         int      `json:"pid,omitempty"`
+	Comm        string   `json:"comm,omitempty"`
+	ContainerID string   `json:"container_id,omitempty"`
+	PodUID      string   `json:"pod_uid,omitempty"`
+	PodName     string   `json:"pod_name,omitempty"`
+	Namespace   string   `json:"pod_namespace,omitempty"`
+	ProgramIDs  []uint32 `json:"program_ids"`
+	RunCount    uint64   `json:"run_count"`
+	RunTimeNs   uint64   `json:"run_time_ns"`
+	// RecursionMisses is as AttachTypeStat's: nil where none of the
+	// owner's programs has the counter.
+	RecursionMisses *uint64 `json:"recursion_misses"`
+	Delta           Rates   `json:"delta"`
 }
 
 // Miss kinds: what a miss count most likely means on this kernel for this

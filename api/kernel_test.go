@@ -116,7 +116,7 @@ func TestServeRealScan(t *testing.T) {
 	for _, s := range at.AttachTypes {
 		if s.AttachType == "tp_btf" {
 			found = true
-			if s.RecursionMisses < want || s.Programs < 1 {
+			if s.RecursionMisses == nil || *s.RecursionMisses < want || s.Programs < 1 {
 				t.Errorf("tp_btf aggregate %+v, want at least 1 program and %d misses", s, want)
 			}
 		}

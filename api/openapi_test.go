@@ -133,7 +133,35 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		if !slices.Equal(documented, fields) {
 			t.Errorf("schema %s documents %v, Go type %T has %v", name, documented, v, fields)
 		}
+		for _, f := range nullFields(reflect.TypeOf(v)) {
+			prop, _ := s.Properties[f].(map[string]any)
+			if types, _ := prop["type"].([]any); prop != nil && !slices.Contains(types, any("null")) {
+				t.Errorf("schema %s: %s is %v; the Go field marshals null (a pointer without omitempty), so its type must list \"null\"", name, f, prop["type"])
+			}
+		}
 	}
+}
+
+// nullFields are t's JSON fields that marshal as null: pointers to a
+// scalar without omitempty, such as a counter the kernel may lack.
+func nullFields(t reflect.Type) []string {
+	var out []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Anonymous {
+			out = append(out, nullFields(f.Type)...)
+			continue
+		}
+		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if !f.IsExported() || name == "-" || f.Type.Kind() != reflect.Pointer || f.Type.Elem().Kind() == reflect.Struct || strings.Contains(opts, "omitempty") {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		out = append(out, name)
+	}
+	return out
 }
 
 func jsonFields(t reflect.Type) []string {

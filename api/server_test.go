@@ -38,7 +38,7 @@ func fixture() *agent.Snapshot {
 				Owners: []agent.Owner{{PID: 200, Comm: "tetragon", PodName: "tetragon-a", PodNamespace: "security"}}},
 				Delta: agent.Rates{Runs: 5000, CPUShare: 0.2, NsPerRun: 40}},
 		},
-		AttachTypes: []agent.AttachTypeStat{{AttachType: "tp_btf", Programs: 1, RecursionMisses: 25}},
+		AttachTypes: []agent.AttachTypeStat{{AttachType: "tp_btf", Programs: 1, RecursionMisses: u64(25)}},
 		Episodes: []agent.Episode{
 			{Source: agent.SourceRecursionMisses, ProgID: 20, Open: true, Misses: 25},
 			{Source: agent.SourceLinkMissed, ProgID: 30, LinkID: 5, Open: false, Misses: 3, Reason: "quiet"},

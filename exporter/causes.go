@@ -61,14 +61,11 @@ func causeGrowth(cur, last agent.MissCauses) agent.MissCauses {
 type intervalCauses struct {
 	byAttach map[string]agent.MissCauses
 	byProg   map[uint32]agent.MissCauses
-	// known: some program of the snapshot has recursion_misses.
-	known bool
 }
 
 func newIntervalCauses(s *agent.Snapshot) intervalCauses {
 	var ic intervalCauses
 	for _, p := range s.Programs {
-		ic.known = ic.known || p.RecursionMisses != nil
 		if !agent.Explained(p.DeltaCauses) {
 			continue
 		}

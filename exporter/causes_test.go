@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -121,29 +122,49 @@ func TestWorkloadMissCauses(t *testing.T) {
 }
 
 // Attach types and owners: their interval's misses by the explained
-// causes of their programs, the rest unexplained.
+// causes of their programs, the rest unexplained; no series at all where
+// the aggregates' recursion_misses are absent (a kernel without the
+// counter, 5.10), not zeros.
 func TestAggregateMissCauses(t *testing.T) {
-	for _, level := range []Level{LevelAttachType, LevelOwner} {
-		t.Run(level.String(), func(t *testing.T) {
-			e, r, _ := newTestExporter(t, Config{Level: level})
-			p := prog(42, 100, u64(6))
-			p.Delta = agent.Rates{Misses: 6}
-			p.DeltaCauses = agent.MissCauses{Interrupt: 4}
-			p.MissCauses = &agent.MissCauses{Interrupt: 4, Unexplained: 2}
+	for _, tc := range []struct {
+		level  Level
+		misses *uint64 // the program's and its aggregates'
+		want   map[string]float64
+	}{
+		{LevelAttachType, u64(6), map[string]float64{"interrupt": 4, "unexplained": 2}},
+		{LevelOwner, u64(6), map[string]float64{"interrupt": 4, "unexplained": 2}},
+		{LevelAttachType, nil, nil},
+		{LevelOwner, nil, nil},
+	} {
+		t.Run(fmt.Sprintf("%v_known_%v", tc.level, tc.misses != nil), func(t *testing.T) {
+			e, r, _ := newTestExporter(t, Config{Level: tc.level})
+			p := prog(42, 100, tc.misses)
+			if tc.misses != nil {
+				p.Delta = agent.Rates{Misses: 6}
+				p.DeltaCauses = agent.MissCauses{Interrupt: 4}
+				p.MissCauses = &agent.MissCauses{Interrupt: 4, Unexplained: 2}
+			}
 			s := snapshot(1, p)
-			s.AttachTypes = []agent.AttachTypeStat{{AttachType: "tp_btf", Programs: 1, Delta: agent.Rates{Misses: 6}}}
-			s.Owners = []agent.OwnerStat{{Key: "pid:9", PID: 9, ProgramIDs: []uint32{42}, Delta: agent.Rates{Misses: 6}}}
+			s.AttachTypes = []agent.AttachTypeStat{{AttachType: "tp_btf", Programs: 1, RecursionMisses: tc.misses, Delta: p.Delta}}
+			s.Owners = []agent.OwnerStat{{Key: "pid:9", PID: 9, ProgramIDs: []uint32{42}, RecursionMisses: tc.misses, Delta: p.Delta}}
 			e.Update(context.Background(), s)
 			got, _ := collect(t, r)
-			want := map[string]float64{"interrupt": 4, "unexplained": 2}
-			c := byCause(t, got["bpf.attach_type.recursion_misses"], attrAttachType, attribute.StringValue("tp_btf"))
-			if !mapsEqual(c, want) {
-				t.Errorf("attach type %v, want %v", c, want)
+			if tc.want == nil {
+				for _, m := range []string{"bpf.attach_type.recursion_misses", "bpf.owner.recursion_misses"} {
+					if len(got[m]) > 0 {
+						t.Errorf("%s: %d points where the kernel counts no recursion misses, want none", m, len(got[m]))
+					}
+				}
+				return
 			}
-			if level == LevelOwner {
+			c := byCause(t, got["bpf.attach_type.recursion_misses"], attrAttachType, attribute.StringValue("tp_btf"))
+			if !mapsEqual(c, tc.want) {
+				t.Errorf("attach type %v, want %v", c, tc.want)
+			}
+			if tc.level == LevelOwner {
 				c := byCause(t, got["bpf.owner.recursion_misses"], attrOwnerKey, attribute.StringValue("pid:9"))
-				if !mapsEqual(c, want) {
-					t.Errorf("owner %v, want %v", c, want)
+				if !mapsEqual(c, tc.want) {
+					t.Errorf("owner %v, want %v", c, tc.want)
 				}
 			}
 		})

@@ -1,6 +1,7 @@
 package exporter
 
 import (
+	"slices"
 	"sort"
 	"time"
 
@@ -22,9 +23,12 @@ type view struct {
 	info      []attribute.Set
 	owners    []aggSeries
 	attach    []aggSeries
-	// missesKnown: some program's recursion_misses is known. Where the
-	// kernel counts none (5.10), no aggregate has a misses series: a 0
-	// would be a figure the kernel never gave.
+	// missesKnown: some attach type's recursion_misses is known (some
+	// program's is). Where the kernel counts none (5.10), no aggregate
+	// has a misses series: a 0 would be a figure the kernel never gave.
+	// One flag for the node, not one per aggregate: a kernel has the
+	// counter for every program or for none, and an aggregate's series
+	// is cumulative since the exporter started.
 	missesKnown bool
 
 	programsSeen, linksSeen int
@@ -331,7 +335,7 @@ func (e *Exporter) buildView(s *agent.Snapshot, now time.Time) *view {
 	}
 
 	ic := newIntervalCauses(s)
-	v.missesKnown = ic.known
+	v.missesKnown = slices.ContainsFunc(s.AttachTypes, func(a agent.AttachTypeStat) bool { return a.RecursionMisses != nil })
 	if e.cfg.Level == LevelOwner {
 		live := make(map[string]bool, len(s.Owners))
 		for i := range s.Owners {

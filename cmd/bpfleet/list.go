@@ -266,8 +266,8 @@ func printTable(w io.Writer, s *agent.Snapshot) error {
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ATTACH TYPE\tPROGRAMS\tRUNS\tRUN TIME\tNS/RUN\tRECURSION MISSES\tLINK MISSED")
 	for _, a := range s.AttachTypes {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%d\t%d\n", a.AttachType, a.Programs, a.RunCount,
-			time.Duration(a.RunTimeNs).Round(time.Microsecond), nsPerRun(a.RunTimeNs, a.RunCount), a.RecursionMisses, a.LinkMissed)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%d\n", a.AttachType, a.Programs, a.RunCount,
+			time.Duration(a.RunTimeNs).Round(time.Microsecond), nsPerRun(a.RunTimeNs, a.RunCount), countCell(a.RecursionMisses), a.LinkMissed)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -306,11 +306,8 @@ func nsPerRun(ns, runs uint64) string {
 // causes where the watcher measured some ("12 (r10 p2)": recursion 10,
 // preempted 2, the rest unexplained), and kprobe link misses.
 func missesCell(p *agent.ProgramStat) string {
-	var parts []string
-	if p.RecursionMisses == nil {
-		parts = append(parts, "n/a")
-	} else {
-		parts = append(parts, strconv.FormatUint(*p.RecursionMisses, 10))
+	parts := []string{countCell(p.RecursionMisses)}
+	if p.RecursionMisses != nil {
 		if c := agent.ShortCauses(agent.ProgramCauses(p)); c != "" {
 			parts = append(parts, "("+c+")")
 		}
@@ -321,6 +318,15 @@ func missesCell(p *agent.ProgramStat) string {
 		}
 	}
 	return strings.Join(parts, " ")
+}
+
+// countCell is a counter the kernel may lack: n/a where it is absent
+// (nil), never a 0 it did not count.
+func countCell(n *uint64) string {
+	if n == nil {
+		return "n/a"
+	}
+	return strconv.FormatUint(*n, 10)
 }
 
 func ownerCell(owners []agent.Owner) string {

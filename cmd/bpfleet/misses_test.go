@@ -87,16 +87,62 @@ func TestMissesWithoutWatcher(t *testing.T) {
 	}
 }
 
-// list's MISSES column: the count, and its explained causes.
+// list's MISSES column: the count, and its explained causes; n/a where
+// the kernel has no count.
 func TestListMissesCell(t *testing.T) {
+	p := &agent.ProgramStat{}
+	if got := missesCell(p); got != "n/a" {
+		t.Errorf("no recursion_misses (5.10): %q, want \"n/a\"", got)
+	}
 	n := uint64(14)
-	p := &agent.ProgramStat{Program: agent.Program{RecursionMisses: &n}}
+	p.RecursionMisses = &n
 	if got := missesCell(p); got != "14" {
 		t.Errorf("no watcher: %q, want \"14\"", got)
 	}
 	p.MissCauses = &agent.MissCauses{Recursion: 10, Preempted: 2, Unexplained: 2}
 	if got := missesCell(p); got != "14 (r10 p2)" {
 		t.Errorf("explained: %q, want \"14 (r10 p2)\"", got)
+	}
+}
+
+// The attach types' misses in list's table and top's panel: n/a where
+// the kernel counts no recursion misses (5.10), as a program's MISSES
+// column, never a 0 it did not count; top adds the link misses.
+func TestAttachTypeMissesCells(t *testing.T) {
+	u := func(v uint64) *uint64 { return &v }
+	for _, tc := range []struct {
+		name            string
+		misses          *uint64
+		linkMissed      uint64
+		listCol, topCol string
+	}{
+		{"no recursion_misses (5.10)", nil, 0, "n/a", "n/a"},
+		{"no recursion_misses, link missed", nil, 3, "n/a", "3"},
+		{"none missed", u(0), 0, "0", "0"},
+		{"both", u(5), 2, "5", "7"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &agent.Snapshot{AttachTypes: []agent.AttachTypeStat{{AttachType: "kprobe", Programs: 1, RecursionMisses: tc.misses, LinkMissed: tc.linkMissed}}}
+			var out bytes.Buffer
+			if err := printTable(&out, s); err != nil {
+				t.Fatal(err)
+			}
+			var row []string
+			for _, l := range strings.Split(out.String(), "\n") {
+				if f := strings.Fields(l); len(f) > 0 && f[0] == "kprobe" {
+					row = f
+				}
+			}
+			// ATTACH TYPE, PROGRAMS, RUNS, RUN TIME, NS/RUN, RECURSION MISSES, LINK MISSED
+			if len(row) != 7 || row[5] != tc.listCol {
+				t.Errorf("list's attach type row %q, want RECURSION MISSES %s", row, tc.listCol)
+			}
+			panel := (&topView{}).attachPanel(s)
+			// ATTACH TYPE, PROGS, RUNS/S, NS/RUN, CPU%, MISSES/S, MISSES, OVERHEAD
+			if f := strings.Fields(panel[len(panel)-1]); len(f) != 8 || f[6] != tc.topCol {
+				t.Errorf("top's attach type line %q, want MISSES %s", panel[len(panel)-1], tc.topCol)
+			}
+		})
 	}
 }
 

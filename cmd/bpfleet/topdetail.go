@@ -324,10 +324,7 @@ func (v *topView) factLines() []string {
 	if p.Sleepable != nil {
 		sleepable = map[bool]string{true: "yes", false: "no"}[*p.Sleepable]
 	}
-	misses := "n/a"
-	if p.RecursionMisses != nil {
-		misses = strconv.FormatUint(*p.RecursionMisses, 10)
-	}
+	misses := countCell(p.RecursionMisses)
 	linkMissed := "n/a"
 	var lm uint64
 	for _, l := range p.Links {

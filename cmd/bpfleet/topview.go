@@ -199,6 +199,20 @@ func totalMissesCell(p *agent.ProgramStat) string {
 	return strconv.FormatUint(totalMisses(&p.Program), 10)
 }
 
+// attachMissesCell is an attach type's misses since load, recursion and
+// link together: n/a where its programs have no recursion_misses and no
+// link missed any, as totalMissesCell for a program.
+func attachMissesCell(a *agent.AttachTypeStat) string {
+	if a.RecursionMisses == nil && a.LinkMissed == 0 {
+		return "n/a"
+	}
+	n := a.LinkMissed
+	if a.RecursionMisses != nil {
+		n += *a.RecursionMisses
+	}
+	return strconv.FormatUint(n, 10)
+}
+
 // columnsLine renders one line of the list in layout l, cell giving each
 // shown column's text: the one function that draws both layouts, their
 // headers and their program lines alike.
@@ -368,9 +382,9 @@ func (v *topView) attachPanel(s *agent.Snapshot) []string {
 		if a.OverheadNs != nil {
 			over = fmtNs(*a.OverheadNs) + " ns"
 		}
-		out = append(out, fmt.Sprintf("%-16s %5d %11s %9s %7s %9s %12d %12s", trunc(a.AttachType, 16), a.Programs,
+		out = append(out, fmt.Sprintf("%-16s %5d %11s %9s %7s %9s %12s %12s", trunc(a.AttachType, 16), a.Programs,
 			fmtRate(a.Delta.RunsPerSec), fmtNs(a.Delta.NsPerRun), fmtPct(a.Delta.CPUShare), fmtRate(a.Delta.MissesPerSec),
-			a.RecursionMisses+a.LinkMissed, over))
+			attachMissesCell(&a), over))
 	}
 	return out
 }

@@ -14,6 +14,7 @@ const MetricsEnv = "BPFLEET_GUEST_METRICS_ENDPOINT"
 
 // MetricPrefix starts the names of the "metric name=value" lines the guest
 // logs for the host half: instance (the agent's service.instance.id),
-// tracepoint_id and kprobe_id (the programs it loaded), os_version and
-// scans (how many scans the agent had made when it stopped).
+// tracepoint_id and kprobe_id (the programs it loaded), os_version,
+// scans (how many scans the agent had made when it stopped), attach_types
+// and owners (the aggregates it found with recursion_misses null).
 const MetricPrefix = "exportabsent."

@@ -92,6 +92,23 @@ func TestExportAbsent(t *testing.T) {
 			t.Errorf("program %d (%s): recursion misses %v, causes %v; want both absent", p.ID, p.Name, p.RecursionMisses, p.MissCauses)
 		}
 	}
+	// Their sums too: null, not a 0 summed from nothing.
+	types, owners := len(snap.AttachTypes), len(snap.Owners)
+	for _, a := range snap.AttachTypes {
+		if a.RecursionMisses != nil {
+			t.Errorf("attach type %s: recursion misses %d; want absent", a.AttachType, *a.RecursionMisses)
+		}
+	}
+	owned := false
+	for _, o := range snap.Owners {
+		owned = owned || slices.Contains(o.ProgramIDs, uint32(ids["tracepoint_id"]))
+		if o.RecursionMisses != nil {
+			t.Errorf("owner %s: recursion misses %d; want absent", o.Key, *o.RecursionMisses)
+		}
+	}
+	if types == 0 || !owned {
+		t.Errorf("the snapshot has %d attach types and %d owners, none holding tracepoint %d: no aggregate to check", types, owners, ids["tracepoint_id"])
+	}
 	if !strings.Contains(ag.Output(), agent.FeatureMisses+": ") {
 		t.Errorf("the agent's log does not say this kernel counts no recursion misses")
 	}
@@ -105,7 +122,8 @@ func TestExportAbsent(t *testing.T) {
 	var u unix.Utsname
 	unix.Uname(&u)
 	for k, v := range map[string]any{"instance": instance, "tracepoint_id": ids["tracepoint_id"], "kprobe_id": ids["kprobe_id"],
-		"os_version": unix.ByteSliceToString(u.Release[:]), "scans": snap.Seq} {
+		"os_version": unix.ByteSliceToString(u.Release[:]), "scans": snap.Seq,
+		"attach_types": types, "owners": owners} {
 		t.Logf("metric %s%s=%v", MetricPrefix, k, v)
 	}
 }

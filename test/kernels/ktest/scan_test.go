@@ -23,12 +23,13 @@ func ownersConfig(iter bool) agent.Config {
 // scanWith is scan with the agent configured by cfg.
 func scanWith(t *testing.T, id uint32, cfg agent.Config) agent.ProgramStat {
 	t.Helper()
-	p, _ := scanDegraded(t, id, cfg)
+	p, _ := scanSnapshot(t, id, cfg)
 	return p
 }
 
-// scanDegraded is scanWith that also returns the snapshot's Degraded lines.
-func scanDegraded(t *testing.T, id uint32, cfg agent.Config) (agent.ProgramStat, []string) {
+// scanSnapshot is scanWith that also returns the whole snapshot: its
+// Degraded lines, its aggregates.
+func scanSnapshot(t *testing.T, id uint32, cfg agent.Config) (agent.ProgramStat, *agent.Snapshot) {
 	t.Helper()
 	a, err := agent.New(cfg)
 	if err != nil {
@@ -41,7 +42,7 @@ func scanDegraded(t *testing.T, id uint32, cfg agent.Config) (agent.ProgramStat,
 	}
 	for _, p := range snap.Programs {
 		if p.ID == id {
-			return *p, snap.Degraded
+			return *p, snap
 		}
 	}
 	t.Fatalf("bpfleet's scan does not list program %d (%d programs seen)", id, len(snap.Programs))
@@ -49,7 +50,8 @@ func scanDegraded(t *testing.T, id uint32, cfg agent.Config) (agent.ProgramStat,
 }
 
 // checkScan holds bpfleet's scan of prog (called name in metric lines) against the kernel's own counters,
-// read just before and after it, and against the attach type the test
+// read just before and after it (the sums of its attach type and owners
+// too: checkAggregateMisses), and against the attach type the test
 // attached. Without a bpf_prog iterator plugged in the agent cannot tell a
 // sleepable tracing program from a plain one and must say so ("fentry?",
 // sleepable unknown) rather than guess.
@@ -63,7 +65,8 @@ func checkScanWith(t *testing.T, cfg agent.Config, name string, prog *ebpf.Progr
 	t.Helper()
 	id := ProgramID(t, prog)
 	before := stats(t, prog)
-	p, degraded := scanDegraded(t, id, cfg)
+	p, snap := scanSnapshot(t, id, cfg)
+	degraded := snap.Degraded
 	after := stats(t, prog)
 	// Where the kernel's bpf_prog_info has no recursion_misses, cilium/ebpf
 	// reads it as 0 and bpfleet must report it absent, never 0, and say
@@ -89,6 +92,7 @@ func checkScanWith(t *testing.T, cfg agent.Config, name string, prog *ebpf.Progr
 	case *p.RecursionMisses < before.RecursionMisses || *p.RecursionMisses > after.RecursionMisses:
 		t.Errorf("bpfleet reports %d recursion misses for program %d; the kernel says %d", *p.RecursionMisses, id, after.RecursionMisses)
 	}
+	checkAggregateMisses(t, snap, &p, noField)
 	if statsOn && (p.RunCount < before.RunCount || p.RunCount > after.RunCount) {
 		t.Errorf("bpfleet reports %d runs for program %d; the kernel says %d..%d", p.RunCount, id, before.RunCount, after.RunCount)
 	}
@@ -108,6 +112,42 @@ func checkScanWith(t *testing.T, cfg agent.Config, name string, prog *ebpf.Progr
 	metric(t, name+".bpfleet_attach_type", p.AttachType)
 	metric(t, name+".bpfleet_recursion_misses", deref(p.RecursionMisses))
 	return p
+}
+
+// checkAggregateMisses holds the recursion_misses of the aggregates that
+// sum p (its attach type's, each owner's) to what the kernel has: absent
+// where it has no such counter (noField), as p's own, never a 0 it did
+// not count; else known, and at least p's.
+func checkAggregateMisses(t *testing.T, snap *agent.Snapshot, p *agent.ProgramStat, noField error) {
+	t.Helper()
+	check := func(what string, m *uint64) {
+		switch {
+		case m != nil && noField != nil:
+			t.Errorf("bpfleet reports recursion_misses %d for %s, a number the kernel does not have (%v)", *m, what, noField)
+		case m == nil && noField == nil:
+			t.Errorf("bpfleet reports no recursion_misses for %s, which holds program %d (recursion_misses %v)", what, p.ID, deref(p.RecursionMisses))
+		case m != nil && p.RecursionMisses != nil && *m < *p.RecursionMisses:
+			t.Errorf("bpfleet reports recursion_misses %d for %s, fewer than its program %d's %d", *m, what, p.ID, *p.RecursionMisses)
+		default:
+			t.Logf("bpfleet: %s recursion_misses %v", what, deref(m))
+		}
+	}
+	i := slices.IndexFunc(snap.AttachTypes, func(a agent.AttachTypeStat) bool { return a.AttachType == p.AttachType })
+	if i < 0 {
+		t.Errorf("bpfleet's attach types do not list %q, program %d's", p.AttachType, p.ID)
+	} else {
+		check("attach type "+p.AttachType, snap.AttachTypes[i].RecursionMisses)
+	}
+	owners := 0
+	for _, o := range snap.Owners {
+		if slices.Contains(o.ProgramIDs, p.ID) {
+			owners++
+			check("owner "+o.Key, o.RecursionMisses)
+		}
+	}
+	if owners == 0 && len(p.Owners) > 0 {
+		t.Errorf("bpfleet's owners do not list program %d, which has owners %+v", p.ID, p.Owners)
+	}
 }
 
 func deref(p *uint64) any {
