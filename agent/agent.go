@@ -167,8 +167,10 @@ type Agent struct {
 	ownerAllKnown bool
 	maxProgID     uint32 // the highest program id of the last scan
 	// afterEarlyWalk, set by tests only, runs between the early holders'
-	// walk and the program read.
+	// walk and the program read; earlyWalkStart, also for tests, runs in
+	// the early walk's goroutine before it walks.
 	afterEarlyWalk func(*earlyHolders)
+	earlyWalkStart func()
 
 	calibration []Calibration
 	// caps names the capabilities the agent uses and lacks (degraded.go).
@@ -315,11 +317,17 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 	// An owner refresh that is due whatever programs are found (the first
 	// scan, the refresh period) reads the holders while the programs are
 	// read: both are syscall-bound walks, and a one-shot list would
-	// otherwise wait for their sum.
+	// otherwise wait for their sum. The agent's own fds are walked after
+	// the read (attachOwners), which opens programs by id.
 	var early *earlyHolders
 	if a.attr != nil && a.ownerRefreshDue(start) {
 		early = &earlyHolders{c: make(chan holders, 1), horizon: a.maxProgID}
-		go func() { early.c <- a.attr.readHolders() }()
+		go func() {
+			if a.earlyWalkStart != nil {
+				a.earlyWalkStart()
+			}
+			early.c <- a.attr.walkOthers()
+		}()
 		if a.afterEarlyWalk != nil {
 			a.afterEarlyWalk(early)
 		}

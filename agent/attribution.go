@@ -266,13 +266,29 @@ type holders struct {
 	pst  owners.PinStats
 }
 
-// readHolders walks /proc (or runs the task_file iterator) and bpffs. It is
-// the only user of at.scanner and at.pinScan, so one may run beside a
-// program read.
+// readHolders walks /proc (or runs the task_file iterator) and bpffs. It
+// and walkOthers are the only users of at.scanner and at.pinScan.
 func (at *attribution) readHolders() holders {
 	res, err := at.scanner.Scan(nil)
 	pins, pst := at.pinScan.Scan(at.bpffs)
 	return holders{res, err, pins, pst}
+}
+
+// walkOthers is readHolders run beside a program read, but for the
+// agent's own fds: where the read opens programs and links by id, the
+// walk would see the agent holding whichever one it had open at that
+// instant. finishHolders adds the agent's own fds, walked once the read
+// has closed every fd it opened.
+func (at *attribution) walkOthers() holders {
+	at.scanner.WalkOthers()
+	pins, pst := at.pinScan.Scan(at.bpffs)
+	return holders{pins: pins, pst: pst}
+}
+
+// finishHolders completes walkOthers' h; only after the program read
+// returned (and h was received from the walk).
+func (at *attribution) finishHolders(h *holders) {
+	h.res, h.err = at.scanner.Finish(nil)
 }
 
 // refresh takes new holders and re-reads attachments; the returned errors

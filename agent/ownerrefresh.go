@@ -30,10 +30,10 @@ func (a *Agent) ownerRefreshDue(now time.Time) bool {
 	return false
 }
 
-// earlyHolders are holders being read beside the programs. A program with
-// an id above horizon (the highest of the previous scan) may have been
-// loaded after that walk began, so it counts as not yet attributed and the
-// next scan walks again.
+// earlyHolders are holders being read beside the programs, but for the
+// agent's own (attribution.walkOthers). A program with an id above horizon
+// (the highest of the previous scan) may have been loaded after that walk
+// began, so it counts as not yet attributed and the next scan walks again.
 type earlyHolders struct {
 	c       chan holders
 	horizon uint32
@@ -69,6 +69,9 @@ func (a *Agent) attachOwners(progs reader.View, now time.Time, st *ScanStats, ea
 		var h holders
 		if early != nil {
 			h, horizon = <-early.c, early.horizon
+			// The read has returned, its fds closed: what the agent
+			// holds now is its own.
+			a.attr.finishHolders(&h)
 			// A program above the horizon that the walk found no holder
 			// for may have been loaded after the walk passed its loader:
 			// exported ownerless now and owned a scan later, its series

@@ -24,17 +24,20 @@ import (
 // attached through a link, with the perf_event fd cilium/ebpf keeps beside
 // it, is listed once, with its link's attachment and this process as its
 // owner once. Both owner sources: the task_file iterator and the /proc
-// walk.
+// walk; programs read by the kernel's choice of scan source and by
+// syscall, which opens each program by id while the first scan's owner
+// walk runs (the walk must not count those fds as this process's).
 func TestPerfEventAttached(t *testing.T) {
 	for _, c := range []struct {
-		name string
-		iter bool
-	}{{"iterator", true}, {"proc", false}} {
-		t.Run(c.name, func(t *testing.T) { testPerfEventAttached(t, c.iter) })
+		name   string
+		iter   bool
+		source string
+	}{{"iterator", true, ""}, {"proc", false, ""}, {"iterator-syscall", true, reader.ScanSourceSyscall}, {"proc-syscall", false, reader.ScanSourceSyscall}} {
+		t.Run(c.name, func(t *testing.T) { testPerfEventAttached(t, c.iter, c.source) })
 	}
 }
 
-func testPerfEventAttached(t *testing.T, iter bool) {
+func testPerfEventAttached(t *testing.T, iter bool, source string) {
 	load := func(name string) (*ebpf.Program, uint32) {
 		p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: name, Type: ebpf.TracePoint, License: "GPL",
 			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}})
@@ -61,7 +64,7 @@ func testPerfEventAttached(t *testing.T, iter bool) {
 	_, infoErr := l.Info()
 	hasLink := infoErr == nil
 
-	a := newTestAgentWith(t, Config{Owners: true, OwnerIterator: iter})
+	a := newTestAgentWith(t, Config{Owners: true, OwnerIterator: iter, ScanSource: source})
 	if iter && a.attr.iterErr != nil {
 		t.Skipf("no task_file iterator: %v", a.attr.iterErr)
 	}
@@ -77,14 +80,8 @@ func testPerfEventAttached(t *testing.T, iter bool) {
 		if i < 2 && !s.Scan.OwnersRefreshed {
 			t.Fatalf("scan %d did not read owners", i)
 		}
-		// The first walk runs beside the program read; where that read
-		// opens each program by id (the syscall scan source), the walk
-		// may see this process, the agent, holding any program through
-		// those passing fds: the owners of that scan are only required
-		// to include this process.
-		exact := i > 0 || s.Scan.Source == reader.ScanSourceIterator && s.Scan.LinksSource == reader.ScanSourceIterator
-		if !exact {
-			t.Logf("scan %d read programs by %s, links by %s: this process may hold any program then", i, s.Scan.Source, s.Scan.LinksSource)
+		if source != "" && s.Scan.Source != source {
+			t.Fatalf("scan %d read programs by %s, want %s", i, s.Scan.Source, source)
 		}
 		count := map[uint32]int{}
 		for _, p := range s.Programs {
@@ -104,7 +101,7 @@ func testPerfEventAttached(t *testing.T, iter bool) {
 			t.Errorf("scan %d: legacy-attached program %d: attach %q target %q, %d links; want tracepoint task_rename, none",
 				i, legacyID, p.AttachType, p.AttachTarget, len(p.Links))
 		}
-		if len(p.Owners) != 1 || p.Owners[0].PID != self || exact && p.Owners[0].Via != owners.ViaPerfEvent {
+		if len(p.Owners) != 1 || p.Owners[0].PID != self || p.Owners[0].Via != owners.ViaPerfEvent {
 			t.Errorf("scan %d: owners of program %d: %+v, want pid %d via %s", i, legacyID, p.Owners, self, owners.ViaPerfEvent)
 		}
 
@@ -125,7 +122,7 @@ func testPerfEventAttached(t *testing.T, iter bool) {
 		for _, o := range q.Owners {
 			if o.PID == self {
 				n++
-				if exact && o.Via != wantVia {
+				if o.Via != wantVia {
 					t.Errorf("scan %d: program %d owned by this process via %s, want %s", i, linkedID, o.Via, wantVia)
 				}
 			}

@@ -11,6 +11,7 @@
 //
 //	s := owners.NewScanner(cfg.ProcRoot, nil) // nil: walk /proc; or a task_file Source
 //	res, err := s.Scan(nil)                   // res.Programs[progID] []Owner, res.Links[linkID] []pid
+//	// or, beside a read that opens programs by id: s.WalkOthers(), the read, s.Finish(nil)
 //	pins, _ := owners.ScanPins(cfg.BPFFS, owners.PinOptions{})
 //	byProg := owners.PinsByProg(pins)
 //	cg, _ := owners.CgroupV2Mount()

@@ -138,6 +138,18 @@ type Scanner struct {
 	// at the first perf_event fd.
 	nameBuf              []byte
 	perfQuery, perfKnown bool
+	// self is this process's pid as procRoot numbers it (0: not in it),
+	// selfKnown says it was looked up; selfSrc walks its fds for Finish,
+	// selfBuf takes them.
+	self      int32
+	selfKnown bool
+	selfSrc   *ProcSource
+	selfBuf   []Holding
+	// walked says holdings are WalkOthers' (walkErr its error, walkTime
+	// its duration), waiting for Finish.
+	walked   bool
+	walkErr  error
+	walkTime time.Duration
 }
 
 type procFacts struct {
@@ -266,18 +278,105 @@ func sortHoldings(hs []Holding) {
 // Programs (same array, same length); one whose owners changed gets a new
 // array. No slice handed out is written again, so a caller may keep them
 // and tell an unchanged program by its slice alone.
+//
+// Scan sees this process too, holding whatever it has open at that
+// instant: a caller that opens BPF objects for a moment meanwhile (a
+// program read by id) scans with WalkOthers and Finish instead.
 func (s *Scanner) Scan(want func(progID uint32) bool) (*Result, error) {
 	t0 := time.Now()
+	s.begin()
+	var err error
+	s.holdings, err = s.src.Holdings(s.holdings[:0], &s.res.Stats)
+	if err != nil {
+		return nil, err
+	}
+	return s.build(want, t0, 0), nil
+}
+
+// WalkOthers is the first half of a Scan, made while this process opens
+// BPF objects for a moment (the agent's program and link reads by id:
+// GET_FD_BY_ID, info, close): it lists the holdings of every process but
+// this one, which would be seen holding whatever it had open at that
+// instant. Finish, called once those fds are closed, lists this
+// process's own fds (a few: one process's walk) and completes the Scan.
+func (s *Scanner) WalkOthers() {
+	t0 := time.Now()
+	s.begin()
+	self := s.selfPID()
+	ps, walksProc := s.src.(*ProcSource)
+	if walksProc {
+		ps.skip = self
+	}
+	s.holdings, s.walkErr = s.src.Holdings(s.holdings[:0], &s.res.Stats)
+	if walksProc {
+		ps.skip = 0
+	}
+	if !walksProc && self != 0 {
+		s.holdings = slices.DeleteFunc(s.holdings, func(h Holding) bool { return h.PID == self })
+	}
+	s.walked, s.walkTime = true, time.Since(t0)
+}
+
+// Finish completes the Scan WalkOthers began: it adds this process's
+// holdings as they are now, then answers as Scan. The caller must have
+// closed every BPF fd it opened for a moment since WalkOthers began:
+// whatever this process holds now is its own.
+func (s *Scanner) Finish(want func(progID uint32) bool) (*Result, error) {
+	if !s.walked {
+		return nil, errors.New("owners: Finish without WalkOthers")
+	}
+	s.walked = false
+	if s.walkErr != nil {
+		return nil, s.walkErr
+	}
+	t0 := time.Now()
+	if self := s.selfPID(); self != 0 {
+		if s.selfSrc == nil {
+			if ps, ok := s.src.(*ProcSource); ok {
+				s.selfSrc = ps
+			} else {
+				s.selfSrc = NewProcSource(s.procRoot)
+			}
+		}
+		s.selfBuf = s.selfSrc.holdingsOf(self, s.selfBuf[:0], &s.res.Stats)
+		// In pid order, as the sources list processes.
+		i := slices.IndexFunc(s.holdings, func(h Holding) bool { return h.PID > self })
+		if i < 0 {
+			i = len(s.holdings)
+		}
+		s.holdings = slices.Insert(s.holdings, i, s.selfBuf...)
+	}
+	return s.build(want, t0, s.walkTime), nil
+}
+
+// selfPID is this process's pid as procRoot numbers it (procRoot/self), 0
+// where that procfs does not show it.
+func (s *Scanner) selfPID() int32 {
+	if !s.selfKnown {
+		s.selfKnown = true
+		if l, err := os.Readlink(s.procRoot + "/self"); err == nil {
+			if pid, ok := parseUint32([]byte(l)); ok && pid > 0 && pid <= 1<<31-1 {
+				s.self = int32(pid)
+			}
+		}
+	}
+	return s.self
+}
+
+// begin starts a scan's result afresh.
+func (s *Scanner) begin() {
 	r := &s.res
 	r.Stats, r.Duration = Stats{}, 0
 	clear(r.Links)
 	clear(r.LinkProgs)
 	clear(r.Perf)
-	var err error
-	s.holdings, err = s.src.Holdings(s.holdings[:0], &r.Stats)
-	if err != nil {
-		return nil, err
-	}
+	s.walked, s.walkErr = false, nil
+}
+
+// build makes the Result of s.holdings; t0 is when this part of the scan
+// began, before the time it took before (WalkOthers').
+func (s *Scanner) build(want func(progID uint32) bool, t0 time.Time, before time.Duration) *Result {
+	r := &s.res
 	s.gen++
 	sortHoldings(s.holdings)
 	for i := range s.holdings {
@@ -353,8 +452,8 @@ func (s *Scanner) Scan(want func(progID uint32) bool) (*Result, error) {
 			delete(s.cache, pid)
 		}
 	}
-	r.Duration = time.Since(t0)
-	return r, nil
+	r.Duration = before + time.Since(t0)
+	return r
 }
 
 // queryPerf asks the kernel what perf_event fd h carries (BPF_TASK_FD_QUERY)

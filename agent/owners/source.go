@@ -107,6 +107,9 @@ type ProcSource struct {
 	// afterList, when set, runs after a process's fd directory was opened
 	// and before it is read: tests use it to make the process exit mid-walk.
 	afterList func(pid int32)
+	// skip is a pid Holdings leaves out (0: none): the Scanner's own
+	// process, during WalkOthers.
+	skip int32
 }
 
 // NewProcSource returns a Source reading the procfs mounted at root
@@ -147,12 +150,26 @@ func (s *ProcSource) Holdings(dst []Holding, st *Stats) ([]Holding, error) {
 			name, next := dirent(s.dents, off)
 			off = next
 			pid, ok := parseUint32(name)
-			if !ok || pid == 0 || pid > 1<<31-1 {
+			if !ok || pid == 0 || pid > 1<<31-1 || int32(pid) == s.skip {
 				continue // self, thread-self, sys, ...
 			}
 			dst = s.walkPID(procfd, name, int32(pid), dst, st)
 		}
 	}
+}
+
+// holdingsOf is Holdings for the one process pid.
+func (s *ProcSource) holdingsOf(pid int32, dst []Holding, st *Stats) []Holding {
+	procfd, err := unix.Open(s.root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		st.count(err, "opening procfs "+s.root)
+		return dst
+	}
+	defer unix.Close(procfd)
+	if !s.dupKnown {
+		s.dup, s.dupKnown = samePidNamespace(s.root), true
+	}
+	return s.walkPID(procfd, []byte(itoa(pid)), pid, dst, st)
 }
 
 func (s *ProcSource) walkPID(procfd int, pidName []byte, pid int32, dst []Holding, st *Stats) []Holding {

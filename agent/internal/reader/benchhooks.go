@@ -7,8 +7,15 @@ import (
 	"github.com/bpfleet/bpfleet/probes/progstats"
 )
 
-// What benchmarks of the agent's scan need of its reader: their baselines
-// (every read walking) and the kernel's part of a read timed apart.
+// What benchmarks and tests of the agent's scan need of its reader: their
+// baselines (every read walking), the kernel's part of a read timed apart,
+// and a read by id stopped while it holds a program's fd.
+
+// WhileOpen makes every later read of a program by id (the syscall
+// source) call fn with its id while it holds the program's fd, between
+// GET_FD_BY_ID and close: a test stops the read there to see what the
+// agent's own process holds meanwhile. nil turns it off.
+func (r *Reader) WhileOpen(fn func(id uint32)) { r.scratch.whileOpen = fn }
 
 // WalkAlways turns the steady read off for good, saying why: every later
 // read walks every program.

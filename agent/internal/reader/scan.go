@@ -386,6 +386,7 @@ func (r *Reader) readProgs(bootWall time.Time, keep func(progRead)) error {
 	for range r.parallel {
 		workers.Go(func() {
 			sc := newScratch(&r.fdinfo)
+			sc.whileOpen = r.scratch.whileOpen
 			defer sc.fdinfo.Release()
 			for b := range todo {
 				b.out = make([]progRead, len(b.ids))
@@ -447,6 +448,8 @@ type scratch struct {
 	fdinfo bpfsys.FdinfoFiles
 	// infoLen is the info_len of the last program read.
 	infoLen uint32
+	// whileOpen is the Reader's (WhileOpen): tests only.
+	whileOpen func(id uint32)
 }
 
 func newScratch(dir *bpfsys.FdinfoDir) scratch {
@@ -477,6 +480,9 @@ func readProg(id uint32, cached *progStatic, bootWall time.Time, sc *scratch) (P
 		return Program{}, nil, fmt.Errorf("opening prog %d: %w", id, err)
 	}
 	defer bpfsys.CloseFD(fd)
+	if sc.whileOpen != nil {
+		sc.whileOpen(id)
+	}
 
 	var info bpfsys.ProgInfo
 	if cached == nil {
