@@ -38,6 +38,10 @@ type Config struct {
 	QuietIntervals int
 	// Owners enables owner attribution through /proc.
 	Owners bool
+	// NoPins leaves bpffs unwalked: programs get no Pins. For a command
+	// that shows none (maps): on a node whose loader pins its maps, a
+	// one-shot walk opens every pinned file.
+	NoPins bool
 	// OwnerRefresh is how often owners are re-read from /proc even when no
 	// new program appeared. Default 30s, and ownerStablePeriod while every
 	// owner process is watched through a pidfd (an owner's exit then
@@ -55,8 +59,10 @@ type Config struct {
 	// Now is the clock; tests inject one. Default time.Now.
 	Now func() time.Time
 	// OwnerIterator finds owners with the task_file iterator instead of a
-	// /proc walk: one read() for every process, but loading it costs a
-	// kernel BTF parse (tens of ms), so only long-running commands want it.
+	// /proc walk: one read() for every process; loading it costs a kernel
+	// BTF parse (tens of ms) where the CO-RE cache does not hold it, so
+	// long-running commands ask for it and one-shot ones take it from the
+	// cache alone.
 	OwnerIterator bool
 	// NoIterator disables the bpf_prog iterators: the scan source
 	// (probes/progstats) and the facts one (probes/progiter) that tells

@@ -35,6 +35,7 @@ type attribution struct {
 	iterCacheErr error
 	iter         io.Closer // the task_file iterator loaded, nil for a pin or the walk
 	pin          string    // the task_file iterator's pin, when read from one
+	noPins       bool      // Config.NoPins
 	srcName      string    // OwnersSourceIterator or OwnersSourceProc
 	bpffs        []string
 	cgroup       string
@@ -129,7 +130,7 @@ type generationFiller interface {
 func newAttribution(cfg Config) *attribution {
 	at := &attribution{bpffs: cfg.BPFFS, progs: map[uint32]ownedProg{}, attached: map[uint32]attachedProg{}, perf: map[uint32]attachedProg{}, pids: map[int]bool{},
 		pinScan:  owners.NewPinScanner(owners.PinOptions{}),
-		procRoot: cfg.ProcRoot, netns: map[int]netnsPod{}, workloads: map[string]workloadName{}}
+		procRoot: cfg.ProcRoot, netns: map[int]netnsPod{}, workloads: map[string]workloadName{}, noPins: cfg.NoPins}
 	at.hostNetns, at.hostNetnsErr = owners.HostNetns(cfg.ProcRoot)
 	var src owners.Source
 	if cfg.OneShot && cfg.ProcRoot == "/proc" {
@@ -270,8 +271,16 @@ type holders struct {
 // and walkOthers are the only users of at.scanner and at.pinScan.
 func (at *attribution) readHolders() holders {
 	res, err := at.scanner.Scan(nil)
-	pins, pst := at.pinScan.Scan(at.bpffs)
+	pins, pst := at.scanPins()
 	return holders{res, err, pins, pst}
+}
+
+// scanPins walks bpffs, unless the configuration wants no pins.
+func (at *attribution) scanPins() ([]owners.Pin, owners.PinStats) {
+	if at.noPins {
+		return nil, owners.PinStats{}
+	}
+	return at.pinScan.Scan(at.bpffs)
 }
 
 // walkOthers is readHolders run beside a program read, but for the
@@ -281,7 +290,7 @@ func (at *attribution) readHolders() holders {
 // has closed every fd it opened.
 func (at *attribution) walkOthers() holders {
 	at.scanner.WalkOthers()
-	pins, pst := at.pinScan.Scan(at.bpffs)
+	pins, pst := at.scanPins()
 	return holders{pins: pins, pst: pst}
 }
 
@@ -480,6 +489,7 @@ func (at *attribution) ownerExited() bool {
 }
 
 func (at *attribution) close() {
+	at.pinScan.Close()
 	if at.watch != nil {
 		at.watch.close()
 	}

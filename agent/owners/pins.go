@@ -56,14 +56,15 @@ type PinStats struct {
 // the programs and links pinned there (PinScanner.Scan with nothing
 // remembered).
 func ScanPins(roots []string, opt PinOptions) ([]Pin, PinStats) {
-	return NewPinScanner(opt).Scan(roots)
+	s := NewPinScanner(opt)
+	defer s.Close()
+	return s.Scan(roots)
 }
 
 // PinScanner finds the programs and links pinned in bpffs. A pinned file
-// it has not seen is opened with BPF_OBJ_GET, identified from the agent's
-// own fdinfo of that fd (the same parser as for other processes' fds, no
-// GET_INFO call) and closed at once: a held fd would keep an unpinned
-// program alive. What each file is, is remembered by inode: an object stays
+// it has not seen is opened with BPF_OBJ_GET, identified (by its fd's
+// /proc/self/fd link, and a program's or link's ids asked of the kernel)
+// and closed at once: a held fd would keep an unpinned program alive. What each file is, is remembered by inode: an object stays
 // the same while pinned, and bpffs gives every new pin a new inode
 // (get_next_ino), so a later walk opens only the files that are new. On a
 // node with thousands of pinned maps (Cilium's) a walk after a reload
@@ -75,6 +76,13 @@ type PinScanner struct {
 	gen   uint32
 	dents []byte
 	info  []byte
+	// selfFD is /proc/self/fd, opened on first need (selfOpen); -1 and
+	// selfErr when refused. name and link are readlinkat's buffers.
+	selfOpen bool
+	selfFD   int
+	selfErr  error
+	name     []byte
+	link     [32]byte
 }
 
 type pinInode struct{ dev, ino uint64 }
@@ -225,7 +233,12 @@ func (w *pinWalker) file(path string, key pinInode) {
 }
 
 // open identifies a pinned file the walk has not seen; ok is false where
-// it could not (the walk's error, or unpinned since it was listed).
+// it could not (the walk's error, or unpinned since it was listed). What
+// the fd is comes from its /proc/self/fd link ("anon_inode:bpf-map", ...;
+// one readlinkat against an open directory), and a program's or a link's
+// ids from a GET_INFO of 8 or 12 bytes: three or four syscalls against the
+// five of opening, reading and closing its fdinfo (a path walk each), the
+// way taken where /proc/self/fd cannot be read.
 func (w *pinWalker) open(path string) (pinFacts, bool) {
 	fd, err := bpfsys.ObjGet(path)
 	if err == unix.ENOENT {
@@ -237,14 +250,53 @@ func (w *pinWalker) open(path string) (pinFacts, bool) {
 		w.fail(fmt.Errorf("opening pin %s: %w", path, err))
 		return pinFacts{}, false
 	}
+	defer unix.Close(fd)
+	if f, err := w.s.identify(fd); err == nil {
+		return f, true
+	}
 	b, err := readFile("/proc/self/fdinfo/"+strconv.Itoa(fd), &w.s.info)
-	unix.Close(fd)
 	if err != nil {
 		w.fail(fmt.Errorf("reading fdinfo of pin %s: %w", path, err))
 		return pinFacts{}, false
 	}
 	fi := bpfsys.ParseFDInfo(b)
 	return pinFacts{progID: fi.ProgID, linkID: fi.LinkID}, true
+}
+
+// identify tells what this process's BPF fd is by its /proc/self/fd link.
+func (s *PinScanner) identify(fd int) (pinFacts, error) {
+	if !s.selfOpen {
+		s.selfOpen = true
+		if s.selfFD, s.selfErr = unix.Open("/proc/self/fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); s.selfErr != nil {
+			s.selfFD = -1
+		}
+	}
+	if s.selfFD < 0 {
+		return pinFacts{}, s.selfErr
+	}
+	name := strconv.AppendInt(s.name[:0], int64(fd), 10)
+	s.name = append(name, 0)
+	n, err := readlinkat(s.selfFD, &s.name[0], s.link[:])
+	if err != nil {
+		return pinFacts{}, err
+	}
+	switch string(s.link[:n]) {
+	case linkBPFProg:
+		_, prog, err := bpfsys.ObjIDs(fd, false)
+		return pinFacts{progID: prog}, err
+	case linkBPFLink, linkBPFLinkGot:
+		link, prog, err := bpfsys.ObjIDs(fd, true)
+		return pinFacts{progID: prog, linkID: link}, err
+	}
+	return pinFacts{}, nil // a map, BTF, or no BPF object at all
+}
+
+// Close releases the scanner's /proc/self/fd directory.
+func (s *PinScanner) Close() {
+	if s.selfOpen && s.selfFD >= 0 {
+		unix.Close(s.selfFD)
+	}
+	s.selfOpen = false
 }
 
 // PinsByProg groups pin paths by program id; a link's pin counts for its

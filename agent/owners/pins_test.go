@@ -115,3 +115,44 @@ func TestScanPins(t *testing.T) {
 		t.Errorf("missing root: stats %+v, want one error", st)
 	}
 }
+
+// TestWalkFindsReopenedLink: a link fd opened again from its pin (or by
+// id) is named "bpf-link", not "bpf_link" as where it was made; the /proc
+// walk finds its holder all the same.
+func TestWalkFindsReopenedLink(t *testing.T) {
+	root, err := os.MkdirTemp("/sys/fs/bpf", "bpfleet-owners-relink-")
+	if err != nil {
+		t.Skipf("no bpffs at /sys/fs/bpf: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	tp, tpID := loadProg(t, ebpf.RawTracepoint)
+	l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "task_rename", Program: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(root, "link")
+	if err := l.Pin(path); err != nil {
+		t.Fatal(err)
+	}
+	info, err := l.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close() // the pin keeps it
+	again, err := link.LoadPinnedLink(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	var st Stats
+	h, err := NewProcSource("").Holdings(nil, &st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range h {
+		if x.PID == int32(os.Getpid()) && x.LinkID == uint32(info.ID) && x.ProgID == tpID {
+			return
+		}
+	}
+	t.Errorf("no holding of link %d (program %d) by this process among %d", info.ID, tpID, len(h))
+}

@@ -76,10 +76,14 @@ func (st *Stats) count(err error, what string) {
 
 // The link targets of BPF fds in /proc/PID/fd, and of perf_event fds,
 // which carry a program attached with PERF_EVENT_IOC_SET_BPF.
+// A link's fd is named "bpf_link" where the link was made
+// (bpf_link_prime) and "bpf-link" where it was opened again from a pin or
+// by id (bpf_link_new_fd).
 const (
-	linkBPFProg   = "anon_inode:bpf-prog"
-	linkBPFLink   = "anon_inode:bpf_link"
-	linkPerfEvent = "anon_inode:[perf_event]"
+	linkBPFProg    = "anon_inode:bpf-prog"
+	linkBPFLink    = "anon_inode:bpf_link"
+	linkBPFLinkGot = "anon_inode:bpf-link"
+	linkPerfEvent  = "anon_inode:[perf_event]"
 )
 
 // ProcSource walks /proc/*/fd. It reads directories with getdents into
@@ -229,7 +233,7 @@ func (s *ProcSource) walkPID(procfd int, pidName []byte, pid int32, dst []Holdin
 				continue
 			}
 			isProg := string(target) == linkBPFProg
-			if !isProg && string(target) != linkBPFLink {
+			if !isProg && string(target) != linkBPFLink && string(target) != linkBPFLinkGot {
 				continue
 			}
 			st.BPFFDs++

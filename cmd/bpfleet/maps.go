@@ -48,6 +48,7 @@ With --watch it keeps reading and prints one JSON object per interval
 			}
 			cfg := agentConfig(c.Scan)
 			cfg.Maps = true
+			cfg.NoPins = true // the maps view shows no pins
 			cfg.OneShot = !c.Watch
 			cfg.Parallel = runtime.NumCPU()
 			a, err := newAgent(cfg)
