@@ -114,7 +114,9 @@ int dump_task_file(struct bpf_iter__task_file *ctx)
 		// others).
 		if (bpf_probe_read_kernel(name, sizeof(name), file->f_path.dentry->d_name.name))
 			return 0;
-		if (name_is(name, "bpf_link", sizeof("bpf_link")))
+		// "bpf_link" where the link was made, "bpf-link" where it was
+		// opened again from a pin or by id.
+		if (name_is(name, "bpf_link", sizeof("bpf_link")) || name_is(name, "bpf-link", sizeof("bpf-link")))
 			kind = KIND_LINK;
 		else if (name_is(name, "[perf_event]", sizeof("[perf_event]")) && (prog = perf_prog(file)))
 			kind = KIND_PERF;

@@ -160,6 +160,14 @@ func testFindsHolders(t *testing.T, it *Iter) {
 		t.Fatal(err)
 	}
 	linkFD := l.(interface{ FD() int }).FD()
+	// The same link opened again by id: the kernel names this fd
+	// "bpf-link", the first "bpf_link".
+	again, err := link.NewFromID(linfo.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	againFD := again.(interface{ FD() int }).FD()
 
 	// A child holding the program: another process, seen from outside.
 	// The os.File gets its own fd: it closes it when collected.
@@ -173,11 +181,12 @@ func testFindsHolders(t *testing.T, it *Iter) {
 
 	self := os.Getpid()
 	want := map[Entry]bool{
-		{PID: uint32(self), FD: uint32(filter.FD()), Kind: KindProg, ProgID: filterID, Comm: comm(t, self)}:                     false,
-		{PID: uint32(self), FD: uint32(byID.FD()), Kind: KindProg, ProgID: filterID, Comm: comm(t, self)}:                       false,
-		{PID: uint32(self), FD: uint32(rawtp.FD()), Kind: KindProg, ProgID: rawtpID, Comm: comm(t, self)}:                       false,
-		{PID: uint32(self), FD: uint32(linkFD), Kind: KindLink, ProgID: rawtpID, LinkID: uint32(linfo.ID), Comm: comm(t, self)}: false,
-		{PID: uint32(child), FD: 3, Kind: KindProg, ProgID: filterID, Comm: comm(t, child)}:                                     false,
+		{PID: uint32(self), FD: uint32(filter.FD()), Kind: KindProg, ProgID: filterID, Comm: comm(t, self)}:                      false,
+		{PID: uint32(self), FD: uint32(byID.FD()), Kind: KindProg, ProgID: filterID, Comm: comm(t, self)}:                        false,
+		{PID: uint32(self), FD: uint32(rawtp.FD()), Kind: KindProg, ProgID: rawtpID, Comm: comm(t, self)}:                        false,
+		{PID: uint32(self), FD: uint32(linkFD), Kind: KindLink, ProgID: rawtpID, LinkID: uint32(linfo.ID), Comm: comm(t, self)}:  false,
+		{PID: uint32(self), FD: uint32(againFD), Kind: KindLink, ProgID: rawtpID, LinkID: uint32(linfo.ID), Comm: comm(t, self)}: false,
+		{PID: uint32(child), FD: 3, Kind: KindProg, ProgID: filterID, Comm: comm(t, child)}:                                      false,
 	}
 	seen := make(map[[2]uint32]int)
 	var mine []Entry
@@ -253,7 +262,7 @@ func walkPid(pid int, fn func(Entry)) error {
 		switch target {
 		case "anon_inode:bpf-prog":
 			kind = KindProg
-		case "anon_inode:bpf_link":
+		case "anon_inode:bpf_link", "anon_inode:bpf-link":
 			kind = KindLink
 		default:
 			continue
