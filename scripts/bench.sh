@@ -22,8 +22,8 @@ selected() { [[ $want == all || ,$want, == *,$1,* ]]; }
 scripts/install-deps.sh >/dev/null
 
 if selected list; then
-	section "list: bpfleet list -o json against bpftool prog show -j, 1,000 and 10,000 programs"
-	go test -tags bench -count=1 -run 'TestBenchListAgainstBpftool' -v ./cmd/bpfleet | grep -E 'BENCH|FAIL|ok'
+	section "list: bpfleet list -o json against bpftool prog show -j, 1,000 and 10,000 programs; bpfleet maps -o json against bpftool map show -j, 30,000 maps"
+	go test -tags bench -count=1 -timeout 20m -run 'TestBenchListAgainstBpftool|TestBenchMapsAgainstBpftool' -v ./cmd/bpfleet | grep -E 'BENCH|FAIL|ok'
 fi
 
 if selected scan; then
