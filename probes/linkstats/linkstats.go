@@ -167,13 +167,10 @@ func load(spec *ebpf.CollectionSpec, c *coreload.Result) (*Iter, error) {
 		it.Close()
 		return nil, fmt.Errorf("attaching iter/bpf_link: %w", refuse.Iterator(err, "bpf_link"))
 	}
-	info, err := it.prog.Info()
-	if err != nil {
+	if it.progID, err = coreload.ProgramID(it.prog); err != nil {
 		it.Close()
-		return nil, fmt.Errorf("reading iterator program info: %w", err)
+		return nil, err
 	}
-	id, _ := info.ID()
-	it.progID = uint32(id)
 	return it, nil
 }
 

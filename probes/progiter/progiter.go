@@ -95,13 +95,10 @@ func LoadCached(dir string) (*Iter, LoadInfo, error) {
 			it.Close()
 			return nil, fmt.Errorf("attaching iter/bpf_prog: %w", refuse.Iterator(err, "bpf_prog"))
 		}
-		info, err := prog.Info()
-		if err != nil {
+		if it.progID, err = coreload.ProgramID(prog); err != nil {
 			it.Close()
-			return nil, fmt.Errorf("reading iterator program info: %w", err)
+			return nil, err
 		}
-		id, _ := info.ID()
-		it.progID = uint32(id)
 		return it, nil
 	})
 }

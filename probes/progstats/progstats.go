@@ -132,13 +132,8 @@ func (it *Iter) attach() error {
 	if err != nil {
 		return fmt.Errorf("attaching iter/bpf_prog stats: %w", refuse.Iterator(err, "bpf_prog"))
 	}
-	info, err := it.prog.Info()
-	if err != nil {
-		return fmt.Errorf("reading iterator program info: %w", err)
-	}
-	id, _ := info.ID()
-	it.progID = uint32(id)
-	return nil
+	it.progID, err = coreload.ProgramID(it.prog)
+	return err
 }
 
 // SetKnownMaxID tells the iterator that the caller holds the static

@@ -127,13 +127,10 @@ func load(linksByName bool, dir string) (*Iter, LoadInfo, error) {
 			it.Close()
 			return nil, err
 		}
-		info, err := prog.Info()
-		if err != nil {
+		if it.progID, err = coreload.ProgramID(prog); err != nil {
 			it.Close()
-			return nil, fmt.Errorf("reading iterator program info: %w", err)
+			return nil, err
 		}
-		id, _ := info.ID()
-		it.progID = uint32(id)
 		return it, nil
 	})
 }

@@ -552,6 +552,17 @@ func Instantiate(spec *ebpf.CollectionSpec, prog string, c *Result, vars map[str
 	return p, maps, nil
 }
 
+// ProgramID is the kernel's id of an iterator program this process loaded,
+// so that a caller listing programs can recognise its own.
+func ProgramID(p *ebpf.Program) (uint32, error) {
+	info, err := p.Info()
+	if err != nil {
+		return 0, fmt.Errorf("reading iterator program info: %w", err)
+	}
+	id, _ := info.ID()
+	return uint32(id), nil
+}
+
 // Close detaches and unloads an iterator made by Instantiate and attached
 // as l; any of them may be nil (a load that failed half-way).
 func Close(l *link.Iter, p *ebpf.Program, maps map[string]*ebpf.Map) error {
