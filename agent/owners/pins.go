@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -50,6 +51,10 @@ type PinStats struct {
 	Denied int `json:"denied"`
 	// Truncated is true when MaxDepth or MaxFiles stopped the walk.
 	Truncated bool `json:"truncated"`
+	// DirsListed counts the directories read with getdents, DirsKept
+	// those whose listing was reused (their ctime unchanged).
+	DirsListed int `json:"dirs_listed"`
+	DirsKept   int `json:"dirs_kept"`
 }
 
 // ScanPins walks bpffs mount points (default /sys/fs/bpf) once and returns
@@ -73,6 +78,9 @@ func ScanPins(roots []string, opt PinOptions) ([]Pin, PinStats) {
 type PinScanner struct {
 	opt   PinOptions
 	known map[pinInode]pinFacts
+	// dirs are the directories listed before, by inode, kept while their
+	// ctime stays the same (dirCache).
+	dirs  map[pinInode]*dirCache
 	gen   uint32
 	dents []byte
 	info  []byte
@@ -91,8 +99,28 @@ type pinInode struct{ dev, ino uint64 }
 // neither (a map, or a file BPF_OBJ_GET does not open).
 type pinFacts struct {
 	progID, linkID uint32
-	gen            uint32 // the last walk that saw it
+	gen            uint32   // the last walk that saw it
+	dir            pinInode // its directory
 }
+
+// dirCache is a directory's listing as of its ctime. bpffs sets a
+// directory's ctime (and mtime) whenever an entry is pinned, made or
+// removed in it (bpf_dentry_finalize, simple_unlink), so while the ctime
+// stays the same the listing does: a walk reuses it rather than listing
+// the directory again (on a node with 30,000 pinned maps, the listing is
+// most of a walk once every file is known). A listing taken less than
+// racyDir after the ctime is not kept: the clock that stamps it is coarse,
+// and a change in the same tick would leave it unchanged.
+type dirCache struct {
+	ctime unix.Timespec
+	ents  []pinEntry // as entries returns them: pins, new files, subdirectories
+	maps  int        // the files it counted as known maps (not in ents)
+	kept  uint32     // the last walk that reused the listing
+	seen  uint32     // the last walk that listed or reused it
+}
+
+// racyDir is how long after a directory's ctime its listing is kept.
+var racyDir = time.Second
 
 // NewPinScanner returns a PinScanner bounded by opt.
 func NewPinScanner(opt PinOptions) *PinScanner {
@@ -102,7 +130,7 @@ func NewPinScanner(opt PinOptions) *PinScanner {
 	if opt.MaxFiles <= 0 {
 		opt.MaxFiles = 10000
 	}
-	return &PinScanner{opt: opt, known: map[pinInode]pinFacts{}}
+	return &PinScanner{opt: opt, known: map[pinInode]pinFacts{}, dirs: map[pinInode]*dirCache{}}
 }
 
 // Scan walks the roots (default /sys/fs/bpf). MaxFiles bounds the files
@@ -120,8 +148,14 @@ func (s *PinScanner) Scan(roots []string) ([]Pin, PinStats) {
 		w.dir(r, 0)
 	}
 	for k, f := range s.known {
-		if f.gen != s.gen {
+		// A file in a directory whose listing was reused is still there.
+		if d := s.dirs[f.dir]; f.gen != s.gen && (d == nil || d.kept != s.gen) {
 			delete(s.known, k) // unpinned
+		}
+	}
+	for k, d := range s.dirs {
+		if d.seen != s.gen {
+			delete(s.dirs, k) // not walked: removed, or past a cut-short walk
 		}
 	}
 	return w.pins, w.st
@@ -152,20 +186,57 @@ func (w *pinWalker) dir(dir string, depth int) {
 	}
 	var st unix.Stat_t
 	var ents []pinEntry
+	var cache *dirCache
 	if err = unix.Fstat(fd, &st); err == nil {
-		ents, err = w.entries(fd, st.Dev)
+		key := pinInode{st.Dev, st.Ino}
+		if c := w.s.dirs[key]; c != nil && c.ctime == st.Ctim {
+			cache, ents = c, c.ents
+			c.kept, c.seen = w.s.gen, w.s.gen
+			w.st.Files += c.maps
+			w.st.Skipped += c.maps
+			w.st.DirsKept++
+		} else {
+			delete(w.s.dirs, key)
+			listed := time.Now()
+			var maps int
+			ents, maps, err = w.entries(fd, key)
+			w.st.DirsListed++
+			// Name order, a directory's pins at its place, as os.ReadDir
+			// lists.
+			slices.SortFunc(ents, func(a, b pinEntry) int { return strings.Compare(a.name, b.name) })
+			if err == nil && listed.Sub(time.Unix(st.Ctim.Unix())) > racyDir {
+				cache = &dirCache{ctime: st.Ctim, ents: ents, maps: maps}
+			}
+		}
 	}
 	unix.Close(fd) // before descending: the depth must not cost fds
 	if err != nil && !errors.Is(err, unix.ENOENT) {
 		w.fail(fmt.Errorf("reading bpffs directory %s: %w", dir, err))
 	}
-	// Name order, a directory's pins at its place, as os.ReadDir lists.
-	slices.SortFunc(ents, func(a, b pinEntry) int { return strings.Compare(a.name, b.name) })
+	truncated, failed := w.st.Truncated, w.st.Errors
+	defer func() {
+		// Kept only where every entry was looked at: a walk cut short by
+		// MaxFiles or an error lists the directory again.
+		if cache != nil && cache.seen != w.s.gen && !w.st.Truncated && !truncated && w.st.Errors == failed {
+			// The files found to be maps leave the listing for its count:
+			// a reuse then visits the pins and subdirectories alone.
+			cache.ents = slices.DeleteFunc(slices.Clone(cache.ents), func(e pinEntry) bool {
+				f, ok := w.s.known[pinInode{st.Dev, e.ino}]
+				isMap := !e.isDir && ok && f.progID == 0 && f.linkID == 0
+				if isMap {
+					cache.maps++
+				}
+				return isMap
+			})
+			cache.seen = w.s.gen
+			w.s.dirs[pinInode{st.Dev, st.Ino}] = cache
+		}
+	}()
 	for _, e := range ents {
 		p := filepath.Join(dir, e.name)
 		switch {
 		case !e.isDir:
-			w.file(p, pinInode{st.Dev, e.ino})
+			w.file(p, pinInode{st.Dev, e.ino}, pinInode{st.Dev, st.Ino})
 		case depth+1 > w.s.opt.MaxDepth:
 			w.st.Truncated = true
 		default:
@@ -186,17 +257,17 @@ type pinEntry struct {
 // an earlier walk as no pin of a program or link (a map) is counted here
 // and not listed: on a node of many pinned maps, nothing is allocated for
 // them.
-func (w *pinWalker) entries(fd int, dev uint64) ([]pinEntry, error) {
-	var ents []pinEntry
-	err := eachDirent(fd, w.s.dents, func(name []byte, ino uint64, typ byte) {
+func (w *pinWalker) entries(fd int, dir pinInode) (ents []pinEntry, maps int, err error) {
+	err = eachDirent(fd, w.s.dents, func(name []byte, ino uint64, typ byte) {
 		switch typ {
 		case unix.DT_REG:
-			key := pinInode{dev, ino}
+			key := pinInode{dir.dev, ino}
 			if f, ok := w.s.known[key]; ok && f.progID == 0 && f.linkID == 0 {
 				f.gen = w.s.gen
 				w.s.known[key] = f
 				w.st.Files++
 				w.st.Skipped++
+				maps++
 				return
 			}
 		case unix.DT_DIR:
@@ -205,10 +276,10 @@ func (w *pinWalker) entries(fd int, dev uint64) ([]pinEntry, error) {
 		}
 		ents = append(ents, pinEntry{string(name), ino, typ == unix.DT_DIR})
 	})
-	return ents, err
+	return ents, maps, err
 }
 
-func (w *pinWalker) file(path string, key pinInode) {
+func (w *pinWalker) file(path string, key, dir pinInode) {
 	f, known := w.s.known[key]
 	if !known && w.st.Opened >= w.s.opt.MaxFiles {
 		w.st.Truncated = true
@@ -223,7 +294,7 @@ func (w *pinWalker) file(path string, key pinInode) {
 			return
 		}
 	}
-	f.gen = w.s.gen
+	f.gen, f.dir = w.s.gen, dir
 	w.s.known[key] = f
 	if f.progID == 0 && f.linkID == 0 {
 		w.st.Skipped++ // a map, or a file BPF_OBJ_GET does not open

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -155,4 +156,70 @@ func TestWalkFindsReopenedLink(t *testing.T) {
 		}
 	}
 	t.Errorf("no holding of link %d (program %d) by this process among %d", info.ID, tpID, len(h))
+}
+
+// TestScanPinsKeepsListing: a walk reuses a directory's listing while its
+// ctime stays the same, and lists it again once a pin is added or removed
+// there, or in it a directory's ctime is too recent to trust.
+func TestScanPinsKeepsListing(t *testing.T) {
+	defer func(d time.Duration) { racyDir = d }(racyDir)
+	racyDir = 100 * time.Millisecond
+	root, err := os.MkdirTemp("/sys/fs/bpf", "bpfleet-owners-keep-")
+	if err != nil {
+		t.Skipf("no bpffs at /sys/fs/bpf: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	sub := filepath.Join(root, "sub")
+	if err := os.Mkdir(sub, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	pin := func(p *ebpf.Program, path string) {
+		t.Helper()
+		if err := p.Pin(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, aID := loadProg(t, ebpf.SocketFilter)
+	pin(a, filepath.Join(root, "a"))
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.Pin(filepath.Join(sub, "map")); err != nil {
+		t.Fatal(err)
+	}
+	s := NewPinScanner(PinOptions{})
+	defer s.Close()
+	roots := []string{root}
+	walk := func(what string, wantIDs []uint32, listed, kept int) {
+		t.Helper()
+		pins, st := s.Scan(roots)
+		var ids []uint32
+		for _, p := range pins {
+			ids = append(ids, p.ProgID)
+		}
+		if !slices.Equal(ids, wantIDs) || st.DirsListed != listed || st.DirsKept != kept || st.Files != len(wantIDs)+1 || st.Errors != 0 {
+			t.Fatalf("%s: pins %v, stats %+v; want programs %v, %d directories listed, %d kept, %d files", what, ids, st, wantIDs, listed, kept, len(wantIDs)+1)
+		}
+	}
+	walk("a walk right after the pins", []uint32{aID}, 2, 0)
+	time.Sleep(150 * time.Millisecond)
+	walk("first walk with the ctimes old enough", []uint32{aID}, 2, 0)
+	walk("unchanged", []uint32{aID}, 0, 2)
+
+	b, bID := loadProg(t, ebpf.SocketFilter)
+	pin(b, filepath.Join(root, "b"))
+	walk("a pin added", []uint32{aID, bID}, 1, 1) // the root listed again, sub kept
+	time.Sleep(150 * time.Millisecond)
+	walk("root listed again, its ctime old enough now", []uint32{aID, bID}, 1, 1)
+	walk("unchanged again", []uint32{aID, bID}, 0, 2)
+
+	if err := os.Remove(filepath.Join(root, "a")); err != nil {
+		t.Fatal(err)
+	}
+	walk("a pin removed", []uint32{bID}, 1, 1)
+	if len(s.known) != 2 {
+		t.Errorf("the scanner remembers %d files, want 2 (b, the map)", len(s.known))
+	}
 }
