@@ -94,7 +94,7 @@ func testAgentNotOwnerOfWhatItReads(t *testing.T, iter, oneShot bool, childIDs m
 		// to know the early one's answer was used.
 		var src owners.Source = owners.NewProcSource("/proc")
 		if iter {
-			it, err := taskfile.Load()
+			it, _, err := taskfile.LoadCached("")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -69,12 +69,13 @@ func ScanPins(roots []string, opt PinOptions) ([]Pin, PinStats) {
 // PinScanner finds the programs and links pinned in bpffs. A pinned file
 // it has not seen is opened with BPF_OBJ_GET, identified (by its fd's
 // /proc/self/fd link, and a program's or link's ids asked of the kernel)
-// and closed at once: a held fd would keep an unpinned program alive. What each file is, is remembered by inode: an object stays
-// the same while pinned, and bpffs gives every new pin a new inode
-// (get_next_ino), so a later walk opens only the files that are new. On a
-// node with thousands of pinned maps (Cilium's) a walk after a reload
-// costs a getdents entry per pin, not an open, an fdinfo read and two
-// closes. It is not safe for concurrent use.
+// and closed at once: a held fd would keep an unpinned program alive. What
+// each file is, is remembered by inode: an object stays the same while
+// pinned, and bpffs gives every new pin a new inode (get_next_ino), so a
+// later walk opens only the files that are new. On a node with thousands
+// of pinned maps (Cilium's) a walk after a reload costs a getdents entry
+// per pin in a changed directory, nothing per map in an unchanged one
+// (dirCache). It is not safe for concurrent use.
 type PinScanner struct {
 	opt   PinOptions
 	known map[pinInode]pinFacts

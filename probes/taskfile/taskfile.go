@@ -83,16 +83,10 @@ type LoadInfo = coreload.LoadInfo
 // load, ~30 ms, three times what a /proc walk of 1,000 held program fds
 // costs, so a one-shot list could only afford the iterator from the cache.
 
-// Load loads the iterator and attaches it, relocating it from kernel BTF.
-// When the kernel refuses it the error wraps ebpf.ErrNotSupported and says
-// why; missing privileges are reported as the kernel's EPERM.
-func Load() (*Iter, error) {
-	it, _, err := LoadCached("")
-	return it, err
-}
-
-// LoadCached is Load with the CO-RE result cached in dir ("" for no
-// cache).
+// LoadCached loads the iterator and attaches it, its CO-RE result cached
+// in dir ("" for no cache: relocated from kernel BTF). When the kernel
+// refuses it the error wraps ebpf.ErrNotSupported and says why; missing
+// privileges are reported as the kernel's EPERM.
 func LoadCached(dir string) (*Iter, LoadInfo, error) { return load(false, dir) }
 
 // Cached says whether dir holds the CO-RE result for the running kernel,
