@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bpfleet/bpfleet/agent/internal/misses"
 	"github.com/bpfleet/bpfleet/agent/internal/reader"
 	"github.com/bpfleet/bpfleet/agent/owners"
 	"github.com/bpfleet/bpfleet/internal/sysfile"
@@ -15,9 +16,9 @@ import (
 )
 
 // missWatch runs the miss watcher for the agent: which programs are
-// watched (those named by Config.WatchPrograms, then those with an open
-// recursion-miss episode, as many as the debug registers allow, rotating
-// fairly when more wait), their sampled misses explained, and each
+// watched (misses.Slots: those named by Config.WatchPrograms, those with
+// an open recursion-miss episode, rotating fairly when more wait, and
+// those that missed before while their slots are not needed), their sampled misses explained, and each
 // interval's misses split by cause so that the causes add up to the
 // kernel's count: what was not sampled is unexplained.
 type missWatch struct {
@@ -27,13 +28,16 @@ type missWatch struct {
 	procRoot string
 	syms     *misswatch.Symbols
 	explicit []uint32
-	// slots is how many programs were armed when the kernel first had no
-	// free debug register (0: never hit).
-	slots   int
+	// slots holds who is armed, since when and why, and decides who
+	// gives way; watched the armed programs' details.
+	slots   *misses.Slots
 	watched map[uint32]*watchedProg
-	// waitSince is when each waiting program started to wait.
-	waitSince map[uint32]time.Time
-	waiting   []uint32
+	// lastMiss is when each program last missed, as far as the agent saw
+	// (the end of its episode's last interval with misses); refused, the
+	// programs the kernel would not arm and why, tried again when they
+	// miss again.
+	lastMiss map[uint32]time.Time
+	refused  map[uint32]string
 	// pending holds each program's explained samples of this scan, to be
 	// matched to the misses its read counted; carry those explain left
 	// over that came after cut (the scan's read began), which are of
@@ -52,9 +56,7 @@ type missWatch struct {
 
 type watchedProg struct {
 	name    string
-	since   time.Time
 	samples uint64
-	scans   int
 	ranges  []misswatch.Range
 	guard   misswatch.Guard
 	// dry counts the misses of the intervals since its last sample (or
@@ -63,10 +65,6 @@ type watchedProg struct {
 	dry          uint64
 	dryIntervals int
 }
-
-// rotateScans is how many scans a program with an episode keeps its
-// watchpoints while others wait for one.
-const rotateScans = 3
 
 // A program is blind to the watcher once blindIntervals intervals in
 // which it missed (quiet ones between do not count), with at least
@@ -84,7 +82,7 @@ const (
 // newMissWatch starts the watcher, or records why it cannot run.
 func newMissWatch(cfg *Config, cpus int) *missWatch {
 	m := &missWatch{budget: cfg.MissBudget, procRoot: cfg.ProcRoot, explicit: cfg.WatchPrograms,
-		watched: map[uint32]*watchedProg{}, waitSince: map[uint32]time.Time{},
+		slots: misses.NewSlots(), watched: map[uint32]*watchedProg{}, lastMiss: map[uint32]time.Time{}, refused: map[uint32]string{},
 		pending: map[uint32][]MissSample{}, spent: map[uint32]bool{}, blind: map[uint32]BlindProgram{}}
 	if m.budget <= 0 {
 		m.budget = DefaultMissBudget
@@ -242,95 +240,63 @@ func (m *missWatch) explain(id uint32, misses uint64) (MissCauses, []MissSample)
 	return c, pool[:n]
 }
 
-// schedule chooses the programs to watch in the next interval.
+// schedule chooses the programs to watch in the next interval (the
+// policy is misses.Slots'): named ones, those missing now, and those that
+// missed before while nobody with newer misses needs their slots.
 func (m *missWatch) schedule(now time.Time, episodes []Episode, progs []*ProgramStat, r *reader.Reader) {
 	if m.w == nil {
 		return
 	}
-	byID := func(id uint32) *ProgramStat {
-		i, ok := slices.BinarySearchFunc(progs, id, func(p *ProgramStat, id uint32) int { return int(p.ID) - int(id) })
-		if ok {
-			return progs[i]
-		}
-		for _, p := range progs { // not in id order
-			if p.ID == id {
-				return p
-			}
-		}
-		return nil
+	present := make(map[uint32]*ProgramStat, len(progs))
+	for _, p := range progs {
+		present[p.ID] = p
 	}
 	for id := range m.blind {
-		if byID(id) == nil {
+		if present[id] == nil {
 			delete(m.blind, id)
 		}
 	}
-	var want []uint32
-	for _, id := range m.explicit {
-		if _, ok := m.blind[id]; !ok {
-			want = append(want, id)
+	for id := range m.lastMiss {
+		if present[id] == nil {
+			delete(m.lastMiss, id)
+			delete(m.refused, id)
 		}
 	}
+	missing := map[uint32]bool{}
 	for _, e := range episodes {
-		if _, blind := m.blind[e.ProgID]; e.Open && e.Source == SourceRecursionMisses && !blind && !slices.Contains(want, e.ProgID) {
-			want = append(want, e.ProgID)
+		if e.Open && e.Source == SourceRecursionMisses {
+			missing[e.ProgID] = true
+			m.lastMiss[e.ProgID] = e.End
 		}
 	}
-	// Gone or quiet programs give their slots back.
-	for id := range m.watched {
-		if !slices.Contains(want, id) || byID(id) == nil {
-			m.disarm(id)
+	var cands []misses.Candidate
+	for _, p := range progs {
+		if _, blind := m.blind[p.ID]; blind {
+			continue
+		}
+		c := misses.Candidate{ID: p.ID, Named: slices.Contains(m.explicit, p.ID), Missing: missing[p.ID], LastMiss: m.lastMiss[p.ID]}
+		if p.RecursionMisses != nil {
+			c.Misses = *p.RecursionMisses
+		}
+		// A program the kernel refused to arm is tried again only when
+		// it misses again (or is named), not every scan.
+		if _, refused := m.refused[p.ID]; refused && !c.Named && !c.Missing {
+			continue
+		}
+		if c.Named || c.Missing || c.Misses > 0 {
+			cands = append(cands, c)
 		}
 	}
-	var wait []uint32
-	for _, id := range want {
-		if m.watched[id] == nil && byID(id) != nil {
-			wait = append(wait, id)
-			if _, ok := m.waitSince[id]; !ok {
-				m.waitSince[id] = now
-			}
+	m.slots.Schedule(now, cands, func(id uint32) (bool, bool) {
+		err := m.arm(present[id], r.StatsAddr(id))
+		if err != nil && !errors.Is(err, misswatch.ErrNoSlot) {
+			m.refused[id] = err.Error()
 		}
-	}
-	for id := range m.waitSince {
-		if !slices.Contains(wait, id) {
-			delete(m.waitSince, id)
-		}
-	}
-	slices.SortStableFunc(wait, func(a, b uint32) int { return m.waitSince[a].Compare(m.waitSince[b]) })
-	// Fair rotation: while others wait, a program watched for
-	// rotateScans scans (not one the user named) gives its slot up.
-	if len(wait) > 0 && m.slots > 0 && len(m.watched) >= m.slots {
-		free := len(wait)
-		for id, wp := range m.watched {
-			if free == 0 {
-				break
-			}
-			if wp.scans >= rotateScans && !slices.Contains(m.explicit, id) {
-				m.disarm(id)
-				free--
-			}
-		}
-	}
-	for _, wp := range m.watched {
-		wp.scans++
-	}
-	m.waiting = m.waiting[:0]
-	for i, id := range wait {
-		p := byID(id)
-		err := m.arm(p, r.StatsAddr(id), now)
-		if errors.Is(err, misswatch.ErrNoSlot) {
-			if m.slots == 0 || len(m.watched) < m.slots {
-				m.slots = len(m.watched)
-			}
-			m.waiting = append(m.waiting, wait[i:]...)
-			break
-		}
-		if err != nil {
-			m.waiting = append(m.waiting, id)
-		}
-	}
+		return err == nil, errors.Is(err, misswatch.ErrNoSlot)
+	}, m.disarm)
 }
 
-func (m *missWatch) arm(p *ProgramStat, stats uint64, now time.Time) error {
+func (m *missWatch) arm(p *ProgramStat, stats uint64) error {
 	if stats == 0 {
 		return fmt.Errorf("program %d: no stats address (read by syscall)", p.ID)
 	}
@@ -341,8 +307,8 @@ func (m *missWatch) arm(p *ProgramStat, stats uint64, now time.Time) error {
 	if err := m.w.Arm(p.ID, stats); err != nil {
 		return err
 	}
-	delete(m.waitSince, p.ID)
-	m.watched[p.ID] = &watchedProg{name: p.Name, since: now, ranges: ranges, guard: guardOf(&p.Program)}
+	delete(m.refused, p.ID)
+	m.watched[p.ID] = &watchedProg{name: p.Name, ranges: ranges, guard: guardOf(&p.Program)}
 	return nil
 }
 
@@ -377,10 +343,14 @@ func (a *Agent) Watch(ids []uint32) {
 
 // state is the watcher's part of a snapshot.
 func (m *missWatch) state() MissWatch {
-	s := MissWatch{Available: m.w != nil, Reason: m.reason, Slots: m.slots, Budget: m.budget,
-		Waiting: append([]uint32(nil), m.waiting...), Samples: m.samples, OverBudget: m.over}
+	s := MissWatch{Available: m.w != nil, Reason: m.reason, Slots: m.slots.Known, Budget: m.budget,
+		Waiting: m.slots.Waiting(), Samples: m.samples, OverBudget: m.over}
 	for id, wp := range m.watched {
-		s.Watched = append(s.Watched, WatchedProgram{ProgID: id, ProgName: wp.name, Since: wp.since, Samples: wp.samples})
+		w := WatchedProgram{ProgID: id, ProgName: wp.name, Samples: wp.samples}
+		if sl := m.slots.Slot(id); sl != nil {
+			w.Since, w.Why = sl.Since, sl.Why
+		}
+		s.Watched = append(s.Watched, w)
 	}
 	slices.SortFunc(s.Watched, func(a, b WatchedProgram) int { return int(a.ProgID) - int(b.ProgID) })
 	for _, b := range m.blind {

@@ -187,7 +187,8 @@ type MissWatch struct {
 	Budget int `json:"budget"`
 	// Watched are the programs watched in this interval.
 	Watched []WatchedProgram `json:"watched"`
-	// Waiting are programs with an open miss episode that wait for a slot.
+	// Waiting are named programs and programs with an open miss episode
+	// that wait for a slot.
 	Waiting []uint32 `json:"waiting,omitempty"`
 	// Blind are programs whose misses tripped no watchpoint while watched
 	// (the kernel counts them where watchpoints do not fire: kprobes on
@@ -213,10 +214,15 @@ type BlindProgram struct {
 
 // WatchedProgram is one program the watcher watches.
 type WatchedProgram struct {
-	ProgID   uint32    `json:"prog_id"`
-	ProgName string    `json:"prog_name"`
-	Since    time.Time `json:"since"`
-	Samples  uint64    `json:"samples"`
+	ProgID   uint32 `json:"prog_id"`
+	ProgName string `json:"prog_name"`
+	// Since is when it was armed; Why, why it holds its slot: "named"
+	// (on the command line), "missing" (its episode is open) or
+	// "missed-before" (it keeps its slot until a program with newer
+	// misses needs it).
+	Since   time.Time `json:"since"`
+	Why     string    `json:"why"`
+	Samples uint64    `json:"samples"`
 }
 
 // Episode sources.

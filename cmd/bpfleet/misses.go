@@ -210,7 +210,7 @@ func watchLine(w agent.MissWatch) string {
 		if i == 0 {
 			sep = ": "
 		}
-		fmt.Fprintf(&b, "%s%s #%d", sep, p.ProgName, p.ProgID)
+		fmt.Fprintf(&b, "%s%s #%d (%s since %s)", sep, p.ProgName, p.ProgID, p.Why, p.Since.Local().Format("15:04:05"))
 	}
 	if len(w.Waiting) > 0 {
 		fmt.Fprintf(&b, "; %d waiting for a slot", len(w.Waiting))
