@@ -348,8 +348,9 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 	}
 	if a.mw != nil {
 		// After the counters: every miss the read counts is sampled by
-		// now; one sampled after readAt may be the next read's.
-		a.mw.drain(a.fillOwner, readAt)
+		// now; one sampled after readAt may be the next read's, one
+		// after now is.
+		a.mw.drain(a.fillOwner, readAt, time.Now())
 	}
 	now := a.cfg.Now()
 	var dt time.Duration

@@ -39,17 +39,20 @@ type missWatch struct {
 	lastMiss map[uint32]time.Time
 	refused  map[uint32]string
 	// pending holds each program's explained samples of this scan, to be
-	// matched to the misses its read counted; carry those explain left
-	// over that came after cut (the scan's read began), which are of
-	// misses the next read counts.
-	pending map[uint32][]MissSample
-	carry   map[uint32][]MissSample
-	cut     time.Time
+	// matched to the misses its read counted; carry those of misses the
+	// next read counts: sampled after end (the scan's read ended), or
+	// after cut (it began) and left over.
+	pending  map[uint32][]MissSample
+	carry    map[uint32][]MissSample
+	cut, end time.Time
 	spent   map[uint32]bool
 	// blind holds the programs whose counted misses trip no watchpoint
 	// (blindIntervals, blindMisses): they are not armed again.
-	blind   map[uint32]BlindProgram
+	blind map[uint32]BlindProgram
+	// recent are the samples the scan credited to its interval's counts:
+	// each one is a miss its counts explain, none counted unexplained.
 	recent  []MissSample
+	late    uint64 // samples of intervals already counted, dropped
 	samples uint64
 	over    uint64
 }
@@ -98,22 +101,36 @@ func newMissWatch(cfg *Config, cpus int) *missWatch {
 }
 
 // drain takes the samples of the interval after the scan read the
-// counters (the read began at cut): every miss the read counted is in the
-// rings by then, and a miss after it is sampled with a later time. Reading
-// the rings first instead left every miss between the drain and the read
-// (the drain's symbol and task lookups take a second on a slow CPU)
-// counted in one interval and sampled in the next, unexplained in both.
-func (m *missWatch) drain(fill func(*Owner), cut time.Time) {
+// counters (the read ran from cut to end): every miss the read counted is
+// in the rings by then, and a miss after it is sampled with a later time.
+// Reading the rings first instead left every miss between the drain and
+// the read (the drain's symbol and task lookups take a second on a slow
+// CPU) counted in one interval and sampled in the next, unexplained in
+// both. A sample is credited to the interval whose read counted it
+// (explain): one from before the read to this interval, one from after it
+// to the next, one from during it to this interval while its count has
+// room.
+func (m *missWatch) drain(fill func(*Owner), cut, end time.Time) {
 	m.recent = m.recent[:0]
 	clear(m.spent)
-	// The last scan's leftovers after its cut start this scan's pools;
-	// the rest were of misses an earlier read counted.
+	// The last scan's leftovers after its cut start this scan's pools
+	// (explain carried those of programs it saw; the pools of programs
+	// whose read counted nothing are carried here); the rest were of
+	// misses an earlier read counted.
+	for id, pool := range m.pending {
+		for _, s := range pool {
+			if !m.cut.IsZero() && !s.Time.Before(m.cut) {
+				m.carry[id] = append(m.carry[id], s)
+			}
+		}
+	}
 	clear(m.pending)
 	m.pending, m.carry = m.carry, m.pending
 	if m.pending == nil {
 		m.pending = map[uint32][]MissSample{}
 	}
-	m.cut = cut
+	prev := m.cut
+	m.cut, m.end = cut, end
 	if m.w == nil {
 		return
 	}
@@ -150,12 +167,21 @@ func (m *missWatch) drain(fill func(*Owner), cut time.Time) {
 		ms := MissSample{Time: s.Time, ProgID: s.ProgID, ProgName: wp.name, CPU: s.CPU, Context: ctx, Cause: cause,
 			PID: s.PID, TID: s.TID, Comm: o.Comm, ContainerID: o.ContainerID, PodName: o.PodName, PodNamespace: o.PodNamespace,
 			Stack: m.stackNames(s.Stack, frames)}
-		m.pending[s.ProgID] = append(m.pending[s.ProgID], ms)
-		if len(m.recent) == MaxMissSamples {
-			copy(m.recent, m.recent[1:])
-			m.recent = m.recent[:MaxMissSamples-1]
-		}
-		m.recent = append(m.recent, ms)
+		m.add(ms, prev)
+	}
+}
+
+// add pools a drained sample: for this interval, for the next (after the
+// read ended), or dropped when it is of a miss an earlier read counted
+// (sampled before that read began: its interval's counts are out).
+func (m *missWatch) add(ms MissSample, prev time.Time) {
+	switch {
+	case !prev.IsZero() && ms.Time.Before(prev):
+		m.late++
+	case !m.end.IsZero() && ms.Time.After(m.end):
+		m.carry[ms.ProgID] = append(m.carry[ms.ProgID], ms)
+	default:
+		m.pending[ms.ProgID] = append(m.pending[ms.ProgID], ms)
 	}
 }
 
@@ -220,6 +246,13 @@ func (m *missWatch) explain(id uint32, misses uint64) (MissCauses, []MissSample)
 		if !m.cut.IsZero() && !s.Time.Before(m.cut) {
 			m.carry[id] = append(m.carry[id], s)
 		}
+	}
+	for _, s := range pool[:n] {
+		if len(m.recent) == MaxMissSamples {
+			copy(m.recent, m.recent[1:])
+			m.recent = m.recent[:MaxMissSamples-1]
+		}
+		m.recent = append(m.recent, s)
 	}
 	if m.spent[id] {
 		m.over += misses - n
@@ -344,7 +377,7 @@ func (a *Agent) Watch(ids []uint32) {
 // state is the watcher's part of a snapshot.
 func (m *missWatch) state() MissWatch {
 	s := MissWatch{Available: m.w != nil, Reason: m.reason, Slots: m.slots.Known, Budget: m.budget,
-		Waiting: m.slots.Waiting(), Samples: m.samples, OverBudget: m.over}
+		Waiting: m.slots.Waiting(), Samples: m.samples, OverBudget: m.over, Late: m.late}
 	for id, wp := range m.watched {
 		w := WatchedProgram{ProgID: id, ProgName: wp.name, Samples: wp.samples}
 		if sl := m.slots.Slot(id); sl != nil {

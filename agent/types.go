@@ -198,6 +198,10 @@ type MissWatch struct {
 	// watchpoint hits the budget turned off (counted, not sampled).
 	Samples    uint64 `json:"samples"`
 	OverBudget uint64 `json:"over_budget"`
+	// Late counts samples drained after the interval they belong to was
+	// counted (its counts had the miss unexplained): dropped, so that no
+	// miss is both shown with a cause and counted unexplained.
+	Late uint64 `json:"late,omitempty"`
 	// Symbols says how stacks are named: "kallsyms", or why only
 	// addresses are shown.
 	Symbols string `json:"symbols,omitempty"`

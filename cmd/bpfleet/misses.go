@@ -80,7 +80,7 @@ reads a running agent's /v1/misses instead.`,
 	cmd.Flags().BoolVarP(&c.Watch, "watch", "w", false, "print every --interval until interrupted (or --count intervals)")
 	cmd.Flags().DurationVarP(&c.Interval, "interval", "i", time.Second, fmt.Sprintf("interval between scans, at least %v", config.MinToolInterval))
 	cmd.Flags().IntVarP(&c.Count, "count", "n", 0, "with --watch, stop after this many intervals (0: until interrupted)")
-	cmd.Flags().StringVarP(&c.Output, "output", "o", "table", "table, json (one indented object per miss) or jsonl (one line per miss)")
+	cmd.Flags().StringVarP(&c.Output, "output", "o", "table", "table, json (indented objects) or jsonl (one per line): records of type watcher (its state, first and on change), miss and interval (counts by cause)")
 	cmd.Flags().StringVar(&c.Remote, "remote", "", "read the misses from a bpfleet agent's API at this URL (/v1/misses) instead of watching locally")
 	cmd.Flags().StringVar(&c.TokenFile, "token-file", "", "bearer token file for --remote (default $BPFLEET_API_TOKEN)")
 	registerScanFlags(cmd, &c.Scan)
@@ -150,15 +150,24 @@ func localMisses(a *watchingAgent, chosen bool) missSource {
 	}
 }
 
-// runMisses prints the watcher's state once, then each interval's misses.
-// local: the source scans (its first call is the baseline, not printed).
+// runMisses prints the watcher's state, then each interval's misses, and
+// the state again whenever it changes. local: the source scans (its first
+// call is the baseline, not printed).
 func runMisses(ctx context.Context, src missSource, output string, out io.Writer, every time.Duration, count int, local bool) error {
 	first, err := src(ctx)
 	if err != nil {
 		return err
 	}
-	if output == "table" {
-		fmt.Fprintln(out, watchLine(first.watch))
+	var last string
+	state := func(w agent.MissWatch) error {
+		if k := watchKey(w); k != last {
+			last = k
+			return printWatch(out, output, w)
+		}
+		return nil
+	}
+	if err := state(first.watch); err != nil {
+		return err
 	}
 	if !local {
 		// A remote agent's first answer holds its recent misses already.
@@ -184,11 +193,71 @@ func runMisses(ctx context.Context, src missSource, output string, out io.Writer
 		if err != nil {
 			return err
 		}
+		if err := state(b.watch); err != nil {
+			return err
+		}
 		if err := printMisses(out, output, b); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// The records of -o json|jsonl, told apart by type: the watcher's state
+// (first, and again when it changes), each miss sampled, and each
+// interval's misses per program by cause, unexplained included, adding up
+// to the kernel's count.
+const (
+	recordWatcher  = "watcher"
+	recordMiss     = "miss"
+	recordInterval = "interval"
+)
+
+type watcherRecord struct {
+	Type string `json:"type"`
+	agent.MissWatch
+}
+
+type missRecord struct {
+	Type string `json:"type"`
+	agent.MissSample
+}
+
+type intervalRecord struct {
+	Type     string           `json:"type"`
+	Time     time.Time        `json:"time"`
+	ProgID   uint32           `json:"prog_id"`
+	ProgName string           `json:"prog_name"`
+	Misses   uint64           `json:"misses"`
+	Causes   agent.MissCauses `json:"causes"`
+}
+
+// watchKey is what of the watcher's state is worth printing again when it
+// changes: not its running totals.
+func watchKey(w agent.MissWatch) string {
+	w.Samples, w.OverBudget, w.Late = 0, 0, 0
+	w.Watched = slices.Clone(w.Watched)
+	for i := range w.Watched {
+		w.Watched[i].Samples = 0
+	}
+	b, _ := json.Marshal(w)
+	return string(b)
+}
+
+func printWatch(out io.Writer, output string, w agent.MissWatch) error {
+	if output == "table" {
+		_, err := fmt.Fprintln(out, watchLine(w))
+		return err
+	}
+	return encoder(out, output).Encode(watcherRecord{Type: recordWatcher, MissWatch: w})
+}
+
+func encoder(out io.Writer, output string) *json.Encoder {
+	enc := json.NewEncoder(out)
+	if output == "json" {
+		enc.SetIndent("", "  ")
+	}
+	return enc
 }
 
 // watchLine is the first line: what the watcher watches, or why it cannot.
@@ -225,19 +294,29 @@ func watchLine(w agent.MissWatch) string {
 	return b.String()
 }
 
-// printMisses prints one batch: json/jsonl one object per miss; the table
-// groups the misses of one second that share everything but the CPU, then
-// the interval's counts per program (all unexplained without the watcher).
+// printMisses prints one batch: each miss, then the interval's counts per
+// program by cause (all unexplained without the watcher); json/jsonl one
+// record each, the table grouping the misses of one second that share
+// everything but the CPU.
 func printMisses(out io.Writer, output string, b missBatch) error {
 	switch output {
 	case "json", "jsonl":
-		enc := json.NewEncoder(out)
-		if output == "json" {
-			enc.SetIndent("", "  ")
-		}
+		enc := encoder(out, output)
 		for _, m := range b.misses {
-			if err := enc.Encode(m); err != nil {
+			if err := enc.Encode(missRecord{Type: recordMiss, MissSample: m}); err != nil {
 				return fmt.Errorf("writing a miss: %w", err)
+			}
+		}
+		if b.snap == nil {
+			return nil
+		}
+		for _, p := range b.snap.Programs {
+			if p.Delta.Misses == 0 {
+				continue
+			}
+			r := intervalRecord{Type: recordInterval, Time: b.snap.Time, ProgID: p.ID, ProgName: p.Name, Misses: p.Delta.Misses, Causes: agent.IntervalCauses(p)}
+			if err := enc.Encode(r); err != nil {
+				return fmt.Errorf("writing an interval's counts: %w", err)
 			}
 		}
 		return nil

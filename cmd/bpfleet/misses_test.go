@@ -49,9 +49,94 @@ func TestMissesTable(t *testing.T) {
 	if len(ls) != 2 {
 		t.Fatalf("jsonl: %d lines, want one per miss (2)", len(ls))
 	}
-	var back agent.MissSample
-	if err := json.Unmarshal([]byte(ls[1]), &back); err != nil || back.Cause != agent.CauseInterrupt || len(back.Stack) != 2 {
+	var back missRecord
+	if err := json.Unmarshal([]byte(ls[1]), &back); err != nil || back.Type != recordMiss || back.Cause != agent.CauseInterrupt || len(back.Stack) != 2 {
 		t.Errorf("jsonl line %q: %+v, %v", ls[1], back, err)
+	}
+}
+
+// jsonl starts with the watcher's state, repeats it only when it changes
+// (not for its running totals), and gives each interval's misses per
+// program by cause, adding up to the kernel's count; a refused watcher
+// says so in its record.
+func TestMissesJSONRecords(t *testing.T) {
+	n := uint64(12)
+	t0 := time.Unix(100, 0)
+	armed := agent.MissWatch{Available: true, Budget: 64, Watched: []agent.WatchedProgram{{ProgID: 42, ProgName: "canary", Since: t0, Why: "missing"}}}
+	counted := armed
+	counted.Samples = 3
+	counted.Watched = []agent.WatchedProgram{{ProgID: 42, ProgName: "canary", Since: t0, Why: "missing", Samples: 3}}
+	later := counted
+	later.Watched = []agent.WatchedProgram{{ProgID: 42, ProgName: "canary", Since: t0, Why: "missed-before", Samples: 3}}
+	refused := agent.MissWatch{Reason: "perf_event_open: EACCES (needs CAP_PERFMON)"}
+	prog := func(misses uint64, c agent.MissCauses) *agent.ProgramStat {
+		return &agent.ProgramStat{Program: agent.Program{ID: 42, Name: "canary", RecursionMisses: &n}, Delta: agent.Rates{Misses: misses}, DeltaCauses: c}
+	}
+	for _, tc := range []struct {
+		name     string
+		states   []agent.MissWatch
+		progs    []*agent.ProgramStat
+		watchers int
+	}{
+		{"armed, totals move, then the reason changes", []agent.MissWatch{armed, armed, counted, later},
+			[]*agent.ProgramStat{prog(5, agent.MissCauses{Recursion: 3}), prog(0, agent.MissCauses{}), prog(2, agent.MissCauses{Recursion: 2})}, 2},
+		{"refused", []agent.MissWatch{refused, refused, refused, refused},
+			[]*agent.ProgramStat{prog(5, agent.MissCauses{}), prog(1, agent.MissCauses{}), prog(0, agent.MissCauses{})}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			i := 0
+			src := func(context.Context) (missBatch, error) {
+				b := missBatch{watch: tc.states[i], snap: &agent.Snapshot{Time: t0.Add(time.Duration(i) * time.Second)}}
+				if i > 0 {
+					b.snap.Programs = []*agent.ProgramStat{tc.progs[i-1]}
+				}
+				i++
+				return b, nil
+			}
+			var out bytes.Buffer
+			if err := runMisses(context.Background(), src, "jsonl", &out, time.Millisecond, len(tc.states)-1, true); err != nil {
+				t.Fatal(err)
+			}
+			var watchers, intervals int
+			var want uint64
+			for _, p := range tc.progs {
+				want += p.Delta.Misses
+			}
+			var got uint64
+			for j, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+				var r struct {
+					Type      string           `json:"type"`
+					Available bool             `json:"available"`
+					Reason    string           `json:"reason"`
+					Misses    uint64           `json:"misses"`
+					Causes    agent.MissCauses `json:"causes"`
+				}
+				if err := json.Unmarshal([]byte(l), &r); err != nil {
+					t.Fatalf("line %q: %v", l, err)
+				}
+				switch r.Type {
+				case recordWatcher:
+					watchers++
+					if r.Available != tc.states[0].Available || r.Reason != tc.states[0].Reason {
+						t.Errorf("watcher record %q, want available %v, reason %q", l, tc.states[0].Available, tc.states[0].Reason)
+					}
+				case recordInterval:
+					intervals++
+					got += r.Misses
+					if r.Causes.Sum() != r.Misses {
+						t.Errorf("interval record %q: causes add up to %d, not its %d misses", l, r.Causes.Sum(), r.Misses)
+					}
+				default:
+					t.Errorf("line %d %q: type %q", j, l, r.Type)
+				}
+				if j == 0 && r.Type != recordWatcher {
+					t.Errorf("first line %q: want the watcher's state", l)
+				}
+			}
+			if watchers != tc.watchers || got != want || intervals != 2 {
+				t.Errorf("%d watcher records (want %d), %d interval records with %d misses (want 2 with %d):\n%s", watchers, tc.watchers, intervals, got, want, out.String())
+			}
+		})
 	}
 }
 
