@@ -1,6 +1,6 @@
 package agent
 
-import "strconv"
+import "github.com/bpfleet/bpfleet/agent/internal/prog"
 
 // ProgramCauses is p's recursion_misses by cause, cumulative: its
 // MissCauses, or, where the watcher filled none (absent on this node, or
@@ -38,18 +38,12 @@ func FitCauses(c MissCauses, total uint64) MissCauses {
 		c.Unexplained = total - c.Sum()
 		return c
 	}
-	left := total
-	for _, p := range []*uint64{&c.Recursion, &c.Interrupt, &c.Preempted, &c.Nested} {
-		*p = min(*p, left)
-		left -= *p
-	}
+	c.FitExplained(total)
 	return c
 }
 
 // Explained says whether any miss in c has a measured cause.
-func Explained(c MissCauses) bool {
-	return c.Recursion+c.Interrupt+c.Preempted+c.Nested > 0
-}
+func Explained(c MissCauses) bool { return c.Explained() > 0 }
 
 // SelectPrograms returns the ids of the programs sels pick, as Config.Profile
 // selects programs (id:N, name:S, tag:S, attach:S, owner:S, or a bare word
@@ -66,22 +60,9 @@ func SelectPrograms(sels []string, progs []*ProgramStat) []uint32 {
 }
 
 // ShortCauses is c in a few characters for a table cell: the explained
-// causes' initials and counts (r recursion, i interrupt, p preempted, n
-// nested), "" where nothing was explained: "r10 p2".
-func ShortCauses(c MissCauses) string {
-	var b []byte
-	for _, x := range []struct {
-		k byte
-		n uint64
-	}{{'r', c.Recursion}, {'i', c.Interrupt}, {'p', c.Preempted}, {'n', c.Nested}} {
-		if x.n == 0 {
-			continue
-		}
-		if len(b) > 0 {
-			b = append(b, ' ')
-		}
-		b = append(b, x.k)
-		b = strconv.AppendUint(b, x.n, 10)
-	}
-	return string(b)
-}
+// causes' initials and counts (ShortCausesLegend), "" where nothing was
+// explained: "r10 p2".
+func ShortCauses(c MissCauses) string { return c.Short() }
+
+// ShortCausesLegend says what ShortCauses' initials stand for.
+func ShortCausesLegend() string { return prog.ShortLegend() }

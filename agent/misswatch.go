@@ -38,6 +38,8 @@ type missWatch struct {
 	// miss again.
 	lastMiss map[uint32]time.Time
 	refused  map[uint32]string
+	missing  map[uint32]bool // this scan's, kept to be reused
+	cands    []misses.Candidate
 	// pending holds each program's explained samples of this scan, to be
 	// matched to the misses its read counted; carry those of misses the
 	// next read counts: sampled after end (the scan's read ended), or
@@ -45,7 +47,7 @@ type missWatch struct {
 	pending  map[uint32][]MissSample
 	carry    map[uint32][]MissSample
 	cut, end time.Time
-	spent   map[uint32]bool
+	spent    map[uint32]bool
 	// blind holds the programs whose counted misses trip no watchpoint
 	// (blindIntervals, blindMisses): they are not armed again.
 	blind map[uint32]BlindProgram
@@ -85,7 +87,7 @@ const (
 // newMissWatch starts the watcher, or records why it cannot run.
 func newMissWatch(cfg *Config, cpus int) *missWatch {
 	m := &missWatch{budget: cfg.MissBudget, procRoot: cfg.ProcRoot, explicit: cfg.WatchPrograms,
-		slots: misses.NewSlots(), watched: map[uint32]*watchedProg{}, lastMiss: map[uint32]time.Time{}, refused: map[uint32]string{},
+		slots: misses.NewSlots(), watched: map[uint32]*watchedProg{}, lastMiss: map[uint32]time.Time{}, refused: map[uint32]string{}, missing: map[uint32]bool{},
 		pending: map[uint32][]MissSample{}, spent: map[uint32]bool{}, blind: map[uint32]BlindProgram{}}
 	if m.budget <= 0 {
 		m.budget = DefaultMissBudget
@@ -280,48 +282,64 @@ func (m *missWatch) schedule(now time.Time, episodes []Episode, progs []*Program
 	if m.w == nil {
 		return
 	}
-	present := make(map[uint32]*ProgramStat, len(progs))
-	for _, p := range progs {
-		present[p.ID] = p
+	byID := func(id uint32) *ProgramStat {
+		i, ok := slices.BinarySearchFunc(progs, id, func(p *ProgramStat, id uint32) int { return int(p.ID) - int(id) })
+		if ok {
+			return progs[i]
+		}
+		for _, p := range progs { // not in id order
+			if p.ID == id {
+				return p
+			}
+		}
+		return nil
+	}
+	for id := range m.lastMiss {
+		if byID(id) == nil {
+			delete(m.lastMiss, id)
+		}
 	}
 	for id := range m.blind {
-		if present[id] == nil {
+		if byID(id) == nil {
 			delete(m.blind, id)
 		}
 	}
-	for id := range m.lastMiss {
-		if present[id] == nil {
-			delete(m.lastMiss, id)
+	for id := range m.refused {
+		if byID(id) == nil {
 			delete(m.refused, id)
 		}
 	}
-	missing := map[uint32]bool{}
+	// Buffers kept from scan to scan: a quiet node's scan allocates
+	// nothing here.
+	clear(m.missing)
 	for _, e := range episodes {
 		if e.Open && e.Source == SourceRecursionMisses {
-			missing[e.ProgID] = true
+			m.missing[e.ProgID] = true
 			m.lastMiss[e.ProgID] = e.End
 		}
 	}
-	var cands []misses.Candidate
+	m.cands = m.cands[:0]
 	for _, p := range progs {
-		if _, blind := m.blind[p.ID]; blind {
-			continue
-		}
-		c := misses.Candidate{ID: p.ID, Named: slices.Contains(m.explicit, p.ID), Missing: missing[p.ID], LastMiss: m.lastMiss[p.ID]}
+		c := misses.Candidate{ID: p.ID, Named: slices.Contains(m.explicit, p.ID), Missing: m.missing[p.ID]}
 		if p.RecursionMisses != nil {
 			c.Misses = *p.RecursionMisses
+		}
+		if !c.Named && !c.Missing && c.Misses == 0 {
+			continue
+		}
+		if _, blind := m.blind[p.ID]; blind {
+			continue
 		}
 		// A program the kernel refused to arm is tried again only when
 		// it misses again (or is named), not every scan.
 		if _, refused := m.refused[p.ID]; refused && !c.Named && !c.Missing {
 			continue
 		}
-		if c.Named || c.Missing || c.Misses > 0 {
-			cands = append(cands, c)
-		}
+		c.LastMiss = m.lastMiss[p.ID]
+		m.cands = append(m.cands, c)
 	}
-	m.slots.Schedule(now, cands, func(id uint32) (bool, bool) {
-		err := m.arm(present[id], r.StatsAddr(id))
+	m.slots.Schedule(now, m.cands, func(id uint32) (bool, bool) {
+		err := m.arm(byID(id), r.StatsAddr(id))
 		if err != nil && !errors.Is(err, misswatch.ErrNoSlot) {
 			m.refused[id] = err.Error()
 		}

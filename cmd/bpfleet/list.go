@@ -274,7 +274,7 @@ func printTable(w io.Writer, s *agent.Snapshot) error {
 	}
 	for _, p := range progs {
 		if p.MissCauses != nil && agent.Explained(*p.MissCauses) {
-			fmt.Fprintln(w, "\nMISSES (causes): r recursion, i interrupt, p preempted, n nested; the rest unexplained (bpfleet misses PROG shows them)")
+			fmt.Fprintf(w, "\nMISSES (causes): %s; the rest unexplained (bpfleet misses PROG shows them)\n", agent.ShortCausesLegend())
 			break
 		}
 	}

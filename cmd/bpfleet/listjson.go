@@ -146,11 +146,12 @@ func appendProgram(b []byte, p *agent.Program, mc *agent.MissCauses, lt *loadTim
 	// listProgram's own field, after the embedded Program's.
 	b = appendUint(b, `,"memory_bytes":`, agent.ProgramMemory(p))
 	if mc != nil { // omitempty
-		b = appendUint(b, `,"miss_causes":{"recursion":`, mc.Recursion)
-		b = appendUint(b, `,"interrupt":`, mc.Interrupt)
-		b = appendUint(b, `,"preempted":`, mc.Preempted)
-		b = appendUint(b, `,"nested":`, mc.Nested)
-		b = appendUint(b, `,"unexplained":`, mc.Unexplained)
+		b = append(b, `,"miss_causes":`...)
+		sep := byte('{')
+		mc.Each(func(cause string, n uint64) {
+			b = appendUint(append(b, sep, '"'), cause+`":`, n)
+			sep = ','
+		})
 		b = append(b, '}')
 	}
 	return append(b, '}'), nil

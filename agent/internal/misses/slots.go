@@ -72,11 +72,13 @@ type Slots struct {
 	armed     map[uint32]*Slot
 	waitSince map[uint32]time.Time
 	waiting   []uint32
+	by        map[uint32]*Candidate // the scan's, kept to be reused
+	next      []uint32
 }
 
 // NewSlots starts with nothing armed.
 func NewSlots() *Slots {
-	return &Slots{armed: map[uint32]*Slot{}, waitSince: map[uint32]time.Time{}}
+	return &Slots{armed: map[uint32]*Slot{}, waitSince: map[uint32]time.Time{}, by: map[uint32]*Candidate{}}
 }
 
 // Schedule decides the next interval's watchpoints and carries them out:
@@ -86,7 +88,8 @@ func NewSlots() *Slots {
 // (the caller leaves out gone and blind ones); an armed program not
 // among them gives its slot up.
 func (s *Slots) Schedule(now time.Time, cands []Candidate, arm func(id uint32) (armed, noSlot bool), disarm func(id uint32)) {
-	by := make(map[uint32]*Candidate, len(cands))
+	by := s.by
+	clear(by)
 	for i := range cands {
 		by[cands[i].ID] = &cands[i]
 	}
