@@ -59,7 +59,7 @@ reads a running agent's /v1/misses instead.`,
 			var src missSource
 			if c.Remote != "" {
 				var err error
-				if src, err = remoteMisses(c.Remote, c.Token, c.Programs); err != nil {
+				if src, err = remoteMisses(ctx, c.Remote, c.Token, c.Programs); err != nil {
 					return err
 				}
 			} else {

@@ -4,7 +4,8 @@ package main
 
 import (
 	"context"
-	"strconv"
+	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,9 +15,21 @@ import (
 
 // remoteMisses reads a running agent's /v1/misses (the CLI build runs
 // bpfleet-agent for this: missesremote_lean.go). Each call returns the
-// misses newer than the previous call's, of the programs sels pick (by id
-// or name, matched on each miss).
-func remoteMisses(remote, token string, sels []string) (missSource, error) {
+// misses newer than the previous call's, of the programs sels pick: the
+// selectors of a local `misses PROG...` and of `profile`
+// (agent.SelectPrograms), matched once against the agent's programs
+// (/v1/snapshot), as the local command matches them at its first scan.
+func remoteMisses(ctx context.Context, remote, token string, sels []string) (missSource, error) {
+	var ids []uint32
+	if len(sels) > 0 {
+		s, err := api.FetchSnapshot(ctx, remote, token)
+		if err != nil {
+			return nil, fmt.Errorf("finding the programs to show: %w", err)
+		}
+		if ids = agent.SelectPrograms(sels, s.Programs); len(ids) == 0 {
+			return nil, fmt.Errorf("no program on %s matches %s", remote, strings.Join(sels, " "))
+		}
+	}
 	var last time.Time
 	return func(ctx context.Context) (missBatch, error) {
 		l, err := api.FetchMisses(ctx, remote, token)
@@ -25,7 +38,7 @@ func remoteMisses(remote, token string, sels []string) (missSource, error) {
 		}
 		b := missBatch{watch: l.Watch}
 		for _, m := range l.Misses {
-			if m.Time.After(last) && (len(sels) == 0 || sampleMatch(sels, &m)) {
+			if m.Time.After(last) && (len(sels) == 0 || slices.Contains(ids, m.ProgID)) {
 				b.misses = append(b.misses, m)
 			}
 		}
@@ -36,21 +49,4 @@ func remoteMisses(remote, token string, sels []string) (missSource, error) {
 		}
 		return b, nil
 	}, nil
-}
-
-// sampleMatch matches a miss by its program's id or name, as PROG
-// selectors do (id:N, name:S or a bare word).
-func sampleMatch(sels []string, m *agent.MissSample) bool {
-	id := strconv.FormatUint(uint64(m.ProgID), 10)
-	for _, s := range sels {
-		k, v, ok := strings.Cut(s, ":")
-		switch {
-		case !ok && (s == id || s == m.ProgName),
-			k == "id" && v == id,
-			k == "name" && v == m.ProgName,
-			k == "owner" && (v == m.Comm || v == m.PodName || v == m.ContainerID):
-			return true
-		}
-	}
-	return false
 }
