@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/bpfleet/bpfleet/agent/internal/misses"
 	"runtime"
 	"slices"
 	"sync"
@@ -134,7 +135,7 @@ type Agent struct {
 	prof   *profiles      // with Config.Profile only
 	maps   *mapReader     // with Config.Maps only
 	kernel KernelInfo
-	eps    *episodeTracker
+	eps    *misses.Tracker
 	mw     *missWatch // with Config.WatchMisses only
 
 	seq      uint64
@@ -213,7 +214,7 @@ func New(cfg Config) (*Agent, error) {
 	a := &Agent{
 		cfg:        cfg,
 		kernel:     ReadKernelInfo(cfg.ProcRoot),
-		eps:        newEpisodeTracker(cfg.QuietIntervals),
+		eps:        misses.NewTracker(cfg.QuietIntervals),
 		ownerKnown: map[uint32]bool{},
 		sysctl:     stats.NewSysctlReader(cfg.ProcRoot),
 		caps:       missingCaps(),
@@ -465,5 +466,5 @@ func (a *Agent) Close() []Episode {
 		a.attr.close()
 	}
 	a.r.Close()
-	return a.eps.closeAll("shutdown")
+	return a.eps.CloseAll("shutdown")
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/bpfleet/bpfleet/agent/internal/misses"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -265,17 +266,17 @@ func TestAggregatesIncremental(t *testing.T) {
 	}
 }
 
-func testAggregatesIncremental(t *testing.T, seed uint64, misses string) {
+func testAggregatesIncremental(t *testing.T, seed uint64, missing string) {
 	withMisses := map[string]func(*rand.Rand) bool{
 		"none": func(*rand.Rand) bool { return false },
 		"few":  func(r *rand.Rand) bool { return r.IntN(60) == 0 },
-	}[misses]
+	}[missing]
 	f := &fleet{rng: rand.New(rand.NewPCG(seed, 7)), progs: map[uint32]*Program{}, withMisses: withMisses}
 	for range 150 {
 		f.add()
 	}
 	costs := []StatsCost{{Kind: "raw_tp", Measured: true, TaxNs: 80.5}, {Kind: "xdp", Measured: true, TaxNs: 71.25}, {Kind: "tc", Measured: true, TaxNs: 60}}
-	a := &Agent{eps: newEpisodeTracker(2), kernel: KernelInfo{Preempt: "PREEMPT_NONE"}, statsCosts: costs}
+	a := &Agent{eps: misses.NewTracker(2), kernel: KernelInfo{Preempt: "PREEMPT_NONE"}, statsCosts: costs}
 	a.SetCalibration([]Calibration{{AttachType: "fentry", Supported: true, OverheadNs: 12}, {AttachType: "xdp", Supported: true, OverheadNs: 3}})
 	overhead := map[string]float64{"fentry": 12, "xdp": 3}
 	state := StatsState{Enabled: true, HeldByAgent: true, Mode: StatsAlways}
@@ -379,11 +380,11 @@ func testAggregatesIncremental(t *testing.T, seed uint64, misses string) {
 	}
 	t.Logf("aggregates' recursion_misses: %d absent, %d known, %d turned", absent, known, turned)
 	switch {
-	case misses == "none" && known > 0:
+	case missing == "none" && known > 0:
 		t.Errorf("%d aggregates have recursion_misses, though no program has", known)
-	case misses == "most" && known == 0:
+	case missing == "most" && known == 0:
 		t.Errorf("no aggregate has recursion_misses, though most programs have")
-	case misses == "few" && turned == 0:
+	case missing == "few" && turned == 0:
 		t.Errorf("no aggregate's recursion_misses turned absent or known (%d absent, %d known)", absent, known)
 	}
 }
@@ -434,7 +435,7 @@ func TestOneShotScansAgain(t *testing.T) {
 	for range 50 {
 		f.add()
 	}
-	lazy, kept := &Agent{eps: newEpisodeTracker(2)}, &Agent{eps: newEpisodeTracker(2)}
+	lazy, kept := &Agent{eps: misses.NewTracker(2)}, &Agent{eps: misses.NewTracker(2)}
 	now := time.Unix(1000, 0)
 	var snaps [2]*Snapshot
 	for scan := range 3 {

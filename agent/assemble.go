@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/bpfleet/bpfleet/agent/internal/misses"
 	"slices"
 	"sort"
 	"time"
@@ -59,7 +60,7 @@ func (a *Agent) assemble(snap *Snapshot, progs reader.View, dt time.Duration, sm
 	}
 	g := &a.agg
 	g.begin()
-	var obs []missObservation
+	var obs []misses.Observation
 	matched := 0
 	for i := range n {
 		p := progs.At(i)
@@ -131,8 +132,8 @@ func (a *Agent) assemble(snap *Snapshot, progs reader.View, dt time.Duration, sm
 		}
 		g.replace(old, e)
 		if d.Misses > 0 {
-			obs = append(obs, missObservation{key: episodeKey{SourceRecursionMisses, p.ID, 0}, misses: d.Misses, runs: d.Runs, prog: &e.Program, kind: e.MissKind,
-				causes: e.DeltaCauses, samples: explained})
+			obs = append(obs, misses.Observation{Key: misses.Key{Source: SourceRecursionMisses, Prog: p.ID, Link: 0}, Misses: d.Misses, Runs: d.Runs, Prog: &e.Program, Kind: e.MissKind,
+				Causes: e.DeltaCauses, Samples: explained})
 		}
 		if len(e.Links) > 0 || old != nil && len(old.Links) > 0 {
 			obs = a.linkMisses(obs, old, e)
@@ -155,11 +156,11 @@ func (a *Agent) assemble(snap *Snapshot, progs reader.View, dt time.Duration, sm
 			}
 		}
 	}
-	present := func(k episodeKey) bool { return next.has(k.prog) }
+	present := func(k misses.Key) bool { return next.has(k.Prog) }
 	if smp != nil {
 		smp.End(next.has)
 	}
-	snap.Episodes = a.eps.observe(now, dt, obs, present)
+	snap.Episodes = a.eps.Observe(now, dt, obs, present)
 
 	if a.prof != nil {
 		// A profiled program's entry is written: copied first when it is

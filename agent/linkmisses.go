@@ -1,6 +1,9 @@
 package agent
 
-import "github.com/bpfleet/bpfleet/agent/internal/prog"
+import (
+	"github.com/bpfleet/bpfleet/agent/internal/misses"
+	"github.com/bpfleet/bpfleet/agent/internal/prog"
+)
 
 // linkMissedState is a link's missed at the last scan, by reason.
 type linkMissedState struct {
@@ -12,7 +15,7 @@ type linkMissedState struct {
 // linkMisses moves the kprobe link missed counters from old's links to
 // e's (nil: the program is new, or gone), adding an observation for each
 // link whose counter grew since the last scan, with its growth by reason.
-func (a *Agent) linkMisses(obs []missObservation, old, e *ProgramStat) []missObservation {
+func (a *Agent) linkMisses(obs []misses.Observation, old, e *ProgramStat) []misses.Observation {
 	if old != nil {
 		for _, l := range old.Links {
 			if l.Missed != nil && (e == nil || !hasLink(e.Links, l.ID)) {
@@ -43,7 +46,7 @@ func (a *Agent) linkMisses(obs []missObservation, old, e *ProgramStat) []missObs
 				dn, dx := prog.Sub(by.Nesting, prev.by.Nesting), prog.Sub(by.Maxactive, prev.by.Maxactive)
 				n, x = &dn, &dx
 			}
-			obs = append(obs, missObservation{key: episodeKey{SourceLinkMissed, e.ID, l.ID}, misses: m, runs: e.Delta.Runs, prog: &e.Program, kind: e.MissKind, linkBy: prog.SplitLinkMissed(m, n, x)})
+			obs = append(obs, misses.Observation{Key: misses.Key{Source: SourceLinkMissed, Prog: e.ID, Link: l.ID}, Misses: m, Runs: e.Delta.Runs, Prog: &e.Program, Kind: e.MissKind, LinkBy: prog.SplitLinkMissed(m, n, x)})
 		}
 	}
 	return obs

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/bpfleet/bpfleet/agent/internal/misses"
 	"testing"
 	"time"
 )
@@ -31,7 +32,7 @@ func TestLinkMissEpisodeReasons(t *testing.T) {
 		{stat(Link{ID: 4, Type: "tracing"}), LinkMisses{}}, // no missed: nothing
 	}
 	a := &Agent{}
-	tr := newEpisodeTracker(5)
+	tr := misses.NewTracker(5)
 	now := time.Unix(1000, 0)
 	var old *ProgramStat
 	var total LinkMisses
@@ -40,17 +41,17 @@ func TestLinkMissEpisodeReasons(t *testing.T) {
 		obs := a.linkMisses(nil, old, s.e)
 		var got LinkMisses
 		for _, o := range obs {
-			if o.linkBy.Sum() != o.misses {
-				t.Errorf("scan %d: observation's reasons %+v do not add up to its %d misses", i, o.linkBy, o.misses)
+			if o.LinkBy.Sum() != o.Misses {
+				t.Errorf("scan %d: observation's reasons %+v do not add up to its %d misses", i, o.LinkBy, o.Misses)
 			}
-			got.Add(o.linkBy)
+			got.Add(o.LinkBy)
 		}
 		if got != s.want {
 			t.Errorf("scan %d: interval's link misses by reason %+v, want %+v", i, got, s.want)
 		}
 		total.Add(s.want)
 		now = now.Add(time.Second)
-		eps = tr.observe(now, time.Second, obs, func(episodeKey) bool { return true })
+		eps = tr.Observe(now, time.Second, obs, func(misses.Key) bool { return true })
 		old = s.e
 	}
 	if len(eps) != 1 || eps[0].Source != SourceLinkMissed {

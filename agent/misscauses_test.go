@@ -120,37 +120,6 @@ func TestMissSampleCarried(t *testing.T) {
 	}
 }
 
-// TestEpisodeCauses: an episode adds up its intervals' causes and counts
-// its samples by context, task and stack.
-func TestEpisodeCauses(t *testing.T) {
-	tr := newEpisodeTracker(2)
-	k := episodeKey{SourceRecursionMisses, 7, 0}
-	s1 := MissSample{ProgID: 7, Cause: CauseRecursion, Context: ContextTask, PID: 10, TID: 10, Comm: "a", Stack: []string{"bpf_prog_inc_misses_counter+0x10", "htab_map_delete_elem+0x20"}}
-	s2 := MissSample{ProgID: 7, Cause: CauseInterrupt, Context: ContextHardirq, PID: 11, TID: 11, Comm: "b", Stack: []string{"bpf_prog_inc_misses_counter+0x10", "hrtimer_interrupt+0x4"}}
-	present := func(episodeKey) bool { return true }
-	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
-	eps := tr.observe(now, 10e9, []missObservation{{key: k, misses: 3, causes: MissCauses{Recursion: 2, Unexplained: 1}, samples: []MissSample{s1, s1}}}, present)
-	first := eps[0]
-	eps = tr.observe(now.Add(10e9), 10e9, []missObservation{{key: k, misses: 2, causes: MissCauses{Interrupt: 1, Recursion: 1}, samples: []MissSample{s2, s1}}}, present)
-	e := eps[0]
-	if want := (MissCauses{Recursion: 3, Interrupt: 1, Unexplained: 1}); e.Causes != want || e.Causes.Sum() != e.Misses {
-		t.Errorf("causes %+v (misses %d), want %+v", e.Causes, e.Misses, want)
-	}
-	if e.Contexts[ContextTask] != 3 || e.Contexts[ContextHardirq] != 1 {
-		t.Errorf("contexts %v", e.Contexts)
-	}
-	if len(e.Tasks) != 2 || e.Tasks[0].PID != 10 || e.Tasks[0].Misses != 3 {
-		t.Errorf("tasks %+v", e.Tasks)
-	}
-	if len(e.Stacks) != 2 || e.Stacks[0].Misses != 3 || e.Stacks[0].Cause != CauseRecursion {
-		t.Errorf("stacks %+v", e.Stacks)
-	}
-	// The first snapshot's episode is not written by the second interval.
-	if first.Contexts[ContextHardirq] != 0 || len(first.Tasks) != 1 || first.Tasks[0].Misses != 2 {
-		t.Errorf("an earlier snapshot's episode changed: %+v", first)
-	}
-}
-
 // TestWatcherNamesAgentCauses: the watcher (a leaf probe, which cannot
 // import the agent) names causes and contexts with the agent's words; a
 // name the agent does not know would count its misses as unexplained.

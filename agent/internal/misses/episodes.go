@@ -1,9 +1,11 @@
-package agent
+package misses
 
 import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/bpfleet/bpfleet/agent/internal/prog"
 )
 
 // MaxEpisodeIntervals bounds the intervals an episode keeps, so a program
@@ -16,25 +18,26 @@ const MaxEpisodeTop = 5
 // MaxMissSamples bounds the misses one snapshot carries (Snapshot.Misses).
 const MaxMissSamples = 256
 
-type episodeKey struct {
-	source string
-	prog   uint32
-	link   uint32
+// Key names an episode: its source, program and (link_missed) link.
+type Key struct {
+	Source string
+	Prog   uint32
+	Link   uint32
 }
 
-// missObservation is one scan's misses for one episode key.
-type missObservation struct {
-	key    episodeKey
-	misses uint64
-	runs   uint64
-	prog   *Program
-	kind   string
-	// causes split misses by cause; samples are the misses the watcher
+// Observation is one scan's misses for one episode key.
+type Observation struct {
+	Key    Key
+	Misses uint64
+	Runs   uint64
+	Prog   *prog.Program
+	Kind   string
+	// Causes split misses by cause; Samples are the misses the watcher
 	// sampled in the interval (recursion_misses only).
-	causes  MissCauses
-	samples []MissSample
-	// linkBy is a link_missed observation's misses by reason.
-	linkBy LinkMisses
+	Causes  prog.MissCauses
+	Samples []MissSample
+	// LinkBy is a link_missed observation's misses by reason.
+	LinkBy prog.LinkMisses
 }
 
 type episodeState struct {
@@ -111,55 +114,55 @@ func stackKey(stack []string) []string {
 	return out
 }
 
-// episodeTracker is the miss-episode state machine: an episode opens at the
+// Tracker is the miss-episode state machine: an episode opens at the
 // first interval with new misses, grows while misses keep coming, and closes
 // after `quiet` consecutive intervals without any, when its program
 // vanishes, or at shutdown. It is pure: time and observations come in.
-type episodeTracker struct {
+type Tracker struct {
 	quiet int
-	open  map[episodeKey]*episodeState
+	open  map[Key]*episodeState
 }
 
-func newEpisodeTracker(quiet int) *episodeTracker {
+func NewTracker(quiet int) *Tracker {
 	if quiet < 1 {
 		quiet = 1
 	}
-	return &episodeTracker{quiet: quiet, open: map[episodeKey]*episodeState{}}
+	return &Tracker{quiet: quiet, open: map[Key]*episodeState{}}
 }
 
-// observe feeds one scan ending at now after an interval dt. obs holds the
+// Observe feeds one scan ending at now after an interval dt. obs holds the
 // keys with misses in this interval; present says whether a key's program
 // (or link) still exists. It returns the episodes open after the scan and
 // those that closed in it, both sorted by start then program id.
-func (t *episodeTracker) observe(now time.Time, dt time.Duration, obs []missObservation, present func(episodeKey) bool) []Episode {
+func (t *Tracker) Observe(now time.Time, dt time.Duration, obs []Observation, present func(Key) bool) []Episode {
 	var out []Episode
-	hit := make(map[episodeKey]bool, len(obs))
+	hit := make(map[Key]bool, len(obs))
 	for _, o := range obs {
-		if o.misses == 0 {
+		if o.Misses == 0 {
 			continue
 		}
-		hit[o.key] = true
+		hit[o.Key] = true
 		rate := 0.0
 		if dt > 0 {
-			rate = float64(o.misses) / dt.Seconds()
+			rate = float64(o.Misses) / dt.Seconds()
 		}
-		st := t.open[o.key]
+		st := t.open[o.Key]
 		if st == nil {
 			st = &episodeState{ep: newEpisode(o, now.Add(-dt))}
-			t.open[o.key] = st
+			t.open[o.Key] = st
 		}
 		e := &st.ep
 		st.quiet = 0
 		e.End = now
-		e.Misses += o.misses
-		e.LinkMissedBy.Add(o.linkBy)
-		e.Runs += o.runs
-		if o.key.source == SourceRecursionMisses {
-			e.Causes.Plus(o.causes)
+		e.Misses += o.Misses
+		e.LinkMissedBy.Add(o.LinkBy)
+		e.Runs += o.Runs
+		if o.Key.Source == SourceRecursionMisses {
+			e.Causes.Plus(o.Causes)
 		} else {
-			e.Causes.Unexplained += o.misses // a kprobe's own missed: no watchpoint sees it
+			e.Causes.Unexplained += o.Misses // a kprobe's own missed: no watchpoint sees it
 		}
-		st.addSamples(o.samples)
+		st.addSamples(o.Samples)
 		if rate > e.PeakRate {
 			e.PeakRate = rate
 		}
@@ -168,7 +171,7 @@ func (t *episodeTracker) observe(now time.Time, dt time.Duration, obs []missObse
 			e.Intervals = e.Intervals[:MaxEpisodeIntervals-1]
 			e.Truncated++
 		}
-		e.Intervals = append(e.Intervals, EpisodeInterval{Time: now, Misses: o.misses, Runs: o.runs, Rate: rate})
+		e.Intervals = append(e.Intervals, EpisodeInterval{Time: now, Misses: o.Misses, Runs: o.Runs, Rate: rate})
 	}
 	for k, st := range t.open {
 		if hit[k] {
@@ -191,16 +194,16 @@ func (t *episodeTracker) observe(now time.Time, dt time.Duration, obs []missObse
 	return out
 }
 
-func newEpisode(o missObservation, start time.Time) Episode {
-	e := Episode{Source: o.key.source, ProgID: o.key.prog, LinkID: o.key.link, Kind: o.kind, Start: start, Open: true}
-	if p := o.prog; p != nil {
+func newEpisode(o Observation, start time.Time) Episode {
+	e := Episode{Source: o.Key.Source, ProgID: o.Key.Prog, LinkID: o.Key.Link, Kind: o.Kind, Start: start, Open: true}
+	if p := o.Prog; p != nil {
 		e.ProgName, e.ProgTag, e.ProgType = p.Name, p.Tag, p.Type
 		e.AttachType, e.AttachTarget, e.Sleepable = p.AttachType, p.AttachTarget, p.Sleepable
 	}
 	return e
 }
 
-func (t *episodeTracker) close(k episodeKey, reason string) Episode {
+func (t *Tracker) close(k Key, reason string) Episode {
 	e := t.open[k].ep
 	delete(t.open, k)
 	e.Open = false
@@ -208,8 +211,8 @@ func (t *episodeTracker) close(k episodeKey, reason string) Episode {
 	return e
 }
 
-// closeAll ends every open episode (at shutdown).
-func (t *episodeTracker) closeAll(reason string) []Episode {
+// CloseAll ends every open episode (at shutdown).
+func (t *Tracker) CloseAll(reason string) []Episode {
 	var out []Episode
 	for k := range t.open {
 		out = append(out, t.close(k, reason))

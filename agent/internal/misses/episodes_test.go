@@ -1,8 +1,10 @@
-package agent
+package misses
 
 import (
 	"testing"
 	"time"
+
+	"github.com/bpfleet/bpfleet/agent/internal/prog"
 )
 
 type epStep struct {
@@ -13,21 +15,21 @@ type epStep struct {
 	checkFn func(t *testing.T, eps []Episode)
 }
 
-func runEpisodeSteps(t *testing.T, quiet int, steps []epStep) *episodeTracker {
+func runEpisodeSteps(t *testing.T, quiet int, steps []epStep) *Tracker {
 	t.Helper()
-	tr := newEpisodeTracker(quiet)
+	tr := NewTracker(quiet)
 	now := time.Unix(1_000_000, 0)
 	for i, s := range steps {
 		now = now.Add(time.Second)
-		var obs []missObservation
+		var obs []Observation
 		for id, m := range s.misses {
-			obs = append(obs, missObservation{key: episodeKey{SourceRecursionMisses, id, 0}, misses: m, runs: 10 * m, kind: MissKindRecursion, prog: &Program{ID: id, Name: "p"}})
+			obs = append(obs, Observation{Key: Key{SourceRecursionMisses, id, 0}, Misses: m, Runs: 10 * m, Kind: "recursion", Prog: &prog.Program{ID: id, Name: "p"}})
 		}
 		gone := map[uint32]bool{}
 		for _, g := range s.gone {
 			gone[g] = true
 		}
-		eps := tr.observe(now, time.Second, obs, func(k episodeKey) bool { return !gone[k.prog] })
+		eps := tr.Observe(now, time.Second, obs, func(k Key) bool { return !gone[k.Prog] })
 		open, closed := map[uint32]bool{}, map[uint32]string{}
 		for _, e := range eps {
 			if e.Open {
@@ -93,11 +95,11 @@ func TestEpisodeVanishedAndShutdown(t *testing.T) {
 		{misses: map[uint32]uint64{1: 1, 2: 1}, open: []uint32{1, 2}},
 		{misses: nil, gone: []uint32{1}, open: []uint32{2}, closed: map[uint32]string{1: "vanished"}},
 	})
-	eps := tr.closeAll("shutdown")
+	eps := tr.CloseAll("shutdown")
 	if len(eps) != 1 || eps[0].ProgID != 2 || eps[0].Open || eps[0].Reason != "shutdown" {
 		t.Errorf("closeAll = %+v", eps)
 	}
-	if len(tr.closeAll("shutdown")) != 0 {
+	if len(tr.CloseAll("shutdown")) != 0 {
 		t.Error("second closeAll returned episodes")
 	}
 }
@@ -118,13 +120,44 @@ func TestEpisodeIntervalsBounded(t *testing.T) {
 }
 
 func TestEpisodeSnapshotsDoNotShareState(t *testing.T) {
-	tr := newEpisodeTracker(2)
+	tr := NewTracker(2)
 	now := time.Unix(0, 0)
-	obs := []missObservation{{key: episodeKey{SourceRecursionMisses, 1, 0}, misses: 1}}
-	all := func(episodeKey) bool { return true }
-	first := tr.observe(now, time.Second, obs, all)
-	tr.observe(now.Add(time.Second), time.Second, obs, all)
+	obs := []Observation{{Key: Key{SourceRecursionMisses, 1, 0}, Misses: 1}}
+	all := func(Key) bool { return true }
+	first := tr.Observe(now, time.Second, obs, all)
+	tr.Observe(now.Add(time.Second), time.Second, obs, all)
 	if len(first[0].Intervals) != 1 || first[0].Misses != 1 {
 		t.Errorf("an earlier snapshot's episode changed: %+v", first[0])
+	}
+}
+
+// TestEpisodeCauses: an episode adds up its intervals' causes and counts
+// its samples by context, task and stack.
+func TestEpisodeCauses(t *testing.T) {
+	tr := NewTracker(2)
+	k := Key{SourceRecursionMisses, 7, 0}
+	s1 := MissSample{ProgID: 7, Cause: prog.CauseRecursion, Context: ContextTask, PID: 10, TID: 10, Comm: "a", Stack: []string{"bpf_prog_inc_misses_counter+0x10", "htab_map_delete_elem+0x20"}}
+	s2 := MissSample{ProgID: 7, Cause: prog.CauseInterrupt, Context: ContextHardirq, PID: 11, TID: 11, Comm: "b", Stack: []string{"bpf_prog_inc_misses_counter+0x10", "hrtimer_interrupt+0x4"}}
+	present := func(Key) bool { return true }
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	eps := tr.Observe(now, 10e9, []Observation{{Key: k, Misses: 3, Causes: prog.MissCauses{Recursion: 2, Unexplained: 1}, Samples: []MissSample{s1, s1}}}, present)
+	first := eps[0]
+	eps = tr.Observe(now.Add(10e9), 10e9, []Observation{{Key: k, Misses: 2, Causes: prog.MissCauses{Interrupt: 1, Recursion: 1}, Samples: []MissSample{s2, s1}}}, present)
+	e := eps[0]
+	if want := (prog.MissCauses{Recursion: 3, Interrupt: 1, Unexplained: 1}); e.Causes != want || e.Causes.Sum() != e.Misses {
+		t.Errorf("causes %+v (misses %d), want %+v", e.Causes, e.Misses, want)
+	}
+	if e.Contexts[ContextTask] != 3 || e.Contexts[ContextHardirq] != 1 {
+		t.Errorf("contexts %v", e.Contexts)
+	}
+	if len(e.Tasks) != 2 || e.Tasks[0].PID != 10 || e.Tasks[0].Misses != 3 {
+		t.Errorf("tasks %+v", e.Tasks)
+	}
+	if len(e.Stacks) != 2 || e.Stacks[0].Misses != 3 || e.Stacks[0].Cause != prog.CauseRecursion {
+		t.Errorf("stacks %+v", e.Stacks)
+	}
+	// The first snapshot's episode is not written by the second interval.
+	if first.Contexts[ContextHardirq] != 0 || len(first.Tasks) != 1 || first.Tasks[0].Misses != 2 {
+		t.Errorf("an earlier snapshot's episode changed: %+v", first)
 	}
 }
