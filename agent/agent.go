@@ -395,7 +395,7 @@ func (a *Agent) Scan(ctx context.Context) (*Snapshot, error) {
 	if a.mw != nil {
 		a.mw.schedule(now, snap.Episodes, snap.Programs, a.r)
 		snap.MissWatch = a.mw.state()
-		snap.Misses = append([]MissSample(nil), a.mw.recent...)
+		snap.Misses = a.mw.credit.Recent()
 	}
 
 	st.Duration = a.cfg.Now().Sub(start)

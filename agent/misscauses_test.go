@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/bpfleet/bpfleet/agent/internal/misses"
 	"slices"
 	"testing"
 	"time"
@@ -37,7 +38,11 @@ func TestMissCauses(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			a := &Agent{}
 			if tc.watcher {
-				a.mw = &missWatch{pending: map[uint32][]MissSample{7: tc.pending}, spent: map[uint32]bool{}}
+				a.mw = &missWatch{credit: misses.NewCredit(), spent: map[uint32]bool{}}
+				a.mw.credit.Begin(time.Time{}, time.Time{})
+				for _, s := range tc.pending {
+					a.mw.credit.Add(s)
+				}
 			}
 			e := &ProgramStat{Program: Program{ID: 7, RecursionMisses: u(tc.total)}}
 			old := &ProgramStat{Program: Program{ID: 7}, MissCauses: tc.prev}
@@ -53,70 +58,12 @@ func TestMissCauses(t *testing.T) {
 			case e.MissCauses != nil && e.MissCauses.Sum() != tc.total:
 				t.Errorf("causes add up to %d, the kernel counted %d", e.MissCauses.Sum(), tc.total)
 			}
-			if a.mw != nil && len(a.mw.pending[7]) != 0 {
-				t.Error("samples left pending after the interval")
+			if a.mw != nil {
+				if _, left := a.mw.credit.Take(7, 100); len(left) != 0 {
+					t.Errorf("%d samples left pending after the interval", len(left))
+				}
 			}
 		})
-	}
-}
-
-// TestMissSampleCarried: a sample is credited to the interval whose read
-// counted its miss, and only credited samples are shown, so no miss is
-// both shown with a cause and counted unexplained. A miss during a
-// scan's read (cut to end) may be counted by it or by the next read; one
-// after the read is the next read's; one drained after its interval was
-// counted is dropped. A sample beyond the count from before the read (a
-// re-trapped write) is dropped too.
-func TestMissSampleCarried(t *testing.T) {
-	t0 := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
-	at := func(d time.Duration, cause string) MissSample {
-		return MissSample{ProgID: 7, Cause: cause, Context: ContextTask, Time: t0.Add(d)}
-	}
-	const ms = time.Millisecond
-	m := &missWatch{pending: map[uint32][]MissSample{}, carry: map[uint32][]MissSample{}, spent: map[uint32]bool{}}
-	for i, iv := range []struct {
-		cut     time.Duration // the read ran from cut to cut+100ms
-		samples []MissSample
-		misses  uint64
-		want    MissCauses
-		shown   int
-	}{
-		// Read at t0: two misses before it, one sampled during the read
-		// and one after it; the read counted those three and one not
-		// sampled (the one after it is not that one).
-		{0, []MissSample{at(2*ms, CauseRecursion), at(-time.Second, CauseRecursion), at(-2*time.Second, CauseInterrupt), at(150*ms, CauseNested)},
-			4, MissCauses{Recursion: 2, Interrupt: 1, Unexplained: 1}, 3},
-		// The next read counts the one after it, its sample carried.
-		{10 * time.Second, nil, 1, MissCauses{Nested: 1}, 1},
-		// One sampled during the read that the read did not count (its
-		// CPU's counter read before it): nothing shown, nothing counted...
-		{20 * time.Second, []MissSample{at(20*time.Second+50*ms, CausePreempted)}, 0, MissCauses{}, 0},
-		// ...and the next read counts it, with its sample.
-		{30 * time.Second, nil, 1, MissCauses{Preempted: 1}, 1},
-		// Two samples of one counted miss before the read: one dropped...
-		{40 * time.Second, []MissSample{at(35*time.Second, CausePreempted), at(36*time.Second, CausePreempted)}, 1, MissCauses{Preempted: 1}, 1},
-		// ...and not taken for the next interval's unsampled miss; nor
-		// is a sample drained late, of a miss the last read counted.
-		{50 * time.Second, []MissSample{at(39*time.Second, CauseRecursion)}, 1, MissCauses{Unexplained: 1}, 0},
-	} {
-		prev := m.cut
-		m.drain(nil, t0.Add(iv.cut), t0.Add(iv.cut+100*ms))
-		for _, s := range iv.samples {
-			m.add(s, prev)
-		}
-		var got MissCauses
-		if iv.misses > 0 { // as the agent: an interval without misses is not explained
-			got, _ = m.explain(7, iv.misses)
-		}
-		if got != iv.want {
-			t.Errorf("interval %d: causes %+v, want %+v", i, got, iv.want)
-		}
-		if len(m.recent) != iv.shown {
-			t.Errorf("interval %d: %d samples shown, want %d (those its causes count)", i, len(m.recent), iv.shown)
-		}
-	}
-	if m.late != 1 {
-		t.Errorf("%d samples dropped late, want 1", m.late)
 	}
 }
 
@@ -158,13 +105,14 @@ func TestBlindProgram(t *testing.T) {
 		{"sampled every time", []interval{{3, 3, false}, {3, 3, false}, {3, 3, false}}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := &missWatch{watched: map[uint32]*watchedProg{7: {name: "k"}}, pending: map[uint32][]MissSample{},
-				spent: map[uint32]bool{}, blind: map[uint32]BlindProgram{}}
+			m := &missWatch{watched: map[uint32]*watchedProg{7: {name: "k"}}, credit: misses.NewCredit(),
+				spent: map[uint32]bool{}, blind: map[uint32]BlindProgram{}, slots: misses.NewSlots()}
 			for _, iv := range tc.intervals {
 				clear(m.spent)
 				m.spent[7] = iv.spent
+				m.credit.Begin(time.Time{}, time.Time{})
 				for range iv.samples {
-					m.pending[7] = append(m.pending[7], MissSample{ProgID: 7, Cause: CauseNested})
+					m.credit.Add(MissSample{ProgID: 7, Cause: CauseNested})
 				}
 				m.explain(7, iv.misses)
 			}

@@ -40,21 +40,13 @@ type missWatch struct {
 	refused  map[uint32]string
 	missing  map[uint32]bool // this scan's, kept to be reused
 	cands    []misses.Candidate
-	// pending holds each program's explained samples of this scan, to be
-	// matched to the misses its read counted; carry those of misses the
-	// next read counts: sampled after end (the scan's read ended), or
-	// after cut (it began) and left over.
-	pending  map[uint32][]MissSample
-	carry    map[uint32][]MissSample
-	cut, end time.Time
-	spent    map[uint32]bool
+	// credit matches the explained samples to the intervals whose reads
+	// counted their misses.
+	credit *misses.Credit
+	spent  map[uint32]bool
 	// blind holds the programs whose counted misses trip no watchpoint
 	// (blindIntervals, blindMisses): they are not armed again.
-	blind map[uint32]BlindProgram
-	// recent are the samples the scan credited to its interval's counts:
-	// each one is a miss its counts explain, none counted unexplained.
-	recent  []MissSample
-	late    uint64 // samples of intervals already counted, dropped
+	blind   map[uint32]BlindProgram
 	samples uint64
 	over    uint64
 }
@@ -88,7 +80,7 @@ const (
 func newMissWatch(cfg *Config, cpus int) *missWatch {
 	m := &missWatch{budget: cfg.MissBudget, procRoot: cfg.ProcRoot, explicit: cfg.WatchPrograms,
 		slots: misses.NewSlots(), watched: map[uint32]*watchedProg{}, lastMiss: map[uint32]time.Time{}, refused: map[uint32]string{}, missing: map[uint32]bool{},
-		pending: map[uint32][]MissSample{}, spent: map[uint32]bool{}, blind: map[uint32]BlindProgram{}}
+		credit: misses.NewCredit(), spent: map[uint32]bool{}, blind: map[uint32]BlindProgram{}}
 	if m.budget <= 0 {
 		m.budget = DefaultMissBudget
 	}
@@ -113,26 +105,8 @@ func newMissWatch(cfg *Config, cpus int) *missWatch {
 // to the next, one from during it to this interval while its count has
 // room.
 func (m *missWatch) drain(fill func(*Owner), cut, end time.Time) {
-	m.recent = m.recent[:0]
 	clear(m.spent)
-	// The last scan's leftovers after its cut start this scan's pools
-	// (explain carried those of programs it saw; the pools of programs
-	// whose read counted nothing are carried here); the rest were of
-	// misses an earlier read counted.
-	for id, pool := range m.pending {
-		for _, s := range pool {
-			if !m.cut.IsZero() && !s.Time.Before(m.cut) {
-				m.carry[id] = append(m.carry[id], s)
-			}
-		}
-	}
-	clear(m.pending)
-	m.pending, m.carry = m.carry, m.pending
-	if m.pending == nil {
-		m.pending = map[uint32][]MissSample{}
-	}
-	prev := m.cut
-	m.cut, m.end = cut, end
+	m.credit.Begin(cut, end)
 	if m.w == nil {
 		return
 	}
@@ -169,21 +143,7 @@ func (m *missWatch) drain(fill func(*Owner), cut, end time.Time) {
 		ms := MissSample{Time: s.Time, ProgID: s.ProgID, ProgName: wp.name, CPU: s.CPU, Context: ctx, Cause: cause,
 			PID: s.PID, TID: s.TID, Comm: o.Comm, ContainerID: o.ContainerID, PodName: o.PodName, PodNamespace: o.PodNamespace,
 			Stack: m.stackNames(s.Stack, frames)}
-		m.add(ms, prev)
-	}
-}
-
-// add pools a drained sample: for this interval, for the next (after the
-// read ended), or dropped when it is of a miss an earlier read counted
-// (sampled before that read began: its interval's counts are out).
-func (m *missWatch) add(ms MissSample, prev time.Time) {
-	switch {
-	case !prev.IsZero() && ms.Time.Before(prev):
-		m.late++
-	case !m.end.IsZero() && ms.Time.After(m.end):
-		m.carry[ms.ProgID] = append(m.carry[ms.ProgID], ms)
-	default:
-		m.pending[ms.ProgID] = append(m.pending[ms.ProgID], ms)
+		m.credit.Add(ms)
 	}
 }
 
@@ -229,37 +189,14 @@ func (m *missWatch) stackNames(stack []uint64, frames []misswatch.Frame) []strin
 	return out
 }
 
-// explain splits an interval's misses of a program by cause: one counted
-// miss per pending sample, oldest first, the rest unexplained. Samples
-// beyond the count are of misses after the read (kept for the next
-// interval when they came after the cut) or of writes a CPU re-trapped
-// (qemu's arm64 does), dropped: counts come from the kernel, causes from
-// the samples.
+// explain splits an interval's misses of a program by cause
+// (misses.Credit), and learns from them whether the program is blind.
 func (m *missWatch) explain(id uint32, misses uint64) (MissCauses, []MissSample) {
-	var c MissCauses
-	pool := m.pending[id]
-	slices.SortStableFunc(pool, func(a, b MissSample) int { return a.Time.Compare(b.Time) })
-	n := min(uint64(len(pool)), misses)
-	for _, s := range pool[:n] {
-		c.Add(s.Cause, 1)
-	}
-	c.Unexplained = misses - n
-	for _, s := range pool[n:] {
-		if !m.cut.IsZero() && !s.Time.Before(m.cut) {
-			m.carry[id] = append(m.carry[id], s)
-		}
-	}
-	for _, s := range pool[:n] {
-		if len(m.recent) == MaxMissSamples {
-			copy(m.recent, m.recent[1:])
-			m.recent = m.recent[:MaxMissSamples-1]
-		}
-		m.recent = append(m.recent, s)
-	}
+	c, credited := m.credit.Take(id, misses)
+	n := uint64(len(credited))
 	if m.spent[id] {
 		m.over += misses - n
 	}
-	delete(m.pending, id)
 	if wp := m.watched[id]; wp != nil {
 		switch {
 		case n > 0 || m.spent[id]:
@@ -272,7 +209,7 @@ func (m *missWatch) explain(id uint32, misses uint64) (MissCauses, []MissSample)
 			}
 		}
 	}
-	return c, pool[:n]
+	return c, credited
 }
 
 // schedule chooses the programs to watch in the next interval (the
@@ -395,7 +332,7 @@ func (a *Agent) Watch(ids []uint32) {
 // state is the watcher's part of a snapshot.
 func (m *missWatch) state() MissWatch {
 	s := MissWatch{Available: m.w != nil, Reason: m.reason, Slots: m.slots.Known, Budget: m.budget,
-		Waiting: m.slots.Waiting(), Samples: m.samples, OverBudget: m.over, Late: m.late}
+		Waiting: m.slots.Waiting(), Samples: m.samples, OverBudget: m.over, Late: m.credit.Late}
 	for id, wp := range m.watched {
 		w := WatchedProgram{ProgID: id, ProgName: wp.name, Samples: wp.samples}
 		if sl := m.slots.Slot(id); sl != nil {
