@@ -317,11 +317,12 @@ func guardOf(p *Program) misswatch.Guard {
 	return misswatch.GuardProg
 }
 
-// Watch names the programs to watch from the next scan on, before those
-// with episodes (Config.WatchPrograms for a caller that learns the ids
-// from a scan, as `bpfleet misses PROG...` does). Nothing without
-// Config.WatchMisses.
-func (a *Agent) Watch(ids []uint32) {
+// NameWatched names the programs the miss watcher holds watchpoints on
+// from the next scan on, before any other (Config.WatchPrograms for a
+// caller that learns the ids from a scan, as `bpfleet misses PROG...`
+// does). Nothing without Config.WatchMisses. (Not to be confused with the
+// commands' --watch, which prints every interval.)
+func (a *Agent) NameWatched(ids []uint32) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.mw != nil {

@@ -109,7 +109,7 @@ func missAgent(ctx context.Context, c config.Misses) (*watchingAgent, error) {
 			a.Close()
 			return nil, fmt.Errorf("no program matches %s", strings.Join(c.Programs, " "))
 		}
-		a.Watch(w.ids)
+		a.NameWatched(w.ids)
 	}
 	return w, nil
 }

@@ -182,13 +182,13 @@ func TestWatchCostIdle(t *testing.T) {
 		t.Errorf("the default watcher holds canary %d as %+v, want it armed as missed-before and no sample: %+v", cid, w, lastIdle.MissWatch)
 	}
 	// The program's runs, rounds with its counter watched alternating
-	// with rounds unwatched (Watch(nil): the next scan disarms it).
+	// with rounds unwatched (NameWatched(nil): the next scan disarms it, as it never missed).
 	for i := range 2 * rounds {
 		watch := i%2 == 0
 		if watch {
-			on.Watch([]uint32{id})
+			on.NameWatched([]uint32{id})
 		} else {
-			on.Watch(nil)
+			on.NameWatched(nil)
 		}
 		s := explain.Scan(t, on)
 		if armed := slices.ContainsFunc(s.MissWatch.Watched, func(w agent.WatchedProgram) bool { return w.ProgID == id }); armed != watch {
