@@ -43,11 +43,13 @@ once with their count.
 
 On its own it runs a local agent with the watcher armed on the chosen programs
 (PROG: an id, a name, or a selector as bpfleet profile takes them: ` + config.ProfileSelectors + `;
-none: every program with an open miss episode) and prints one interval, or
-every --interval with --watch. The first line says what the watcher watches,
-or why the kernel refuses it: then each interval's misses per program are
-still printed from the kernel's counters, as unexplained. With --remote it
-reads a running agent's /v1/misses instead.`,
+none: the programs that miss, each keeping its watchpoints after it goes
+quiet until a program with newer misses needs them) and prints one interval,
+or every --interval with --watch. The first line says what the watcher
+watches and why, or why the kernel refuses it: then each interval's misses
+per program are still printed from the kernel's counters, as unexplained; it
+is printed again when that changes. With --remote it reads a running agent's
+/v1/misses instead (PROG matched against that agent's programs).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			scanFlagsSet(cmd, &c.Scan)
 			c.Programs = args
