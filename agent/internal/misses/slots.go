@@ -73,7 +73,6 @@ type Slots struct {
 	waitSince map[uint32]time.Time
 	waiting   []uint32
 	by        map[uint32]*Candidate // the scan's, kept to be reused
-	next      []uint32
 }
 
 // NewSlots starts with nothing armed.
