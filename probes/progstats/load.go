@@ -42,8 +42,8 @@ func load(spec *ebpf.CollectionSpec, c *coreload.Result, cpus int) (*Iter, error
 	if err != nil {
 		return nil, err
 	}
-	it := &Iter{prog: prog, maps: maps, buf: make([]byte, bufSize), names: newNames(), cpus: cpus, known: maps["known_max_id"]}
-	if err := it.attach(); err != nil {
+	it := &Iter{prog: prog, maps: maps, buf: make([]byte, bufSize), names: newNames(), cpus: cpus, known: coreload.NewKnownMaxID(maps, "program")}
+	if it.link, it.progID, err = coreload.Attach(prog, "bpf_prog"); err != nil {
 		it.Close()
 		return nil, err
 	}

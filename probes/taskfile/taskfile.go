@@ -112,16 +112,11 @@ func load(linksByName bool, dir string) (*Iter, LoadInfo, error) {
 			return nil, fmt.Errorf("loading iter/task_file: %w", refuse.Iterator(err, "task_file"))
 		}
 		it := &Iter{prog: prog, maps: maps, vars: spec.Variables, buf: make([]byte, bufSize), comms: records.NewStrings()}
-		it.link, err = link.AttachIter(link.IterOptions{Program: prog})
-		if err != nil {
-			it.Close()
-			return nil, fmt.Errorf("attaching iter/task_file: %w", refuse.Iterator(err, "task_file"))
-		}
-		if err := it.learn(); err != nil {
+		if it.link, it.progID, err = coreload.Attach(prog, "task_file"); err != nil {
 			it.Close()
 			return nil, err
 		}
-		if it.progID, err = coreload.ProgramID(prog); err != nil {
+		if err := it.learn(); err != nil {
 			it.Close()
 			return nil, err
 		}

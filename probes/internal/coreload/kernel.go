@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bpfleet/bpfleet/internal/bpfsys"
+	"github.com/bpfleet/bpfleet/probes/internal/refuse"
 )
 
 // Constants of BPF_PROG_LOAD (include/uapi/linux/bpf.h).
@@ -120,6 +121,50 @@ func Instantiate(spec *ebpf.CollectionSpec, prog string, c *Result, vars map[str
 		return nil, nil, fmt.Errorf("wrapping iterator program: %w", err)
 	}
 	return p, maps, nil
+}
+
+// Attach attaches prog, an iterator program made by Instantiate for target
+// ("bpf_prog", "bpf_link", ...), and asks the kernel for its id. A refusal
+// wraps ebpf.ErrNotSupported and says why (refuse.Iterator).
+func Attach(prog *ebpf.Program, target string) (*link.Iter, uint32, error) {
+	l, err := link.AttachIter(link.IterOptions{Program: prog})
+	if err != nil {
+		return nil, 0, fmt.Errorf("attaching iter/%s: %w", target, refuse.Iterator(err, target))
+	}
+	id, err := ProgramID(prog)
+	if err != nil {
+		l.Close()
+		return nil, 0, err
+	}
+	return l, id, nil
+}
+
+// KnownMaxID is an iterator's known_max_id map: the highest id whose
+// unchanging fields the caller holds, so that the program sends only what
+// changes for those. Ids only grow (until they wrap after 2^31), so one
+// number says it.
+type KnownMaxID struct {
+	m    *ebpf.Map
+	id   uint32
+	what string // "program", "link", "map": for the error
+}
+
+// NewKnownMaxID is the known_max_id map of maps (Instantiate's), for
+// objects named what.
+func NewKnownMaxID(maps map[string]*ebpf.Map, what string) KnownMaxID {
+	return KnownMaxID{m: maps["known_max_id"], what: what}
+}
+
+// Set writes id to the map, which is written only when it changed.
+func (k *KnownMaxID) Set(id uint32) error {
+	if id == k.id {
+		return nil
+	}
+	if err := k.m.Put(uint32(0), id); err != nil {
+		return fmt.Errorf("setting known %s id: %w", k.what, err)
+	}
+	k.id = id
+	return nil
 }
 
 // ProgramID is the kernel's id of an iterator program this process loaded,
