@@ -124,7 +124,6 @@ func Load(cpus int) (*Iter, error) {
 
 func newNames() records.Strings { return records.NewStrings() }
 
-
 // SetKnownMaxID tells the iterator that the caller holds the static
 // fields (StaticKnown's and the facts) of every program up to id: later
 // reads give only ID and the statistics for those (StaticKnown false), and
