@@ -28,12 +28,30 @@ func Cached(dir string) bool {
 // the CO-RE result cached in dir ("" for no cache). A cache entry the
 // verifier refuses is dropped and the load retried from kernel BTF.
 func LoadCached(cpus int, dir string) (*Iter, LoadInfo, error) {
+	spec, p, err := program()
+	if err != nil {
+		return nil, LoadInfo{}, err
+	}
+	return coreload.Load(p, dir, func(c *coreload.Result) (*Iter, error) { return load(spec, c, cpus) })
+}
+
+// WarmCache writes the iterator's CO-RE result into dir where it is not
+// there yet, without loading it (coreload.Warm).
+func WarmCache(dir string) error {
+	_, p, err := program()
+	if err != nil {
+		return err
+	}
+	return coreload.Warm(p, dir)
+}
+
+// program is the iterator's object and what coreload relocates of it.
+func program() (*ebpf.CollectionSpec, *coreload.Program, error) {
 	spec, err := loadProgstats()
 	if err != nil {
-		return nil, LoadInfo{}, fmt.Errorf("reading bpf_prog stats iterator spec: %w", err)
+		return nil, nil, fmt.Errorf("reading bpf_prog stats iterator spec: %w", err)
 	}
-	p := &coreload.Program{Name: "progstats", Object: _ProgstatsBytes, Insns: spec.Programs["dump_prog"].Instructions, Target: "bpf_prog"}
-	return coreload.Load(p, dir, func(c *coreload.Result) (*Iter, error) { return load(spec, c, cpus) })
+	return spec, &coreload.Program{Name: "progstats", Object: _ProgstatsBytes, Insns: spec.Programs["dump_prog"].Instructions, Target: "bpf_prog"}, nil
 }
 
 // load creates the maps, loads the patched program and attaches it.

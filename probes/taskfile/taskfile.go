@@ -95,17 +95,35 @@ func Cached(dir string) bool {
 	return coreload.Cached(&coreload.Program{Name: "taskfile", Object: _TaskfileBytes}, dir)
 }
 
-// load with the test switch that finds links by name (see taskfile.bpf.c).
-func load(linksByName bool, dir string) (*Iter, LoadInfo, error) {
+// WarmCache writes the iterator's CO-RE result into dir where it is not
+// there yet, without loading it (coreload.Warm).
+func WarmCache(dir string) error {
+	_, p, err := program()
+	if err != nil {
+		return err
+	}
+	return coreload.Warm(p, dir)
+}
+
+// program is the iterator's object and what coreload relocates of it.
+func program() (*ebpf.CollectionSpec, *coreload.Program, error) {
 	spec, err := loadTaskfile()
 	if err != nil {
-		return nil, LoadInfo{}, fmt.Errorf("reading task_file iterator spec: %w", err)
+		return nil, nil, fmt.Errorf("reading task_file iterator spec: %w", err)
+	}
+	return spec, &coreload.Program{Name: "taskfile", Object: _TaskfileBytes, Insns: spec.Programs["dump_task_file"].Instructions, Target: "task_file"}, nil
+}
+
+// load with the test switch that finds links by name (see taskfile.bpf.c).
+func load(linksByName bool, dir string) (*Iter, LoadInfo, error) {
+	spec, p, err := program()
+	if err != nil {
+		return nil, LoadInfo{}, err
 	}
 	var vars map[string]uint32
 	if linksByName {
 		vars = map[string]uint32{"links_by_name": 1}
 	}
-	p := &coreload.Program{Name: "taskfile", Object: _TaskfileBytes, Insns: spec.Programs["dump_task_file"].Instructions, Target: "task_file"}
 	return coreload.Load(p, dir, func(c *coreload.Result) (*Iter, error) {
 		prog, maps, err := coreload.Instantiate(spec, "dump_task_file", c, vars)
 		if err != nil {

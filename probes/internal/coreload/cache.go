@@ -73,6 +73,32 @@ func Cached(p *Program, dir string) bool {
 	return err == nil
 }
 
+// Warm writes p's cache file in dir for the running kernel where there is
+// none, without loading p: for a one-shot command that read by syscall
+// because the cache was cold, so that the next one starts warm. It parses
+// kernel BTF (tens of ms); a cache already there costs a stat and a read.
+func Warm(p *Program, dir string) error {
+	if dir == "" {
+		return nil
+	}
+	key, err := KernelKey(p.Object)
+	if err != nil {
+		return err
+	}
+	path := CachePath(dir, p, key)
+	if _, err := ReadCache(path, key); err == nil {
+		return nil
+	}
+	c, err := Relocate(p, key)
+	if err != nil {
+		return err
+	}
+	if err := WriteCache(path, c); err != nil {
+		return fmt.Errorf("writing CO-RE cache: %w", err)
+	}
+	return nil
+}
+
 // Load relocates p against the running kernel, with the result cached in
 // dir ("" for no cache; internal/config chooses it, probes read no
 // environment), and calls load with it. A cached result that load
