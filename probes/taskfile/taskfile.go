@@ -89,34 +89,20 @@ type LoadInfo = coreload.LoadInfo
 // privileges are reported as the kernel's EPERM.
 func LoadCached(dir string) (*Iter, LoadInfo, error) { return load(false, dir) }
 
+// object is the iterator's CO-RE identity (probes/internal/coreload).
+var object = coreload.Object{Name: "taskfile", Bytes: _TaskfileBytes, Spec: loadTaskfile, Prog: "dump_task_file", Target: "task_file"}
+
 // Cached says whether dir holds the CO-RE result for the running kernel,
 // so that LoadCached would skip kernel BTF.
-func Cached(dir string) bool {
-	return coreload.Cached(&coreload.Program{Name: "taskfile", Object: _TaskfileBytes}, dir)
-}
+func Cached(dir string) bool { return object.Cached(dir) }
 
-// WarmCache writes the iterator's CO-RE result into dir where it is not
-// there yet, without loading it (coreload.Warm).
-func WarmCache(dir string) error {
-	_, p, err := program()
-	if err != nil {
-		return err
-	}
-	return coreload.Warm(p, dir)
-}
-
-// program is the iterator's object and what coreload relocates of it.
-func program() (*ebpf.CollectionSpec, *coreload.Program, error) {
-	spec, err := loadTaskfile()
-	if err != nil {
-		return nil, nil, fmt.Errorf("reading task_file iterator spec: %w", err)
-	}
-	return spec, &coreload.Program{Name: "taskfile", Object: _TaskfileBytes, Insns: spec.Programs["dump_task_file"].Instructions, Target: "task_file"}, nil
-}
+// WarmCache is LoadCached's cache file written without a load: a one-shot
+// list then takes owners from the iterator rather than the /proc walk.
+func WarmCache(dir string) error { return object.Warm(dir) }
 
 // load with the test switch that finds links by name (see taskfile.bpf.c).
 func load(linksByName bool, dir string) (*Iter, LoadInfo, error) {
-	spec, p, err := program()
+	spec, p, err := object.Program()
 	if err != nil {
 		return nil, LoadInfo{}, err
 	}

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/cilium/ebpf"
 )
 
 // ReadCache reads a cache file, which must be for key.
@@ -73,22 +75,47 @@ func Cached(p *Program, dir string) bool {
 	return err == nil
 }
 
-// Warm writes p's cache file in dir for the running kernel where there is
-// none, without loading p: for a one-shot command that read by syscall
+// Object is one iterator object of probes/: what its loader, Cached and
+// Warm need to name its Program.
+type Object struct {
+	Name   string // Program.Name
+	Bytes  []byte // the ELF object (Program.Object)
+	Spec   func() (*ebpf.CollectionSpec, error)
+	Prog   string // the iterator program in the spec
+	Target string // Program.Target
+}
+
+// Program reads o's spec and names the Program to relocate of it.
+func (o Object) Program() (*ebpf.CollectionSpec, *Program, error) {
+	spec, err := o.Spec()
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading %s iterator spec: %w", o.Target, err)
+	}
+	return spec, &Program{Name: o.Name, Object: o.Bytes, Insns: spec.Programs[o.Prog].Instructions, Target: o.Target}, nil
+}
+
+// Cached says whether dir holds o's CO-RE result for the running kernel.
+func (o Object) Cached(dir string) bool {
+	return Cached(&Program{Name: o.Name, Object: o.Bytes}, dir)
+}
+
+// Warm writes o's cache file in dir for the running kernel where there is
+// none, without loading o: for a one-shot command that read by syscall
 // because the cache was cold, so that the next one starts warm. It parses
 // kernel BTF (tens of ms); a cache already there costs a stat and a read.
-func Warm(p *Program, dir string) error {
-	if dir == "" {
+func (o Object) Warm(dir string) error {
+	if dir == "" || o.Cached(dir) {
 		return nil
+	}
+	_, p, err := o.Program()
+	if err != nil {
+		return err
 	}
 	key, err := KernelKey(p.Object)
 	if err != nil {
 		return err
 	}
 	path := CachePath(dir, p, key)
-	if _, err := ReadCache(path, key); err == nil {
-		return nil
-	}
 	c, err := Relocate(p, key)
 	if err != nil {
 		return err
