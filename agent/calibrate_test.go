@@ -194,25 +194,22 @@ func TestCalibrationInSnapshot(t *testing.T) {
 	}
 	// Every attach type `bpfleet probe` finds supported on this host (its
 	// syscall-mode answer, asked after calibration so it takes none of the
-	// budget) is calibrated: one calibrated type out of many is no pass.
-	// Those the budget did not reach are named.
+	// budget) is either calibrated or reported as not reached, which is
+	// what the product promises on a busy machine.
 	byType := map[string]Calibration{}
 	for _, c := range cal {
 		byType[c.AttachType] = c
 	}
-	var missed, probed []string
+	var probed []string
 	for _, at := range catalog.All() {
-		if features.HaveAttachType(at, catalog.Syscall) != nil {
-			continue
-		}
-		probed = append(probed, string(at))
-		if c := byType[string(at)]; !c.Supported {
-			missed = append(missed, fmt.Sprintf("%s (%s)", at, c.Reason))
+		if features.HaveAttachType(at, catalog.Syscall) == nil {
+			probed = append(probed, string(at))
 		}
 	}
-	t.Logf("calibrated %d of the attach types bpfleet probe supports here: %v", len(probed)-len(missed), probed)
-	if len(probed) == 0 || len(missed) > 0 {
-		t.Fatalf("attach types bpfleet probe supports but calibration did not measure in its 3 s budget: %s", strings.Join(missed, "; "))
+	measured, unreached, faults := checkCalibrated(byType, probed, 3*time.Second*3/4, wall)
+	t.Logf("calibrated %d of the %d attach types bpfleet probe supports here %v; not reached in the budget: %v", len(measured), len(probed), probed, unreached)
+	for _, f := range faults {
+		t.Error(f)
 	}
 	s := scan(t, a)
 	if len(s.Calibration) != len(cal) {
@@ -238,6 +235,69 @@ func TestCalibrationInSnapshot(t *testing.T) {
 	}
 	if len(left) > 0 {
 		t.Errorf("programs loaded during calibration still there 5 s after it: %v", left)
+	}
+}
+
+// checkCalibrated holds a calibration to its promise for the attach types
+// the kernel supports (probed, in the catalog's order, which calibration
+// follows): each is measured, or, where the attach-type budget ran out
+// (the machine was busy), reported with exactly the budget's reason. A type
+// missing, unsupported with another reason, or unreached while the budget
+// was not spent (wall, the whole call's time, under it) or before a type
+// measured after it, is a fault.
+func checkCalibrated(byType map[string]Calibration, probed []string, budget, wall time.Duration) (measured, unreached, faults []string) {
+	spent := fmt.Sprintf("not measured: calibration budget %s spent", budget)
+	for _, at := range probed {
+		c, ok := byType[at]
+		switch {
+		case !ok:
+			faults = append(faults, fmt.Sprintf("%s: supported here but missing from the calibration", at))
+		case c.Supported && c.OverheadNs > 0:
+			if len(unreached) > 0 {
+				faults = append(faults, fmt.Sprintf("%s measured after %v were not reached: the budget stops calibration in the catalog's order", at, unreached))
+			}
+			measured = append(measured, at)
+		case c.Supported:
+			faults = append(faults, fmt.Sprintf("%s: supported with overhead %v", at, c.OverheadNs))
+		case c.Reason != spent:
+			faults = append(faults, fmt.Sprintf("%s: supported here but not calibrated: %q, want a measurement or %q", at, c.Reason, spent))
+		case wall < budget:
+			faults = append(faults, fmt.Sprintf("%s: %q after %v, under the budget", at, c.Reason, wall))
+		default:
+			unreached = append(unreached, at)
+		}
+	}
+	if len(probed) == 0 {
+		faults = append(faults, "no attach type supported here: nothing to calibrate is no pass")
+	}
+	return measured, unreached, faults
+}
+
+// TestCheckCalibrated: the promise's check passes a busy machine's report
+// and fails each fault it guards.
+func TestCheckCalibrated(t *testing.T) {
+	const budget = 2250 * time.Millisecond
+	spent := Calibration{Reason: "not measured: calibration budget 2.25s spent"}
+	ok := Calibration{Supported: true, OverheadNs: 40}
+	probed := []string{"raw_tp", "kprobe", "uprobe"}
+	for _, c := range []struct {
+		name   string
+		got    map[string]Calibration
+		wall   time.Duration
+		faults int
+	}{
+		{"all measured", map[string]Calibration{"raw_tp": ok, "kprobe": ok, "uprobe": ok}, time.Second, 0},
+		{"busy: uprobe not reached", map[string]Calibration{"raw_tp": ok, "kprobe": ok, "uprobe": spent}, 3 * time.Second, 0},
+		{"uprobe missing", map[string]Calibration{"raw_tp": ok, "kprobe": ok}, time.Second, 1},
+		{"wrong reason", map[string]Calibration{"raw_tp": ok, "kprobe": ok, "uprobe": {Reason: "not measured: attach failed"}}, 3 * time.Second, 1},
+		{"budget claimed, not spent", map[string]Calibration{"raw_tp": ok, "kprobe": ok, "uprobe": spent}, time.Second, 1},
+		{"unreached before a measured one", map[string]Calibration{"raw_tp": ok, "kprobe": spent, "uprobe": ok}, 3 * time.Second, 1},
+		{"supported at 0 ns", map[string]Calibration{"raw_tp": ok, "kprobe": ok, "uprobe": {Supported: true}}, time.Second, 1},
+	} {
+		_, _, faults := checkCalibrated(c.got, probed, budget, c.wall)
+		if len(faults) != c.faults {
+			t.Errorf("%s: faults %q, want %d", c.name, faults, c.faults)
+		}
 	}
 }
 

@@ -167,11 +167,10 @@ func (a *Agent) degraded() []string {
 		switch {
 		case at.netDenied != "":
 			add(FeatureNetdevAttach, at.netDenied+": XDP and tc programs no link names have no target or pod owner"+netnsAdvice)
-		case at.hostNetnsErr != nil && enforcing(a.apparmor):
-			// Refused by the profile (a pid 1 that only has more
-			// capabilities refuses too, on a host where its namespace is
-			// the agent's: silent there): the interfaces read are the
-			// pod's own.
+		case at.hostNetnsErr != nil:
+			// Refused, whatever refused it (AppArmor, SELinux, a dropped
+			// capability), outside the initial network namespace
+			// (owners.HostNetns): the interfaces read are the pod's own.
 			add(FeatureNetdevAttach, at.hostNetnsErr.Error()+": interfaces are read in the agent's own network namespace, so XDP and tc programs on the host's have no target or pod owner"+netnsAdvice)
 		}
 		if at.nsErr != "" {

@@ -35,7 +35,7 @@ func TestHistoryRoute(t *testing.T) {
 	if s.ID != 20 || s.Name != "canary" || len(s.Points) != 1 || s.Capacity != 30 || s.UnloadedAt != nil {
 		t.Fatalf("history of 20 = %+v", s)
 	}
-	if p := s.Points[0]; p.RecursionMisses != 25 || p.Runs != 25 || p.RecursionMissesPerSec != 2.5 || !p.Time.Equal(second.Time) {
+	if p := s.Points[0]; p.RecursionMisses == nil || *p.RecursionMisses != 25 || p.Runs != 25 || p.RecursionMissesPerSec == nil || *p.RecursionMissesPerSec != 2.5 || !p.Time.Equal(second.Time) {
 		t.Errorf("point = %+v, want the fixture's delta of 25 misses over 10s", p)
 	}
 
@@ -125,12 +125,12 @@ func TestHistoryRealScan(t *testing.T) {
 		t.Fatalf("history of the canary has %d points, want %d: %+v", len(s.Points), len(want), s.Points)
 	}
 	for i, p := range s.Points {
-		if p.RecursionMisses != want[i] || p.Runs < want[i] {
-			t.Errorf("point %d: %d misses in %d runs, the kernel counted %d misses", i, p.RecursionMisses, p.Runs, want[i])
+		if p.RecursionMisses == nil || *p.RecursionMisses != want[i] || p.Runs < want[i] {
+			t.Errorf("point %d: %v misses in %d runs, the kernel counted %d misses", i, p.RecursionMisses, p.Runs, want[i])
 		}
 	}
 	total, _ := c.KernelMisses()
-	if s.RecursionMissesTotal != total || !s.HasRecursionMisses || s.MissKind == "" || s.UnloadedAt != nil {
+	if s.RecursionMissesTotal == nil || *s.RecursionMissesTotal != total || !s.HasRecursionMisses || s.MissKind == "" || s.UnloadedAt != nil {
 		t.Errorf("series facts %+v, kernel total %d", s, total)
 	}
 

@@ -52,16 +52,18 @@ type Point struct {
 	Time     time.Time     `json:"time"`
 	Interval time.Duration `json:"interval_ns"`
 
-	Runs            uint64 `json:"runs"`
-	RunTimeNs       uint64 `json:"run_time_ns"`
-	RecursionMisses uint64 `json:"recursion_misses"`
-	LinkMissed      uint64 `json:"link_missed"`
+	Runs      uint64 `json:"runs"`
+	RunTimeNs uint64 `json:"run_time_ns"`
+	// RecursionMisses is nil (JSON null) where the kernel has no such
+	// counter (before 5.12): absent, not 0.
+	RecursionMisses *uint64 `json:"recursion_misses"`
+	LinkMissed      uint64  `json:"link_missed"`
 
-	RunsPerSec            float64 `json:"runs_per_sec"`
-	NsPerRun              float64 `json:"ns_per_run"`
-	CPUShare              float64 `json:"cpu_share"` // fraction of one CPU
-	RecursionMissesPerSec float64 `json:"recursion_misses_per_sec"`
-	LinkMissedPerSec      float64 `json:"link_missed_per_sec"`
+	RunsPerSec            float64  `json:"runs_per_sec"`
+	NsPerRun              float64  `json:"ns_per_run"`
+	CPUShare              float64  `json:"cpu_share"`                // fraction of one CPU
+	RecursionMissesPerSec *float64 `json:"recursion_misses_per_sec"` // nil with RecursionMisses
+	LinkMissedPerSec      float64  `json:"link_missed_per_sec"`
 }
 
 // Series is one program's history, oldest point first.
@@ -72,15 +74,15 @@ type Series struct {
 	// kernel (recursion, contention-possible, unknown).
 	MissKind string `json:"miss_kind"`
 	// HasRecursionMisses is false when the kernel does not report the
-	// counter (before 5.12): its points' zeros then mean "unknown".
+	// counter (before 5.12): the recursion miss figures are then nil.
 	HasRecursionMisses bool `json:"has_recursion_misses"`
 	// HasLinkMissed is true when a link of the program has a kprobe missed
 	// counter (perf_event kprobe and kprobe_multi links, Linux 6.7+).
 	HasLinkMissed bool `json:"has_link_missed"`
 	// Cumulative counters at the newest point, as the kernel reported them.
-	RunCount             uint64 `json:"run_count"`
-	RecursionMissesTotal uint64 `json:"recursion_misses_total"`
-	LinkMissedTotal      uint64 `json:"link_missed_total"`
+	RunCount             uint64  `json:"run_count"`
+	RecursionMissesTotal *uint64 `json:"recursion_misses_total"` // nil without the counter
+	LinkMissedTotal      uint64  `json:"link_missed_total"`
 	// Capacity is the most points the ring keeps.
 	Capacity int `json:"capacity"`
 	// UnloadedAt is the time of the first scan that no longer saw the
@@ -232,15 +234,19 @@ func (s *Store) Series(id uint32) (Series, bool) {
 	}
 	out := Series{
 		ID: id, Name: r.name, MissKind: r.kind, HasRecursionMisses: r.hasRM, HasLinkMissed: r.hasLM,
-		RunCount: r.runs, RecursionMissesTotal: r.rmTot, LinkMissedTotal: r.lmTot,
+		RunCount: r.runs, LinkMissedTotal: r.lmTot,
 		Capacity: s.capacity, Points: []Point{},
+	}
+	if r.hasRM {
+		tot := r.rmTot
+		out.RecursionMissesTotal = &tot
 	}
 	if !r.gone.IsZero() {
 		g := r.gone
 		out.UnloadedAt = &g
 	}
 	for _, p := range r.ordered() {
-		out.Points = append(out.Points, p.public())
+		out.Points = append(out.Points, p.public(r.hasRM))
 	}
 	return out, true
 }
@@ -252,16 +258,25 @@ func (s *Store) Len() int {
 	return len(s.rings)
 }
 
-func (p point) public() Point {
+// public is p as the API shows it; hasRM says the kernel counts recursion
+// misses (else they are nil, not 0).
+func (p point) public(hasRM bool) Point {
 	out := Point{
 		Time: time.Unix(0, p.t), Interval: time.Duration(p.dt),
-		Runs: p.runs, RunTimeNs: p.runTime, RecursionMisses: p.misses, LinkMissed: p.lmis,
+		Runs: p.runs, RunTimeNs: p.runTime, LinkMissed: p.lmis,
+	}
+	if hasRM {
+		m := p.misses
+		out.RecursionMisses = &m
 	}
 	if p.dt > 0 {
 		sec := time.Duration(p.dt).Seconds()
 		out.RunsPerSec = float64(p.runs) / sec
 		out.CPUShare = float64(p.runTime) / float64(p.dt)
-		out.RecursionMissesPerSec = float64(p.misses) / sec
+		if hasRM {
+			r := float64(p.misses) / sec
+			out.RecursionMissesPerSec = &r
+		}
 		out.LinkMissedPerSec = float64(p.lmis) / sec
 	}
 	if p.runs > 0 {

@@ -1,8 +1,10 @@
 package history
 
 import (
+	"encoding/json"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -11,6 +13,16 @@ import (
 )
 
 func u64(v uint64) *uint64 { return &v }
+
+// jsonOf is v as the API serves it: pointers compared by what they hold.
+func jsonOf(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
 
 var t0 = time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 
@@ -66,14 +78,14 @@ func TestRecordPointsAndRates(t *testing.T) {
 	}
 	for i, p := range got.Points {
 		n := 4 + i // scans 4, 5, 6 survive, oldest first
-		if !p.Time.Equal(t0.Add(time.Duration(n)*time.Second)) || p.Runs != uint64(100*n) || p.RecursionMisses != uint64(n) {
+		if !p.Time.Equal(t0.Add(time.Duration(n)*time.Second)) || p.Runs != uint64(100*n) || p.RecursionMisses == nil || *p.RecursionMisses != uint64(n) {
 			t.Errorf("point %d = %+v, want scan %d", i, p, n)
 		}
-		if p.RunsPerSec != float64(100*n) || p.NsPerRun != 10 || p.CPUShare != float64(1000*n)/1e9 || p.RecursionMissesPerSec != float64(n) {
+		if p.RunsPerSec != float64(100*n) || p.NsPerRun != 10 || p.CPUShare != float64(1000*n)/1e9 || p.RecursionMissesPerSec == nil || *p.RecursionMissesPerSec != float64(n) {
 			t.Errorf("point %d rates = %+v", i, p)
 		}
 	}
-	if got.RecursionMissesTotal != 60 || got.RunCount != 6000 || !got.HasRecursionMisses || got.HasLinkMissed || got.MissKind != agent.MissKindRecursion {
+	if got.RecursionMissesTotal == nil || *got.RecursionMissesTotal != 60 || got.RunCount != 6000 || !got.HasRecursionMisses || got.HasLinkMissed || got.MissKind != agent.MissKindRecursion {
 		t.Errorf("series facts = %+v", got)
 	}
 }
@@ -87,11 +99,21 @@ func TestLinkMissedKeptApart(t *testing.T) {
 	s.Record(snap(1, p))
 	s.Record(snap(2, p))
 	got, _ := s.Series(7)
-	if !got.HasLinkMissed || got.HasRecursionMisses || got.LinkMissedTotal != 42 {
+	if !got.HasLinkMissed || got.HasRecursionMisses || got.LinkMissedTotal != 42 || got.RecursionMissesTotal != nil {
 		t.Errorf("series = %+v, want link missed 42 and no recursion counter", got)
 	}
-	if pt := got.Points[0]; pt.LinkMissed != 6 || pt.LinkMissedPerSec != 6 || pt.RecursionMisses != 0 {
+	if pt := got.Points[0]; pt.LinkMissed != 6 || pt.LinkMissedPerSec != 6 || pt.RecursionMisses != nil || pt.RecursionMissesPerSec != nil {
 		t.Errorf("point = %+v", pt)
+	}
+	// Without the kernel's counter the API says absent, not 0.
+	b, err := json.Marshal(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{`"recursion_misses_total":null`, `"recursion_misses":null`, `"recursion_misses_per_sec":null`} {
+		if !strings.Contains(string(b), f) {
+			t.Errorf("series JSON has no %s: %s", f, b)
+		}
 	}
 }
 
@@ -243,8 +265,8 @@ func TestSharedEntries(t *testing.T) {
 	for _, id := range []uint32{1, 2} {
 		a, _ := shared.Series(id)
 		b, _ := fresh.Series(id)
-		if fmt.Sprint(a) != fmt.Sprint(b) {
-			t.Errorf("program %d: shared entries recorded\n%+v\nfresh copies\n%+v", id, a, b)
+		if ja, jb := jsonOf(t, a), jsonOf(t, b); ja != jb {
+			t.Errorf("program %d: shared entries recorded\n%s\nfresh copies\n%s", id, ja, jb)
 		}
 		if len(a.Points) != 8 {
 			t.Errorf("program %d: %d points, want a full ring of 8", id, len(a.Points))

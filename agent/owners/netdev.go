@@ -128,15 +128,23 @@ func InNetns(nsPath string, f func()) error {
 	return <-errc
 }
 
+// initNetnsIno is the nsfs inode of the initial network namespace, the
+// one the host's interfaces are in: the kernel gives it a fixed number
+// (PROC_NET_INIT_INO in include/linux/proc_ns.h, since Linux 3.8;
+// ARCHITECTURE.md, "Kernel facts the code relies on"), so a process can
+// tell it is there without reading another process's namespace.
+const initNetnsIno = 0xEFFFFFF9
+
 // HostNetns is the network namespace of procRoot's pid 1 (the host's, for
 // an agent in a pod with the host's pid namespace and its own network
 // namespace: the chart's default), when it is not the caller's own: where
 // the interfaces are that pods' programs attach to. "" when it is the
-// caller's, or absent. refused is the kernel's refusal to stat it (a
-// ptrace-mode check: a pid 1 more capable than the caller, or an LSM
-// profile such as containerd's default AppArmor one); the answer is then
-// "", the caller's own, which is right where pid 1 merely has more
-// capabilities, and which the caller must say is a guess otherwise.
+// caller's, or absent. refused is the kernel's refusal to stat it,
+// whatever refused it (a ptrace-mode check: a pid 1 more capable than the
+// caller, a dropped capability, an LSM such as AppArmor or SELinux), where
+// the refusal changes the answer: the answer is then "", the caller's own,
+// a guess the caller must say is one. A caller in the initial network
+// namespace gets no refusal: its own namespace is the host's.
 func HostNetns(procRoot string) (nsPath string, refused error) {
 	if procRoot == "" {
 		procRoot = "/proc"
@@ -147,6 +155,8 @@ func HostNetns(procRoot string) (nsPath string, refused error) {
 		return "", nil
 	}
 	switch err := unix.Stat(p, &host); {
+	case (err == unix.EACCES || err == unix.EPERM) && self.Ino == initNetnsIno:
+		return "", nil
 	case err == unix.EACCES || err == unix.EPERM:
 		return "", fmt.Errorf("reading the host's network namespace %s: %w", p, err)
 	case err != nil, self.Dev == host.Dev && self.Ino == host.Ino:

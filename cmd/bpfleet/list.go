@@ -155,7 +155,11 @@ scripts and log pipelines.`,
 				if err != nil {
 					return err
 				}
-				return printList(out, output, s)
+				if err := printList(out, output, s); err != nil {
+					return err
+				}
+				warmCacheAfter(cfg.CacheDir)
+				return nil
 			}
 			return watchList(ctx, a, out, output, c.Interval, c.Count)
 		},

@@ -81,12 +81,27 @@ func TestListFromPin(t *testing.T) {
 	dir := pinTestBPFFS(t)
 	ids := loadSocketFilters(t, 50)
 
-	emptyCache := []string{config.CacheDirEnv + "=" + t.TempDir()}
-	none := listJSONEnv(t, emptyCache, bin, "--no-owners", "--bpffs", dir)
+	// A list with a cold CO-RE cache leaves it written: each check that
+	// wants a cold one gets its own.
+	emptyCache := func() []string { return []string{config.CacheDirEnv + "=" + t.TempDir()} }
+	coldDir := t.TempDir()
+	cold := []string{config.CacheDirEnv + "=" + coldDir}
+	none := listJSONEnv(t, cold, bin, "--no-owners", "--bpffs", dir)
 	if none.Scan.Source != "syscall" || !strings.Contains(none.Scan.FallbackReason, "no iterator pinned at "+dir) {
 		t.Errorf("no pin: scan %+v, want syscall saying no iterator is pinned", none.Scan)
 	}
-	notfs := listJSONEnv(t, emptyCache, bin, "--no-owners", "--bpffs", t.TempDir())
+	// It writes the cache in the background, after its output: wait for
+	// it (a busy machine may take seconds), then the next list loads both
+	// iterators from it.
+	for deadline := time.Now().Add(30 * time.Second); !progstats.Cached(coldDir) || !taskfile.Cached(coldDir); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("a list with a cold CO-RE cache left it cold 30 s after it ended: %s holds no stats and task_file iterators", coldDir)
+		}
+	}
+	if next := listJSONEnv(t, cold, bin, "--bpffs", dir); next.Scan.Source != "iterator" || next.Scan.OwnersSource != agent.OwnersSourceIterator {
+		t.Errorf("the list after one with a cold CO-RE cache: scan %+v, want programs and owners by the iterators that list left in the cache", next.Scan)
+	}
+	notfs := listJSONEnv(t, emptyCache(), bin, "--no-owners", "--bpffs", t.TempDir())
 	if notfs.Scan.Source != "syscall" || !strings.Contains(notfs.Scan.FallbackReason, "is not a bpffs mount") {
 		t.Errorf("no bpffs: scan %+v, want syscall saying it is not bpffs", notfs.Scan)
 	}
@@ -156,7 +171,7 @@ func TestListFromPin(t *testing.T) {
 	// Owners: from the agent's pinned task_file iterator, the same as
 	// from the /proc walk a list does without one and a cold CO-RE cache,
 	// and from the iterator a list loads itself once the cache holds it.
-	walked := listJSONEnv(t, emptyCache, bin, "--bpffs", dir)
+	walked := listJSONEnv(t, emptyCache(), bin, "--bpffs", dir)
 	if walked.Scan.OwnersPin != "" || walked.Scan.OwnersSource != agent.OwnersSourceProc {
 		t.Fatalf("no pin, empty CO-RE cache: scan %+v, want owners from the /proc walk", walked.Scan)
 	}

@@ -117,7 +117,9 @@ func (a *agg) add(p history.Point) {
 	a.dt += p.Interval.Seconds()
 	a.runs += float64(p.Runs)
 	a.runTime += float64(p.RunTimeNs)
-	a.misses += float64(p.RecursionMisses)
+	if p.RecursionMisses != nil {
+		a.misses += float64(*p.RecursionMisses)
+	}
 	a.linkMissed += float64(p.LinkMissed)
 }
 
@@ -173,7 +175,12 @@ func (v *topView) graphSpecs() (graphs []graphSpec, linkNA bool) {
 	}
 	if hasRM {
 		graphs = append(graphs, graphSpec{"misses/s (" + kind + ")", func(a agg) float64 { return perSec(a.misses, a.dt) }, fmtRate,
-			func(p history.Point) (uint64, bool) { return p.RecursionMisses, true }})
+			func(p history.Point) (uint64, bool) {
+				if p.RecursionMisses == nil {
+					return 0, false
+				}
+				return *p.RecursionMisses, true
+			}})
 	} else {
 		graphs = append(graphs, graphSpec{label: "misses/s n/a: kernel has no recursion_misses"})
 	}

@@ -60,7 +60,7 @@ func pts(deltas ...uint64) []history.Point {
 	var out []history.Point
 	t0 := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	for i, d := range deltas {
-		out = append(out, history.Point{Time: t0.Add(time.Duration(i+1) * time.Second), Interval: time.Second, Runs: d, RecursionMisses: d})
+		out = append(out, history.Point{Time: t0.Add(time.Duration(i+1) * time.Second), Interval: time.Second, Runs: d, RecursionMisses: &d})
 	}
 	return out
 }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/bpfleet/bpfleet/probes/internal/coreload"
 	"github.com/bpfleet/bpfleet/probes/internal/records"
-	"github.com/bpfleet/bpfleet/probes/internal/refuse"
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 )
@@ -124,22 +123,17 @@ var enums = map[string]string{
 type Iter struct {
 	prog   *ebpf.Program
 	maps   map[string]*ebpf.Map
-	known  uint32
+	known  coreload.KnownMaxID
 	link   *link.Iter
 	progID uint32
 	buf    []byte
 	names  records.Strings
 }
 
-// Load loads and attaches the iterator without the CO-RE cache (the agent
-// passes the directory internal/config chose to LoadCached). When the
-// kernel refuses it the error wraps ebpf.ErrNotSupported and says why.
-func Load() (*Iter, error) {
-	it, _, err := LoadCached("")
-	return it, err
-}
-
-// LoadCached is Load with the CO-RE cache in dir ("" for none).
+// LoadCached loads and attaches the iterator with its CO-RE result cached
+// in dir ("" for none: relocated from kernel BTF; the agent passes the
+// directory internal/config chose). When the kernel refuses it the error
+// wraps ebpf.ErrNotSupported and says why.
 func LoadCached(dir string) (*Iter, coreload.LoadInfo, error) {
 	spec, err := loadLinkstats()
 	if err != nil {
@@ -161,13 +155,8 @@ func load(spec *ebpf.CollectionSpec, c *coreload.Result) (*Iter, error) {
 	if err != nil {
 		return nil, err
 	}
-	it := &Iter{prog: prog, maps: maps, buf: make([]byte, bufSize), names: records.NewStrings()}
-	it.link, err = link.AttachIter(link.IterOptions{Program: it.prog})
-	if err != nil {
-		it.Close()
-		return nil, fmt.Errorf("attaching iter/bpf_link: %w", refuse.Iterator(err, "bpf_link"))
-	}
-	if it.progID, err = coreload.ProgramID(it.prog); err != nil {
+	it := &Iter{prog: prog, maps: maps, known: coreload.NewKnownMaxID(maps, "link"), buf: make([]byte, bufSize), names: records.NewStrings()}
+	if it.link, it.progID, err = coreload.Attach(prog, "bpf_link"); err != nil {
 		it.Close()
 		return nil, err
 	}
@@ -180,16 +169,7 @@ func load(spec *ebpf.CollectionSpec, c *coreload.Result) (*Iter, error) {
 // change. Link ids only grow (until they wrap after 2^31 links), so a link
 // up to id that the caller does not hold was unreadable or gone in its
 // last read; the caller reads it by syscall. 0 asks for whole records.
-func (it *Iter) SetKnownMaxID(id uint32) error {
-	if id == it.known {
-		return nil
-	}
-	if err := it.maps["known_max_id"].Put(uint32(0), id); err != nil {
-		return fmt.Errorf("setting known link id: %w", err)
-	}
-	it.known = id
-	return nil
-}
+func (it *Iter) SetKnownMaxID(id uint32) error { return it.known.Set(id) }
 
 // ProgramID is the id of the iterator program itself.
 func (it *Iter) ProgramID() uint32 { return it.progID }

@@ -29,7 +29,6 @@ import (
 
 	"github.com/bpfleet/bpfleet/probes/internal/coreload"
 	"github.com/bpfleet/bpfleet/probes/internal/records"
-	"github.com/bpfleet/bpfleet/probes/internal/refuse"
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 )
@@ -72,23 +71,17 @@ const kfuncSum = "bpf_map_sum_elem_count"
 type Iter struct {
 	prog   *ebpf.Program
 	maps   map[string]*ebpf.Map
-	known  *ebpf.Map // known_max_id
-	knownV uint32
+	known  coreload.KnownMaxID
 	link   *link.Iter
 	hasSum bool // the kernel has bpf_map_sum_elem_count
 	buf    []byte
 	names  records.Strings
 }
 
-// Load loads the iterator and attaches it without the CO-RE cache (the
-// agent's Reader is given the directory internal/config chose). When the
-// kernel refuses it the error wraps ebpf.ErrNotSupported and says why.
-func Load() (*Iter, error) {
-	it, _, err := LoadCached("")
-	return it, err
-}
-
-// LoadCached is Load with the CO-RE cache in dir ("" for none).
+// LoadCached loads the iterator and attaches it with its CO-RE result
+// cached in dir ("" for none; the agent's Reader is given the directory
+// internal/config chose). When the kernel refuses it the error wraps
+// ebpf.ErrNotSupported and says why.
 func LoadCached(dir string) (*Iter, coreload.LoadInfo, error) {
 	spec, err := loadMapstats()
 	if err != nil {
@@ -105,11 +98,10 @@ func load(spec *ebpf.CollectionSpec, c *coreload.Result) (*Iter, error) {
 	if err != nil {
 		return nil, err
 	}
-	it := &Iter{prog: prog, maps: maps, known: maps["known_max_id"], hasSum: c.Kfuncs[kfuncSum] != 0, buf: make([]byte, bufSize), names: records.NewStrings()}
-	it.link, err = link.AttachIter(link.IterOptions{Program: prog})
-	if err != nil {
+	it := &Iter{prog: prog, maps: maps, known: coreload.NewKnownMaxID(maps, "map"), hasSum: c.Kfuncs[kfuncSum] != 0, buf: make([]byte, bufSize), names: records.NewStrings()}
+	if it.link, _, err = coreload.Attach(prog, "bpf_map"); err != nil {
 		it.Close()
-		return nil, fmt.Errorf("attaching iter/bpf_map: %w", refuse.Iterator(err, "bpf_map"))
+		return nil, err
 	}
 	return it, nil
 }
@@ -123,16 +115,7 @@ func (it *Iter) HasCount() bool { return it.hasSum }
 // those (Whole false), and the whole record for newer ids. Map ids only
 // grow, so a map up to id that the caller does not hold was skipped in
 // its last read; the caller reads it by syscall. 0 asks for whole records.
-func (it *Iter) SetKnownMaxID(id uint32) error {
-	if id == it.knownV {
-		return nil
-	}
-	if err := it.known.Put(uint32(0), id); err != nil {
-		return fmt.Errorf("setting known map id: %w", err)
-	}
-	it.knownV = id
-	return nil
-}
+func (it *Iter) SetKnownMaxID(id uint32) error { return it.known.Set(id) }
 
 // Read runs one pass of the iterator and returns dst[:0] with one Record
 // per map appended, in ascending id order (the kernel walks its map idr

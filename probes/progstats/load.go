@@ -1,8 +1,6 @@
 package progstats
 
 import (
-	"fmt"
-
 	"github.com/bpfleet/bpfleet/probes/internal/coreload"
 	"github.com/cilium/ebpf"
 )
@@ -18,23 +16,28 @@ type LoadInfo = coreload.LoadInfo
 // kernelKey is the cache key of this program on the running kernel.
 func kernelKey() (string, error) { return coreload.KernelKey(_ProgstatsBytes) }
 
+// object is the iterator's CO-RE identity (probes/internal/coreload).
+var object = coreload.Object{Name: "progstats", Bytes: _ProgstatsBytes, Spec: loadProgstats, Prog: "dump_prog", Target: "bpf_prog"}
+
 // Cached says whether dir holds the CO-RE result for the running kernel,
 // so that LoadCached would skip kernel BTF.
-func Cached(dir string) bool {
-	return coreload.Cached(&coreload.Program{Name: "progstats", Object: _ProgstatsBytes}, dir)
-}
+func Cached(dir string) bool { return object.Cached(dir) }
 
 // LoadCached loads and attaches the iterator for cpus possible CPUs, with
 // the CO-RE result cached in dir ("" for no cache). A cache entry the
 // verifier refuses is dropped and the load retried from kernel BTF.
 func LoadCached(cpus int, dir string) (*Iter, LoadInfo, error) {
-	spec, err := loadProgstats()
+	spec, p, err := object.Program()
 	if err != nil {
-		return nil, LoadInfo{}, fmt.Errorf("reading bpf_prog stats iterator spec: %w", err)
+		return nil, LoadInfo{}, err
 	}
-	p := &coreload.Program{Name: "progstats", Object: _ProgstatsBytes, Insns: spec.Programs["dump_prog"].Instructions, Target: "bpf_prog"}
 	return coreload.Load(p, dir, func(c *coreload.Result) (*Iter, error) { return load(spec, c, cpus) })
 }
+
+// WarmCache writes the stats iterator's CO-RE result for this kernel into
+// dir without loading it, where a one-shot list looks for it before it
+// settles for the syscall scan.
+func WarmCache(dir string) error { return object.Warm(dir) }
 
 // load creates the maps, loads the patched program and attaches it.
 func load(spec *ebpf.CollectionSpec, c *coreload.Result, cpus int) (*Iter, error) {
@@ -42,8 +45,8 @@ func load(spec *ebpf.CollectionSpec, c *coreload.Result, cpus int) (*Iter, error
 	if err != nil {
 		return nil, err
 	}
-	it := &Iter{prog: prog, maps: maps, buf: make([]byte, bufSize), names: newNames(), cpus: cpus, known: maps["known_max_id"]}
-	if err := it.attach(); err != nil {
+	it := &Iter{prog: prog, maps: maps, buf: make([]byte, bufSize), names: newNames(), cpus: cpus, known: coreload.NewKnownMaxID(maps, "program")}
+	if it.link, it.progID, err = coreload.Attach(prog, "bpf_prog"); err != nil {
 		it.Close()
 		return nil, err
 	}

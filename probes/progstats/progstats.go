@@ -14,7 +14,6 @@ import (
 
 	"github.com/bpfleet/bpfleet/probes/internal/coreload"
 	"github.com/bpfleet/bpfleet/probes/internal/records"
-	"github.com/bpfleet/bpfleet/probes/internal/refuse"
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 )
@@ -106,8 +105,7 @@ var pageSize = os.Getpagesize()
 type Iter struct {
 	prog   *ebpf.Program
 	maps   map[string]*ebpf.Map
-	known  *ebpf.Map // known_max_id
-	knownV uint32
+	known  coreload.KnownMaxID
 	link   *link.Iter
 	progID uint32
 	cpus   int
@@ -126,16 +124,6 @@ func Load(cpus int) (*Iter, error) {
 
 func newNames() records.Strings { return records.NewStrings() }
 
-func (it *Iter) attach() error {
-	var err error
-	it.link, err = link.AttachIter(link.IterOptions{Program: it.prog})
-	if err != nil {
-		return fmt.Errorf("attaching iter/bpf_prog stats: %w", refuse.Iterator(err, "bpf_prog"))
-	}
-	it.progID, err = coreload.ProgramID(it.prog)
-	return err
-}
-
 // SetKnownMaxID tells the iterator that the caller holds the static
 // fields (StaticKnown's and the facts) of every program up to id: later
 // reads give only ID and the statistics for those (StaticKnown false), and
@@ -143,16 +131,7 @@ func (it *Iter) attach() error {
 // after 2^31 loads), so a program up to id that the caller does not hold
 // was unreadable or gone in its last read; the caller reads it by syscall.
 // 0 asks for whole records.
-func (it *Iter) SetKnownMaxID(id uint32) error {
-	if id == it.knownV {
-		return nil
-	}
-	if err := it.known.Put(uint32(0), id); err != nil {
-		return fmt.Errorf("setting known program id: %w", err)
-	}
-	it.knownV = id
-	return nil
-}
+func (it *Iter) SetKnownMaxID(id uint32) error { return it.known.Set(id) }
 
 // ProgramID is the id of the iterator program itself.
 func (it *Iter) ProgramID() uint32 { return it.progID }

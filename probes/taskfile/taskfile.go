@@ -89,39 +89,38 @@ type LoadInfo = coreload.LoadInfo
 // privileges are reported as the kernel's EPERM.
 func LoadCached(dir string) (*Iter, LoadInfo, error) { return load(false, dir) }
 
+// object is the iterator's CO-RE identity (probes/internal/coreload).
+var object = coreload.Object{Name: "taskfile", Bytes: _TaskfileBytes, Spec: loadTaskfile, Prog: "dump_task_file", Target: "task_file"}
+
 // Cached says whether dir holds the CO-RE result for the running kernel,
 // so that LoadCached would skip kernel BTF.
-func Cached(dir string) bool {
-	return coreload.Cached(&coreload.Program{Name: "taskfile", Object: _TaskfileBytes}, dir)
-}
+func Cached(dir string) bool { return object.Cached(dir) }
+
+// WarmCache is LoadCached's cache file written without a load: a one-shot
+// list then takes owners from the iterator rather than the /proc walk.
+func WarmCache(dir string) error { return object.Warm(dir) }
 
 // load with the test switch that finds links by name (see taskfile.bpf.c).
 func load(linksByName bool, dir string) (*Iter, LoadInfo, error) {
-	spec, err := loadTaskfile()
+	spec, p, err := object.Program()
 	if err != nil {
-		return nil, LoadInfo{}, fmt.Errorf("reading task_file iterator spec: %w", err)
+		return nil, LoadInfo{}, err
 	}
 	var vars map[string]uint32
 	if linksByName {
 		vars = map[string]uint32{"links_by_name": 1}
 	}
-	p := &coreload.Program{Name: "taskfile", Object: _TaskfileBytes, Insns: spec.Programs["dump_task_file"].Instructions, Target: "task_file"}
 	return coreload.Load(p, dir, func(c *coreload.Result) (*Iter, error) {
 		prog, maps, err := coreload.Instantiate(spec, "dump_task_file", c, vars)
 		if err != nil {
 			return nil, fmt.Errorf("loading iter/task_file: %w", refuse.Iterator(err, "task_file"))
 		}
 		it := &Iter{prog: prog, maps: maps, vars: spec.Variables, buf: make([]byte, bufSize), comms: records.NewStrings()}
-		it.link, err = link.AttachIter(link.IterOptions{Program: prog})
-		if err != nil {
-			it.Close()
-			return nil, fmt.Errorf("attaching iter/task_file: %w", refuse.Iterator(err, "task_file"))
-		}
-		if err := it.learn(); err != nil {
+		if it.link, it.progID, err = coreload.Attach(prog, "task_file"); err != nil {
 			it.Close()
 			return nil, err
 		}
-		if it.progID, err = coreload.ProgramID(prog); err != nil {
+		if err := it.learn(); err != nil {
 			it.Close()
 			return nil, err
 		}

@@ -398,11 +398,63 @@ func TestCapabilitiesCommented(t *testing.T) {
 	lines := strings.Split(string(b), "\n")
 	for i, l := range lines {
 		cap, ok := strings.CutPrefix(strings.TrimSpace(l), "- ")
-		if !ok || !slices.Contains([]string{"BPF", "PERFMON", "SYS_ADMIN", "SYS_PTRACE", "DAC_READ_SEARCH", "NET_ADMIN", "SYSLOG"}, cap) {
+		if !ok || !slices.Contains(privilege.ChartCapabilities, cap) {
 			continue
 		}
 		if i == 0 || !strings.HasPrefix(strings.TrimSpace(lines[i-1]), "#") {
 			t.Errorf("capability %s at daemonset.yaml:%d has no comment saying why", cap, i+1)
+		}
+	}
+}
+
+// TestCapabilitiesDocumented: the chart README's table of the capabilities
+// added back names exactly the DaemonSet's, each with why, and NOTES.txt
+// names each one an operator must allow.
+func TestCapabilitiesDocumented(t *testing.T) {
+	r := mustRender(t, "")
+	sc := agentContainer(t, r).SecurityContext
+	if sc == nil || sc.Capabilities == nil {
+		t.Fatal("no securityContext.capabilities")
+	}
+	var add []string
+	for _, c := range sc.Capabilities.Add {
+		add = append(add, string(c))
+	}
+	slices.Sort(add)
+	b, err := os.ReadFile(filepath.Join(chartDir(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(b), "exactly these added back:")
+	if !ok {
+		t.Fatal(`README.md has no "exactly these added back:" table`)
+	}
+	var documented []string
+	for _, l := range strings.Split(strings.TrimLeft(table, "\n"), "\n") {
+		if !strings.HasPrefix(l, "|") {
+			break // the table's end
+		}
+		cells := strings.Split(strings.Trim(l, "|"), "|")
+		if len(cells) != 2 {
+			t.Errorf("README.md capability row %q: want | capability | why |", l)
+			continue
+		}
+		name := strings.Trim(strings.TrimSpace(cells[0]), "`")
+		if name == "capability" || strings.Trim(name, "- ") == "" {
+			continue // header and rule
+		}
+		if strings.TrimSpace(cells[1]) == "" {
+			t.Errorf("README.md: capability %s has no why", name)
+		}
+		documented = append(documented, name)
+	}
+	slices.Sort(documented)
+	if !slices.Equal(documented, add) {
+		t.Errorf("README.md's table of capabilities added back lists %v, the DaemonSet adds %v: document each with why", documented, add)
+	}
+	for _, c := range add {
+		if !strings.Contains(r.Notes, "CAP_"+c) {
+			t.Errorf("NOTES.txt does not name CAP_%s among what the pod needs", c)
 		}
 	}
 }

@@ -28,7 +28,7 @@ func TestInterruptMiss(t *testing.T) {
 		SpinNr  *ebpf.Variable `ebpf:"spin_nr"`
 		Spins   *ebpf.Variable `ebpf:"spins"`
 	}
-	load(t, expect.FeatTpBtf, &objs)
+	loadSpec(t, expect.FeatLoop, loadKtestloop, &objs)
 	closeAll(t, objs.Prog)
 	if err := objs.SpinNr.Set(uint64(unix.SYS_GETPPID)); err != nil {
 		t.Fatal(err)

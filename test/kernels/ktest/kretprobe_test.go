@@ -149,7 +149,7 @@ func linkID(t *testing.T, l link.Link) uint32 {
 // iterRecord reads link id's record from the bpf_link iterator.
 func iterRecord(t *testing.T, id uint32) linkstats.Record {
 	t.Helper()
-	it, err := linkstats.Load()
+	it, _, err := linkstats.LoadCached("")
 	if err != nil {
 		expect.SkipUnlessExpected(t, expect.FeatLinkIter, err)
 	}

@@ -28,16 +28,12 @@ const (
 	ktestProgKprobeGetpgid   = "kprobe_getpgid"
 	ktestProgKprobeUpdate    = "kprobe_update"
 	ktestProgLsmFileOpen     = "lsm_file_open"
-	ktestProgSpinOrTick      = "spin_or_tick"
 	ktestVarFileOpenRuns     = "file_open_runs"
 	ktestVarFmodRetRuns      = "fmod_ret_runs"
 	ktestVarGetpgidRuns      = "getpgid_runs"
 	ktestVarInnerRuns        = "inner_runs"
 	ktestVarKprobeRuns       = "kprobe_runs"
 	ktestVarOuterRuns        = "outer_runs"
-	ktestVarSpinNr           = "spin_nr"
-	ktestVarSpinTid          = "spin_tid"
-	ktestVarSpins            = "spins"
 	ktestVarTargetTgid       = "target_tgid"
 )
 
@@ -91,7 +87,6 @@ type ktestProgramSpecs struct {
 	KprobeGetpgid   *ebpf.ProgramSpec `ebpf:"kprobe_getpgid"`
 	KprobeUpdate    *ebpf.ProgramSpec `ebpf:"kprobe_update"`
 	LsmFileOpen     *ebpf.ProgramSpec `ebpf:"lsm_file_open"`
-	SpinOrTick      *ebpf.ProgramSpec `ebpf:"spin_or_tick"`
 }
 
 // ktestMapSpecs contains maps before they are loaded into the kernel.
@@ -114,9 +109,6 @@ type ktestVariableSpecs struct {
 	InnerRuns    *ebpf.VariableSpec `ebpf:"inner_runs"`
 	KprobeRuns   *ebpf.VariableSpec `ebpf:"kprobe_runs"`
 	OuterRuns    *ebpf.VariableSpec `ebpf:"outer_runs"`
-	SpinNr       *ebpf.VariableSpec `ebpf:"spin_nr"`
-	SpinTid      *ebpf.VariableSpec `ebpf:"spin_tid"`
-	Spins        *ebpf.VariableSpec `ebpf:"spins"`
 	TargetTgid   *ebpf.VariableSpec `ebpf:"target_tgid"`
 }
 
@@ -165,9 +157,6 @@ type ktestVariables struct {
 	InnerRuns    *ebpf.Variable `ebpf:"inner_runs"`
 	KprobeRuns   *ebpf.Variable `ebpf:"kprobe_runs"`
 	OuterRuns    *ebpf.Variable `ebpf:"outer_runs"`
-	SpinNr       *ebpf.Variable `ebpf:"spin_nr"`
-	SpinTid      *ebpf.Variable `ebpf:"spin_tid"`
-	Spins        *ebpf.Variable `ebpf:"spins"`
 	TargetTgid   *ebpf.Variable `ebpf:"target_tgid"`
 }
 
@@ -183,7 +172,6 @@ type ktestPrograms struct {
 	KprobeGetpgid   *ebpf.Program `ebpf:"kprobe_getpgid"`
 	KprobeUpdate    *ebpf.Program `ebpf:"kprobe_update"`
 	LsmFileOpen     *ebpf.Program `ebpf:"lsm_file_open"`
-	SpinOrTick      *ebpf.Program `ebpf:"spin_or_tick"`
 }
 
 func (p *ktestPrograms) Close() error {
@@ -196,7 +184,6 @@ func (p *ktestPrograms) Close() error {
 		p.KprobeGetpgid,
 		p.KprobeUpdate,
 		p.LsmFileOpen,
-		p.SpinOrTick,
 	)
 }
 

@@ -197,6 +197,9 @@ type Report struct {
 	Err      string            `json:"err,omitempty"` // agent.New or Scan failed
 	Features map[string]string `json:"features"`
 	Degraded []string          `json:"degraded"`
+	// HostNetns is the kernel's answer to the agent's process statting
+	// pid 1's network namespace, as the agent does ("" when allowed).
+	HostNetns string `json:"host_netns,omitempty"`
 }
 
 func runReport() (r Report) {
@@ -207,6 +210,10 @@ func runReport() (r Report) {
 				r.CapEff = strings.TrimSpace(v)
 			}
 		}
+	}
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/1/ns/net", &st); err != nil {
+		r.HostNetns = err.Error()
 	}
 	var fx fixtures
 	if err := json.Unmarshal([]byte(os.Getenv(fixturesEnv)), &fx); err != nil {
@@ -484,7 +491,7 @@ func TestChartPrivileges(t *testing.T) {
 		}
 	}
 	chart := run(t, fx, netns, ChartCapabilities, true)
-	t.Logf("the chart's capabilities %v: CapEff %s", ChartCapabilities, chart.CapEff)
+	t.Logf("the chart's capabilities %v: CapEff %s; pid 1's network namespace: %q (every privilege: %q)", ChartCapabilities, chart.CapEff, chart.HostNetns, full.HostNetns)
 	if chart.Err != "" {
 		t.Fatalf("the agent with the chart's privileges does not run: %s", chart.Err)
 	}
@@ -507,6 +514,15 @@ func TestChartPrivileges(t *testing.T) {
 				}
 				t.Logf("without CAP_%s the agent does not start: %s", c, r.Err)
 				return
+			}
+			// The agent runs in the fixtures' network namespace, not the
+			// host's: a refused read of pid 1's (whatever refused it) leaves
+			// it reading its own interfaces, and Degraded must say so.
+			if r.HostNetns != "" {
+				t.Logf("without CAP_%s the kernel refuses the agent pid 1's network namespace: %s", c, r.HostNetns)
+				if !named(r.Degraded, agent.FeatureNetdevAttach) {
+					t.Errorf("without CAP_%s the kernel refused pid 1's network namespace (%s), and no Degraded line says so: %q", c, r.HostNetns, r.Degraded)
+				}
 			}
 			l := lost(chart, r)
 			if len(l) == 0 {
