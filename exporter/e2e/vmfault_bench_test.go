@@ -24,7 +24,8 @@ import (
 //     started again: reads fail over to node 1 through vmauth, vmagent
 //     keeps node 0's samples on disk and sends them when it is back. After,
 //     both replicas hold the kernel's count, and the samples of the outage
-//     (the agent's scan counter, one per export) on each are counted.
+//     (the agent's scan counter, one per export) on each are counted
+//     against Prometheus', with the longest hole in each.
 //  2. The gateway Collector stopped (SIGTERM, as a rollout does) for 10s
 //     and started again: the agent's exports fail meanwhile, each one
 //     counted in bpf.agent.export.errors; the counters are cumulative, so
@@ -105,10 +106,48 @@ func TestBenchVMFaults(t *testing.T) {
 		return func() { close(done); wg.Wait() }
 	}
 	settle("the start")
+	// samples counts the samples of scans each store holds between from
+	// and until, and the longest gap between two of them (from and until
+	// count as samples: a hole at either end is a gap too), with where it
+	// starts.
+	type rawAPI interface {
+		RawSamples(context.Context, string, time.Duration) (map[string][]backends.Point, error)
+	}
+	samples := func(name string, api rawAPI, from, until time.Time) (n int, gap time.Duration, gapAt time.Time) {
+		t.Helper()
+		raw, err := api.RawSamples(ctx, scans, time.Since(from)+5*time.Second)
+		if err != nil || len(raw) != 1 {
+			t.Fatalf("%s: raw samples of %s: %v %v", name, scans, raw, err)
+		}
+		for _, pts := range raw {
+			prev := from
+			for _, p := range pts {
+				if p.Time.Before(from) || p.Time.After(until) {
+					continue
+				}
+				n++
+				if p.Time.Sub(prev) > gap {
+					gap, gapAt = p.Time.Sub(prev), prev
+				}
+				prev = p.Time
+			}
+			if until.Sub(prev) > gap {
+				gap, gapAt = until.Sub(prev), prev
+			}
+		}
+		return n, gap, gapAt
+	}
+	type named struct {
+		name string
+		api  rawAPI
+	}
+	all := []named{{"Prometheus", prom}, {"VictoriaMetrics node 0", vm.Nodes[0]}, {"VictoriaMetrics node 1", vm.Nodes[1]}}
 
-	// 1. A storage node away.
+	// 1. A storage node away, after 30s of steady exports into every
+	// store: the window counted starts there.
 	stop := triggering()
-	from := time.Now().Add(-10 * time.Second)
+	time.Sleep(30 * time.Second)
+	from := time.Now().Add(-30 * time.Second)
 	vm.Nodes[0].Kill()
 	killed := time.Now()
 	var reads, failed int
@@ -126,30 +165,14 @@ func TestBenchVMFaults(t *testing.T) {
 	time.Sleep(5 * time.Second)
 	stop()
 	catchUp := settle("storage node 0's outage")
-	window := time.Since(from) + 5*time.Second
-	counts := make([]int, len(vm.Nodes))
-	var gap0 time.Duration
-	for i, n := range vm.Nodes {
-		raw, err := n.RawSamples(ctx, scans, window)
-		if err != nil || len(raw) != 1 {
-			t.Fatalf("storage node %d: raw samples of %s: %v %v", i, scans, raw, err)
-		}
-		for _, pts := range raw {
-			for j, p := range pts {
-				if p.Time.Before(from) {
-					continue
-				}
-				counts[i]++
-				if i == 0 && j > 0 && p.Time.Sub(pts[j-1].Time) > gap0 {
-					gap0 = p.Time.Sub(pts[j-1].Time)
-				}
-			}
-		}
-	}
+	until := time.Now().Add(-3 * time.Second)
 	t.Logf("BENCH vmfaults: storage node 0 killed for %v: %d of %d reads through vmauth failed; both replicas at the kernel's count %v after node 0 was back (%v after the triggers stopped)",
 		back.Sub(killed).Round(time.Second), failed, reads, (time.Since(back)).Round(time.Second), catchUp.Round(time.Millisecond))
-	t.Logf("BENCH vmfaults: samples of %s since 10s before the kill: node 0 %d, node 1 %d (difference %d); node 0's longest gap between samples %v",
-		scans, counts[0], counts[1], counts[1]-counts[0], gap0.Round(time.Millisecond))
+	for _, st := range all {
+		n, gap, at := samples(st.name, st.api, from, until)
+		t.Logf("BENCH vmfaults: storage node 0 away: %s holds %d samples of %s from 30s before the kill to 3s before now; longest gap %v, from %v after the kill",
+			st.name, n, scans, gap.Round(time.Millisecond), at.Sub(killed).Round(100*time.Millisecond))
+	}
 	if failed > 0 {
 		t.Errorf("%d of %d reads through vmauth failed while one storage node was away", failed, reads)
 	}
@@ -180,31 +203,11 @@ func TestBenchVMFaults(t *testing.T) {
 	// next export that gets through.
 	time.Sleep(2 * time.Second)
 	errs := exportErrors() - errsBefore
-	window = time.Since(from) + 5*time.Second
-	for _, s := range []struct {
-		name string
-		api  interface {
-			RawSamples(context.Context, string, time.Duration) (map[string][]backends.Point, error)
-		}
-	}{{"Prometheus", prom}, {"VictoriaMetrics node 0", vm.Nodes[0]}, {"VictoriaMetrics node 1", vm.Nodes[1]}} {
-		raw, err := s.api.RawSamples(ctx, scans, window)
-		if err != nil || len(raw) != 1 {
-			t.Fatalf("%s: raw samples of %s: %v %v", s.name, scans, raw, err)
-		}
-		in, gap := 0, time.Duration(0)
-		for _, pts := range raw {
-			for j, p := range pts {
-				if p.Time.Before(from) {
-					continue
-				}
-				in++
-				if j > 0 && p.Time.Sub(pts[j-1].Time) > gap {
-					gap = p.Time.Sub(pts[j-1].Time)
-				}
-			}
-		}
-		t.Logf("BENCH vmfaults: gateway stopped for %v: %s has %d samples of %s since 10s before, longest gap %v (about %.0f exports' worth at %v); the agent counted %.0f failed metric exports",
-			restarted.Sub(stopped).Round(100*time.Millisecond), s.name, in, scans, gap.Round(time.Millisecond), gap.Seconds()/interval.Seconds()-1, interval, errs)
+	until = time.Now().Add(-3 * time.Second)
+	for _, st := range all {
+		n, gap, at := samples(st.name, st.api, from, until)
+		t.Logf("BENCH vmfaults: gateway stopped for %v: %s holds %d samples of %s from 10s before to 3s before now; longest gap %v from %v after the stop (%.0f exports at %v); the agent counted %.0f failed metric exports",
+			restarted.Sub(stopped).Round(100*time.Millisecond), st.name, n, scans, gap.Round(time.Millisecond), at.Sub(stopped).Round(100*time.Millisecond), gap.Seconds()/interval.Seconds()-1, interval, errs)
 	}
 	if errs == 0 {
 		t.Errorf("the gateway was down for %v and the agent counted no failed metric export", restarted.Sub(stopped).Round(time.Second))
