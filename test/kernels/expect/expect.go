@@ -94,6 +94,11 @@ func SkipUnlessExpected(t testing.TB, feature string, err error) {
 	t.Skipf("%s not available on this kernel: %v", feature, err)
 }
 
+// FeatProgRanges: the iter/bpf_prog program that reads each program's
+// JIT ranges from the kernel's structures where kernel addresses are
+// hidden (probes/misswatch, ranges.bpf.c).
+const FeatProgRanges = "bpf_prog ranges iterator"
+
 // FeatMissWatch: a hardware watchpoint (perf_event_open,
 // PERF_TYPE_BREAKPOINT) on a program's per-CPU miss counter, sampling the
 // kernel stack of each miss (probes/misswatch).
