@@ -26,6 +26,7 @@ type missWatch struct {
 	budget   int
 	procRoot string
 	syms     *misswatch.Symbols
+	ranger   *misswatch.Ranger
 	explicit []uint32
 	// slots is how many programs were armed when the kernel first had no
 	// free debug register (0: never hit).
@@ -56,7 +57,11 @@ type watchedProg struct {
 	samples uint64
 	scans   int
 	ranges  []misswatch.Range
-	guard   misswatch.Guard
+	// rangesFrom is the source of ranges ("" when none gave them: its
+	// samples are then unexplained, unseen says this interval had some).
+	rangesFrom string
+	unseen     bool
+	guard      misswatch.Guard
 	// dry counts the misses of the intervals since its last sample (or
 	// spent budget) in which the program, watched from the interval's
 	// start, missed and gave no sample; dryIntervals how many.
@@ -96,6 +101,8 @@ func newMissWatch(cfg *Config, cpus int) *missWatch {
 	}
 	m.w = w
 	m.syms = misswatch.NewSymbols(cfg.ProcRoot + "/kallsyms")
+	m.syms.Check() // kallsyms reading zeros is known before the first miss
+	m.ranger = misswatch.NewRanger(cfg.CacheDir)
 	return m
 }
 
@@ -118,6 +125,9 @@ func (m *missWatch) drain(fill func(*Owner), cut time.Time) {
 	m.cut = cut
 	if m.w == nil {
 		return
+	}
+	for _, wp := range m.watched {
+		wp.unseen = false
 	}
 	var raw []misswatch.Sample
 	for _, d := range m.w.Drain(func(s misswatch.Sample) { raw = append(raw, s) }) {
@@ -143,7 +153,13 @@ func (m *missWatch) drain(fill func(*Owner), cut time.Time) {
 			continue
 		}
 		frames := misswatch.Frames(s.Stack, wp.ranges, m.syms)
-		cause, ctx := misswatch.Explain(frames, wp.guard)
+		cause, ctx := misswatch.Explain(frames, wp.guard, len(wp.ranges) > 0)
+		if cause == "" {
+			// Its own code could not be told on the stack: the miss
+			// stays unexplained rather than read from that absence.
+			wp.unseen = true
+			continue
+		}
 		o, ok := comms[s.TID]
 		if !ok {
 			o = m.task(s.PID, s.TID, fill)
@@ -229,7 +245,7 @@ func (m *missWatch) explain(id uint32, misses uint64) (MissCauses, []MissSample)
 	delete(m.pending, id)
 	if wp := m.watched[id]; wp != nil {
 		switch {
-		case n > 0 || m.spent[id]:
+		case n > 0 || m.spent[id] || wp.unseen:
 			wp.dry, wp.dryIntervals = 0, 0
 		case misses > 0:
 			wp.dry += misses
@@ -334,15 +350,18 @@ func (m *missWatch) arm(p *ProgramStat, stats uint64, now time.Time) error {
 	if stats == 0 {
 		return fmt.Errorf("program %d: no stats address (read by syscall)", p.ID)
 	}
-	ranges, err := misswatch.ProgramRanges(p.ID)
+	ranges, from, err := m.ranger.Ranges(p.ID)
 	if err != nil {
 		return err
+	}
+	if len(ranges) == 0 {
+		from = ""
 	}
 	if err := m.w.Arm(p.ID, stats); err != nil {
 		return err
 	}
 	delete(m.waitSince, p.ID)
-	m.watched[p.ID] = &watchedProg{name: p.Name, since: now, ranges: ranges, guard: guardOf(&p.Program)}
+	m.watched[p.ID] = &watchedProg{name: p.Name, since: now, ranges: ranges, rangesFrom: from, guard: guardOf(&p.Program)}
 	return nil
 }
 
@@ -380,7 +399,7 @@ func (m *missWatch) state() MissWatch {
 	s := MissWatch{Available: m.w != nil, Reason: m.reason, Slots: m.slots, Budget: m.budget,
 		Waiting: append([]uint32(nil), m.waiting...), Samples: m.samples, OverBudget: m.over}
 	for id, wp := range m.watched {
-		s.Watched = append(s.Watched, WatchedProgram{ProgID: id, ProgName: wp.name, Since: wp.since, Samples: wp.samples})
+		s.Watched = append(s.Watched, WatchedProgram{ProgID: id, ProgName: wp.name, Since: wp.since, Samples: wp.samples, Ranges: wp.rangesFrom})
 	}
 	slices.SortFunc(s.Watched, func(a, b WatchedProgram) int { return int(a.ProgID) - int(b.ProgID) })
 	for _, b := range m.blind {
@@ -388,9 +407,10 @@ func (m *missWatch) state() MissWatch {
 	}
 	slices.SortFunc(s.Blind, func(a, b BlindProgram) int { return int(a.ProgID) - int(b.ProgID) })
 	if m.w != nil {
-		s.Symbols = "kallsyms"
-		if m.syms.Err != nil {
-			s.Symbols = m.syms.Err.Error()
+		unseen := m.ranger.Unseen(m.syms.Err)
+		s.Symbols = misswatch.SymbolSource(m.syms.Err, unseen == nil)
+		if unseen != nil {
+			s.Unseen = unseen.Error()
 		}
 	}
 	return s
@@ -399,5 +419,6 @@ func (m *missWatch) state() MissWatch {
 func (m *missWatch) close() {
 	if m.w != nil {
 		m.w.Close()
+		m.ranger.Close()
 	}
 }

@@ -197,9 +197,13 @@ type MissWatch struct {
 	// watchpoint hits the budget turned off (counted, not sampled).
 	Samples    uint64 `json:"samples"`
 	OverBudget uint64 `json:"over_budget"`
-	// Symbols says how stacks are named: "kallsyms", or why only
-	// addresses are shown.
+	// Symbols says what really names a stack's frames: "kallsyms",
+	// "program ranges only" (kallsyms reads zeros; the watched programs'
+	// own frames are still told from their JIT ranges) or "none".
 	Symbols string `json:"symbols,omitempty"`
+	// Unseen says why no program's own code can be told on a stack: their
+	// misses are then unexplained, never a cause read from that absence.
+	Unseen string `json:"unseen,omitempty"`
 }
 
 // BlindProgram is a program the watcher gave up on: Misses were counted
@@ -217,6 +221,9 @@ type WatchedProgram struct {
 	ProgName string    `json:"prog_name"`
 	Since    time.Time `json:"since"`
 	Samples  uint64    `json:"samples"`
+	// Ranges is where its JIT ranges came from ("bpf_prog iterator",
+	// "jited_ksyms"), "" when none gave them (its misses unexplained).
+	Ranges string `json:"ranges,omitempty"`
 }
 
 // Episode sources.

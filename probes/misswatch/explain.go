@@ -41,21 +41,27 @@ const (
 
 // Explain says why the run whose stack this is was turned away, and in
 // which context it ran. The stack is innermost first, from the counter's
-// write outwards.
+// write outwards. ownSeen says whether the program's own code could be
+// told on a stack at all (its JIT ranges were known, whatever the source):
+// without them the absence of an Own frame says nothing.
 //
 //   - recursion: the program's own code lies between the miss and the
 //     nearest interrupt entry (or there is none): the program re-entered
 //     itself in one context, through whatever it called.
 //   - interrupt: an interrupt entry (hardirq, softirq, NMI) lies between
-//     the miss and the program's own code, or, for the per-program guard,
-//     between the miss and a guard frame of the interrupted context (the
-//     trampoline's enter/exit, bpf_trace_run): the interrupted context
-//     held the guard.
+//     the miss and the program's own code (either guard), or, for the
+//     per-program guard, between the miss and a guard frame of the
+//     interrupted context (the trampoline's enter/exit, bpf_trace_run):
+//     the interrupted context held the guard.
 //   - preempted (per-program guard): no holder on this CPU's stack: the
 //     guard is held by a task that is switched out or asleep.
 //   - nested (bpf_prog_active): the program's own code is not below the
 //     miss in its context: something else held the CPU's bpf_prog_active.
-func Explain(stack []Frame, g Guard) (cause, context string) {
+//
+// preempted and nested are read from the program's code being absent, so
+// they need ownSeen: without it Explain returns cause "" (unexplained),
+// never a cause inferred from what it could not see.
+func Explain(stack []Frame, g Guard, ownSeen bool) (cause, context string) {
 	own, entry := -1, -1
 	context = ContextTask
 	for i, f := range stack {
@@ -71,12 +77,16 @@ func Explain(stack []Frame, g Guard) (cause, context string) {
 	switch {
 	case own >= 0 && (entry < 0 || own < entry):
 		return CauseRecursion, context
+	case own >= 0:
+		// The program's own code under an interrupt entry: the interrupted
+		// context was inside the program, whichever guard turned it away.
+		return CauseInterrupt, context
+	case g == GuardProg && entry >= 0 && guardFrameBelow(stack[entry+1:]):
+		return CauseInterrupt, context
+	case !ownSeen:
+		return "", context
 	case g == GuardActive:
 		return CauseNested, context
-	case own >= 0:
-		return CauseInterrupt, context
-	case entry >= 0 && guardFrameBelow(stack[entry+1:]):
-		return CauseInterrupt, context
 	}
 	return CausePreempted, context
 }

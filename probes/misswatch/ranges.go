@@ -116,6 +116,8 @@ type Ranger struct {
 	it *rangeIter
 	// IterErr says why the iterator is not used (nil when it is).
 	IterErr error
+	// ksymsShown: jited_ksyms gave some program's ranges.
+	ksymsShown bool
 }
 
 // NewRanger loads the ranges iterator, its CO-RE result cached in
@@ -126,9 +128,16 @@ func NewRanger(cacheDir string) *Ranger {
 	return &Ranger{it: it, IterErr: err}
 }
 
-// Iterator says whether ranges come from the kernel's own structures,
-// which hidden kernel addresses do not hide.
-func (r *Ranger) Iterator() bool { return r.it != nil }
+// Unseen says why no program's ranges can be had, nil where they can:
+// from the iterator, or from jited_ksyms, which the kernel hides exactly
+// where it hides kallsyms' addresses (kallsymsErr, Symbols.Check), or once
+// they gave some program's.
+func (r *Ranger) Unseen(kallsymsErr error) error {
+	if r.it != nil || r.ksymsShown || kallsymsErr == nil {
+		return nil
+	}
+	return fmt.Errorf("programs' JIT code hidden (jited_ksyms read as zeros, as %v; bpf_prog iterator: %v)", kallsymsErr, r.IterErr)
+}
 
 // Ranges returns where program id's JIT code lies and the source that said
 // so; empty where no source shows it (hidden addresses without the
@@ -139,6 +148,9 @@ func (r *Ranger) Ranges(id uint32) ([]Range, string, error) {
 		return out, RangesIterator, err
 	}
 	out, err := ProgramRanges(id)
+	if len(out) > 0 {
+		r.ksymsShown = true
+	}
 	return out, RangesKsyms, err
 }
 
