@@ -111,21 +111,30 @@ func (it *rangeIter) close() error {
 }
 
 // Ranger finds programs' JIT ranges: from the bpf_prog iterator where the
-// kernel loads it, else from jited_ksyms. Not safe for concurrent use.
+// kernel loads it, else from jited_ksyms. The iterator is loaded on first
+// need, so an agent whose programs never miss never loads it. Not safe
+// for concurrent use.
 type Ranger struct {
-	it *rangeIter
-	// IterErr says why the iterator is not used (nil when it is).
+	dir    string
+	loaded bool
+	it     *rangeIter
+	// IterErr says why the iterator is not used (nil when it is or
+	// before it was needed).
 	IterErr error
 	// ksymsShown: jited_ksyms gave some program's ranges.
 	ksymsShown bool
 }
 
-// NewRanger loads the ranges iterator, its CO-RE result cached in
-// cacheDir; where the kernel refuses it, Ranges falls back to jited_ksyms
-// and IterErr says why.
-func NewRanger(cacheDir string) *Ranger {
-	it, err := loadRangeIter(cacheDir)
-	return &Ranger{it: it, IterErr: err}
+// NewRanger returns a Ranger whose iterator's CO-RE result is cached in
+// cacheDir; where the kernel refuses the iterator, Ranges falls back to
+// jited_ksyms and IterErr says why.
+func NewRanger(cacheDir string) *Ranger { return &Ranger{dir: cacheDir} }
+
+func (r *Ranger) load() {
+	if !r.loaded {
+		r.loaded = true
+		r.it, r.IterErr = loadRangeIter(r.dir)
+	}
 }
 
 // Unseen says why no program's ranges can be had, nil where they can:
@@ -133,7 +142,10 @@ func NewRanger(cacheDir string) *Ranger {
 // where it hides kallsyms' addresses (kallsymsErr, Symbols.Check), or once
 // they gave some program's.
 func (r *Ranger) Unseen(kallsymsErr error) error {
-	if r.it != nil || r.ksymsShown || kallsymsErr == nil {
+	if r.ksymsShown || kallsymsErr == nil {
+		return nil
+	}
+	if r.load(); r.it != nil {
 		return nil
 	}
 	return fmt.Errorf("programs' JIT code hidden (jited_ksyms read as zeros, as %v; bpf_prog iterator: %v)", kallsymsErr, r.IterErr)
@@ -143,7 +155,7 @@ func (r *Ranger) Unseen(kallsymsErr error) error {
 // so; empty where no source shows it (hidden addresses without the
 // iterator, a program the interpreter runs).
 func (r *Ranger) Ranges(id uint32) ([]Range, string, error) {
-	if r.it != nil {
+	if r.load(); r.it != nil {
 		out, _, err := r.it.read(id)
 		return out, RangesIterator, err
 	}

@@ -48,6 +48,9 @@ func subName(i int) string { return "sub" + string(rune('a'+i)) }
 func TestRangerReadsKernelStructures(t *testing.T) {
 	r := misswatch.NewRanger("")
 	defer r.Close()
+	if _, _, err := r.Ranges(1 << 31); err != nil {
+		t.Fatal(err)
+	}
 	if r.IterErr != nil {
 		if errors.Is(r.IterErr, ebpf.ErrNotSupported) {
 			expect.SkipUnlessExpected(t, expect.FeatProgRanges, r.IterErr)
