@@ -2,6 +2,7 @@ package misswatch
 
 import (
 	"encoding/binary"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -170,5 +171,33 @@ func TestSymbolSource(t *testing.T) {
 		if got := SymbolSource(tc.kallsyms, tc.ranges); got != tc.want {
 			t.Errorf("SymbolSource(%v, ranges %v) = %q, want %q", tc.kallsyms, tc.ranges, got, tc.want)
 		}
+	}
+}
+
+// TestRangerUnseen: a program's own code is unseen only where kallsyms
+// (and so jited_ksyms) hides addresses and the iterator is refused.
+func TestRangerUnseen(t *testing.T) {
+	hidden := NewSymbols("/nonexistent").Check()
+	refused := errors.New("verifier rejected the iterator")
+	for _, tc := range []struct {
+		name     string
+		kallsyms error
+		r        *Ranger
+		unseen   bool
+	}{
+		{"kallsyms shown", nil, &Ranger{loaded: true, IterErr: refused}, false},
+		{"hidden, iterator loaded", hidden, &Ranger{loaded: true, it: &rangeIter{}}, false},
+		{"hidden, iterator refused", hidden, &Ranger{loaded: true, IterErr: refused}, true},
+		{"hidden, jited_ksyms gave ranges before", hidden, &Ranger{loaded: true, IterErr: refused, ksymsShown: true}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.r.Unseen(tc.kallsyms)
+			if (err != nil) != tc.unseen || err != nil && !strings.Contains(err.Error(), refused.Error()) {
+				t.Errorf("Unseen = %v, want unseen %v with the iterator's refusal", err, tc.unseen)
+			}
+			if got, want := SymbolSource(tc.kallsyms, err == nil), map[bool]string{true: SymbolsNone, false: SymbolsRangesOnly}[tc.unseen]; tc.kallsyms != nil && got != want {
+				t.Errorf("symbols %q, want %q", got, want)
+			}
+		})
 	}
 }
