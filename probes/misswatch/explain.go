@@ -41,9 +41,10 @@ const (
 
 // Explain says why the run whose stack this is was turned away, and in
 // which context it ran. The stack is innermost first, from the counter's
-// write outwards. ownSeen says whether the program's own code could be
-// told on a stack at all (its JIT ranges were known, whatever the source):
-// without them the absence of an Own frame says nothing.
+// write outwards. ownSeen says whether the program's own code would show
+// on this stack if it were there: its JIT ranges were known (whatever the
+// source) and the stack is whole (not cut at the sample's frame limit).
+// Otherwise the absence of an Own frame says nothing.
 //
 //   - recursion: the program's own code lies between the miss and the
 //     nearest interrupt entry (or there is none): the program re-entered
@@ -60,7 +61,9 @@ const (
 //
 // preempted and nested are read from the program's code being absent, so
 // they need ownSeen: without it Explain returns cause "" (unexplained),
-// never a cause inferred from what it could not see.
+// never a cause inferred from what it could not see (the 7.2 arm64 guest
+// cut a timer interrupt's stack inside the softirq it interrupted, 32
+// frames above the program's own code).
 func Explain(stack []Frame, g Guard, ownSeen bool) (cause, context string) {
 	own, entry := -1, -1
 	context = ContextTask

@@ -25,8 +25,8 @@ func TestExplain(t *testing.T) {
 		stack          []Frame
 		guard          Guard
 		cause, context string
-		// hidden: the program's ranges were not known (no source gave
-		// them), so no frame could be marked Own.
+		// hidden: the program's own code could not be seen (no source
+		// gave its ranges, or the stack was cut at the frame limit).
 		hidden bool
 	}{
 		{"fentry deleting from its own target (7.2 guest)", frames("bpf_prog_inc_misses_counter", "__bpf_prog_enter_recur", "bpf_trampoline_6442", "htab_map_delete_elem", "OWN", "bpf_trampoline_6442", "htab_map_delete_elem", "map_delete_elem", "__sys_bpf", "do_syscall_64", "entry_SYSCALL_64_after_hwframe"), GuardProg, CauseRecursion, ContextTask, false},
@@ -49,6 +49,10 @@ func TestExplain(t *testing.T) {
 		{"ranges hidden: recursion is not read as preempted", frames("bpf_prog_inc_misses_counter", "__bpf_prog_enter_recur", "bpf_trampoline_6442", "htab_map_delete_elem", "", "bpf_trampoline_6442", "htab_map_delete_elem", "map_delete_elem", "__sys_bpf", "do_syscall_64"), GuardProg, "", ContextTask, true},
 		{"ranges hidden: kprobe recursion is not read as nested", frames("bpf_prog_inc_misses_counter", "kprobe_perf_func", "kprobe_dispatcher", "htab_map_delete_elem", "", "trace_call_bpf", "kprobe_perf_func", "__x64_sys_getpgid"), GuardActive, "", ContextTask, true},
 		{"ranges hidden, nothing named either", []Frame{{Addr: 1}, {Addr: 2}, {Addr: 3}}, GuardProg, "", ContextTask, true},
+		// A stack cut at the frame limit inside a softirq that ran at an
+		// earlier interrupt's exit (7.2 arm64): the program's code below
+		// the cut is not seen, so this is not nested.
+		{"stack cut above the program: not nested", frames("bpf_prog_inc_misses_counter", "perf_trace_run_bpf_submit", "perf_trace_hrtimer_expire_entry", "__hrtimer_run_queues", "hrtimer_interrupt", "gic_handle_irq", "el1_interrupt", "el1h_64_irq_handler", "el1h_64_irq", "wake_up_process", "call_timer_fn", "run_timer_softirq", "handle_softirqs", "__irq_exit_rcu", "irq_exit_rcu"), GuardActive, "", ContextHardirq, true},
 		{"ranges hidden: an interrupt inside the guard is still seen", frames("bpf_prog_inc_misses_counter", "__bpf_prog_enter_recur", "bpf_trampoline_1", "tick_sched_timer", "hrtimer_interrupt", "__sysvec_apic_timer_interrupt", "asm_sysvec_apic_timer_interrupt", "__bpf_prog_enter_recur", "bpf_trampoline_1", "do_syscall_64"), GuardProg, CauseInterrupt, ContextHardirq, true},
 		{"ranges hidden: an interrupt elsewhere says nothing", frames("bpf_prog_inc_misses_counter", "bpf_trace_run1", "try_to_wake_up", "hrtimer_interrupt", "asm_sysvec_apic_timer_interrupt", "pv_native_safe_halt"), GuardProg, "", ContextHardirq, true},
 	} {
@@ -84,8 +88,11 @@ func TestDecodeSample(t *testing.T) {
 	if len(s.Stack) != 3 || s.Stack[0] != 0xffffffff81000010 || s.Stack[2] != 0xffffffffa0000000 {
 		t.Errorf("stack %x: want the three frames without the context marker", s.Stack)
 	}
-	if s, _ := decodeSample(rec(kernelMarker, 1, 2, 3, 4), 2); len(s.Stack) != 2 {
-		t.Errorf("stack %x: want 2 frames at most", s.Stack)
+	if s.Truncated {
+		t.Errorf("a stack of 3 frames under a cap of 32 called truncated")
+	}
+	if s, _ := decodeSample(rec(kernelMarker, 1, 2, 3, 4), 2); len(s.Stack) != 2 || !s.Truncated {
+		t.Errorf("stack %x truncated %v: want 2 frames at most, truncated", s.Stack, s.Truncated)
 	}
 	if _, ok := decodeSample(rec(1, 2)[:48], 32); ok {
 		t.Error("a record shorter than its callchain decoded")
