@@ -3,6 +3,7 @@ package ktest
 import (
 	"fmt"
 	"runtime"
+	"sync"
 	"testing"
 	"unsafe"
 
@@ -131,7 +132,7 @@ func TestInterruptMissActive(t *testing.T) {
 		closeAll(t, l)
 	}
 	// The spinning thread, pinned to CPU 0, waits for the trigger.
-	tids, trigger, done := make(chan int), make(chan struct{}), make(chan error)
+	tids, trigger, done := make(chan int), make(chan struct{}), make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
@@ -151,12 +152,19 @@ func TestInterruptMissActive(t *testing.T) {
 	if tid < 0 {
 		t.Fatal(<-done)
 	}
+	var release sync.Once
+	t.Cleanup(func() {
+		// A test that ended before the trigger (a skip) lets the thread
+		// go without spinning.
+		objs.SpinTid.Set(uint32(0))
+		release.Do(func() { close(trigger) })
+	})
 	if err := objs.SpinTid.Set(uint32(tid)); err != nil {
 		t.Fatal(err)
 	}
 	id := ProgramID(t, objs.Prog)
 	snap, p := explain.Observe(t, id, func() {
-		close(trigger)
+		release.Do(func() { close(trigger) })
 		if err := <-done; err != nil {
 			t.Fatalf("renaming the spinning thread: %v", err)
 		}
