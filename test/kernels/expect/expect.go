@@ -55,7 +55,7 @@ const (
 // qemu allow"). A feature listed here that the kernel refuses is a
 // regression and fails the test instead of skipping it.
 var present = map[string][]string{
-	"bookworm-amd64": {FeatFentry, FeatFexit, FeatLSM, FeatTpBtf, FeatKprobe, FeatProgStats, FeatFentryOnBPF, FeatLinkIter, FeatMapIter, FeatMissWatch},
+	"bookworm-amd64": {FeatFentry, FeatFexit, FeatLSM, FeatTpBtf, FeatKprobe, FeatProgStats, FeatFentryOnBPF, FeatLinkIter, FeatMapIter, FeatMissWatch, FeatProgRanges},
 	"trixie-amd64":   {FeatFentry, FeatFexit, FeatFmodRet, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatLinkIter, FeatMapIter, FeatMapCount, FeatMissWatch, FeatMissWatchKprobe, FeatProgRanges},
 	"sid-amd64":      {FeatFentry, FeatFexit, FeatFmodRet, FeatFentrySleep, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatFentryOnBPF, FeatLinkIter, FeatMapIter, FeatMapCount, FeatMissWatch, FeatMissWatchKprobe, FeatProgRanges},
 	"sid-rt-amd64":   {FeatFentry, FeatFexit, FeatFmodRet, FeatFentrySleep, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatFentryOnBPF, FeatLinkIter, FeatMapIter, FeatMapCount, FeatMissWatch, FeatMissWatchKprobe, FeatProgRanges},
@@ -65,7 +65,7 @@ var present = map[string][]string{
 	// are bpf_loop's (the 5.10 verifier: "number of funcs in func_info
 	// doesn't match number of subprogs"), not the attach type's, so they
 	// are not listed.
-	"bullseye-amd64": {FeatKprobe, FeatMapIter},
+	"bullseye-amd64": {FeatKprobe, FeatMapIter, FeatProgRanges},
 }
 
 // Entry is the matrix entry this binary runs in, "" outside the matrix.
