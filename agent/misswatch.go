@@ -211,7 +211,7 @@ func (m *missWatch) stackNames(stack []uint64, frames []misswatch.Frame) []strin
 		case n != "":
 			out[i] = n
 		case frames[i].Own:
-			out[i] = fmt.Sprintf("[watched program]+0x%x", a)
+			out[i] = fmt.Sprintf("[watched program]+0x%x", frames[i].OwnOff)
 		default:
 			out[i] = fmt.Sprintf("0x%x", a)
 		}

@@ -22,8 +22,11 @@ type Frame struct {
 	Addr uint64
 	// Sym is the kernel symbol the address falls in ("" when unknown).
 	Sym string
-	// Own says the address is in the watched program's own JIT code.
-	Own bool
+	// Own says the address is in the watched program's own JIT code, at
+	// OwnOff bytes into the function (main program or subprogram) that
+	// holds it.
+	Own    bool
+	OwnOff uint64
 }
 
 // The causes and contexts Explain returns (the agent's closed sets).

@@ -208,3 +208,16 @@ func TestRangerUnseen(t *testing.T) {
 		})
 	}
 }
+
+// TestFramesOwn: an address in one of the program's functions is its own,
+// named by its offset into that function; one past the end is not.
+func TestFramesOwn(t *testing.T) {
+	ranges := []Range{{Start: 0x1000, Len: 0x40}, {Start: 0x2000, Len: 0x10}}
+	got := Frames([]uint64{0x1004, 0x2008, 0x1040, 0x3000}, ranges, nil)
+	want := []Frame{{Addr: 0x1004, Own: true, OwnOff: 4}, {Addr: 0x2008, Own: true, OwnOff: 8}, {Addr: 0x1040}, {Addr: 0x3000}}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("frame %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
