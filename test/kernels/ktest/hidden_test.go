@@ -34,24 +34,27 @@ func TestRecursionHiddenAddresses(t *testing.T) {
 	if expect.Entry() == "" {
 		t.Skipf("would hide this host's kernel addresses from every process (kptr_restrict, perf_event_paranoid): runs in the kernel matrix's VMs (%s unset)", expect.EntryEnv)
 	}
+	// Both ways of hiding take the same path through the agent (zeros in
+	// kallsyms and jited_ksyms), so the second runs one program type only:
+	// each subtest is an agent's start and two scans (5-15 s under TCG).
 	for _, hide := range []struct {
-		name string
-		on   func(t *testing.T)
+		name  string
+		on    func(t *testing.T)
+		tpBtf bool
 	}{
-		{"kptr_restrict=2", func(t *testing.T) { sysctl(t, "kernel/kptr_restrict", "2") }},
+		{"kptr_restrict=2", func(t *testing.T) { sysctl(t, "kernel/kptr_restrict", "2") }, true},
 		{"no CAP_SYSLOG", func(t *testing.T) {
 			// Below 2, kallsyms shows addresses to anyone (for perf).
 			if v, err := strconv.Atoi(readSysctl(t, "kernel/perf_event_paranoid")); err != nil || v < 2 {
 				sysctl(t, "kernel/perf_event_paranoid", "2")
 			}
 			dropSyslog(t)
-		}},
+		}, false},
 	} {
 		t.Run(hide.name, func(t *testing.T) {
+			// The watcher's symbols field (hiddenRecursion) says whether
+			// kallsyms went to zeros.
 			hide.on(t)
-			if err := misswatch.NewSymbols("/proc/kallsyms").Check(); err == nil {
-				t.Fatalf("kallsyms still shows addresses with %s", hide.name)
-			}
 			t.Run("fentry", func(t *testing.T) {
 				var objs struct {
 					deleteObjs
@@ -66,6 +69,9 @@ func TestRecursionHiddenAddresses(t *testing.T) {
 				closeAll(t, l)
 				hiddenRecursion(t, ProgramID(t, objs.Prog), 2, func() { deleteTwice(t, objs.Inner) })
 			})
+			if !hide.tpBtf {
+				return
+			}
 			t.Run("tp_btf", func(t *testing.T) {
 				c, err := canary.Load()
 				if err != nil {
