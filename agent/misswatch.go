@@ -153,7 +153,7 @@ func (m *missWatch) drain(fill func(*Owner), cut time.Time) {
 			continue
 		}
 		frames := misswatch.Frames(s.Stack, wp.ranges, m.syms)
-		cause, ctx := misswatch.Explain(frames, wp.guard, len(wp.ranges) > 0 && !s.Truncated)
+		cause, ctx := misswatch.Explain(frames, wp.guard, len(wp.ranges) > 0 && !s.Truncated && m.syms.Err == nil)
 		if cause == "" {
 			// Its own code could not be told on the stack: the miss
 			// stays unexplained rather than read from that absence.

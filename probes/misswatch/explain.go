@@ -44,10 +44,11 @@ const (
 
 // Explain says why the run whose stack this is was turned away, and in
 // which context it ran. The stack is innermost first, from the counter's
-// write outwards. ownSeen says whether the program's own code would show
-// on this stack if it were there: its JIT ranges were known (whatever the
-// source) and the stack is whole (not cut at the sample's frame limit).
-// Otherwise the absence of an Own frame says nothing.
+// write outwards. complete says whether what is absent from the stack
+// means something: the program's JIT ranges were known (whatever the
+// source), the stack is whole (not cut at the sample's frame limit) and
+// its frames are named (an unnamed interrupt entry or guard frame would go
+// unseen). Otherwise the absence of an Own frame says nothing.
 //
 //   - recursion: the program's own code lies between the miss and the
 //     nearest interrupt entry (or there is none): the program re-entered
@@ -63,11 +64,11 @@ const (
 //     miss in its context: something else held the CPU's bpf_prog_active.
 //
 // preempted and nested are read from the program's code being absent, so
-// they need ownSeen: without it Explain returns cause "" (unexplained),
+// they need complete: without it Explain returns cause "" (unexplained),
 // never a cause inferred from what it could not see (the 7.2 arm64 guest
 // cut a timer interrupt's stack inside the softirq it interrupted, 32
 // frames above the program's own code).
-func Explain(stack []Frame, g Guard, ownSeen bool) (cause, context string) {
+func Explain(stack []Frame, g Guard, complete bool) (cause, context string) {
 	own, entry := -1, -1
 	context = ContextTask
 	for i, f := range stack {
@@ -89,7 +90,7 @@ func Explain(stack []Frame, g Guard, ownSeen bool) (cause, context string) {
 		return CauseInterrupt, context
 	case g == GuardProg && entry >= 0 && guardFrameBelow(stack[entry+1:]):
 		return CauseInterrupt, context
-	case !ownSeen:
+	case !complete:
 		return "", context
 	case g == GuardActive:
 		return CauseNested, context

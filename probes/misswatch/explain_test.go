@@ -25,8 +25,9 @@ func TestExplain(t *testing.T) {
 		stack          []Frame
 		guard          Guard
 		cause, context string
-		// hidden: the program's own code could not be seen (no source
-		// gave its ranges, or the stack was cut at the frame limit).
+		// hidden: what is absent from the stack says nothing (no source
+		// gave the program's ranges, the stack was cut at the frame
+		// limit, or its frames are not named).
 		hidden bool
 	}{
 		{"fentry deleting from its own target (7.2 guest)", frames("bpf_prog_inc_misses_counter", "__bpf_prog_enter_recur", "bpf_trampoline_6442", "htab_map_delete_elem", "OWN", "bpf_trampoline_6442", "htab_map_delete_elem", "map_delete_elem", "__sys_bpf", "do_syscall_64", "entry_SYSCALL_64_after_hwframe"), GuardProg, CauseRecursion, ContextTask, false},
@@ -42,7 +43,12 @@ func TestExplain(t *testing.T) {
 		{"kprobe in an interrupt over its own code", frames("bpf_prog_inc_misses_counter", "kprobe_perf_func", "irq_work_run", "__sysvec_irq_work", "asm_sysvec_irq_work", "OWN"), GuardActive, CauseInterrupt, ContextHardirq, false},
 		{"kprobe in an interrupt over another kprobe program", frames("bpf_prog_inc_misses_counter", "kprobe_perf_func", "irq_work_run", "__sysvec_irq_work", "asm_sysvec_irq_work", "bpf_prog_other", "trace_call_bpf"), GuardActive, CauseNested, ContextHardirq, false},
 		{"arm64 irq on the program", frames("bpf_prog_inc_misses_counter", "bpf_trace_run1", "__hrtimer_run_queues", "hrtimer_interrupt", "arch_timer_handler_virt", "handle_percpu_devid_irq", "generic_handle_domain_irq", "gic_handle_irq", "call_on_irq_stack", "do_interrupt_handler", "el1_interrupt", "el1h_64_irq_handler", "el1h_64_irq", "OWN"), GuardProg, CauseInterrupt, ContextHardirq, false},
-		{"no symbols: own code still tells recursion", []Frame{{Addr: 1}, {Addr: 2}, {Addr: 3, Own: true}, {Addr: 4}}, GuardProg, CauseRecursion, ContextTask, false},
+		{"no symbols: own code still tells recursion", []Frame{{Addr: 1}, {Addr: 2}, {Addr: 3, Own: true}, {Addr: 4}}, GuardProg, CauseRecursion, ContextTask, true},
+		// Ranges known but nothing named (kallsyms hidden): an interrupt
+		// inside the trampoline's enter would go unseen, so no own frame
+		// is not preempted.
+		{"no symbols, no own frame: not preempted", []Frame{{Addr: 1}, {Addr: 2}, {Addr: 3}}, GuardProg, "", ContextTask, true},
+		{"no symbols, no own frame: not nested", []Frame{{Addr: 1}, {Addr: 2}, {Addr: 3}}, GuardActive, "", ContextTask, true},
 		// Where no source gave the program's ranges, what the absence of
 		// its code would mean is not said: the 7.2 guest under
 		// kptr_restrict=2 read 12 recursion misses as preempted.

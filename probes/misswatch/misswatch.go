@@ -56,7 +56,7 @@ type Sample struct {
 	// removed); Stack[0] is the instruction after the counter's write.
 	Stack []uint64
 	// Truncated says Stack reached Options.MaxStack: its outer frames may
-	// be cut off, so what is not on it says nothing (Explain's ownSeen).
+	// be cut off, so what is not on it says nothing (Explain's complete).
 	Truncated bool
 }
 
