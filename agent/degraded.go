@@ -32,6 +32,7 @@ const (
 	FeatureMaps          = "maps"
 	FeatureMissWatch     = "miss watch"
 	FeatureMissSymbols   = "miss stack symbols"
+	FeatureMissRanges    = "miss program ranges"
 	FeatureCoreCache     = "CO-RE cache"
 	FeatureMisses        = "recursion misses"
 )
@@ -192,6 +193,9 @@ func (a *Agent) degraded() []string {
 			add(FeatureMissWatch, m.reason+": every miss is unexplained")
 		case m.syms.Err != nil:
 			add(FeatureMissSymbols, m.syms.Err.Error()+": stacks are shown by address")
+			if err := m.ranger.Unseen(m.syms.Err); err != nil {
+				add(FeatureMissRanges, err.Error()+": a miss cannot be told from the watched program's own code, so every miss is unexplained")
+			}
 		}
 	}
 	if err := a.coreCacheErr(lost); err != nil {

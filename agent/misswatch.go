@@ -27,6 +27,7 @@ type missWatch struct {
 	budget   int
 	procRoot string
 	syms     *misswatch.Symbols
+	ranger   *misswatch.Ranger
 	explicit []uint32
 	// slots holds who is armed, since when and why, and decides who
 	// gives way; watched the armed programs' details.
@@ -55,7 +56,11 @@ type watchedProg struct {
 	name    string
 	samples uint64
 	ranges  []misswatch.Range
-	guard   misswatch.Guard
+	// rangesFrom is the source of ranges ("" when none gave them: its
+	// samples are then unexplained, unseen says this interval had some).
+	rangesFrom string
+	unseen     bool
+	guard      misswatch.Guard
 	// dry counts the misses of the intervals since its last sample (or
 	// spent budget) in which the program, watched from the interval's
 	// start, missed and gave no sample; dryIntervals how many.
@@ -91,6 +96,8 @@ func newMissWatch(cfg *Config, cpus int) *missWatch {
 	}
 	m.w = w
 	m.syms = misswatch.NewSymbols(cfg.ProcRoot + "/kallsyms")
+	m.syms.Check() // kallsyms reading zeros is known before the first miss
+	m.ranger = misswatch.NewRanger(cfg.CacheDir)
 	return m
 }
 
@@ -109,6 +116,9 @@ func (m *missWatch) drain(fill func(*Owner), cut, end time.Time) {
 	m.credit.Begin(cut, end)
 	if m.w == nil {
 		return
+	}
+	for _, wp := range m.watched {
+		wp.unseen = false
 	}
 	var raw []misswatch.Sample
 	for _, d := range m.w.Drain(func(s misswatch.Sample) { raw = append(raw, s) }) {
@@ -134,7 +144,13 @@ func (m *missWatch) drain(fill func(*Owner), cut, end time.Time) {
 			continue
 		}
 		frames := misswatch.Frames(s.Stack, wp.ranges, m.syms)
-		cause, ctx := misswatch.Explain(frames, wp.guard)
+		cause, ctx := misswatch.Explain(frames, wp.guard, len(wp.ranges) > 0 && !s.Truncated && m.syms.Err == nil)
+		if cause == "" {
+			// Its own code could not be told on the stack: the miss
+			// stays unexplained rather than read from that absence.
+			wp.unseen = true
+			continue
+		}
 		o, ok := comms[s.TID]
 		if !ok {
 			o = m.task(s.PID, s.TID, fill)
@@ -181,7 +197,7 @@ func (m *missWatch) stackNames(stack []uint64, frames []misswatch.Frame) []strin
 		case n != "":
 			out[i] = n
 		case frames[i].Own:
-			out[i] = fmt.Sprintf("[watched program]+0x%x", a)
+			out[i] = fmt.Sprintf("[watched program]+0x%x", frames[i].OwnOff)
 		default:
 			out[i] = fmt.Sprintf("0x%x", a)
 		}
@@ -199,7 +215,7 @@ func (m *missWatch) explain(id uint32, misses uint64) (MissCauses, []MissSample)
 	}
 	if wp := m.watched[id]; wp != nil {
 		switch {
-		case n > 0 || m.spent[id]:
+		case n > 0 || m.spent[id] || wp.unseen:
 			wp.dry, wp.dryIntervals = 0, 0
 		case misses > 0:
 			wp.dry += misses
@@ -288,15 +304,18 @@ func (m *missWatch) arm(p *ProgramStat, stats uint64) error {
 	if stats == 0 {
 		return fmt.Errorf("program %d: no stats address (read by syscall)", p.ID)
 	}
-	ranges, err := misswatch.ProgramRanges(p.ID)
+	ranges, from, err := m.ranger.Ranges(p.ID)
 	if err != nil {
 		return err
+	}
+	if len(ranges) == 0 {
+		from = ""
 	}
 	if err := m.w.Arm(p.ID, stats); err != nil {
 		return err
 	}
 	delete(m.refused, p.ID)
-	m.watched[p.ID] = &watchedProg{name: p.Name, ranges: ranges, guard: guardOf(&p.Program)}
+	m.watched[p.ID] = &watchedProg{name: p.Name, ranges: ranges, rangesFrom: from, guard: guardOf(&p.Program)}
 	return nil
 }
 
@@ -335,7 +354,7 @@ func (m *missWatch) state() MissWatch {
 	s := MissWatch{Available: m.w != nil, Reason: m.reason, Slots: m.slots.Known, Budget: m.budget,
 		Waiting: m.slots.Waiting(), Samples: m.samples, OverBudget: m.over, Late: m.credit.Late}
 	for id, wp := range m.watched {
-		w := WatchedProgram{ProgID: id, ProgName: wp.name, Samples: wp.samples}
+		w := WatchedProgram{ProgID: id, ProgName: wp.name, Samples: wp.samples, Ranges: wp.rangesFrom}
 		if sl := m.slots.Slot(id); sl != nil {
 			w.Since, w.Why = sl.Since, sl.Why
 		}
@@ -347,9 +366,10 @@ func (m *missWatch) state() MissWatch {
 	}
 	slices.SortFunc(s.Blind, func(a, b BlindProgram) int { return int(a.ProgID) - int(b.ProgID) })
 	if m.w != nil {
-		s.Symbols = "kallsyms"
-		if m.syms.Err != nil {
-			s.Symbols = m.syms.Err.Error()
+		unseen := m.ranger.Unseen(m.syms.Err)
+		s.Symbols = misswatch.SymbolSource(m.syms.Err, unseen == nil)
+		if unseen != nil {
+			s.Unseen = unseen.Error()
 		}
 	}
 	return s
@@ -358,5 +378,6 @@ func (m *missWatch) state() MissWatch {
 func (m *missWatch) close() {
 	if m.w != nil {
 		m.w.Close()
+		m.ranger.Close()
 	}
 }

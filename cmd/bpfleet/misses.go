@@ -293,6 +293,9 @@ func watchLine(w agent.MissWatch) string {
 	if w.Symbols != "" {
 		fmt.Fprintf(&b, "; symbols: %s", w.Symbols)
 	}
+	if w.Unseen != "" {
+		fmt.Fprintf(&b, "; misses unexplained: %s", w.Unseen)
+	}
 	return b.String()
 }
 

@@ -22,8 +22,11 @@ type Frame struct {
 	Addr uint64
 	// Sym is the kernel symbol the address falls in ("" when unknown).
 	Sym string
-	// Own says the address is in the watched program's own JIT code.
-	Own bool
+	// Own says the address is in the watched program's own JIT code, at
+	// OwnOff bytes into the function (main program or subprogram) that
+	// holds it.
+	Own    bool
+	OwnOff uint64
 }
 
 // The causes and contexts Explain returns (the agent's closed sets).
@@ -41,21 +44,31 @@ const (
 
 // Explain says why the run whose stack this is was turned away, and in
 // which context it ran. The stack is innermost first, from the counter's
-// write outwards.
+// write outwards. complete says whether what is absent from the stack
+// means something: the program's JIT ranges were known (whatever the
+// source), the stack is whole (not cut at the sample's frame limit) and
+// its frames are named (an unnamed interrupt entry or guard frame would go
+// unseen). Otherwise the absence of an Own frame says nothing.
 //
 //   - recursion: the program's own code lies between the miss and the
 //     nearest interrupt entry (or there is none): the program re-entered
 //     itself in one context, through whatever it called.
 //   - interrupt: an interrupt entry (hardirq, softirq, NMI) lies between
-//     the miss and the program's own code, or, for the per-program guard,
-//     between the miss and a guard frame of the interrupted context (the
-//     trampoline's enter/exit, bpf_trace_run): the interrupted context
-//     held the guard.
+//     the miss and the program's own code (either guard), or, for the
+//     per-program guard, between the miss and a guard frame of the
+//     interrupted context (the trampoline's enter/exit, bpf_trace_run):
+//     the interrupted context held the guard.
 //   - preempted (per-program guard): no holder on this CPU's stack: the
 //     guard is held by a task that is switched out or asleep.
 //   - nested (bpf_prog_active): the program's own code is not below the
 //     miss in its context: something else held the CPU's bpf_prog_active.
-func Explain(stack []Frame, g Guard) (cause, context string) {
+//
+// preempted and nested are read from the program's code being absent, so
+// they need complete: without it Explain returns cause "" (unexplained),
+// never a cause inferred from what it could not see (the 7.2 arm64 guest
+// cut a timer interrupt's stack inside the softirq it interrupted, 32
+// frames above the program's own code).
+func Explain(stack []Frame, g Guard, complete bool) (cause, context string) {
 	own, entry := -1, -1
 	context = ContextTask
 	for i, f := range stack {
@@ -71,12 +84,16 @@ func Explain(stack []Frame, g Guard) (cause, context string) {
 	switch {
 	case own >= 0 && (entry < 0 || own < entry):
 		return CauseRecursion, context
+	case own >= 0:
+		// The program's own code under an interrupt entry: the interrupted
+		// context was inside the program, whichever guard turned it away.
+		return CauseInterrupt, context
+	case g == GuardProg && entry >= 0 && guardFrameBelow(stack[entry+1:]):
+		return CauseInterrupt, context
+	case !complete:
+		return "", context
 	case g == GuardActive:
 		return CauseNested, context
-	case own >= 0:
-		return CauseInterrupt, context
-	case entry >= 0 && guardFrameBelow(stack[entry+1:]):
-		return CauseInterrupt, context
 	}
 	return CausePreempted, context
 }

@@ -54,7 +54,7 @@ func Frames(stack []uint64, ranges []Range, syms *Symbols) []Frame {
 		}
 		for _, r := range ranges {
 			if a >= r.Start && a < r.Start+uint64(r.Len) {
-				f.Own = true
+				f.Own, f.OwnOff = true, a-r.Start
 				break
 			}
 		}

@@ -39,6 +39,79 @@ func NewSymbols(path string) *Symbols {
 // symbol names it.
 func (s *Symbols) Name(addr uint64) string { return s.names[addr] }
 
+// Check reads kallsyms up to its first non-zero address, so that Err says
+// from the start whether frames can be named, before any miss: where the
+// kernel hides its addresses every line reads zero (kptr_restrict=2, or no
+// CAP_SYSLOG with perf_event_paranoid >= 2) and the file is read through
+// once. It returns Err.
+func (s *Symbols) Check() error {
+	if s.Err != nil {
+		return s.Err
+	}
+	f, err := os.Open(s.path)
+	if err != nil {
+		s.Err = fmt.Errorf("reading kernel symbols: %w", err)
+		return s.Err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		if a, _, ok := symLine(sc.Bytes()); ok && a != 0 {
+			return nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		s.Err = fmt.Errorf("reading kernel symbols: %w", err)
+		return s.Err
+	}
+	s.Err = s.zeroErr()
+	return s.Err
+}
+
+func (s *Symbols) zeroErr() error {
+	return fmt.Errorf("%s shows no addresses (kptr_restrict: the agent needs CAP_SYSLOG to name kernel frames)", s.path)
+}
+
+// symLine splits a kallsyms line into its address and what follows the
+// type letter.
+func symLine(line []byte) (uint64, []byte, bool) {
+	sp := bytes.IndexByte(line, ' ')
+	if sp <= 0 || len(line) < sp+3 {
+		return 0, nil, false
+	}
+	a, err := strconv.ParseUint(string(line[:sp]), 16, 64)
+	if err != nil {
+		return 0, nil, false
+	}
+	return a, line[sp+3:], true
+}
+
+// What names a sampled stack's frames (the watcher's `symbols:`).
+const (
+	// SymbolsKallsyms: kernel symbols, and the program's own frames.
+	SymbolsKallsyms = "kallsyms"
+	// SymbolsRangesOnly: only the program's own frames, from its JIT
+	// ranges; kernel frames are bare addresses, so interrupt entries are
+	// not seen.
+	SymbolsRangesOnly = "program ranges only"
+	// SymbolsNone: neither; every miss is unexplained.
+	SymbolsNone = "none"
+)
+
+// SymbolSource says what really names frames: kallsyms where it shows
+// addresses (kallsymsErr nil), else the programs' JIT ranges where a
+// source shows them, else nothing.
+func SymbolSource(kallsymsErr error, rangesShown bool) string {
+	switch {
+	case kallsymsErr == nil:
+		return SymbolsKallsyms
+	case rangesShown:
+		return SymbolsRangesOnly
+	}
+	return SymbolsNone
+}
+
 // Resolve names every address not named yet, in one pass over kallsyms.
 func (s *Symbols) Resolve(addrs []uint64) {
 	var want []uint64
@@ -67,13 +140,8 @@ func (s *Symbols) Resolve(addrs []uint64) {
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	nonzero := false
 	for sc.Scan() {
-		line := sc.Bytes()
-		sp := bytes.IndexByte(line, ' ')
-		if sp <= 0 || len(line) < sp+3 {
-			continue
-		}
-		a, err := strconv.ParseUint(string(line[:sp]), 16, 64)
-		if err != nil || a == 0 {
+		a, rest, ok := symLine(sc.Bytes())
+		if !ok || a == 0 {
 			continue
 		}
 		nonzero = true
@@ -83,7 +151,7 @@ func (s *Symbols) Resolve(addrs []uint64) {
 		for j := i; j < len(want) && want[j]-a < maxSymSpan; j++ {
 			if a >= best[j] {
 				best[j] = a
-				names[j] = symName(line[sp+3:])
+				names[j] = symName(rest)
 			}
 		}
 	}
@@ -92,7 +160,7 @@ func (s *Symbols) Resolve(addrs []uint64) {
 		return
 	}
 	if !nonzero {
-		s.Err = fmt.Errorf("%s shows no addresses (kptr_restrict: the agent needs CAP_SYSLOG to name kernel frames)", s.path)
+		s.Err = s.zeroErr()
 		return
 	}
 	for j, a := range want {

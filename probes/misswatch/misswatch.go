@@ -55,6 +55,9 @@ type Sample struct {
 	// Stack is the kernel stack, innermost first (perf's context markers
 	// removed); Stack[0] is the instruction after the counter's write.
 	Stack []uint64
+	// Truncated says Stack reached Options.MaxStack: its outer frames may
+	// be cut off, so what is not on it says nothing (Explain's complete).
+	Truncated bool
 }
 
 // Drained is what one Drain saw of one watched program.

@@ -102,7 +102,7 @@ func TestCanaryMissesSampled(t *testing.T) {
 			t.Fatalf("sample %+v", s)
 		}
 		frames := misswatch.Frames(s.Stack, ranges, syms)
-		cause, ctx := misswatch.Explain(frames, misswatch.GuardProg)
+		cause, ctx := misswatch.Explain(frames, misswatch.GuardProg, len(ranges) > 0 && !s.Truncated && syms.Err == nil)
 		if cause != misswatch.CauseRecursion || ctx != misswatch.ContextTask {
 			names := make([]string, len(frames))
 			for i, f := range frames {

@@ -99,5 +99,7 @@ func decodeSample(b []byte, maxStack int) (Sample, bool) {
 	if len(s.Stack) == 0 {
 		s.Stack = append(s.Stack, le.Uint64(b))
 	}
+	// The kernel stops at the cap: a stack that reaches it may go on.
+	s.Truncated = len(s.Stack) == maxStack
 	return s, true
 }

@@ -69,9 +69,13 @@ type MissWatch struct {
 	// counted (its counts had the miss unexplained): dropped, so that no
 	// miss is both shown with a cause and counted unexplained.
 	Late uint64 `json:"late,omitempty"`
-	// Symbols says how stacks are named: "kallsyms", or why only
-	// addresses are shown.
+	// Symbols says what really names a stack's frames: "kallsyms",
+	// "program ranges only" (kallsyms reads zeros; the watched programs'
+	// own frames are still told from their JIT ranges) or "none".
 	Symbols string `json:"symbols,omitempty"`
+	// Unseen says why no program's own code can be told on a stack: their
+	// misses are then unexplained, never a cause read from that absence.
+	Unseen string `json:"unseen,omitempty"`
 }
 
 // BlindProgram is a program the watcher gave up on: Misses were counted
@@ -94,6 +98,9 @@ type WatchedProgram struct {
 	Since   time.Time `json:"since"`
 	Why     string    `json:"why"`
 	Samples uint64    `json:"samples"`
+	// Ranges is where its JIT ranges came from ("bpf_prog iterator",
+	// "jited_ksyms"), "" when none gave them (its misses unexplained).
+	Ranges string `json:"ranges,omitempty"`
 }
 
 // Episode sources.

@@ -55,18 +55,18 @@ const (
 // qemu allow"). A feature listed here that the kernel refuses is a
 // regression and fails the test instead of skipping it.
 var present = map[string][]string{
-	"bookworm-amd64": {FeatFentry, FeatFexit, FeatLSM, FeatTpBtf, FeatKprobe, FeatProgStats, FeatFentryOnBPF, FeatLinkIter, FeatMapIter, FeatMissWatch},
-	"trixie-amd64":   {FeatFentry, FeatFexit, FeatFmodRet, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatLinkIter, FeatMapIter, FeatMapCount, FeatMissWatch, FeatMissWatchKprobe},
-	"sid-amd64":      {FeatFentry, FeatFexit, FeatFmodRet, FeatFentrySleep, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatFentryOnBPF, FeatLinkIter, FeatMapIter, FeatMapCount, FeatMissWatch, FeatMissWatchKprobe},
-	"sid-rt-amd64":   {FeatFentry, FeatFexit, FeatFmodRet, FeatFentrySleep, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatFentryOnBPF, FeatLinkIter, FeatMapIter, FeatMapCount, FeatMissWatch, FeatMissWatchKprobe},
-	"sid-arm64":      {FeatFentry, FeatFexit, FeatFmodRet, FeatFentrySleep, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatFentryOnBPF, FeatLinkIter, FeatMapIter, FeatMapCount, FeatMissWatch},
+	"bookworm-amd64": {FeatFentry, FeatFexit, FeatLSM, FeatTpBtf, FeatKprobe, FeatProgStats, FeatFentryOnBPF, FeatLinkIter, FeatMapIter, FeatMissWatch, FeatProgRanges},
+	"trixie-amd64":   {FeatFentry, FeatFexit, FeatFmodRet, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatLinkIter, FeatMapIter, FeatMapCount, FeatMissWatch, FeatMissWatchKprobe, FeatProgRanges},
+	"sid-amd64":      {FeatFentry, FeatFexit, FeatFmodRet, FeatFentrySleep, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatFentryOnBPF, FeatLinkIter, FeatMapIter, FeatMapCount, FeatMissWatch, FeatMissWatchKprobe, FeatProgRanges},
+	"sid-rt-amd64":   {FeatFentry, FeatFexit, FeatFmodRet, FeatFentrySleep, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatFentryOnBPF, FeatLinkIter, FeatMapIter, FeatMapCount, FeatMissWatch, FeatMissWatchKprobe, FeatProgRanges},
+	"sid-arm64":      {FeatFentry, FeatFexit, FeatFmodRet, FeatFentrySleep, FeatLSM, FeatTpBtf, FeatKprobe, FeatKprobeMissed, FeatProgStats, FeatFentryOnBPF, FeatLinkIter, FeatMapIter, FeatMapCount, FeatMissWatch, FeatProgRanges},
 	// Measured 2026-12-06 on 5.10.223: the kprobe and map
 	// iterator tests load and run; 2026-12-07: fentry and fexit too, once
 	// the bpf_loop program had an object of its own (ktestloop: the 5.10
 	// verifier refuses every program of an object with a loop callback,
 	// "number of funcs in func_info doesn't match number of subprogs").
 	// The profiler's refusal is still bpf_loop's, in its targets.
-	"bullseye-amd64": {FeatKprobe, FeatMapIter, FeatFentry, FeatFexit},
+	"bullseye-amd64": {FeatKprobe, FeatMapIter, FeatFentry, FeatFexit, FeatProgRanges},
 }
 
 // Entry is the matrix entry this binary runs in, "" outside the matrix.
@@ -94,6 +94,11 @@ func SkipUnlessExpected(t testing.TB, feature string, err error) {
 	}
 	t.Skipf("%s not available on this kernel: %v", feature, err)
 }
+
+// FeatProgRanges: the iter/bpf_prog program that reads each program's
+// JIT ranges from the kernel's structures where kernel addresses are
+// hidden (probes/misswatch, ranges.bpf.c).
+const FeatProgRanges = "bpf_prog ranges iterator"
 
 // FeatMissWatch: a hardware watchpoint (perf_event_open,
 // PERF_TYPE_BREAKPOINT) on a program's per-CPU miss counter, sampling the

@@ -6,3 +6,4 @@ package ktest
 
 //go:generate go tool bpf2go -tags linux -cc clang-14 -strip llvm-strip-14 -cflags "-O2 -g -Wall -Werror" -target amd64,arm64 ktest ktest.bpf.c -- -I../../../probes/include
 //go:generate go tool bpf2go -tags linux -cc clang-14 -strip llvm-strip-14 -cflags "-O2 -g -Wall -Werror" -target amd64,arm64 ktestloop ktestloop.bpf.c -- -I../../../probes/include
+//go:generate go tool bpf2go -tags linux -cc clang-14 -strip llvm-strip-14 -cflags "-O2 -g -Wall -Werror" -target amd64,arm64 kinterrupt kinterrupt.bpf.c -- -I../../../probes/include
