@@ -14,28 +14,32 @@ import (
 	"github.com/bpfleet/bpfleet/test/backends"
 )
 
-// The recordings the tests' pools replay (testdata; README.md): the oldest
-// kernel of the matrix, Debian stable's and the host's.
+// The recordings the tests' pools replay (testdata; README.md): the
+// matrix's oldest kernel, Debian stable's, the host's and sid's.
 const (
-	kernelOld = "5.10.0-32-cloud-amd64"
-	kernelMid = "6.1.0-57-cloud-amd64"
-	kernelNew = "6.18.44-fc-v1300"
+	kernel510 = "5.10.0-32-cloud-amd64"
+	kernel61  = "6.1.0-57-cloud-amd64"
+	kernel618 = "6.18.44-fc-v1300"
+	kernel72  = "7.2.13+deb14-amd64"
 )
 
-// shortFleet is the fleet of the short test: three pools on three
-// kernels, a CNI pool with pods, a security pool, and a mixed one.
+// shortFleet is the fleet of the short test: four pools on four kernels,
+// a CNI pool with pods and security agents everywhere, misses with known
+// causes on known nodes.
 func shortFleet(endpoint string, nodes int) Config {
-	third := nodes / 3
+	q := nodes / 4
 	return Config{
 		Seed: 45, Endpoint: endpoint, PodChurn: 0.2,
 		Pools: []Pool{
-			{Name: "web", Kernel: kernelNew, Nodes: nodes - 2*third, Roles: []Role{RoleCNI, RoleRunc, RoleSecurity}, Pods: 3},
-			{Name: "batch", Kernel: kernelMid, Nodes: third, Roles: []Role{RoleSecurity}},
-			{Name: "legacy", Kernel: kernelOld, Nodes: third, Roles: []Role{RoleSecurity}},
+			{Name: "web", Kernel: kernel618, Nodes: nodes - 3*q, Roles: []Role{RoleCNI, RoleRunc, RoleSecurity}, Pods: 3},
+			{Name: "batch", Kernel: kernel72, Nodes: q, Roles: []Role{RoleSecurity}},
+			{Name: "infra", Kernel: kernel61, Nodes: q, Roles: []Role{RoleSecurity}},
+			{Name: "legacy", Kernel: kernel510, Nodes: q, Roles: []Role{RoleSecurity}},
 		},
 		Misses: []MissPlan{
 			{Program: "canary", Cause: agent.CauseInterrupt, Pool: "web", From: 2, PerRound: 7},
 			{Program: "canary", Cause: agent.CausePreempted, Nodes: []string{"web-0001", "web-0002"}, From: 3, PerRound: 11},
+			{Program: "canary", Cause: agent.CauseNested, Nodes: []string{"batch-0003"}, From: 1, PerRound: 5},
 		},
 	}
 }
@@ -73,23 +77,29 @@ func fresh(sel string, from time.Time) string {
 func matchTruth(t *testing.T, prom *backends.Prometheus, tr *Truth) {
 	t.Helper()
 	from := tr.RoundTimes[len(tr.RoundTimes)-1]
+	// The nodes that exported the last round: a node cut off holds its
+	// older values in the backend until it reconnects.
+	exported := map[string]bool{}
+	for _, n := range tr.Nodes {
+		if n.Left < 0 && n.LastExport == tr.Round {
+			exported[n.Name] = true
+		}
+	}
+	nodes := len(exported)
 	want := map[string]float64{}
 	wantTime := map[string]float64{}
 	wantMiss := map[string]float64{}
 	for _, p := range tr.Programs {
-		if p.Nodes == 0 && p.Runs == 0 {
-			continue
+		for node, c := range p.PerNode {
+			if exported[node] {
+				want[p.Name] += float64(c.Runs)
+				wantTime[p.Name] += float64(c.RunTimeNs) / 1e9
+			}
 		}
-		want[p.Name] = float64(p.Runs)
-		wantTime[p.Name] = float64(p.RunTimeNs) / 1e9
 	}
 	for _, m := range tr.Misses {
-		wantMiss[m.Node+"/"+m.Program+"/"+m.Cause] = float64(m.Misses)
-	}
-	nodes := 0
-	for _, n := range tr.Nodes {
-		if n.Left < 0 && n.LastExport == tr.Round {
-			nodes++
+		if exported[m.Node] {
+			wantMiss[m.Node+"/"+m.Program+"/"+m.Cause] = float64(m.Misses)
 		}
 	}
 	var last string
