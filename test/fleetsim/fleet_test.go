@@ -170,10 +170,15 @@ func mapsKeys(ms ...map[string]float64) func(func(string) bool) {
 // leaving and misses with known causes on known nodes. After each step
 // Prometheus holds what the truth says, and the upgrade adds no series.
 func TestFleetShort(t *testing.T) {
-	ctx := context.Background()
 	prom := backends.StartPrometheus(t)
 	col := backends.StartCollector(t, prom, backends.StartJaeger(t))
-	f, err := New(ctx, shortFleet("http://"+col.OTLPHTTP, 100))
+	fleetShort(t, prom, "http://"+col.OTLPHTTP)
+}
+
+// fleetShort runs the short fleet into endpoint, whose metrics end in prom.
+func fleetShort(t *testing.T, prom *backends.Prometheus, endpoint string) {
+	ctx := context.Background()
+	f, err := New(ctx, shortFleet(endpoint, 100))
 	if err != nil {
 		t.Fatal(err)
 	}
