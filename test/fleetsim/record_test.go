@@ -30,8 +30,8 @@ import (
 // down to the programs loaded here (the machine is shared). It checks the
 // recording survives JSON, which is how it is stored.
 //
-// BPFLEET_RECORD_DIR=dir writes it to dir/<release>.json.gz (go generate
-// does so into testdata); BPFLEET_RECORD_PRINT=1 prints it base64 between
+// BPFLEET_RECORD_DIR=dir writes it to dir/<release>.json.gz (README.md);
+// BPFLEET_RECORD_PRINT=1 prints it base64 between
 // markers, for a guest of the kernel matrix (test/fleetsim/README.md).
 // BPFLEET_RECORD_PODS=0 leaves the pods out.
 func TestRecord(t *testing.T) {
