@@ -145,12 +145,11 @@ func TestBenchFleetSim(t *testing.T) {
 	}
 	t.Logf("BENCH fleetsim: %d CPUs, %s, %s", runtime.NumCPU(), time.Now().UTC().Format("2006-01-02"), hostCPU())
 	type row struct {
-		n                                     int
-		steady, upgrade, restart, cut, heal   benchPhase
-		ruleEval                              float64
-		seriesPerNode, upgradeCreatedPerNode  float64
-		restartCreated, cutCreated, healWrong float64
-		dropped                               int
+		n                                    int
+		steady, upgrade, restart, cut, heal  benchPhase
+		ruleEval                             float64
+		seriesPerNode, upgradeCreatedPerNode float64
+		dropped                              int
 	}
 	var rows []row
 	for _, n := range sizes {

@@ -18,6 +18,8 @@
 // (RoleCNI: tc, tcx, XDP, cgroup_skb, cgroup_sock per endpoint; RoleRunc:
 // the device program), owned as the agent's attribution owns them (the
 // CNI's and security agent's DaemonSet pods, the pod itself for runc's).
+// A miss plan with a cause other than unexplained needs a kernel whose
+// recorded miss watcher ran (New refuses it elsewhere).
 // Counters advance each round by Config.Interval at the recorded rates
 // (a program idle when recorded gets a rate drawn from the seed), scaled
 // per node and program from Config.Seed: the same seed, the same fleet.
@@ -25,8 +27,8 @@
 // The motion, between rounds:
 //
 //	f, err := fleetsim.New(ctx, fleetsim.Config{Seed: 1, Endpoint: collectorURL, Pools: []fleetsim.Pool{
-//		{Name: "web", Kernel: "6.1.0-57-cloud-amd64", Nodes: 60, Roles: []fleetsim.Role{fleetsim.RoleCNI, fleetsim.RoleRunc}, Pods: 8},
-//		{Name: "sec", Kernel: "5.10.0-32-cloud-amd64", Nodes: 40, Roles: []fleetsim.Role{fleetsim.RoleSecurity}},
+//		{Name: "web", Kernel: "6.18.44-fc-v1300", Nodes: 60, Roles: []fleetsim.Role{fleetsim.RoleCNI, fleetsim.RoleRunc}, Pods: 8},
+//		{Name: "sec", Kernel: "7.2.13+deb14-amd64", Nodes: 40, Roles: []fleetsim.Role{fleetsim.RoleSecurity}},
 //	}, PodChurn: 0.1, Misses: []fleetsim.MissPlan{{Program: "canary", Cause: agent.CauseInterrupt, Pool: "sec", From: 2, PerRound: 50}}})
 //	defer f.Close(ctx)
 //	f.Round(ctx)                          // every node scans and exports once

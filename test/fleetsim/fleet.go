@@ -217,6 +217,10 @@ func (f *Fleet) addNode(ctx context.Context, p *Pool, round int) (*node, error) 
 	}
 	for _, mp := range f.cfg.Misses {
 		if (len(mp.Nodes) == 0 && mp.Pool == p.Name) || slices.Contains(mp.Nodes, name) {
+			if mp.Cause != agent.CauseUnexplained && !rec.MissWatch.Available {
+				return nil, fmt.Errorf("fleetsim: miss plan for %s on %s: cause %s, but kernel %s's miss watcher is off (%s): its misses are unexplained",
+					mp.Program, name, mp.Cause, rec.Kernel.Release, rec.MissWatch.Reason)
+			}
 			n.extraMiss = append(n.extraMiss, &mp)
 		}
 	}

@@ -37,8 +37,10 @@ func shortFleet(endpoint string, nodes int) Config {
 			{Name: "legacy", Kernel: kernel510, Nodes: q, Roles: []Role{RoleSecurity}},
 		},
 		Misses: []MissPlan{
-			{Program: "canary", Cause: agent.CauseInterrupt, Pool: "web", From: 2, PerRound: 7},
-			{Program: "canary", Cause: agent.CausePreempted, Nodes: []string{"web-0001", "web-0002"}, From: 3, PerRound: 11},
+			// The host's watcher is refused (the web pool's misses stay
+			// unexplained, as recorded); 6.1's and 7.2's guests have one.
+			{Program: "canary", Cause: agent.CauseInterrupt, Pool: "batch", From: 2, PerRound: 7},
+			{Program: "canary", Cause: agent.CausePreempted, Nodes: []string{"infra-0001", "infra-0002"}, From: 3, PerRound: 11},
 			{Program: "canary", Cause: agent.CauseNested, Nodes: []string{"batch-0003"}, From: 1, PerRound: 5},
 		},
 	}

@@ -55,17 +55,14 @@ type node struct {
 	calib              []agent.Calibration
 	ledger             *ledger
 	// state
-	joined, left                int
-	restarts, exportErrors      int
-	lastExport                  int
-	stalled                     bool
-	degraded                    []string
-	noStats, noWatcher          bool
-	extraMiss                   []*MissPlan
-	upgraded                    map[string]string // program name -> tag after the upgrade
-	secPod, cniPod              *simPod
-	prevRunTime, prevRuns       map[uint64]uint64
-	nodeRunsLast, nodeMissesLst uint64
+	joined, left           int
+	restarts, exportErrors int
+	lastExport             int
+	stalled                bool
+	degraded               []string
+	noStats, noWatcher     bool
+	extraMiss              []*MissPlan
+	upgraded               map[string]string // program name -> tag after the upgrade
 }
 
 // rateOf is a template's runs per simulated second: recorded, else (an
@@ -227,10 +224,14 @@ func (n *node) snapshot(f *Fleet, now time.Time, grow map[uint64][3]uint64) (*ag
 		Stats:       agent.StatsState{Enabled: !n.noStats, HeldByAgent: !n.noStats, Mode: agent.StatsAlways, Counts: agent.CountsExact},
 		Scan:        n.rec.Scan,
 		Calibration: n.calib,
-		MissWatch:   agent.MissWatch{Available: !n.noWatcher, Slots: 4, Budget: 64, Symbols: "kallsyms"},
-		Degraded:    n.degraded,
+		// The watcher as the recorded kernel answered (an emulator's or
+		// a host's refusal included), unless the node is degraded.
+		MissWatch: agent.MissWatch{Available: n.rec.MissWatch.Available, Reason: n.rec.MissWatch.Reason, Slots: n.rec.MissWatch.Slots,
+			Budget: n.rec.MissWatch.Budget, Symbols: n.rec.MissWatch.Symbols},
+		Degraded: n.degraded,
 	}
 	if n.noWatcher {
+		s.MissWatch.Available = false
 		s.MissWatch.Reason = "not supported: perf_event_open of a hardware watchpoint on kernel memory: operation not permitted"
 	}
 	if n.noStats {
@@ -238,10 +239,7 @@ func (n *node) snapshot(f *Fleet, now time.Time, grow map[uint64][3]uint64) (*ag
 	}
 	s.Scan.Programs = len(n.progs)
 	insts := make([]instance, 0, len(n.progs))
-	type atSum struct {
-		st     agent.AttachTypeStat
-		misses bool
-	}
+	type atSum struct{ st agent.AttachTypeStat }
 	ats := map[string]*atSum{}
 	var order []string
 	secs := f.cfg.Interval.Seconds()
