@@ -67,7 +67,8 @@ type Config struct {
 	// Cluster is k8s.cluster.name (empty: none).
 	Cluster string
 	// PodChurn is the chance per node and round that one pod restarts
-	// (new pod, new program ids, same workload).
+	// (a new pod of the same workload: new uid, container, interface,
+	// program ids).
 	PodChurn float64
 	Misses   []MissPlan
 	// Parallel bounds the nodes exporting at once (default 4 × CPUs).
@@ -213,7 +214,7 @@ func (f *Fleet) addNode(ctx context.Context, p *Pool, round int) (*node, error) 
 		}
 	}
 	for range p.Pods {
-		n.startPod(f, boot, false)
+		n.startPod(f, nil, boot, false)
 	}
 	for _, mp := range f.cfg.Misses {
 		if (len(mp.Nodes) == 0 && mp.Pool == p.Name) || slices.Contains(mp.Nodes, name) {
@@ -280,8 +281,10 @@ func (f *Fleet) Round(ctx context.Context) error {
 			continue
 		}
 		if n.rng.Float64() < f.cfg.PodChurn {
-			n.stopPod(n.rng.IntN(len(n.pods)))
-			n.startPod(f, t0, true)
+			// The pod's controller makes a new one: new uid, container,
+			// interface and program ids, the same workload.
+			w := n.stopPod(n.rng.IntN(len(n.pods)))
+			n.startPod(f, w, t0, true)
 		}
 	}
 	// The simulator's own work, apart from the exporters' so a bench can

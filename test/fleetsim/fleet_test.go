@@ -3,7 +3,9 @@ package fleetsim
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -205,6 +207,7 @@ func fleetShort(t *testing.T, prom *backends.Prometheus, endpoint string) {
 	if tr := f.Truth(); before != float64(tr.Program(upgraded).Nodes) {
 		t.Fatalf("%v series of %s before the upgrade, the truth says %d nodes run it", before, upgraded, tr.Program(upgraded).Nodes)
 	}
+	created, fromRound := self(t, prom, "prometheus_tsdb_head_series_created_total"), f.Truth().Round
 	f.Upgrade(upgraded, "00c0ffee00c0ffee", 40)
 	for f.Upgraded(upgraded) < len(f.Nodes()) {
 		round()
@@ -213,6 +216,21 @@ func fleetShort(t *testing.T, prom *backends.Prometheus, endpoint string) {
 	matchTruth(t, prom, f.Truth())
 	if after := query(t, prom, seriesOf)[""]; after != before {
 		t.Errorf("the upgrade of %s on every node made %v series of it from %v: a reload must not start new series", upgraded, after, before)
+	}
+	// Nor did the pod restarts meanwhile: a pod restarts as its
+	// workload, whose series go on. The only new series the truth has are
+	// causes a node's program missed by for the first time: one
+	// bpf.program.recursion_misses series of its workload key, one
+	// bpf.attach_type.recursion_misses of its attach type (the canary is
+	// the one program that misses, so no other shares it).
+	newCauses := 0
+	for _, m := range f.Truth().Misses {
+		if m.FirstRound > fromRound {
+			newCauses++
+		}
+	}
+	if n := self(t, prom, "prometheus_tsdb_head_series_created_total") - created; n != float64(2*newCauses) {
+		t.Errorf("%v new series over the upgrade and pod restarts; the truth has %d causes first counted meanwhile, 2 series each", n, newCauses)
 	}
 
 	// Ten agents restart (counters start over), three nodes join, two
@@ -235,4 +253,35 @@ func fleetShort(t *testing.T, prom *backends.Prometheus, endpoint string) {
 	}
 	t.Logf("%d nodes, %d rounds in %v: %d programs, %d miss series; Prometheus holds the truth after each step",
 		tr.InFleet(), tr.Round, time.Since(start).Round(time.Second), len(tr.Programs), len(tr.Misses))
+}
+
+// self is one of Prometheus' own metrics, summed over its labels.
+func self(t testing.TB, prom *backends.Prometheus, name string) float64 {
+	t.Helper()
+	resp, err := httpGet("http://" + prom.Addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := 0.0
+	for _, line := range strings.Split(resp, "\n") {
+		if !strings.HasPrefix(line, name) || (len(line) > len(name) && line[len(name)] != ' ' && line[len(name)] != '{') {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		x, err := strconv.ParseFloat(line[i+1:], 64)
+		if err == nil {
+			v += x
+		}
+	}
+	return v
+}
+
+func httpGet(u string) (string, error) {
+	resp, err := http.Get(u)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
 }
