@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -51,6 +52,8 @@ func procStat(t testing.TB, pid int) (rss float64, cpu time.Duration) {
 
 type benchPhase struct {
 	rounds                      int
+	bpfSeries                   float64 // bpf_* series after the phase, less before
+	alerts                      string  // ALERTS firing after it, by name
 	wall, cpu, sim              time.Duration
 	samples, created            float64
 	requests, wire              int64
@@ -65,6 +68,11 @@ func measure(t *testing.T, f *Fleet, prom *backends.Prometheus, col *backends.Co
 	ctx := context.Background()
 	p := benchPhase{rounds: rounds}
 	s0, c0 := self(t, prom, "prometheus_tsdb_head_samples_appended_total"), self(t, prom, "prometheus_tsdb_head_series_created_total")
+	// The agents' series only: the rules' outputs and ALERTS are counted
+	// apart. OTLP writes no staleness markers, so a series stays in the
+	// 5-minute lookback and one that came in the phase shows here.
+	const bpfSeries = `count({__name__=~"bpf_.+"})`
+	b0 := query(t, prom, bpfSeries)[""]
 	_, colCPU0 := procStat(t, col.PID())
 	pc0 := self(t, prom, "process_cpu_seconds_total")
 	var q0, w0 int64
@@ -86,6 +94,13 @@ func measure(t *testing.T, f *Fleet, prom *backends.Prometheus, col *backends.Co
 	matchTruth(t, prom, f.Truth()) // settled: every export appended
 	p.samples = self(t, prom, "prometheus_tsdb_head_samples_appended_total") - s0
 	p.created = self(t, prom, "prometheus_tsdb_head_series_created_total") - c0
+	p.bpfSeries = query(t, prom, bpfSeries)[""] - b0
+	var firing []string
+	for name, v := range query(t, prom, `count by (alertname) (ALERTS{alertstate="firing"})`, "alertname") {
+		firing = append(firing, fmt.Sprintf("%s=%v", name, v))
+	}
+	slices.Sort(firing)
+	p.alerts = strings.Join(firing, " ")
 	p.headSeries = self(t, prom, "prometheus_tsdb_head_series")
 	p.promRSS = self(t, prom, "process_resident_memory_bytes")
 	p.promCPU = time.Duration((self(t, prom, "process_cpu_seconds_total") - pc0) * 1e9)
@@ -146,7 +161,6 @@ func TestBenchFleetSim(t *testing.T) {
 			r.seriesPerNode = r.steady.headSeries / float64(n)
 			f.Upgrade("on_tracepoint", "00c0ffee00c0ffee", max(1, n/5))
 			r.upgrade = measure(t, f, prom, col, 6, nil)
-			r.upgradeCreatedPerNode = r.upgrade.created / float64(n)
 			r.restart = measure(t, f, prom, col, 2, func(i int) {
 				if i == 0 {
 					if err := f.RestartAgents(ctx, f.Nodes()[:min(100, n)]...); err != nil {
@@ -165,6 +179,7 @@ func TestBenchFleetSim(t *testing.T) {
 				r.dropped += nt.ExportErrors
 			}
 			r.ruleEval = self(t, prom, "prometheus_rule_group_last_duration_seconds")
+			groups := ruleGroups(t, prom)
 			rows = append(rows, r)
 			st := r.steady
 			per := func(d time.Duration, p benchPhase) float64 {
@@ -178,8 +193,17 @@ func TestBenchFleetSim(t *testing.T) {
 				n, st.promCPU.Seconds()/float64(st.rounds)/(st.headSeries/1e6), r.ruleEval*1000)
 			t.Logf("BENCH fleetsim n=%d: exporters %.2f ms CPU per node export (simulator's own %.2f ms left out), round wall %.0f ms",
 				n, per(st.cpu-st.sim, st), per(st.sim, st), float64(st.wall.Milliseconds())/float64(st.rounds))
-			t.Logf("BENCH fleetsim n=%d: series created per node: %.2f in the rolling upgrade with pod churn (6 rounds), %.2f when 100 agents restarted at once, %.2f over a 5 min cut of pool batch (%d failed exports, counted)",
-				n, r.upgradeCreatedPerNode, r.restart.created/float64(n), r.cut.created/float64(n), r.dropped)
+			t.Logf("BENCH fleetsim n=%d: agent series new per node: %.2f in the rolling upgrade with pod churn (6 rounds), %.2f when 100 agents restarted at once, %.2f over a 5 min cut of pool batch (%d failed exports, counted), %.2f after it; all series created (rules' and ALERTS included): %.0f, %.0f, %.0f, %.0f",
+				n, r.upgrade.bpfSeries/float64(n), r.restart.bpfSeries/float64(n), r.cut.bpfSeries/float64(n), r.dropped, r.heal.bpfSeries/float64(n),
+				r.upgrade.created, r.restart.created, r.cut.created, r.heal.created)
+			t.Logf("BENCH fleetsim n=%d: alerts firing after steady: [%s]; upgrade: [%s]; restart: [%s]; cut: [%s]; healed: [%s]",
+				n, r.steady.alerts, r.upgrade.alerts, r.restart.alerts, r.cut.alerts, r.heal.alerts)
+			var gs []string
+			for g, v := range groups {
+				gs = append(gs, fmt.Sprintf("%s %.1f ms", g, v*1000))
+			}
+			slices.Sort(gs)
+			t.Logf("BENCH fleetsim n=%d: rule groups' last evaluation: %s", n, strings.Join(gs, ", "))
 		})
 	}
 	if len(rows) > 1 {
@@ -198,6 +222,29 @@ func TestBenchFleetSim(t *testing.T) {
 			a.n, b.n, (b.steady.colRSS-a.steady.colRSS)/1e6/float64(b.n-a.n)*100,
 			(b.steady.promRSS-a.steady.promRSS)/1e6/((b.steady.headSeries-a.steady.headSeries)/1e6), a.steady.headSeries, b.steady.headSeries)
 	}
+}
+
+// ruleGroups is each rule group's last evaluation time, from Prometheus'
+// /metrics.
+func ruleGroups(t testing.TB, prom *backends.Prometheus) map[string]float64 {
+	t.Helper()
+	body, err := httpGet("http://" + prom.Addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, "prometheus_rule_group_last_duration_seconds{") {
+			continue
+		}
+		_, g, _ := strings.Cut(line, `rule_group="`)
+		g, _, _ = strings.Cut(g, `"`)
+		i := strings.LastIndexByte(line, ' ')
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			out[g[strings.LastIndexByte(g, ';')+1:]] = v
+		}
+	}
+	return out
 }
 
 func hostCPU() string {
