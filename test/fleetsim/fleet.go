@@ -73,7 +73,9 @@ type Config struct {
 	Misses   []MissPlan
 	// Parallel bounds the nodes exporting at once (default 4 × CPUs).
 	Parallel int
-	// Timeout bounds one export (default 5 s).
+	// Timeout bounds one export (default 30 s, the SDK's export timeout):
+	// an export that timed out on the agent's side may still have reached
+	// the backend, and the truth would not know.
 	Timeout time.Duration
 }
 
@@ -114,7 +116,7 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 		cfg.Parallel = 4 * runtime.GOMAXPROCS(0)
 	}
 	if cfg.Timeout == 0 {
-		cfg.Timeout = 5 * time.Second
+		cfg.Timeout = 30 * time.Second
 	}
 	f := &Fleet{
 		cfg: cfg, byName: map[string]*node{}, pools: map[string]*Pool{}, recs: map[string]*agent.Snapshot{}, gates: map[string]*gate{},
