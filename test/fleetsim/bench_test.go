@@ -137,11 +137,11 @@ func TestBenchFleetSim(t *testing.T) {
 	}
 	t.Logf("BENCH fleetsim: %d CPUs, %s, %s", runtime.NumCPU(), time.Now().UTC().Format("2006-01-02"), hostCPU())
 	type row struct {
-		n                                    int
-		steady, upgrade, restart, cut, heal  benchPhase
-		ruleEval                             float64
-		seriesPerNode, upgradeCreatedPerNode float64
-		dropped                              int
+		n                                   int
+		steady, upgrade, restart, cut, heal benchPhase
+		ruleEval                            float64
+		seriesPerNode                       float64
+		dropped                             int
 	}
 	var rows []row
 	for _, n := range sizes {
@@ -175,9 +175,13 @@ func TestBenchFleetSim(t *testing.T) {
 			})
 			f.Cut("batch", false)
 			r.heal = measure(t, f, prom, col, 2, nil)
-			for _, nt := range f.Truth().Nodes {
+			tr := f.Truth()
+			for _, nt := range tr.Nodes {
 				r.dropped += nt.ExportErrors
 			}
+			// What the agents counted of it (bpf.agent.export.errors):
+			// nothing lost uncounted.
+			counted := query(t, prom, `sum `+fresh(`bpf_agent_export_errors_total{signal="metrics"}`, tr.RoundTimes[len(tr.RoundTimes)-1]))[""]
 			r.ruleEval = self(t, prom, "prometheus_rule_group_last_duration_seconds")
 			groups := ruleGroups(t, prom)
 			rows = append(rows, r)
@@ -196,6 +200,7 @@ func TestBenchFleetSim(t *testing.T) {
 			t.Logf("BENCH fleetsim n=%d: agent series new per node: %.2f in the rolling upgrade with pod churn (6 rounds), %.2f when 100 agents restarted at once, %.2f over a 5 min cut of pool batch (%d failed exports, counted), %.2f after it; all series created (rules' and ALERTS included): %.0f, %.0f, %.0f, %.0f",
 				n, r.upgrade.bpfSeries/float64(n), r.restart.bpfSeries/float64(n), r.cut.bpfSeries/float64(n), r.dropped, r.heal.bpfSeries/float64(n),
 				r.upgrade.created, r.restart.created, r.cut.created, r.heal.created)
+			t.Logf("BENCH fleetsim n=%d: after the cut Prometheus holds the truth; the agents counted %.0f failed exports in bpf.agent.export.errors, the fleet failed %d", n, counted, r.dropped)
 			t.Logf("BENCH fleetsim n=%d: alerts firing after steady: [%s]; upgrade: [%s]; restart: [%s]; cut: [%s]; healed: [%s]",
 				n, r.steady.alerts, r.upgrade.alerts, r.restart.alerts, r.cut.alerts, r.heal.alerts)
 			var gs []string
@@ -260,4 +265,100 @@ func hostCPU() string {
 		}
 	}
 	return "unknown CPU"
+}
+
+// vmSelf sums one of a VictoriaMetrics process' own metrics (a storage
+// node's, vmagent's) from its /metrics.
+func vmSelf(t testing.TB, addr, name string) float64 {
+	t.Helper()
+	body, err := httpGet("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := 0.0
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, name) || (len(line) > len(name) && line[len(name)] != ' ' && line[len(name)] != '{') {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if x, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			v += x
+		}
+	}
+	return v
+}
+
+// TestBenchFleetSimVM is the same fleet through the gateway Collector into
+// the replicated two-node VictoriaMetrics (vmagent writing to both storage
+// nodes, reads through vmauth): steady rounds, the rolling upgrade with pod
+// churn and 100 agents restarted at once, the truth checked on
+// VictoriaMetrics after each; the storage nodes' and vmagent's CPU and
+// memory.
+func TestBenchFleetSimVM(t *testing.T) {
+	sizes := []int{100, 300, 1000}
+	if s := os.Getenv("BPFLEET_FLEET_SIZES"); s != "" {
+		sizes = nil
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				t.Fatalf("BPFLEET_FLEET_SIZES=%q: %v", s, err)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	for _, n := range sizes {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			ctx := context.Background()
+			vm := backends.StartVictoriaMetrics(t, backends.VMConfig{Nodes: 2})
+			col := backends.StartGateway(t, nil, vm.OTLPEndpoint())
+			f, err := New(ctx, benchFleet("http://"+col.OTLPHTTP, n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close(ctx)
+			usage := func() (cpu, rss, agentCPU, agentRSS float64) {
+				for _, node := range vm.Nodes {
+					cpu += vmSelf(t, node.Addr, "process_cpu_seconds_total")
+					rss += vmSelf(t, node.Addr, "process_resident_memory_bytes")
+				}
+				return cpu, rss, vmSelf(t, vm.AgentAddr, "process_cpu_seconds_total"), vmSelf(t, vm.AgentAddr, "process_resident_memory_bytes")
+			}
+			const bpfSeries = `count({__name__=~"bpf_.+"})`
+			for range 2 {
+				if err := f.Round(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			matchTruth(t, vm, f.Truth())
+			cpu0, _, acpu0, _ := usage()
+			const rounds = 5
+			for range rounds {
+				if err := f.Round(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			matchTruth(t, vm, f.Truth())
+			cpu1, rss, acpu1, arss := usage()
+			series := query(t, vm, bpfSeries)[""]
+			t.Logf("BENCH fleetsim-vm n=%d: %.1f series/node; 2 storage nodes (replicated) %.2f ms CPU per node export together, RSS %.0f MB together (%.0f MB per million series per node); vmagent %.2f ms CPU per node export, %.0f MB RSS",
+				n, series/float64(n), (cpu1-cpu0)*1000/rounds/float64(n), rss/1e6, rss/2/1e6/(series/1e6), (acpu1-acpu0)*1000/rounds/float64(n), arss/1e6)
+			f.Upgrade("on_tracepoint", "00c0ffee00c0ffee", max(1, n/5))
+			for range 6 {
+				if err := f.Round(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := f.RestartAgents(ctx, f.Nodes()[:min(100, n)]...); err != nil {
+				t.Fatal(err)
+			}
+			for range 2 {
+				if err := f.Round(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			matchTruth(t, vm, f.Truth())
+			t.Logf("BENCH fleetsim-vm n=%d: after the rolling upgrade with pod churn and 100 agents restarted at once VictoriaMetrics holds the truth; agent series new per node %.2f",
+				n, (query(t, vm, bpfSeries)[""]-series)/float64(n))
+		})
+	}
 }
