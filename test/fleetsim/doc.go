@@ -10,7 +10,10 @@
 // k8s.node.name the node's name, os.version the recorded kernel's release,
 // PoolAttr its pool), Update with the node's scan each round, and
 // ForceFlush as the round's export over OTLP/HTTP (gzip), with the
-// resend rule (Config.ResendUnchanged) as the agent has it.
+// resend rule (Config.ResendUnchanged) as the agent has it. With
+// Config.Spans the nodes' miss episodes (opened where a program's misses
+// grow, closed after two quiet rounds, when the program unloads or the
+// agent stops) go out as the agent's spans (OTLP traces).
 //
 // A node runs its pool's program sets (Role): the recorded programs of
 // each role, per node (RoleBase, RoleSecurity: the security agent's LSM,
@@ -47,7 +50,7 @@
 // program's owner and the first round the cause grew (MissTruth); the
 // calibrated overhead per attach type by kernel and pool (OverheadTruth);
 // and each node's state, absent (left, or cut off), stalled or degraded,
-// with the reason (NodeTruth). Counters follow the workload level's rule
+// with the reason, and its episodes opened and closed (NodeTruth). Counters follow the workload level's rule
 // (exporter/METRICS.md): an agent restart starts a node's counters over,
 // and a program loaded before the agent started counts from its first
 // scan. Rates in a backend divide by wall time between rounds

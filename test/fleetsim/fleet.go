@@ -73,6 +73,10 @@ type Config struct {
 	Misses   []MissPlan
 	// Parallel bounds the nodes exporting at once (default 4 × CPUs).
 	Parallel int
+	// Spans makes the agents emit their miss episodes as spans (OTLP
+	// traces to Endpoint): opened and closed as the agent's episodes are
+	// (NodeTruth.EpisodesOpened, EpisodesClosed).
+	Spans bool
 	// Timeout bounds one export (default 30 s, the SDK's export timeout):
 	// an export that timed out on the agent's side may still have reached
 	// the backend, and the truth would not know.
@@ -190,7 +194,7 @@ func (f *Fleet) addNode(ctx context.Context, p *Pool, round int) (*node, error) 
 	rec := f.recs[p.Kernel]
 	n := &node{
 		name: name, pool: p.Name, kernel: rec.Kernel.Release, idx: len(f.nodes), rec: rec, tmpl: templates(rec),
-		roles: append([]Role{RoleBase}, p.Roles...), joined: round, left: -1, lastExport: -1,
+		roles: append([]Role{RoleBase}, p.Roles...), joined: round, spans: f.cfg.Spans, left: -1, lastExport: -1,
 		rng: rand.New(rand.NewPCG(f.seedOf(name), 1)), ledger: newLedger(), upgraded: map[string]string{},
 		overhead: map[string]float64{},
 	}
@@ -240,10 +244,14 @@ func (f *Fleet) addNode(ctx context.Context, p *Pool, round int) (*node, error) 
 func (f *Fleet) startAgent(ctx context.Context, n *node) error {
 	env := map[string]string{
 		"OTEL_TRACES_EXPORTER":        "none",
+		"OTEL_BSP_SCHEDULE_DELAY":     "200",
 		"OTEL_RESOURCE_ATTRIBUTES":    PoolAttr + "=" + n.pool,
 		"OTEL_EXPORTER_OTLP_TIMEOUT":  fmt.Sprint(f.cfg.Timeout.Milliseconds()),
 		"OTEL_METRIC_EXPORT_TIMEOUT":  fmt.Sprint(f.cfg.Timeout.Milliseconds()),
 		"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+	}
+	if f.cfg.Spans {
+		env["OTEL_TRACES_EXPORTER"] = "otlp"
 	}
 	var o config.OTel
 	if g := f.gates[n.pool]; g != nil {
@@ -398,6 +406,7 @@ func (f *Fleet) RestartAgents(ctx context.Context, names ...string) error {
 			defer wg.Done()
 			defer func() { <-sem }()
 			sctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
+			n.endEpisodes(sctx)
 			_ = n.exp.Shutdown(sctx)
 			cancel()
 			err := f.startAgent(ctx, n)
@@ -444,6 +453,7 @@ func (f *Fleet) Leave(ctx context.Context, names ...string) error {
 			return fmt.Errorf("fleetsim: leave: no node %q in the fleet", name)
 		}
 		sctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
+		n.endEpisodes(sctx)
 		_ = n.exp.Shutdown(sctx)
 		cancel()
 		n.left = f.round
@@ -541,6 +551,7 @@ func (f *Fleet) stepUpgrade(u *upgrade, now time.Time) {
 		}
 		n.progs = kept
 		for _, old := range reload {
+			n.vanished(old)
 			if old.pod != nil {
 				old.pod.progs = slices.DeleteFunc(old.pod.progs, func(x *simProg) bool { return x == old })
 			}
@@ -556,7 +567,8 @@ func (f *Fleet) Truth() *Truth {
 	overhead := map[string]map[string]float64{}
 	for _, n := range f.nodes {
 		nt := NodeTruth{Name: n.name, Pool: n.pool, Kernel: n.kernel, State: StateUp, Programs: len(n.progs),
-			Restarts: n.restarts, ExportErrors: n.exportErrors, LastExport: n.lastExport, Joined: n.joined, Left: n.left}
+			Restarts: n.restarts, ExportErrors: n.exportErrors, LastExport: n.lastExport, Joined: n.joined, Left: n.left,
+			EpisodesOpened: n.episodesOpened, EpisodesClosed: n.episodesClosed}
 		g := f.gates[n.pool]
 		switch {
 		case n.left >= 0:

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/exporter"
 	"github.com/bpfleet/bpfleet/test/backends"
 )
 
@@ -31,7 +32,7 @@ const (
 func shortFleet(endpoint string, nodes int) Config {
 	q := nodes / 4
 	return Config{
-		Seed: 45, Endpoint: endpoint, PodChurn: 0.2,
+		Seed: 45, Endpoint: endpoint, PodChurn: 0.2, Spans: true,
 		Pools: []Pool{
 			{Name: "web", Kernel: kernel618, Nodes: nodes - 3*q, Roles: []Role{RoleCNI, RoleRunc, RoleSecurity}, Pods: 3},
 			{Name: "batch", Kernel: kernel72, Nodes: q, Roles: []Role{RoleSecurity}},
@@ -190,13 +191,43 @@ func mapsKeys(ms ...map[string]float64) func(func(string) bool) {
 func TestFleetShort(t *testing.T) {
 	prom := backends.StartPrometheus(t)
 	vm := backends.StartVictoriaMetrics(t, backends.VMConfig{Nodes: 2})
-	col := backends.StartGateway(t, backends.StartJaeger(t), prom.OTLPEndpoint(), vm.OTLPEndpoint())
-	fleetShort(t, prom, []store{vm}, "http://"+col.OTLPHTTP)
+	jg := backends.StartJaeger(t)
+	col := backends.StartGateway(t, jg, prom.OTLPEndpoint(), vm.OTLPEndpoint())
+	tr := fleetShort(t, prom, []store{vm}, "http://"+col.OTLPHTTP)
+
+	// The miss episodes' spans, in Jaeger as the truth counts them: one
+	// when an episode opens, one when it closes (its agent stopped, here).
+	var opened, closed int
+	for _, n := range tr.Nodes {
+		opened += n.EpisodesOpened
+		closed += n.EpisodesClosed
+	}
+	var last string
+	err := backends.Eventually(60*time.Second, func() error {
+		spans, err := jg.Spans(context.Background(), "bpfleet-agent", nil)
+		if err != nil {
+			return err
+		}
+		by := map[string]int{}
+		for _, s := range spans {
+			by[s.OperationName]++
+		}
+		if by[exporter.OpenSpanName] != opened || by[exporter.SpanName] != closed {
+			last = fmt.Sprintf("%d %s and %d %s spans, the truth has %d episodes opened and %d closed",
+				by[exporter.OpenSpanName], exporter.OpenSpanName, by[exporter.SpanName], exporter.SpanName, opened, closed)
+			return fmt.Errorf("%s", last)
+		}
+		return nil
+	})
+	if err != nil || opened == 0 || closed == 0 {
+		t.Fatalf("Jaeger: %s (%v)", last, err)
+	}
+	t.Logf("Jaeger holds the %d opened and %d closed episodes' spans", opened, closed)
 }
 
 // fleetShort runs the short fleet into endpoint, whose metrics end in prom
 // and in the other stores.
-func fleetShort(t *testing.T, prom *backends.Prometheus, others []store, endpoint string) {
+func fleetShort(t *testing.T, prom *backends.Prometheus, others []store, endpoint string) *Truth {
 	stores := append([]store{prom}, others...)
 	match := func(tr *Truth) {
 		t.Helper()
@@ -278,6 +309,7 @@ func fleetShort(t *testing.T, prom *backends.Prometheus, others []store, endpoin
 	}
 	t.Logf("%d nodes, %d rounds in %v: %d programs, %d miss series; %d stores hold the truth after each step",
 		tr.InFleet(), tr.Round, time.Since(start).Round(time.Second), len(tr.Programs), len(tr.Misses), len(stores))
+	return tr
 }
 
 // self is one of Prometheus' own metrics, summed over its labels.

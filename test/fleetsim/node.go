@@ -1,6 +1,7 @@
 package fleetsim
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -28,6 +29,94 @@ type simProg struct {
 	causes                       agent.MissCauses // since the agent first saw it
 	seenBy                       int              // agent incarnation that saw it last
 	entry                        *agent.ProgramStat
+	// ep is the program's open miss episode (nil: none), quiet the
+	// rounds since its misses last grew.
+	ep    *agent.Episode
+	quiet int
+}
+
+// quietRounds closes an episode after that many rounds without misses,
+// as the agent with QuietIntervals 2.
+const quietRounds = 2
+
+// episode moves sp's miss episode by one round with gr's growth at now:
+// opened where the misses grew, closed (returned) after quietRounds
+// without.
+func (n *node) episode(sp *simProg, e *agent.ProgramStat, gr [3]uint64, dc agent.MissCauses, now time.Time, secs float64) (closed *agent.Episode) {
+	if gr[2] == 0 {
+		if sp.ep == nil {
+			return nil
+		}
+		if sp.quiet++; sp.quiet < quietRounds {
+			return nil
+		}
+		ep := *sp.ep
+		ep.Open, ep.Reason = false, "quiet"
+		sp.ep = nil
+		n.episodesClosed++
+		return &ep
+	}
+	sp.quiet = 0
+	if sp.ep == nil {
+		sp.ep = &agent.Episode{
+			Source: agent.SourceRecursionMisses, ProgID: e.ID, ProgName: e.Name, ProgTag: e.Tag, ProgType: e.Type,
+			AttachType: e.AttachType, AttachTarget: e.AttachTarget, Sleepable: e.Sleepable, Kind: e.MissKind,
+			Start: now.Add(-time.Duration(secs * float64(time.Second))), Open: true,
+		}
+		n.episodesOpened++
+	}
+	ep := *sp.ep // a new value each round: snapshots are never written
+	ep.End = now
+	ep.Misses += gr[2]
+	ep.Runs += gr[0]
+	rate := float64(gr[2]) / secs
+	ep.PeakRate = max(ep.PeakRate, rate)
+	ep.Causes.Plus(dc)
+	ep.Intervals = append(append([]agent.EpisodeInterval(nil), ep.Intervals...), agent.EpisodeInterval{Time: now, Misses: gr[2], Runs: gr[0], Rate: rate})
+	if len(ep.Intervals) > agent.MaxEpisodeIntervals {
+		ep.Truncated += len(ep.Intervals) - agent.MaxEpisodeIntervals
+		ep.Intervals = ep.Intervals[len(ep.Intervals)-agent.MaxEpisodeIntervals:]
+	}
+	sp.ep = &ep
+	return nil
+}
+
+// vanished closes sp's open episode: its program unloaded.
+func (n *node) vanished(sp *simProg) {
+	if sp.ep == nil {
+		return
+	}
+	ep := *sp.ep
+	ep.Open, ep.Reason = false, "vanished"
+	n.closing = append(n.closing, ep)
+	n.episodesClosed++
+	sp.ep = nil
+}
+
+// endEpisodes ends the open episodes as the agent does when it stops
+// (Exporter.EndEpisodes: closed spans, "shutdown").
+func (n *node) endEpisodes(ctx context.Context) {
+	eps := n.openEpisodes()
+	if len(eps) == 0 {
+		return
+	}
+	n.exp.EndEpisodes(ctx, eps)
+	n.episodesClosed += len(eps)
+	for _, sp := range n.progs {
+		sp.ep, sp.quiet = nil, 0
+	}
+}
+
+// openEpisodes are the node's open episodes (for EndEpisodes when its
+// agent stops).
+func (n *node) openEpisodes() []agent.Episode {
+	var out []agent.Episode
+	for _, sp := range n.progs {
+		if sp.ep != nil {
+			out = append(out, *sp.ep)
+		}
+	}
+	return out
 }
 
 type simPod struct {
@@ -42,6 +131,7 @@ type node struct {
 	rec                *agent.Snapshot
 	tmpl               map[Role][]*agent.ProgramStat
 	roles              []Role
+	spans              bool // episodes, as spans
 	rng                *rand.Rand
 	factor             float64 // the node's load
 	progs              []*simProg
@@ -63,6 +153,10 @@ type node struct {
 	noStats, noWatcher     bool
 	extraMiss              []*MissPlan
 	upgraded               map[string]string // program name -> tag after the upgrade
+	// closing are episodes of programs that unloaded, for the next scan;
+	// episodesOpened and episodesClosed count the spans the agent emits.
+	closing                        []agent.Episode
+	episodesOpened, episodesClosed int
 }
 
 // rateOf is a template's runs per simulated second: recorded, else (an
@@ -151,6 +245,7 @@ func (n *node) stopPod(i int) *[3]string {
 	gone := map[*simProg]bool{}
 	for _, sp := range p.progs {
 		gone[sp] = true
+		n.vanished(sp)
 	}
 	kept := n.progs[:0]
 	for _, sp := range n.progs {
@@ -242,6 +337,8 @@ func (n *node) snapshot(f *Fleet, now time.Time, grow map[uint64][3]uint64) (*ag
 		s.Stats.Mode = agent.StatsOff
 	}
 	s.Scan.Programs = len(n.progs)
+	s.Episodes = append(s.Episodes, n.closing...)
+	n.closing = nil
 	insts := make([]instance, 0, len(n.progs))
 	type atSum struct{ st agent.AttachTypeStat }
 	ats := map[string]*atSum{}
@@ -309,8 +406,16 @@ func (n *node) snapshot(f *Fleet, now time.Time, grow map[uint64][3]uint64) (*ag
 					}
 				}
 			}
+			if n.spans && sp.tmpl.RecursionMisses != nil {
+				if ep := n.episode(sp, e, gr, e.DeltaCauses, now, secs); ep != nil {
+					s.Episodes = append(s.Episodes, *ep)
+				}
+			}
 		} else {
 			e.New = true
+		}
+		if sp.ep != nil {
+			s.Episodes = append(s.Episodes, *sp.ep)
 		}
 		sp.entry = e
 		s.Programs = append(s.Programs, e)

@@ -52,6 +52,10 @@ type NodeTruth struct {
 	Restarts, ExportErrors, LastExport int
 	// Joined and Left are rounds (Left -1 while in the fleet).
 	Joined, Left int
+	// EpisodesOpened and EpisodesClosed count the node's miss episodes
+	// (Config.Spans): the agent emits a span when one opens and another
+	// when it closes (quiet, its program unloaded, or the agent stopped).
+	EpisodesOpened, EpisodesClosed int
 }
 
 // Counts are a program's workload-level counters, with the last round's
