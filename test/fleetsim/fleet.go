@@ -489,7 +489,8 @@ func (f *Fleet) Stall(on bool, names ...string) error {
 }
 
 // Degrade makes the named nodes' agents blind from the next round: with
-// noStats the kernel refused run-time stats (no run counts or run time),
+// noStats the kernel refused run-time stats (the agent asked, --stats
+// always; the kernel counts no runs or run time from then, misses still),
 // with noWatcher the miss watcher (every miss unexplained).
 func (f *Fleet) Degrade(noStats, noWatcher bool, names ...string) error {
 	for _, name := range names {

@@ -302,8 +302,35 @@ func fleetShort(t *testing.T, prom *backends.Prometheus, others []store, endpoin
 	}
 	round()
 	round()
+	match(f.Truth())
+
+	// One agent stalls (exports, no scans), one is refused run-time
+	// stats: the stores still hold the truth, and show each as it is.
+	scans := `sum by (k8s_node_name) (bpf_agent_scans_total{k8s_node_name=~"web-0005|batch-0001"})`
+	scans0 := query(t, prom, scans, "k8s_node_name")
+	if err := f.Stall(true, "web-0005"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Degrade(true, false, "batch-0001"); err != nil {
+		t.Fatal(err)
+	}
+	round()
+	round()
 	tr := f.Truth()
 	match(tr)
+	if st, dg := tr.Node("web-0005"), tr.Node("batch-0001"); st.State != StateStalled || dg.State != StateDegraded {
+		t.Fatalf("the truth has web-0005 %s and batch-0001 %s, want stalled and degraded", st.State, dg.State)
+	}
+	for _, s := range stores {
+		after := query(t, s, scans, "k8s_node_name")
+		if after["web-0005"] != scans0["web-0005"] || after["batch-0001"] != scans0["batch-0001"]+2 {
+			t.Errorf("%s: scans of the stalled web-0005 %v then %v (want unchanged), of batch-0001 %v then %v (want 2 more)",
+				storeName(s), scans0["web-0005"], after["web-0005"], scans0["batch-0001"], after["batch-0001"])
+		}
+		if got := query(t, s, `sum by (k8s_node_name) (bpf_agent_stats_enabled == 0)`, "k8s_node_name"); len(got) != 1 || got["batch-0001"] != 0 {
+			t.Errorf("%s: nodes with run-time stats off %v, want batch-0001 alone", storeName(s), got)
+		}
+	}
 	if len(tr.Misses) == 0 || tr.InFleet() != 101 {
 		t.Fatalf("the fleet is not what the test set up: %d miss series, %d nodes", len(tr.Misses), tr.InFleet())
 	}

@@ -295,6 +295,9 @@ func (n *node) advance(round int) map[uint64][3]uint64 {
 	g := make(map[uint64][3]uint64, len(n.progs))
 	for _, sp := range n.progs {
 		runs := sp.runs
+		if n.noStats {
+			runs = 0 // run-time stats off: the kernel counts no runs, misses still
+		}
 		t := runs * sp.nsPerRun
 		m := sp.misses
 		var add agent.MissCauses
@@ -334,7 +337,9 @@ func (n *node) snapshot(f *Fleet, now time.Time, grow map[uint64][3]uint64) (*ag
 		s.MissWatch.Reason = "not supported: perf_event_open of a hardware watchpoint on kernel memory: operation not permitted"
 	}
 	if n.noStats {
-		s.Stats.Mode = agent.StatsOff
+		// --stats=always, and the kernel said no: the agent holds no
+		// stats fd, and the kernel counts no runs (advance).
+		s.Stats.Error = "BPF_ENABLE_STATS: operation not permitted"
 	}
 	s.Scan.Programs = len(n.progs)
 	s.Episodes = append(s.Episodes, n.closing...)
@@ -357,9 +362,6 @@ func (n *node) snapshot(f *Fleet, now time.Time, grow map[uint64][3]uint64) (*ag
 		e := &agent.ProgramStat{Program: sp.tmpl.Program, New: sp.entry == nil}
 		e.ID, e.Tag, e.LoadTime = sp.id, sp.tag, sp.loadTime
 		e.RunCount, e.RunTimeNs = sp.runCnt, sp.runTimeNs
-		if n.noStats {
-			e.RunCount, e.RunTimeNs = 0, 0
-		}
 		e.Owners = n.owners(sp, r)
 		e.Links = nil
 		for _, l := range sp.tmpl.Links {
@@ -390,9 +392,6 @@ func (n *node) snapshot(f *Fleet, now time.Time, grow map[uint64][3]uint64) (*ag
 		}
 		if sp.entry != nil && !newToAgent {
 			e.Delta = agent.Rates{Runs: gr[0], RunTimeNs: gr[1], Misses: gr[2]}
-			if n.noStats {
-				e.Delta.Runs, e.Delta.RunTimeNs = 0, 0
-			}
 			e.Delta.RunsPerSec = float64(e.Delta.Runs) / secs
 			e.Delta.MissesPerSec = float64(e.Delta.Misses) / secs
 			if e.Delta.Runs > 0 {
