@@ -129,3 +129,45 @@ func TestTruthSums(t *testing.T) {
 		t.Errorf("with b's program unloaded: %d nodes, %d runs; want 1, 30", p.Nodes, p.Runs)
 	}
 }
+
+func TestEpisodes(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		misses         []uint64 // per round
+		opened, closed int
+		open           bool
+		epMisses       uint64 // of the last episode, open or closed
+	}{
+		{name: "no misses, no episode", misses: []uint64{0, 0, 0}},
+		{name: "opens on the first miss", misses: []uint64{0, 3, 4}, opened: 1, open: true, epMisses: 7},
+		{name: "one quiet round keeps it open", misses: []uint64{3, 0, 2}, opened: 1, open: true, epMisses: 5},
+		{name: "two quiet rounds close it", misses: []uint64{3, 1, 0, 0}, opened: 1, closed: 1, epMisses: 4},
+		{name: "a new one after", misses: []uint64{3, 0, 0, 5}, opened: 2, closed: 1, open: true, epMisses: 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := &node{}
+			sp := &simProg{}
+			e := &agent.ProgramStat{}
+			var last *agent.Episode
+			now := time.Unix(1e9, 0)
+			for _, m := range tc.misses {
+				now = now.Add(10 * time.Second)
+				if ep := n.episode(sp, e, [3]uint64{10, 100, m}, agent.MissCauses{Unexplained: m}, now, 10); ep != nil {
+					last = ep
+					if ep.Open || ep.Reason != "quiet" {
+						t.Errorf("closed episode open=%v reason %q", ep.Open, ep.Reason)
+					}
+				}
+				if sp.ep != nil {
+					last = sp.ep
+				}
+			}
+			if n.episodesOpened != tc.opened || n.episodesClosed != tc.closed || (sp.ep != nil) != tc.open {
+				t.Errorf("opened %d, closed %d, open %v; want %d, %d, %v", n.episodesOpened, n.episodesClosed, sp.ep != nil, tc.opened, tc.closed, tc.open)
+			}
+			if tc.epMisses > 0 && (last == nil || last.Misses != tc.epMisses || last.Causes.Sum() != tc.epMisses) {
+				t.Errorf("last episode %+v, want %d misses (causes adding up)", last, tc.epMisses)
+			}
+		})
+	}
+}
