@@ -101,6 +101,12 @@ if selected fleet; then
 	go test -tags bench -count=1 -timeout 40m -run 'TestBenchFleetSim' -v ./test/fleetsim | grep -E 'BENCH|FAIL|ok'
 fi
 
+if selected vmfaults; then
+	section "vmfaults: a storage node of the replicated VictoriaMetrics killed for 60s, the gateway Collector restarted; one real agent, the canary's misses as the truth"
+	# BPFLEET_BENCH_OUTAGE sets the storage node's outage (default 60s).
+	go test -tags bench -count=1 -timeout 15m -run 'TestBenchVMFaults' -v ./exporter/e2e | grep -E 'BENCH|FAIL|ok'
+fi
+
 if selected scale; then
 	section "scale: one real bpfleet agent at 1,000, 3,000 and 10,000 programs (a mix of unattached, cgroup, tcx and XDP programs) with 3 maps each, defaults, into a real Prometheus: scan times, CPU per program per scan, RSS, series and bytes per export"
 	# BPFLEET_BENCH_SCALE=1000,3000,10000 picks the sizes, BPFLEET_BENCH_WINDOW

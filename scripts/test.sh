@@ -17,7 +17,7 @@ scripts/install-deps.sh
 # cold run: build them in the background while the static checks, the host
 # tests that need no backend and the kernel matrix run, and wait for them
 # only where needed.
-step "backends: Prometheus, promtool, Jaeger, the Collector, etcd, kube-apiserver, kube-node, containerd (built once, cached; in the background)"
+step "backends: Prometheus, promtool, Jaeger, the Collector, etcd, kube-apiserver, kube-node, containerd, VictoriaMetrics (built once, cached; in the background)"
 backends_log=$(mktemp)
 scripts/build-backends.sh >"$backends_log" 2>&1 &
 backends_pid=$!

@@ -130,10 +130,11 @@ func TestPrometheusScrape(t *testing.T) {
 }
 
 // checkDashboards runs every panel query of the dashboards the chart ships
-// (charts/bpfleet/dashboards, as committed) against prom, with the template
-// variables set as Grafana would for the node, and wants data from each,
-// except queries of the metrics in absent (name → why this run has none).
-func checkDashboards(t *testing.T, prom *backends.Prometheus, node string, absent map[string]string) {
+// (charts/bpfleet/dashboards, as committed) against prom (Prometheus or
+// VictoriaMetrics), with the template variables set as Grafana would for
+// the node, and wants data from each, except queries of the metrics in
+// absent (name → why this run has none).
+func checkDashboards(t *testing.T, prom querier, node string, absent map[string]string) {
 	t.Helper()
 	files, err := filepath.Glob("../../charts/bpfleet/dashboards/*.json")
 	if err != nil || len(files) == 0 {

@@ -16,12 +16,15 @@ import (
 	"github.com/bpfleet/bpfleet/test/canary/canarytest"
 )
 
-// store is one of the two stores a fleet's gateway writes to, by name.
+// querier is a store's (or one storage node's) query API.
+type querier interface {
+	Query(context.Context, string) ([]backends.Sample, error)
+}
+
+// store is one of the stores a fleet's gateway writes to, by name.
 type store struct {
 	name string
-	q    interface {
-		Query(context.Context, string) ([]backends.Sample, error)
-	}
+	q    querier
 }
 
 // The fleet's shape at scale (metrics only: Jaeger's spans are
@@ -32,9 +35,11 @@ type store struct {
 // from each storage node), the kernel's miss count among them, the
 // calibration recording rule (a target_info join on Prometheus, resource
 // labels on VictoriaMetrics) holds on both, and both fire the same
-// recursion-miss alert on the canary's genuine misses.
+// recursion-miss alert on the canary's genuine misses; every dashboard
+// panel has data on VictoriaMetrics.
 func TestAgentIntoBothStores(t *testing.T) {
 	c, id := canarytest.Load(t)
+	holdHashMap(t) // for the dashboards' map panels
 	rules := []string{filepath.Join("..", "..", "charts", "bpfleet", "files", "bpfleet.rules.yaml")}
 	start := time.Now()
 	prom := backends.StartPrometheusWithRules(t, rules)
@@ -129,6 +134,9 @@ func TestAgentIntoBothStores(t *testing.T) {
 		t.Errorf("vmalert has %d firing BPFProgramRecursionMisses alerts for the canary on %s, want 1: %+v", firing, node, as)
 	}
 	t.Logf("both stores fire BPFProgramRecursionMisses on the canary, %v after the backends were up", time.Since(start).Round(time.Millisecond))
+	// Every panel of the shipped dashboards has data on VictoriaMetrics
+	// too (TestAgentThroughCollector checks them on Prometheus).
+	checkDashboards(t, vm, node, nil)
 	agent.stop(t)
 }
 
