@@ -1,6 +1,8 @@
 package fleetsim
 
 import (
+	"context"
+	"reflect"
 	"testing"
 	"time"
 
@@ -169,5 +171,46 @@ func TestEpisodes(t *testing.T) {
 				t.Errorf("last episode %+v, want %d misses (causes adding up)", last, tc.epMisses)
 			}
 		})
+	}
+}
+
+// TestSeed: the same seed gives the same fleet and truth, round after
+// round (pod churn, an upgrade, restarts included); another seed another.
+func TestSeed(t *testing.T) {
+	run := func(seed uint64) *Truth {
+		ctx := context.Background()
+		cfg := shortFleet("", 20) // no endpoint: the exporters export nothing
+		cfg.Seed = seed
+		f, err := New(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close(ctx)
+		for i := range 6 {
+			switch i {
+			case 1:
+				f.Upgrade("on_tracepoint", "00c0ffee00c0ffee", 5)
+			case 3:
+				if err := f.RestartAgents(ctx, f.Nodes()[:4]...); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := f.Round(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tr := f.Truth()
+		tr.RoundTimes = nil
+		return tr
+	}
+	a, b, c := run(1), run(1), run(2)
+	if !reflect.DeepEqual(a, b) {
+		t.Error("two fleets of the same seed differ")
+	}
+	if reflect.DeepEqual(a, c) {
+		t.Error("fleets of seeds 1 and 2 are the same: the seed is not used")
+	}
+	if a.Program("on_tracepoint") == nil || a.Program("on_tracepoint").Runs == 0 {
+		t.Fatal("the fleet ran nothing: the test is blind")
 	}
 }
