@@ -1,0 +1,247 @@
+// Package fleetquery holds the PromQL of the fleet's questions — which
+// programs cost the most, which miss and why, what each attach type costs
+// per kernel and node pool, which agents are absent or blind — in one
+// place: `bpfleet fleet` runs them against any Prometheus-compatible query
+// API and exporter/dashboards puts the same strings in the fleet
+// dashboard. It is a leaf (it imports nothing of ours) so that the
+// dashboards need not import cmd, nor the CLI the exporter.
+//
+// The metric names are those the OTLP receiver gives exporter/METRICS.md's
+// names (a test holds them to exporter.PrometheusName). Node facts
+// (os_version, the node pool) are resource attributes, reached as the
+// alert rules reach them: through target_info, joined on (job, instance),
+// the newest per node.
+package fleetquery
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Metric names: Prometheus' names for exporter/METRICS.md's metrics (the
+// OTel name in each comment).
+const (
+	RunTime        = "bpf_program_run_time_seconds_total" // bpf.program.run.time
+	RunCount       = "bpf_program_run_count_total"        // bpf.program.run.count
+	Misses         = "bpf_program_recursion_misses_total" // bpf.program.recursion_misses
+	Overhead       = "bpf_attach_type_overhead_seconds"   // bpf.attach_type.overhead
+	Scans          = "bpf_agent_scans_total"              // bpf.agent.scans
+	Shutdown       = "bpf_agent_shutdown"                 // bpf.agent.shutdown
+	StatsEnabled   = "bpf_agent_stats_enabled"            // bpf.agent.stats.enabled
+	StatsMode      = "bpf_agent_stats_mode"               // bpf.agent.stats.mode
+	WatchAvailable = "bpf_agent_misswatch_available"      // bpf.agent.misswatch.available
+	ScanErrors     = "bpf_agent_scan_errors_total"        // bpf.agent.scan.errors
+	Dropped        = "bpf_agent_programs_dropped"         // bpf.agent.programs.dropped
+	TargetInfo     = "target_info"                        // the OTLP resource
+)
+
+// OTelNames maps each metric above to its name in exporter/METRICS.md.
+var OTelNames = map[string]string{
+	RunTime:        "bpf.program.run.time",
+	RunCount:       "bpf.program.run.count",
+	Misses:         "bpf.program.recursion_misses",
+	Overhead:       "bpf.attach_type.overhead",
+	Scans:          "bpf.agent.scans",
+	Shutdown:       "bpf.agent.shutdown",
+	StatsEnabled:   "bpf.agent.stats.enabled",
+	StatsMode:      "bpf.agent.stats.mode",
+	WatchAvailable: "bpf.agent.misswatch.available",
+	ScanErrors:     "bpf.agent.scan.errors",
+	Dropped:        "bpf.agent.programs.dropped",
+}
+
+// Labels the answers are keyed by.
+const (
+	Program    = "bpf_program_name"
+	AttachType = "bpf_attach_type"
+	Cause      = "bpf_miss_cause"
+	Kernel     = "os_version"
+	Instance   = "instance"
+	Job        = "job"
+	Namespace  = "k8s_namespace_name"
+	WlKind     = "k8s_workload_kind"
+	WlName     = "k8s_workload_name"
+	Pod        = "k8s_pod_name"
+	StatsModeL = "bpf_stats_mode"
+)
+
+// DefaultJob matches the agents' job: service.name bpfleet-agent, with or
+// without a service.namespace in front (as the alert rules match it).
+const DefaultJob = `(.+/)?bpfleet-agent`
+
+// DefaultPoolLabel is the target_info label naming a node's pool: the
+// resource attribute k8s.node.pool, which the chart's
+// OTEL_RESOURCE_ATTRIBUTES (or the node's own) sets; there is no semantic
+// convention for it.
+const DefaultPoolLabel = "k8s_node_pool"
+
+// Params are what every question is asked over. The strings are PromQL
+// as written: the CLI gives durations ("3600s"), the dashboard Grafana's
+// variables.
+type Params struct {
+	// Sel is the label matchers every selector carries, e.g.
+	// job=~"(.+/)?bpfleet-agent".
+	Sel string
+	// Range is how far back the questions look (increase, last seen).
+	Range string
+	// Window is the recent past the per-node states are judged over
+	// (stalled, no stats, no watcher) and the sliding window "since when"
+	// looks for a miss in: at least two exports of an agent (30 s apart
+	// at most for a series that did not move).
+	Window string
+	// Step is the resolution of "since when" and "last seen".
+	Step string
+	// Pool is the target_info label naming the node pool.
+	Pool string
+}
+
+// JobSel is the matcher of an agents' job regex.
+func JobSel(job string) string { return fmt.Sprintf("job=~%q", job) }
+
+func (p Params) sel(m string) string { return m + "{" + p.Sel + "}" }
+
+// key is what a program is across the fleet: its name and attach type,
+// which survive reloads and agree between nodes (the workload level's
+// name drops per-instance suffixes).
+const key = Program + ", " + AttachType
+
+// TopCPU is each program's run time per second across the fleet, in CPUs.
+func (p Params) TopCPU() string {
+	return fmt.Sprintf("sum by (%s) (rate(%s[%s]))", key, p.sel(RunTime), p.Range)
+}
+
+// TopRuns is each program's runs per second across the fleet.
+func (p Params) TopRuns() string {
+	return fmt.Sprintf("sum by (%s) (rate(%s[%s]))", key, p.sel(RunCount), p.Range)
+}
+
+// TopMisses is each program's misses in the range by cause.
+func (p Params) TopMisses() string {
+	return fmt.Sprintf("sum by (%s, %s) (increase(%s[%s]))", key, Cause, p.sel(Misses), p.Range)
+}
+
+// TopNodes is how many nodes ran each program in the range (a series of
+// its runs or of its misses: the latter is there with stats off).
+func (p Params) TopNodes() string {
+	return fmt.Sprintf("count by (%s) (group by (%s, %s) (last_over_time(%s[%s])) or group by (%s, %s) (last_over_time(%s[%s])))",
+		key, Instance, key, p.sel(RunCount), p.Range, Instance, key, p.sel(Misses), p.Range)
+}
+
+// TopWorst is, per program, the node where one run cost the most (run
+// time / runs over the range), in seconds per run.
+func (p Params) TopWorst() string {
+	return fmt.Sprintf("topk by (%s) (1, sum by (%s, %s) (rate(%s[%s])) / sum by (%s, %s) (rate(%s[%s])) > 0)",
+		key, Instance, key, p.sel(RunTime), p.Range, Instance, key, p.sel(RunCount), p.Range)
+}
+
+// missWhere is the owner the miss series carry: the workload (workload
+// and program levels) and the pod (program level only).
+const missWhere = Namespace + ", " + WlKind + ", " + WlName + ", " + Pod
+
+// MissesByNode is every program that missed in the range, per node,
+// cause and owner.
+func (p Params) MissesByNode() string {
+	return fmt.Sprintf("sum by (%s, %s, %s, %s) (increase(%s[%s])) > 0", Instance, key, Cause, missWhere, p.sel(Misses), p.Range)
+}
+
+// MissesSince is, per node, program and cause, the first time in the
+// range a Window ending then held a miss: when it began missing, to a
+// Step.
+func (p Params) MissesSince() string {
+	return fmt.Sprintf("min_over_time(timestamp(sum by (%s, %s, %s) (increase(%s[%s])) > 0)[%s:%s])",
+		Instance, key, Cause, p.sel(Misses), p.Window, p.Range, p.Step)
+}
+
+// nodeInfo is 1 per node with its kernel and pool from the newest
+// target_info the node sent in the range (after a kernel upgrade the old
+// one still has samples: joining both would be a many-to-one error).
+func (p Params) nodeInfo() string {
+	by := fmt.Sprintf("%s, %s, %s, %s", Job, Instance, Kernel, p.Pool)
+	return fmt.Sprintf("topk by (%s, %s) (1, max by (%s) (max_over_time(timestamp(%s)[%s:%s]))) * 0 + 1",
+		Job, Instance, by, p.sel(TargetInfo), p.Range, p.Step)
+}
+
+// NodeInfo is the node's kernel and pool (the labels of its newest
+// target_info), 1 per node.
+func (p Params) NodeInfo() string { return p.nodeInfo() }
+
+// OverheadByNode is each node's calibrated overhead per attach type (the
+// newest in the range), with its kernel and pool as labels.
+func (p Params) OverheadByNode() string {
+	return fmt.Sprintf("max by (%s, %s, %s) (last_over_time(%s[%s])) * on (%s, %s) group_left (%s, %s) (%s)",
+		Job, Instance, AttachType, p.sel(Overhead), p.Range, Job, Instance, Kernel, p.Pool, p.nodeInfo())
+}
+
+// OverheadMedian is the fleet's median overhead per attach type, kernel
+// and pool (the dashboard's; the CLI computes it, with min and max, from
+// OverheadByNode's rows).
+func (p Params) OverheadMedian() string {
+	return fmt.Sprintf("quantile by (%s, %s, %s) (0.5, %s)", AttachType, Kernel, p.Pool, p.OverheadByNode())
+}
+
+// LastSeen is the time of each agent's newest sample in the range.
+func (p Params) LastSeen() string {
+	return fmt.Sprintf("max by (%s, %s) (max_over_time(timestamp(%s)[%s:%s]))", Job, Instance, p.sel(Scans), p.Range, p.Step)
+}
+
+// ScansGrowth is the scans each agent completed in the Window.
+func (p Params) ScansGrowth() string {
+	return fmt.Sprintf("sum by (%s, %s) (increase(%s[%s]))", Job, Instance, p.sel(Scans), p.Window)
+}
+
+// ShutdownLast is 1 for an agent whose latest export in the range was its
+// final one (SIGTERM: it left on purpose).
+func (p Params) ShutdownLast() string {
+	return fmt.Sprintf("max by (%s, %s) (last_over_time(%s[%s]))", Job, Instance, p.sel(Shutdown), p.Range)
+}
+
+// StatsOff is 0 for an agent whose BPF stats were off in the Window
+// against its --stats mode (the BPFStatsDisabled rule's terms); --stats=off
+// by choice is left out.
+func (p Params) StatsOff() string {
+	return fmt.Sprintf("min by (%s, %s) (last_over_time(%s[%s])) == 0 unless on (%s, %s) (max by (%s, %s) (last_over_time(%s[%s])) == 1)",
+		Job, Instance, p.sel(StatsEnabled), p.Window, Job, Instance, Job, Instance, p.statsModeOff(), p.Window)
+}
+
+func (p Params) statsModeOff() string {
+	return fmt.Sprintf("%s{%s, %s=\"off\"}", StatsMode, p.Sel, StatsModeL)
+}
+
+// WatcherOff is 0 for an agent without the miss watcher in the Window.
+func (p Params) WatcherOff() string {
+	return fmt.Sprintf("min by (%s, %s) (last_over_time(%s[%s])) == 0", Job, Instance, p.sel(WatchAvailable), p.Window)
+}
+
+// ScanErrorsGrowth is objects an agent could not read, or failed scans, in
+// the Window, where there were any.
+func (p Params) ScanErrorsGrowth() string {
+	return fmt.Sprintf("sum by (%s, %s) (increase(%s[%s])) > 0", Job, Instance, p.sel(ScanErrors), p.Window)
+}
+
+// DroppedNow is the programs an agent left out of its export
+// (--max-programs, the cardinality limit), where there were any.
+func (p Params) DroppedNow() string {
+	return fmt.Sprintf("max by (%s, %s) (last_over_time(%s[%s])) > 0", Job, Instance, p.sel(Dropped), p.Window)
+}
+
+// Present is how many agents sent anything in the range: 0 (no result) is
+// a backend without bpfleet's series.
+func (p Params) Present() string {
+	return fmt.Sprintf("count(group by (%s, %s) (last_over_time(%s[%s])))", Job, Instance, p.sel(Scans), p.Range)
+}
+
+// Queries is every question by name, for a test or a benchmark to run
+// them all.
+func (p Params) Queries() map[string]string {
+	return map[string]string{
+		"top cpu": p.TopCPU(), "top runs": p.TopRuns(), "top misses": p.TopMisses(), "top nodes": p.TopNodes(), "top worst": p.TopWorst(),
+		"misses by node": p.MissesByNode(), "misses since": p.MissesSince(), "node info": p.NodeInfo(),
+		"overhead by node": p.OverheadByNode(), "overhead median": p.OverheadMedian(),
+		"last seen": p.LastSeen(), "scans growth": p.ScansGrowth(), "shutdown": p.ShutdownLast(),
+		"stats off": p.StatsOff(), "watcher off": p.WatcherOff(), "scan errors": p.ScanErrorsGrowth(), "dropped": p.DroppedNow(),
+		"present": p.Present(),
+	}
+}
+
+// Compact is q on one line, as a table or log shows it.
+func Compact(q string) string { return strings.Join(strings.Fields(q), " ") }
