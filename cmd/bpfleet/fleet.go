@@ -71,7 +71,7 @@ node pool), nodes (agents absent, stalled or degraded).`,
 	f.StringVar(&c.KeyFile, "key-file", "", "PEM client key for the query API (with --cert-file)")
 	f.BoolVar(&c.Insecure, "insecure-skip-verify", false, "do not verify the query API's certificate (https)")
 	f.StringVar(&c.Job, "job", fleetquery.DefaultJob, "regular expression the agents' job label (service.name) matches")
-	f.StringVar(&c.Pool, "pool-label", fleetquery.DefaultPoolLabel, "target_info label naming a node's pool (the k8s.node.pool resource attribute by default)")
+	f.StringVar(&c.Pool, "pool-label", fleetquery.DefaultPoolLabel, "target_info label naming a node's pool (from the k8s.nodepool.name resource attribute by default)")
 	f.DurationVar(&c.Since, "since", time.Hour, "how far back to look: rates, misses and last-seen times are over this range")
 	f.DurationVar(&c.Window, "window", 5*time.Minute, "an agent with no export in this long is absent; stalled, no stats and no watcher are judged over it; when misses began is found to within --since/120")
 	f.DurationVar(&c.Timeout, "timeout", 30*time.Second, "how long one refresh's queries may take")

@@ -126,7 +126,7 @@ func TestFleetCommandAgainstTruth(t *testing.T) {
 }
 
 func simFleetConfig(url string) *config.Fleet {
-	return &config.Fleet{Prometheus: url, Job: ".+", Pool: "k8s_node_pool", Since: time.Minute, Window: 8 * time.Second,
+	return &config.Fleet{Prometheus: url, Job: ".+", Pool: "k8s_nodepool_name", Since: time.Minute, Window: 8 * time.Second,
 		Timeout: 20 * time.Second, Output: "json", Sort: "cpu"}
 }
 
@@ -154,7 +154,7 @@ func feedSimFleet(t *testing.T, endpoint string) *simTruth {
 		}
 		o, err := config.ResolveOTel(config.MapEnv(map[string]string{
 			"OTEL_TRACES_EXPORTER":     "none",
-			"OTEL_RESOURCE_ATTRIBUTES": "k8s.node.pool=" + simPool(i),
+			"OTEL_RESOURCE_ATTRIBUTES": "k8s.nodepool.name=" + simPool(i),
 		}), endpoint, string(config.ProtocolHTTP))
 		if err != nil {
 			t.Fatal(err)
@@ -273,11 +273,6 @@ func simProgByName(name string) simProg {
 		}
 	}
 	panic(name)
-}
-
-// near is |got-want| within frac of want.
-func near(got, want, frac float64) bool {
-	return math.Abs(got-want) <= frac*math.Abs(want)
 }
 
 func checkFleetAgainstTruth(t *testing.T, url string, tr *simTruth) {

@@ -110,7 +110,7 @@ func (c *Fleet) Validate() error {
 		errs = append(errs, problem("--job", c.Job, "want a regular expression matching the agents' job label (service.name), e.g. bpfleet-agent"))
 	}
 	if !promLabel.MatchString(c.Pool) {
-		errs = append(errs, problem("--pool-label", c.Pool, "want a Prometheus label name, e.g. k8s_node_pool"))
+		errs = append(errs, problem("--pool-label", c.Pool, "want a Prometheus label name, e.g. k8s_nodepool_name"))
 	}
 	if c.Since < MinFleetRange {
 		errs = append(errs, problem("--since", c.Since.String(), "want at least %v", MinFleetRange))

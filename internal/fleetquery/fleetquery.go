@@ -69,11 +69,12 @@ const (
 // without a service.namespace in front (as the alert rules match it).
 const DefaultJob = `(.+/)?bpfleet-agent`
 
-// DefaultPoolLabel is the target_info label naming a node's pool: the
-// resource attribute k8s.node.pool, which the chart's
-// OTEL_RESOURCE_ATTRIBUTES (or the node's own) sets; there is no semantic
-// convention for it.
-const DefaultPoolLabel = "k8s_node_pool"
+// DefaultPoolLabel is the label naming a node's pool: the resource
+// attribute k8s.nodepool.name, which fleets set through
+// OTEL_RESOURCE_ATTRIBUTES (the chart's extraEnv); there is no semantic
+// convention for it. Prometheus keeps it in target_info unless promoted;
+// VictoriaMetrics makes it a label of every series.
+const DefaultPoolLabel = "k8s_nodepool_name"
 
 // Params are what every question is asked over. The strings are PromQL
 // as written: the CLI gives durations ("3600s"), the dashboard Grafana's
@@ -154,11 +155,17 @@ func (p Params) MissesSince() string {
 
 // nodeInfo is 1 per node with its kernel and pool from the newest
 // target_info the node sent in the range (after a kernel upgrade the old
-// one still has samples: joining both would be a many-to-one error).
+// one still has samples: joining both would be a many-to-one error), or,
+// for a node without target_info (a store that makes resource attributes
+// labels of every series instead, as VictoriaMetrics does), from its
+// agent's own series.
 func (p Params) nodeInfo() string {
 	by := fmt.Sprintf("%s, %s, %s, %s", Job, Instance, Kernel, p.Pool)
-	return fmt.Sprintf("topk by (%s, %s) (1, max by (%s) (max_over_time(timestamp(%s)[%s:%s]))) * 0 + 1",
-		Job, Instance, by, p.sel(TargetInfo), p.Range, p.Step)
+	newest := func(m string) string {
+		return fmt.Sprintf("max by (%s) (max_over_time(timestamp(%s)[%s:%s]))", by, p.sel(m), p.Range, p.Step)
+	}
+	return fmt.Sprintf("topk by (%s, %s) (1, %s or on (%s, %s) %s) * 0 + 1",
+		Job, Instance, newest(TargetInfo), Job, Instance, newest(Scans))
 }
 
 // NodeInfo is the node's kernel and pool (the labels of its newest
