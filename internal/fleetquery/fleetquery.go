@@ -154,18 +154,21 @@ func (p Params) MissesSince() string {
 }
 
 // nodeInfo is 1 per node with its kernel and pool from the newest
-// target_info the node sent in the range (after a kernel upgrade the old
-// one still has samples: joining both would be a many-to-one error), or,
-// for a node without target_info (a store that makes resource attributes
-// labels of every series instead, as VictoriaMetrics does), from its
-// agent's own series.
+// target_info the node sent (after a kernel upgrade the old one still has
+// samples: joining both would be a many-to-one error), or, for a node
+// without target_info (a store that makes resource attributes labels of
+// every series instead, as VictoriaMetrics does), from its agent's own
+// series. A node silent for over the store's lookback (5 m) is found in
+// the range, at the Step's resolution.
 func (p Params) nodeInfo() string {
 	by := fmt.Sprintf("%s, %s, %s, %s", Job, Instance, Kernel, p.Pool)
-	newest := func(m string) string {
+	now := func(m string) string { return fmt.Sprintf("max by (%s) (timestamp(%s))", by, p.sel(m)) }
+	inRange := func(m string) string {
 		return fmt.Sprintf("max by (%s) (max_over_time(timestamp(%s)[%s:%s]))", by, p.sel(m), p.Range, p.Step)
 	}
-	return fmt.Sprintf("topk by (%s, %s) (1, %s or on (%s, %s) %s) * 0 + 1",
-		Job, Instance, newest(TargetInfo), Job, Instance, newest(Scans))
+	on := fmt.Sprintf(" or on (%s, %s) ", Job, Instance)
+	return fmt.Sprintf("topk by (%s, %s) (1, %s) * 0 + 1", Job, Instance,
+		strings.Join([]string{now(TargetInfo), now(Scans), inRange(TargetInfo), inRange(Scans)}, on))
 }
 
 // NodeInfo is the node's kernel and pool (the labels of its newest
@@ -186,9 +189,11 @@ func (p Params) OverheadMedian() string {
 	return fmt.Sprintf("quantile by (%s, %s, %s) (0.5, %s)", AttachType, Kernel, p.Pool, p.OverheadByNode())
 }
 
-// LastSeen is the time of each agent's newest sample in the range.
+// LastSeen is the time of each agent's newest sample: within the store's
+// lookback (5 m) exactly, before it in the range at the Step's resolution.
 func (p Params) LastSeen() string {
-	return fmt.Sprintf("max by (%s, %s) (max_over_time(timestamp(%s)[%s:%s]))", Job, Instance, p.sel(Scans), p.Range, p.Step)
+	return fmt.Sprintf("max by (%s, %s) (timestamp(%s)) or on (%s, %s) max by (%s, %s) (max_over_time(timestamp(%s)[%s:%s]))",
+		Job, Instance, p.sel(Scans), Job, Instance, Job, Instance, p.sel(Scans), p.Range, p.Step)
 }
 
 // ScansGrowth is the scans each agent completed in the Window.
