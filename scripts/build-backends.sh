@@ -36,6 +36,12 @@ CONTAINERD_VERSION=v2.4.2
 # release picks the matching 1.x versions of the stable modules (confmap
 # providers) itself.
 OTELCOL_VERSION=v0.165.0
+# VictoriaMetrics (Apache-2.0): the single-node store, vmagent, vmalert,
+# vmalert-tool and vmauth, for the multi-node shape in test/backends (vm.go).
+# The cluster binaries are on its cluster branch only (-cluster tags), which
+# the module proxy does not serve.
+VM_VERSION=v1.151.0
+VM_MODULE=github.com/VictoriaMetrics/VictoriaMetrics
 # The tests scrape static targets and read OTLP only: without its
 # service-discovery plugins (the cloud SDKs, AWS EC2's above all) Prometheus
 # and promtool build in 0.54x the wall time and 0.29x the compiler's peak
@@ -296,7 +302,8 @@ ocb_build() {
 	mv dist/otelcol out
 }
 
-targets=(prometheus promtool jaeger otelcol kube-apiserver etcd kube-node containerd)
+vm_targets=(victoria-metrics vmagent vmalert vmalert-tool vmauth)
+targets=(prometheus promtool jaeger otelcol kube-apiserver etcd kube-node containerd "${vm_targets[@]}")
 for arg in "$@"; do
 	if [[ " ${targets[*]} " != *" $arg "* ]]; then
 		echo "build-backends: unknown backend $arg (known: ${targets[*]})" >&2
@@ -314,5 +321,6 @@ for target in "${targets[@]}"; do
 	etcd) build_etcd ;;
 	kube-node) build_kube_node ;;
 	containerd) build_containerd ;;
+	victoria-metrics | vmagent | vmalert | vmalert-tool | vmauth) build "$VM_MODULE" "$VM_VERSION" "$VM_MODULE/app/$target" "$target" ;;
 	esac
 done

@@ -132,4 +132,44 @@ func TestRulesThousandNodes(t *testing.T) {
 	start := time.Now()
 	promtool(t, "test", "rules", f)
 	t.Logf("promtool over %d nodes: %v", nodes, time.Since(start).Round(time.Millisecond))
+	vmalertTool(t, f)
+}
+
+// vmalertTool runs vmalert-tool unittest on a promtool test file, as
+// written: only its rule_files made absolute (vmalert-tool reads them
+// relative to the file, which is copied) and promql_expr_test read as
+// metricsql_expr_test, vmalert-tool's name for the same thing (its YAML
+// is strict). Groups get no alertgroup label, as in promtool.
+func vmalertTool(t *testing.T, testFile string) {
+	t.Helper()
+	b, err := os.ReadFile(testFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	abs, err := filepath.Abs(rulesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.ReplaceAll(string(b), "promql_expr_test:", "metricsql_expr_test:")
+	s = strings.ReplaceAll(s, "- "+rulesFile+"\n", "- "+abs+"\n")
+	f := filepath.Join(t.TempDir(), filepath.Base(testFile))
+	if err := os.WriteFile(f, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(backends.Bin(t, "vmalert-tool", backends.VictoriaMetricsVersion), "unittest", "--files", f, "--disableAlertgroupLabel")
+	// Its storage goes to a fresh directory under TMPDIR: the test's own.
+	cmd.Env = append(os.Environ(), "TMPDIR="+t.TempDir())
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("vmalert-tool unittest %s: %v\n%s", testFile, err, out)
+	}
+	t.Logf("vmalert-tool unittest %s: %v", testFile, time.Since(start).Round(time.Millisecond))
+}
+
+// TestRulesUnitVMAlertTool runs the rules' unit tests in vmalert-tool,
+// which evaluates them as VictoriaMetrics' vmalert does (MetricsQL): the
+// shipped rules hold on both stores.
+func TestRulesUnitVMAlertTool(t *testing.T) {
+	vmalertTool(t, "bpfleet.rules_test.yaml")
 }

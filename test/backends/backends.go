@@ -139,6 +139,7 @@ func tail(s string) string {
 
 // Prometheus is a running Prometheus with its OTLP receiver on.
 type Prometheus struct {
+	queryAPI
 	Addr    string
 	dataDir string
 	config  string
@@ -206,6 +207,7 @@ func startPrometheus(t testing.TB, cfg string, rules []string, scrape []ScrapeTa
 		config:  filepath.Join(dir, "prometheus.yml"),
 		bin:     Bin(t, "prometheus", PrometheusVersion),
 	}
+	p.queryAPI = queryAPI("http://" + p.Addr)
 	if len(rules) > 0 {
 		cfg += "rule_files:\n"
 		for _, r := range rules {
@@ -265,135 +267,6 @@ func (p *Prometheus) Log() string { return p.proc.out.String() }
 // OTLPEndpoint is the OTLP/HTTP metrics URL (OTEL_EXPORTER_OTLP_METRICS_ENDPOINT).
 func (p *Prometheus) OTLPEndpoint() string {
 	return "http://" + p.Addr + "/api/v1/otlp/v1/metrics"
-}
-
-// Sample is one series of an instant query's result.
-type Sample struct {
-	Labels map[string]string
-	Value  float64
-}
-
-// Query runs an instant PromQL query.
-func (p *Prometheus) Query(ctx context.Context, q string) ([]Sample, error) {
-	var body struct {
-		Status string `json:"status"`
-		Error  string `json:"error"`
-		Data   struct {
-			Result []struct {
-				Metric map[string]string `json:"metric"`
-				Value  [2]any            `json:"value"`
-			} `json:"result"`
-		} `json:"data"`
-	}
-	if err := getJSON(ctx, "http://"+p.Addr+"/api/v1/query?query="+url.QueryEscape(q), &body); err != nil {
-		return nil, err
-	}
-	if body.Status != "success" {
-		return nil, fmt.Errorf("query %q: %s", q, body.Error)
-	}
-	var out []Sample
-	for _, r := range body.Data.Result {
-		s, _ := r.Value[1].(string)
-		v, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			return nil, fmt.Errorf("query %q: value %v: %w", q, r.Value[1], err)
-		}
-		out = append(out, Sample{Labels: r.Metric, Value: v})
-	}
-	return out, nil
-}
-
-// Point is one raw sample.
-type Point struct {
-	Time  time.Time
-	Value float64
-}
-
-// RawSamples returns the stored samples of the series sel selects over the
-// last window, by series (its labels' string form).
-func (p *Prometheus) RawSamples(ctx context.Context, sel string, window time.Duration) (map[string][]Point, error) {
-	var body struct {
-		Status string `json:"status"`
-		Error  string `json:"error"`
-		Data   struct {
-			Result []struct {
-				Metric map[string]string `json:"metric"`
-				Values [][2]any          `json:"values"`
-			} `json:"result"`
-		} `json:"data"`
-	}
-	q := fmt.Sprintf("%s[%ds]", sel, int(window.Seconds()))
-	if err := getJSON(ctx, "http://"+p.Addr+"/api/v1/query?query="+url.QueryEscape(q), &body); err != nil {
-		return nil, err
-	}
-	if body.Status != "success" {
-		return nil, fmt.Errorf("query %q: %s", q, body.Error)
-	}
-	out := map[string][]Point{}
-	for _, r := range body.Data.Result {
-		var pts []Point
-		for _, v := range r.Values {
-			ts, _ := v[0].(float64)
-			s, _ := v[1].(string)
-			f, err := strconv.ParseFloat(s, 64)
-			if err != nil {
-				return nil, fmt.Errorf("query %q: value %v: %w", q, v[1], err)
-			}
-			pts = append(pts, Point{Time: time.UnixMilli(int64(ts * 1000)), Value: f})
-		}
-		out[fmt.Sprint(r.Metric)] = pts
-	}
-	return out, nil
-}
-
-// MetricNames returns every metric name Prometheus has.
-func (p *Prometheus) MetricNames(ctx context.Context) (map[string]bool, error) {
-	var body struct {
-		Data []string `json:"data"`
-	}
-	if err := getJSON(ctx, "http://"+p.Addr+"/api/v1/label/__name__/values", &body); err != nil {
-		return nil, err
-	}
-	out := map[string]bool{}
-	for _, n := range body.Data {
-		out[n] = true
-	}
-	return out, nil
-}
-
-// Series returns the label sets of every series matching match that has
-// a sample between from and to (the series API: unlike an instant query,
-// it also counts series that went quiet).
-func (p *Prometheus) Series(ctx context.Context, match string, from, to time.Time) ([]map[string]string, error) {
-	var body struct {
-		Status string              `json:"status"`
-		Error  string              `json:"error"`
-		Data   []map[string]string `json:"data"`
-	}
-	q := url.Values{"match[]": {match}, "start": {strconv.FormatInt(from.Unix(), 10)}, "end": {strconv.FormatInt(to.Unix()+1, 10)}}
-	if err := getJSON(ctx, "http://"+p.Addr+"/api/v1/series?"+q.Encode(), &body); err != nil {
-		return nil, err
-	}
-	if body.Status != "success" {
-		return nil, fmt.Errorf("series %q: %s", match, body.Error)
-	}
-	return body.Data, nil
-}
-
-func getJSON(ctx context.Context, u string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-		return fmt.Errorf("decoding %s (HTTP %d): %w", u, resp.StatusCode, err)
-	}
-	return nil
 }
 
 // Jaeger is a running Jaeger v2 all-in-one with in-memory storage.
@@ -564,7 +437,28 @@ type Collector struct {
 	bin, config        string
 }
 
-const collectorConfig = `receivers:
+// collectorConfig is the gateway's configuration: one otlp_http exporter
+// per metrics URL (each store gets every batch; a store that is away
+// holds up only its own exporter's queue) and Jaeger for the traces, or
+// no traces pipeline with jaeger "".
+func collectorConfig(grpc, http, jaeger string, metricsURLs []string) string {
+	var exporters, names strings.Builder
+	for i, u := range metricsURLs {
+		fmt.Fprintf(&exporters, "  otlp_http/metrics%d:\n    metrics_endpoint: %s\n", i, u)
+		if i > 0 {
+			names.WriteString(", ")
+		}
+		fmt.Fprintf(&names, "otlp_http/metrics%d", i)
+	}
+	traces := ""
+	if jaeger != "" {
+		traces = fmt.Sprintf(`  otlp_grpc/jaeger:
+    endpoint: %s
+    tls:
+      insecure: true
+`, jaeger)
+	}
+	s := fmt.Sprintf(`receivers:
   otlp:
     protocols:
       grpc:
@@ -575,38 +469,49 @@ processors:
   batch:
     timeout: 200ms
 exporters:
-  otlp_http/prometheus:
-    metrics_endpoint: %s
-  otlp_grpc/jaeger:
-    endpoint: %s
-    tls:
-      insecure: true
-service:
+%s%sservice:
   pipelines:
     metrics:
       receivers: [otlp]
       processors: [batch]
-      exporters: [otlp_http/prometheus]
-    traces:
+      exporters: [%s]
+`, grpc, http, exporters.String(), traces, names.String())
+	if jaeger != "" {
+		s += `    traces:
       receivers: [otlp]
       processors: [batch]
       exporters: [otlp_grpc/jaeger]
-  telemetry:
+`
+	}
+	return s + `  telemetry:
     metrics:
       level: none
     logs:
       level: warn
 `
+}
 
 // StartCollector starts the Collector on free loopback ports, forwarding
 // metrics to prom's OTLP receiver and traces to jg's OTLP/gRPC port; it is
 // stopped when the test ends.
 func StartCollector(t testing.TB, prom *Prometheus, jg *Jaeger) *Collector {
 	t.Helper()
+	return StartGateway(t, jg, prom.OTLPEndpoint())
+}
+
+// StartGateway is StartCollector sending the metrics to every one of the
+// OTLP/HTTP metrics URLs (Prometheus' and VictoriaMetrics' OTLPEndpoint),
+// and traces to jg, or nowhere with jg nil (the agents then send none).
+func StartGateway(t testing.TB, jg *Jaeger, metricsURLs ...string) *Collector {
+	t.Helper()
 	port := func() string { return "127.0.0.1:" + strconv.Itoa(FreePort(t)) }
 	c := &Collector{OTLPGRPC: port(), OTLPHTTP: port()}
+	jaeger := ""
+	if jg != nil {
+		jaeger = jg.OTLPGRPC
+	}
 	cfg := filepath.Join(t.TempDir(), "otelcol.yaml")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, collectorConfig, c.OTLPGRPC, c.OTLPHTTP, prom.OTLPEndpoint(), jg.OTLPGRPC), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(collectorConfig(c.OTLPGRPC, c.OTLPHTTP, jaeger, metricsURLs)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	c.bin, c.config = Bin(t, "otelcol", OtelcolVersion), cfg
