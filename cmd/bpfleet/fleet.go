@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -117,11 +118,12 @@ func fleetParams(c *config.Fleet) fleetquery.Params {
 		step = time.Second
 	}
 	return fleetquery.Params{
-		Sel:    fleetquery.JobSel(c.Job),
-		Range:  promDuration(c.Since),
-		Window: promDuration(c.Window),
-		Step:   promDuration(step.Truncate(time.Second)),
-		Pool:   c.Pool,
+		Sel:          fleetquery.JobSel(c.Job),
+		Range:        promDuration(c.Since),
+		RangeSeconds: strconv.FormatFloat(c.Since.Seconds(), 'f', -1, 64),
+		Window:       promDuration(c.Window),
+		Step:         promDuration(step.Truncate(time.Second)),
+		Pool:         c.Pool,
 	}
 }
 

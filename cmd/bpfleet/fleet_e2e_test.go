@@ -106,6 +106,26 @@ func TestFleetCommandAgainstTruth(t *testing.T) {
 	if t.Failed() {
 		return
 	}
+	checkFleetErrors(t, url)
+}
+
+// TestFleetCommandAgainstTruthVM is the same on the multi-node
+// VictoriaMetrics (vmagent replicating to two storage nodes, read through
+// vmauth), fed over OTLP/HTTP as vmagent takes it.
+func TestFleetCommandAgainstTruthVM(t *testing.T) {
+	vm := backends.StartVictoriaMetrics(t, backends.VMConfig{Nodes: 2})
+	truth := feedSimFleet(t, strings.TrimSuffix(vm.OTLPEndpoint(), "/v1/metrics"))
+	url := "http://" + vm.AuthAddr
+	checkFleetAgainstTruth(t, url, truth)
+	if t.Failed() {
+		return
+	}
+	checkFleetErrors(t, url)
+}
+
+// checkFleetErrors: a store down and a store without bpfleet's series
+// each give their one line.
+func checkFleetErrors(t *testing.T, url string) {
 
 	c := simFleetConfig(url)
 	c.Prometheus = fmt.Sprintf("http://127.0.0.1:%d", backends.FreePort(t)) // nothing listens there
@@ -282,10 +302,24 @@ func checkFleetAgainstTruth(t *testing.T, url string, tr *simTruth) {
 	for _, q := range fleetQuestions() {
 		byUse[q.use] = q
 	}
-	// Settle: the last exports are in Prometheus within a second or two.
+	// Settle: the last exports are in the store within a second or two
+	// (vmagent flushes every second).
 	var doc fleetDoc
 	err := backends.Eventually(15*time.Second, func() error {
-		var err error
+		nd, err := askWith(t, c, byUse["nodes"])
+		if err != nil {
+			return err
+		}
+		for _, r := range nd.(*nodesDoc).Nodes {
+			for i, last := range tr.last {
+				if r.Node == simNode(i) && r.LastSeen.Before(last.Add(-time.Second)) && i != simAbsent && i != simLeft {
+					return fmt.Errorf("%s last seen %v, last exported %v", r.Node, r.LastSeen, last)
+				}
+			}
+		}
+		if got := nd.(*nodesDoc).Agents; got != simNodes {
+			return fmt.Errorf("%d agents, want %d", got, simNodes)
+		}
 		doc, err = askWith(t, c, byUse["top"])
 		if err != nil {
 			return err
@@ -436,6 +470,10 @@ func checkFleetAgainstTruth(t *testing.T, url string, tr *simTruth) {
 		for _, r := range rows {
 			k := r.AttachType + "/" + r.Kernel + "/" + r.Pool
 			vs := want[k]
+			if len(vs) == 0 {
+				t.Errorf("%s: a row nothing was fed for", k)
+				continue
+			}
 			sort.Float64s(vs)
 			med := vs[len(vs)/2]
 			if len(vs)%2 == 0 {

@@ -239,7 +239,7 @@ func answer(title, description, unit string, w uint32, q string) *table.PanelBui
 
 // fleetQuestions are `bpfleet fleet`'s queries (internal/fleetquery: the
 // same strings) over the dashboard's time range and nodes.
-var fleetQuestions = fleetquery.Params{Sel: fleetSel, Range: "$__range", Window: "5m", Step: "1m", Pool: fleetquery.DefaultPoolLabel}
+var fleetQuestions = fleetquery.Params{Sel: fleetSel, Range: "$__range", RangeSeconds: "$__range_s", Window: "5m", Step: "1m", Pool: fleetquery.DefaultPoolLabel}
 
 func fleet(n *names) *dashboard.DashboardBuilder {
 	b := base("bpfleet / Fleet", "bpfleet-fleet",

@@ -143,6 +143,7 @@ func checkDashboards(t *testing.T, prom *backends.Prometheus, node string, absen
 		"$"+dashboards.VarJob, "bpfleet-agent",
 		"$"+dashboards.VarNode, node,
 		"$__rate_interval", "1m",
+		"$__range_s", "300", // before $__range, which it starts with
 		"$__range", "5m",
 	)
 	n := 0

@@ -83,8 +83,10 @@ type Params struct {
 	// Sel is the label matchers every selector carries, e.g.
 	// job=~"(.+/)?bpfleet-agent".
 	Sel string
-	// Range is how far back the questions look (increase, last seen).
-	Range string
+	// Range is how far back the questions look (increase, last seen);
+	// RangeSeconds the same in seconds, a number ("$__range_s" in
+	// Grafana).
+	Range, RangeSeconds string
 	// Window is the recent past the per-node states are judged over
 	// (stalled, no stats, no watcher) and the sliding window "since when"
 	// looks for a miss in: at least two exports of an agent (30 s apart
@@ -106,14 +108,18 @@ func (p Params) sel(m string) string { return m + "{" + p.Sel + "}" }
 // name drops per-instance suffixes).
 const key = Program + ", " + AttachType
 
-// TopCPU is each program's run time per second across the fleet, in CPUs.
+// TopCPU is each program's run time per second across the fleet over the
+// range, in CPUs: its run time in the range over the range's length, not
+// rate(), which VictoriaMetrics divides by the span of the samples it
+// found (a program seen for a minute of the hour would cost 60 times as
+// much there).
 func (p Params) TopCPU() string {
-	return fmt.Sprintf("sum by (%s) (rate(%s[%s]))", key, p.sel(RunTime), p.Range)
+	return fmt.Sprintf("sum by (%s) (increase(%s[%s])) / %s", key, p.sel(RunTime), p.Range, p.RangeSeconds)
 }
 
-// TopRuns is each program's runs per second across the fleet.
+// TopRuns is each program's runs per second across the fleet, as TopCPU.
 func (p Params) TopRuns() string {
-	return fmt.Sprintf("sum by (%s) (rate(%s[%s]))", key, p.sel(RunCount), p.Range)
+	return fmt.Sprintf("sum by (%s) (increase(%s[%s])) / %s", key, p.sel(RunCount), p.Range, p.RangeSeconds)
 }
 
 // TopMisses is each program's misses in the range by cause.
@@ -131,7 +137,7 @@ func (p Params) TopNodes() string {
 // TopWorst is, per program, the node where one run cost the most (run
 // time / runs over the range), in seconds per run.
 func (p Params) TopWorst() string {
-	return fmt.Sprintf("topk by (%s) (1, sum by (%s, %s) (rate(%s[%s])) / sum by (%s, %s) (rate(%s[%s])) > 0)",
+	return fmt.Sprintf("topk by (%s) (1, sum by (%s, %s) (increase(%s[%s])) / sum by (%s, %s) (increase(%s[%s])) > 0)",
 		key, Instance, key, p.sel(RunTime), p.Range, Instance, key, p.sel(RunCount), p.Range)
 }
 

@@ -22,7 +22,7 @@ func TestNames(t *testing.T) {
 	}
 }
 
-var params = fq.Params{Sel: fq.JobSel("bpfleet-agent"), Range: "1h", Window: "5m", Step: "30s", Pool: "pool_x"}
+var params = fq.Params{Sel: fq.JobSel("bpfleet-agent"), Range: "1h", RangeSeconds: "3600", Window: "5m", Step: "30s", Pool: "pool_x"}
 
 // TestQueriesSelectAgents: every question reads only the agents' series
 // (each selector carries the job matcher), over the range or window it
@@ -58,7 +58,7 @@ func TestQueriesKeys(t *testing.T) {
 		name, q string
 		want    []string
 	}{
-		{"top cpu by program", params.TopCPU(), []string{"sum by (bpf_program_name, bpf_attach_type)", "rate(bpf_program_run_time_seconds_total{", "[1h]"}},
+		{"top cpu by program", params.TopCPU(), []string{"sum by (bpf_program_name, bpf_attach_type)", "increase(bpf_program_run_time_seconds_total{", "[1h])) / 3600"}},
 		{"worst node per program", params.TopWorst(), []string{"topk by (bpf_program_name, bpf_attach_type) (1,", "sum by (instance, bpf_program_name, bpf_attach_type)"}},
 		{"misses per node and cause", params.MissesByNode(), []string{"by (instance, bpf_program_name, bpf_attach_type, bpf_miss_cause,", "k8s_pod_name", ") > 0"}},
 		{"since: a window sliding at the step", params.MissesSince(), []string{"increase(bpf_program_recursion_misses_total{job=~\"bpfleet-agent\"}[5m])", "[1h:30s]", "min_over_time(timestamp("}},
