@@ -56,7 +56,7 @@ func shapeOverhead(c *config.Fleet, ans map[string][]sample, _ time.Time) fleetD
 	doc := &overheadDoc{Overhead: []overheadRow{}}
 	for _, g := range groups {
 		slices.Sort(g.ns)
-		g.row.Nodes, g.row.MinNs, g.row.MedianNs = len(g.ns), g.ns[0], median(g.ns)
+		g.row.Nodes, g.row.MinNs, g.row.MedianNs = len(g.ns), g.ns[0], medianOf(g.ns)
 		doc.Overhead = append(doc.Overhead, g.row)
 	}
 	slices.SortFunc(doc.Overhead, func(a, b overheadRow) int {
@@ -66,9 +66,9 @@ func shapeOverhead(c *config.Fleet, ans map[string][]sample, _ time.Time) fleetD
 	return doc
 }
 
-// median of sorted vs, as PromQL's quantile(0.5) gives it: the mean of
+// medianOf sorted vs, as PromQL's quantile(0.5) gives it: the mean of
 // the middle two of an even count.
-func median(vs []float64) float64 {
+func medianOf(vs []float64) float64 {
 	n := len(vs)
 	if n%2 == 1 {
 		return vs[n/2]
