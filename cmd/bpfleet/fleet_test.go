@@ -207,18 +207,18 @@ func TestShapeNodes(t *testing.T) {
 // "last seen" step a 120th of --since, at least a second.
 func TestFleetParams(t *testing.T) {
 	for _, tc := range []struct {
-		since, window      time.Duration
-		rng, win, stepWant string
+		since, window           time.Duration
+		rng, secs, win, stepWant string
 	}{
-		{time.Hour, 5 * time.Minute, "3600s", "300s", "30s"},
-		{time.Minute, 8 * time.Second, "60s", "8s", "1s"},
-		{90 * time.Second, 2500 * time.Millisecond, "90s", "2500ms", "1s"},
-		{24 * time.Hour, time.Hour, "86400s", "3600s", "720s"},
+		{time.Hour, 5 * time.Minute, "3600s", "3600", "300s", "30s"},
+		{time.Minute, 8 * time.Second, "60s", "60", "8s", "1s"},
+		{2500 * time.Millisecond, 2500 * time.Millisecond, "2500ms", "2.5", "2500ms", "1s"},
+		{24 * time.Hour, time.Hour, "86400s", "86400", "3600s", "720s"},
 	} {
 		c := fleetCfg()
 		c.Since, c.Window = tc.since, tc.window
 		p := fleetParams(c)
-		if p.Range != tc.rng || p.Window != tc.win || p.Step != tc.stepWant || p.Sel != `job=~"(.+/)?bpfleet-agent"` || p.Pool != fq.DefaultPoolLabel {
+		if p.Range != tc.rng || p.RangeSeconds != tc.secs || p.Window != tc.win || p.Step != tc.stepWant || p.Sel != `job=~"(.+/)?bpfleet-agent"` || p.Pool != fq.DefaultPoolLabel {
 			t.Errorf("--since %v --window %v: %+v", tc.since, tc.window, p)
 		}
 	}
