@@ -207,7 +207,7 @@ func TestShapeNodes(t *testing.T) {
 // "last seen" step a 120th of --since, at least a second.
 func TestFleetParams(t *testing.T) {
 	for _, tc := range []struct {
-		since, window           time.Duration
+		since, window            time.Duration
 		rng, secs, win, stepWant string
 	}{
 		{time.Hour, 5 * time.Minute, "3600s", "3600", "300s", "30s"},
