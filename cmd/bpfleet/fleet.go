@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"strconv"
@@ -42,6 +43,9 @@ type querier interface {
 type fleetQuestion struct {
 	use, short, long string
 	queries          func(p fleetquery.Params) map[string]string
+	// then, where set, asks more once the answers are in (queries that
+	// the first answers narrow); none: nothing more.
+	then func(c *config.Fleet, p fleetquery.Params, ans map[string][]sample) map[string]string
 	// shape builds the document from the answers at time now.
 	shape func(c *config.Fleet, ans map[string][]sample, now time.Time) fleetDoc
 }
@@ -101,9 +105,9 @@ node pool), nodes (agents absent, stalled or degraded).`,
 func fleetQuestions() []fleetQuestion {
 	return []fleetQuestion{
 		{use: "top", short: "Programs across the fleet by CPU, with ns per run, misses by cause, nodes and the worst node",
-			queries: topQueries, shape: shapeTop},
+			queries: topQueries, then: topWorst, shape: shapeTop},
 		{use: "misses", short: "Programs missing runs fleet-wide, by cause, with their nodes, kernels, pods and since when",
-			queries: missesQueries, shape: shapeMisses},
+			queries: missesQueries, then: missesSince, shape: shapeMisses},
 		{use: "overhead", short: "What each attach type costs per call, by kernel release and node pool (the agents' calibration)",
 			queries: overheadQueries, shape: shapeOverhead},
 		{use: "nodes", short: "Agents absent, stalled or degraded (no stats, no watcher, scan errors, dropped programs), with the reason",
@@ -178,6 +182,15 @@ func askFleet(ctx context.Context, c *config.Fleet, q fleetQuestion, api querier
 	ans, err := runQueries(ctx, api, qs, now)
 	if err != nil {
 		return nil, fleetError(c, err)
+	}
+	if q.then != nil {
+		if more := q.then(c, p, ans); len(more) > 0 {
+			ans2, err := runQueries(ctx, api, more, now)
+			if err != nil {
+				return nil, fleetError(c, err)
+			}
+			maps.Copy(ans, ans2)
+		}
 	}
 	doc := q.shape(c, ans, now)
 	if doc.empty() {

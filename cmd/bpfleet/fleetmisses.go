@@ -41,7 +41,22 @@ type missDoc struct {
 }
 
 func missesQueries(p fq.Params) map[string]string {
-	return map[string]string{"misses": p.MissesByNode(), "since": p.MissesSince(), "nodes": p.NodeInfo()}
+	return map[string]string{"misses": p.MissesByNode()}
+}
+
+// missesSince asks, once the programs that missed and their nodes are
+// known, when they began to and the nodes' kernels and pools (nothing
+// when none missed).
+func missesSince(_ *config.Fleet, p fq.Params, ans map[string][]sample) map[string]string {
+	progs, nodes := map[string]bool{}, map[string]bool{}
+	for _, s := range ans["misses"] {
+		progs[s.labels[fq.Program]] = true
+		nodes[s.labels[fq.Instance]] = true
+	}
+	if len(progs) == 0 {
+		return nil
+	}
+	return map[string]string{"since": p.MissesSince(slices.Sorted(maps.Keys(progs))...), "nodes": p.NodeInfo(slices.Sorted(maps.Keys(nodes))...)}
 }
 
 // nodeFacts is each node's kernel and pool from NodeInfo.

@@ -37,7 +37,22 @@ type topDoc struct {
 }
 
 func topQueries(p fq.Params) map[string]string {
-	return map[string]string{"cpu": p.TopCPU(), "runs": p.TopRuns(), "misses": p.TopMisses(), "nodes": p.TopNodes(), "worst": p.TopWorst()}
+	return map[string]string{"cpu": p.TopCPU(), "runs": p.TopRuns(), "misses": p.TopMisses(), "nodes": p.TopNodes()}
+}
+
+// topWorst asks for the worst node of the programs shown, once the
+// other answers say which those are.
+func topWorst(c *config.Fleet, p fq.Params, ans map[string][]sample) map[string]string {
+	names := map[string]bool{}
+	for _, r := range shapeTop(c, ans, time.Time{}).(*topDoc).Programs {
+		if r.RunsPerSec > 0 {
+			names[r.Program] = true
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	return map[string]string{"worst": p.TopWorst(slices.Sorted(maps.Keys(names))...)}
 }
 
 func shapeTop(c *config.Fleet, ans map[string][]sample, _ time.Time) fleetDoc {

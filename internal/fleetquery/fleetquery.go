@@ -15,6 +15,7 @@ package fleetquery
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 )
 
@@ -127,18 +128,26 @@ func (p Params) TopMisses() string {
 	return fmt.Sprintf("sum by (%s, %s) (increase(%s[%s]))", key, Cause, p.sel(Misses), p.Range)
 }
 
-// TopNodes is how many nodes ran each program in the range (a series of
-// its runs or of its misses: the latter is there with stats off).
+// TopNodes is how many nodes run each program now (a series of its runs
+// or of its misses within the store's lookback: the latter is there with
+// stats off). Now, not over the range: an instant selector reads one
+// sample a series where the range would read them all.
 func (p Params) TopNodes() string {
-	return fmt.Sprintf("count by (%s) (group by (%s, %s) (last_over_time(%s[%s])) or group by (%s, %s) (last_over_time(%s[%s])))",
-		key, Instance, key, p.sel(RunCount), p.Range, Instance, key, p.sel(Misses), p.Range)
+	return fmt.Sprintf("count by (%s) (group by (%s, %s) (%s) or group by (%s, %s) (%s))",
+		key, Instance, key, p.sel(RunCount), Instance, key, p.sel(Misses))
 }
 
 // TopWorst is, per program, the node where one run cost the most (run
-// time / runs over the range), in seconds per run.
-func (p Params) TopWorst() string {
+// time / runs over the range), in seconds per run; programs (none: all)
+// narrow it to those shown: it divides every node's series of each.
+func (p Params) TopWorst(programs ...string) string {
+	rt, rc := p.sel(RunTime), p.sel(RunCount)
+	if len(programs) > 0 {
+		m := oneOf(Program, programs)
+		rt, rc = fmt.Sprintf("%s{%s, %s}", RunTime, p.Sel, m), fmt.Sprintf("%s{%s, %s}", RunCount, p.Sel, m)
+	}
 	return fmt.Sprintf("topk by (%s) (1, sum by (%s, %s) (increase(%s[%s])) / sum by (%s, %s) (increase(%s[%s])) > 0)",
-		key, Instance, key, p.sel(RunTime), p.Range, Instance, key, p.sel(RunCount), p.Range)
+		key, Instance, key, rt, p.Range, Instance, key, rc, p.Range)
 }
 
 // missWhere is the owner the miss series carry: the workload (workload
@@ -153,10 +162,16 @@ func (p Params) MissesByNode() string {
 
 // MissesSince is, per node, program and cause, the first time in the
 // range a Window ending then held a miss: when it began missing, to a
-// Step.
-func (p Params) MissesSince() string {
+// Step. programs (those MissesByNode found; none: all) narrow it: the
+// subquery evaluates the window at every step, and every program has a
+// miss series (its unexplained one) whether it missed or not.
+func (p Params) MissesSince(programs ...string) string {
+	sel := p.sel(Misses)
+	if len(programs) > 0 {
+		sel = fmt.Sprintf("%s{%s, %s}", Misses, p.Sel, oneOf(Program, programs))
+	}
 	return fmt.Sprintf("min_over_time(timestamp(sum by (%s, %s, %s) (increase(%s[%s])) > 0)[%s:%s])",
-		Instance, key, Cause, p.sel(Misses), p.Window, p.Range, p.Step)
+		Instance, key, Cause, sel, p.Window, p.Range, p.Step)
 }
 
 // nodeInfo is 1 per node with its kernel and pool from the newest
@@ -164,22 +179,37 @@ func (p Params) MissesSince() string {
 // samples: joining both would be a many-to-one error), or, for a node
 // without target_info (a store that makes resource attributes labels of
 // every series instead, as VictoriaMetrics does), from its agent's own
-// series. A node silent for over the store's lookback (5 m) is found in
-// the range, at the Step's resolution.
-func (p Params) nodeInfo() string {
+// series. A node silent for over the store's lookback (5 m) gets one of
+// the sets it sent in the range (any: ordering them would take a subquery
+// over every node's series, the dearest part of the question). instances
+// (none: all) narrow it to those nodes.
+func (p Params) nodeInfo(instances ...string) string {
 	by := fmt.Sprintf("%s, %s, %s, %s", Job, Instance, Kernel, p.Pool)
-	now := func(m string) string { return fmt.Sprintf("max by (%s) (timestamp(%s))", by, p.sel(m)) }
+	sel := p.Sel
+	if len(instances) > 0 {
+		sel += ", " + oneOf(Instance, instances)
+	}
+	now := func(m string) string { return fmt.Sprintf("max by (%s) (timestamp(%s{%s}))", by, m, sel) }
 	inRange := func(m string) string {
-		return fmt.Sprintf("max by (%s) (max_over_time(timestamp(%s)[%s:%s]))", by, p.sel(m), p.Range, p.Step)
+		return fmt.Sprintf("max by (%s) (last_over_time(%s{%s}[%s]))", by, m, sel, p.Range)
 	}
 	on := fmt.Sprintf(" or on (%s, %s) ", Job, Instance)
 	return fmt.Sprintf("topk by (%s, %s) (1, %s) * 0 + 1", Job, Instance,
 		strings.Join([]string{now(TargetInfo), now(Scans), inRange(TargetInfo), inRange(Scans)}, on))
 }
 
+// oneOf is a matcher of label to any of vs, as they are.
+func oneOf(label string, vs []string) string {
+	re := make([]string, len(vs))
+	for i, v := range vs {
+		re[i] = regexp.QuoteMeta(v)
+	}
+	return fmt.Sprintf("%s=~%q", label, strings.Join(re, "|"))
+}
+
 // NodeInfo is the node's kernel and pool (the labels of its newest
-// target_info), 1 per node.
-func (p Params) NodeInfo() string { return p.nodeInfo() }
+// target_info), 1 per node, of the instances given (none: every node).
+func (p Params) NodeInfo(instances ...string) string { return p.nodeInfo(instances...) }
 
 // OverheadByNode is each node's calibrated overhead per attach type (the
 // newest in the range), with its kernel and pool as labels.
