@@ -97,6 +97,8 @@ fi
 if selected fleet; then
 	section "fleet: 50 nodes x 1,000 programs and 100 pods reloaded into a real Prometheus, directly and through a Collector (series, bytes, CPU); 300 pods restarted 3 times (series ever per kind)"
 	go test -tags bench -count=1 -timeout 20m -run 'TestBenchFleet|TestBenchAgentProcess' -v ./exporter/e2e | grep -E 'BENCH|FAIL|ok'
+	section "fleet: 100, 300 and 1,000 simulated nodes replaying snapshots recorded on 5.10, 6.1, 6.18 and 7.2 (test/fleetsim) through a real Collector into a real Prometheus with the shipped rules: per-node cost, rollouts, 100 agents restarted at once, a pool cut off for 5 minutes"
+	go test -tags bench -count=1 -timeout 40m -run 'TestBenchFleetSim' -v ./test/fleetsim | grep -E 'BENCH|FAIL|ok'
 fi
 
 if selected scale; then

@@ -61,6 +61,8 @@ var VMResourceAttributes = []string{"service.name", "service.namespace", "servic
 // instance as Prometheus' OTLP receiver does (job: service.namespace/
 // service.name, or service.name alone; instance: service.instance.id), so
 // the rules and dashboards select and group the same labels on both stores.
+// service_instance_id stays, as Prometheus promotes it (prometheusConfig):
+// every series then has the same labels in both.
 // Only where the attributes are there: vmalert's recording rules and
 // ALERTS come through vmagent too, with job and instance already set.
 const vmRelabel = `- source_labels: [service_name]
@@ -74,7 +76,7 @@ const vmRelabel = `- source_labels: [service_name]
   regex: "(.+)"
   target_label: instance
 - action: labeldrop
-  regex: "service_name|service_namespace|service_instance_id"
+  regex: "service_name|service_namespace"
 `
 
 // VMAgentFlags are the OTLP flags vmagent (or a storage node taking OTLP

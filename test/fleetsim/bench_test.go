@@ -5,10 +5,9 @@ package fleetsim
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -51,29 +50,10 @@ func procStat(t testing.TB, pid int) (rss float64, cpu time.Duration) {
 	return rss, time.Duration(ut+st) * 10 * time.Millisecond
 }
 
-// self is one of Prometheus' own metrics, summed over its labels.
-func self(t testing.TB, prom *backends.Prometheus, name string) float64 {
-	t.Helper()
-	resp, err := httpGet("http://" + prom.Addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := 0.0
-	for _, line := range strings.Split(resp, "\n") {
-		if !strings.HasPrefix(line, name) || (len(line) > len(name) && line[len(name)] != ' ' && line[len(name)] != '{') {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		x, err := strconv.ParseFloat(line[i+1:], 64)
-		if err == nil {
-			v += x
-		}
-	}
-	return v
-}
-
 type benchPhase struct {
 	rounds                      int
+	bpfSeries                   float64 // bpf_* series after the phase, less before
+	alerts                      string  // ALERTS firing after it, by name
 	wall, cpu, sim              time.Duration
 	samples, created            float64
 	requests, wire              int64
@@ -88,6 +68,11 @@ func measure(t *testing.T, f *Fleet, prom *backends.Prometheus, col *backends.Co
 	ctx := context.Background()
 	p := benchPhase{rounds: rounds}
 	s0, c0 := self(t, prom, "prometheus_tsdb_head_samples_appended_total"), self(t, prom, "prometheus_tsdb_head_series_created_total")
+	// The agents' series only: the rules' outputs and ALERTS are counted
+	// apart. OTLP writes no staleness markers, so a series stays in the
+	// 5-minute lookback and one that came in the phase shows here.
+	const bpfSeries = `count({__name__=~"bpf_.+"})`
+	b0 := query(t, prom, bpfSeries)[""]
 	_, colCPU0 := procStat(t, col.PID())
 	pc0 := self(t, prom, "process_cpu_seconds_total")
 	var q0, w0 int64
@@ -109,6 +94,13 @@ func measure(t *testing.T, f *Fleet, prom *backends.Prometheus, col *backends.Co
 	matchTruth(t, prom, f.Truth()) // settled: every export appended
 	p.samples = self(t, prom, "prometheus_tsdb_head_samples_appended_total") - s0
 	p.created = self(t, prom, "prometheus_tsdb_head_series_created_total") - c0
+	p.bpfSeries = query(t, prom, bpfSeries)[""] - b0
+	var firing []string
+	for name, v := range query(t, prom, `count by (alertname) (ALERTS{alertstate="firing"})`, "alertname") {
+		firing = append(firing, fmt.Sprintf("%s=%v", name, v))
+	}
+	slices.Sort(firing)
+	p.alerts = strings.Join(firing, " ")
 	p.headSeries = self(t, prom, "prometheus_tsdb_head_series")
 	p.promRSS = self(t, prom, "process_resident_memory_bytes")
 	p.promCPU = time.Duration((self(t, prom, "process_cpu_seconds_total") - pc0) * 1e9)
@@ -145,11 +137,11 @@ func TestBenchFleetSim(t *testing.T) {
 	}
 	t.Logf("BENCH fleetsim: %d CPUs, %s, %s", runtime.NumCPU(), time.Now().UTC().Format("2006-01-02"), hostCPU())
 	type row struct {
-		n                                    int
-		steady, upgrade, restart, cut, heal  benchPhase
-		ruleEval                             float64
-		seriesPerNode, upgradeCreatedPerNode float64
-		dropped                              int
+		n                                   int
+		steady, upgrade, restart, cut, heal benchPhase
+		ruleEval                            float64
+		seriesPerNode                       float64
+		dropped                             int
 	}
 	var rows []row
 	for _, n := range sizes {
@@ -169,7 +161,6 @@ func TestBenchFleetSim(t *testing.T) {
 			r.seriesPerNode = r.steady.headSeries / float64(n)
 			f.Upgrade("on_tracepoint", "00c0ffee00c0ffee", max(1, n/5))
 			r.upgrade = measure(t, f, prom, col, 6, nil)
-			r.upgradeCreatedPerNode = r.upgrade.created / float64(n)
 			r.restart = measure(t, f, prom, col, 2, func(i int) {
 				if i == 0 {
 					if err := f.RestartAgents(ctx, f.Nodes()[:min(100, n)]...); err != nil {
@@ -184,10 +175,15 @@ func TestBenchFleetSim(t *testing.T) {
 			})
 			f.Cut("batch", false)
 			r.heal = measure(t, f, prom, col, 2, nil)
-			for _, nt := range f.Truth().Nodes {
+			tr := f.Truth()
+			for _, nt := range tr.Nodes {
 				r.dropped += nt.ExportErrors
 			}
+			// What the agents counted of it (bpf.agent.export.errors):
+			// nothing lost uncounted.
+			counted := query(t, prom, `sum `+fresh(`bpf_agent_export_errors_total{signal="metrics"}`, tr.RoundTimes[len(tr.RoundTimes)-1]))[""]
 			r.ruleEval = self(t, prom, "prometheus_rule_group_last_duration_seconds")
+			groups := ruleGroups(t, prom)
 			rows = append(rows, r)
 			st := r.steady
 			per := func(d time.Duration, p benchPhase) float64 {
@@ -201,8 +197,18 @@ func TestBenchFleetSim(t *testing.T) {
 				n, st.promCPU.Seconds()/float64(st.rounds)/(st.headSeries/1e6), r.ruleEval*1000)
 			t.Logf("BENCH fleetsim n=%d: exporters %.2f ms CPU per node export (simulator's own %.2f ms left out), round wall %.0f ms",
 				n, per(st.cpu-st.sim, st), per(st.sim, st), float64(st.wall.Milliseconds())/float64(st.rounds))
-			t.Logf("BENCH fleetsim n=%d: series created per node: %.2f in the rolling upgrade with pod churn (6 rounds), %.2f when 100 agents restarted at once, %.2f over a 5 min cut of pool batch (%d failed exports, counted)",
-				n, r.upgradeCreatedPerNode, r.restart.created/float64(n), r.cut.created/float64(n), r.dropped)
+			t.Logf("BENCH fleetsim n=%d: agent series new per node: %.2f in the rolling upgrade with pod churn (6 rounds), %.2f when 100 agents restarted at once, %.2f over a 5 min cut of pool batch (%d failed exports, counted), %.2f after it; all series created (rules' and ALERTS included): %.0f, %.0f, %.0f, %.0f",
+				n, r.upgrade.bpfSeries/float64(n), r.restart.bpfSeries/float64(n), r.cut.bpfSeries/float64(n), r.dropped, r.heal.bpfSeries/float64(n),
+				r.upgrade.created, r.restart.created, r.cut.created, r.heal.created)
+			t.Logf("BENCH fleetsim n=%d: after the cut Prometheus holds the truth; the agents counted %.0f failed exports in bpf.agent.export.errors, the fleet failed %d", n, counted, r.dropped)
+			t.Logf("BENCH fleetsim n=%d: alerts firing after steady: [%s]; upgrade: [%s]; restart: [%s]; cut: [%s]; healed: [%s]",
+				n, r.steady.alerts, r.upgrade.alerts, r.restart.alerts, r.cut.alerts, r.heal.alerts)
+			var gs []string
+			for g, v := range groups {
+				gs = append(gs, fmt.Sprintf("%s %.1f ms", g, v*1000))
+			}
+			slices.Sort(gs)
+			t.Logf("BENCH fleetsim n=%d: rule groups' last evaluation: %s", n, strings.Join(gs, ", "))
 		})
 	}
 	if len(rows) > 1 {
@@ -214,17 +220,36 @@ func TestBenchFleetSim(t *testing.T) {
 			ratio(float64(a.steady.wire)/float64(a.steady.requests), float64(b.steady.wire)/float64(b.steady.requests)),
 			ratio(pa(a, a.steady.colCPU), pa(b, b.steady.colCPU)), ratio(pa(a, a.steady.promCPU), pa(b, b.steady.promCPU)),
 			ratio(pa(a, a.steady.cpu-a.steady.sim), pa(b, b.steady.cpu-b.steady.sim)))
+		// Memory grows from a base each process has with no fleet at all:
+		// what one more node or million series costs is the difference
+		// between the sizes.
+		t.Logf("BENCH fleetsim marginal memory %d -> %d nodes: Collector %.1f MB per 100 nodes; Prometheus %.0f MB per million series (%.0f -> %.0f series)",
+			a.n, b.n, (b.steady.colRSS-a.steady.colRSS)/1e6/float64(b.n-a.n)*100,
+			(b.steady.promRSS-a.steady.promRSS)/1e6/((b.steady.headSeries-a.steady.headSeries)/1e6), a.steady.headSeries, b.steady.headSeries)
 	}
 }
 
-func httpGet(u string) (string, error) {
-	resp, err := http.Get(u)
+// ruleGroups is each rule group's last evaluation time, from Prometheus'
+// /metrics.
+func ruleGroups(t testing.TB, prom *backends.Prometheus) map[string]float64 {
+	t.Helper()
+	body, err := httpGet("http://" + prom.Addr + "/metrics")
 	if err != nil {
-		return "", err
+		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return string(b), err
+	out := map[string]float64{}
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, "prometheus_rule_group_last_duration_seconds{") {
+			continue
+		}
+		_, g, _ := strings.Cut(line, `rule_group="`)
+		g, _, _ = strings.Cut(g, `"`)
+		i := strings.LastIndexByte(line, ' ')
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			out[g[strings.LastIndexByte(g, ';')+1:]] = v
+		}
+	}
+	return out
 }
 
 func hostCPU() string {
@@ -240,4 +265,100 @@ func hostCPU() string {
 		}
 	}
 	return "unknown CPU"
+}
+
+// vmSelf sums one of a VictoriaMetrics process' own metrics (a storage
+// node's, vmagent's) from its /metrics.
+func vmSelf(t testing.TB, addr, name string) float64 {
+	t.Helper()
+	body, err := httpGet("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := 0.0
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, name) || (len(line) > len(name) && line[len(name)] != ' ' && line[len(name)] != '{') {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if x, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			v += x
+		}
+	}
+	return v
+}
+
+// TestBenchFleetSimVM is the same fleet through the gateway Collector into
+// the replicated two-node VictoriaMetrics (vmagent writing to both storage
+// nodes, reads through vmauth): steady rounds, the rolling upgrade with pod
+// churn and 100 agents restarted at once, the truth checked on
+// VictoriaMetrics after each; the storage nodes' and vmagent's CPU and
+// memory.
+func TestBenchFleetSimVM(t *testing.T) {
+	sizes := []int{100, 300, 1000}
+	if s := os.Getenv("BPFLEET_FLEET_SIZES"); s != "" {
+		sizes = nil
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				t.Fatalf("BPFLEET_FLEET_SIZES=%q: %v", s, err)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	for _, n := range sizes {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			ctx := context.Background()
+			vm := backends.StartVictoriaMetrics(t, backends.VMConfig{Nodes: 2})
+			col := backends.StartGateway(t, nil, vm.OTLPEndpoint())
+			f, err := New(ctx, benchFleet("http://"+col.OTLPHTTP, n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close(ctx)
+			usage := func() (cpu, rss, agentCPU, agentRSS float64) {
+				for _, node := range vm.Nodes {
+					cpu += vmSelf(t, node.Addr, "process_cpu_seconds_total")
+					rss += vmSelf(t, node.Addr, "process_resident_memory_bytes")
+				}
+				return cpu, rss, vmSelf(t, vm.AgentAddr, "process_cpu_seconds_total"), vmSelf(t, vm.AgentAddr, "process_resident_memory_bytes")
+			}
+			const bpfSeries = `count({__name__=~"bpf_.+"})`
+			for range 2 {
+				if err := f.Round(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			matchTruth(t, vm, f.Truth())
+			cpu0, _, acpu0, _ := usage()
+			const rounds = 5
+			for range rounds {
+				if err := f.Round(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			matchTruth(t, vm, f.Truth())
+			cpu1, rss, acpu1, arss := usage()
+			series := query(t, vm, bpfSeries)[""]
+			t.Logf("BENCH fleetsim-vm n=%d: %.1f series/node; 2 storage nodes (replicated) %.2f ms CPU per node export together, RSS %.0f MB together (%.0f MB per million series per node); vmagent %.2f ms CPU per node export, %.0f MB RSS",
+				n, series/float64(n), (cpu1-cpu0)*1000/rounds/float64(n), rss/1e6, rss/2/1e6/(series/1e6), (acpu1-acpu0)*1000/rounds/float64(n), arss/1e6)
+			f.Upgrade("on_tracepoint", "00c0ffee00c0ffee", max(1, n/5))
+			for range 6 {
+				if err := f.Round(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := f.RestartAgents(ctx, f.Nodes()[:min(100, n)]...); err != nil {
+				t.Fatal(err)
+			}
+			for range 2 {
+				if err := f.Round(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			matchTruth(t, vm, f.Truth())
+			t.Logf("BENCH fleetsim-vm n=%d: after the rolling upgrade with pod churn and 100 agents restarted at once VictoriaMetrics holds the truth; agent series new per node %.2f",
+				n, (query(t, vm, bpfSeries)[""]-series)/float64(n))
+		})
+	}
 }

@@ -67,12 +67,15 @@ type Config struct {
 	// Cluster is k8s.cluster.name (empty: none).
 	Cluster string
 	// PodChurn is the chance per node and round that one pod restarts
-	// (new pod, new program ids, same workload).
+	// (a new pod of the same workload: new uid, container, interface,
+	// program ids).
 	PodChurn float64
 	Misses   []MissPlan
 	// Parallel bounds the nodes exporting at once (default 4 × CPUs).
 	Parallel int
-	// Timeout bounds one export (default 5 s).
+	// Timeout bounds one export (default 30 s, the SDK's export timeout):
+	// an export that timed out on the agent's side may still have reached
+	// the backend, and the truth would not know.
 	Timeout time.Duration
 }
 
@@ -113,7 +116,7 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 		cfg.Parallel = 4 * runtime.GOMAXPROCS(0)
 	}
 	if cfg.Timeout == 0 {
-		cfg.Timeout = 5 * time.Second
+		cfg.Timeout = 30 * time.Second
 	}
 	f := &Fleet{
 		cfg: cfg, byName: map[string]*node{}, pools: map[string]*Pool{}, recs: map[string]*agent.Snapshot{}, gates: map[string]*gate{},
@@ -213,7 +216,7 @@ func (f *Fleet) addNode(ctx context.Context, p *Pool, round int) (*node, error) 
 		}
 	}
 	for range p.Pods {
-		n.startPod(f, boot, false)
+		n.startPod(f, nil, boot, false)
 	}
 	for _, mp := range f.cfg.Misses {
 		if (len(mp.Nodes) == 0 && mp.Pool == p.Name) || slices.Contains(mp.Nodes, name) {
@@ -280,8 +283,10 @@ func (f *Fleet) Round(ctx context.Context) error {
 			continue
 		}
 		if n.rng.Float64() < f.cfg.PodChurn {
-			n.stopPod(n.rng.IntN(len(n.pods)))
-			n.startPod(f, t0, true)
+			// The pod's controller makes a new one: new uid, container,
+			// interface and program ids, the same workload.
+			w := n.stopPod(n.rng.IntN(len(n.pods)))
+			n.startPod(f, w, t0, true)
 		}
 	}
 	// The simulator's own work, apart from the exporters' so a bench can

@@ -3,7 +3,9 @@ package fleetsim
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,11 +48,17 @@ func shortFleet(endpoint string, nodes int) Config {
 	}
 }
 
+// store is a Prometheus-compatible query API: Prometheus, or
+// VictoriaMetrics through vmauth.
+type store interface {
+	Query(ctx context.Context, q string) ([]backends.Sample, error)
+}
+
 // query is an instant query's result keyed by the given labels' values
 // (joined with "/").
-func query(t *testing.T, prom *backends.Prometheus, q string, by ...string) map[string]float64 {
+func query(t *testing.T, st store, q string, by ...string) map[string]float64 {
 	t.Helper()
-	res, err := prom.Query(context.Background(), q)
+	res, err := st.Query(context.Background(), q)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +84,7 @@ func fresh(sel string, from time.Time) string {
 // matchTruth waits until Prometheus holds what the truth says: per
 // program name the run count, run time and misses; per node, program and
 // cause the misses; the nodes that exported the last round.
-func matchTruth(t *testing.T, prom *backends.Prometheus, tr *Truth) {
+func matchTruth(t *testing.T, prom store, tr *Truth) {
 	t.Helper()
 	from := tr.RoundTimes[len(tr.RoundTimes)-1]
 	// The nodes that exported the last round: a node cut off holds its
@@ -130,8 +138,15 @@ func matchTruth(t *testing.T, prom *backends.Prometheus, tr *Truth) {
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("round %d: Prometheus does not hold the truth: %s", tr.Round, last)
+		t.Fatalf("round %d: %s does not hold the truth: %s", tr.Round, storeName(prom), last)
 	}
+}
+
+func storeName(s store) string {
+	if _, ok := s.(*backends.VictoriaMetrics); ok {
+		return "VictoriaMetrics"
+	}
+	return "Prometheus"
 }
 
 // diff says where got differs from want (relative tolerance tol), in a
@@ -167,18 +182,28 @@ func mapsKeys(ms ...map[string]float64) func(func(string) bool) {
 }
 
 // TestFleetShort is the short version of issue 45's fleet in make test:
-// 100 simulated nodes through a real Collector into a real Prometheus,
-// with pod churn, a rolling upgrade, agent restarts, nodes joining and
-// leaving and misses with known causes on known nodes. After each step
-// Prometheus holds what the truth says, and the upgrade adds no series.
+// 100 simulated nodes through a real gateway Collector into a real
+// Prometheus and a replicated two-node VictoriaMetrics, with pod churn, a
+// rolling upgrade, agent restarts, nodes joining and leaving and misses
+// with known causes on known nodes. After each step both stores hold what
+// the truth says, and the upgrade adds no series.
 func TestFleetShort(t *testing.T) {
 	prom := backends.StartPrometheus(t)
-	col := backends.StartCollector(t, prom, backends.StartJaeger(t))
-	fleetShort(t, prom, "http://"+col.OTLPHTTP)
+	vm := backends.StartVictoriaMetrics(t, backends.VMConfig{Nodes: 2})
+	col := backends.StartGateway(t, backends.StartJaeger(t), prom.OTLPEndpoint(), vm.OTLPEndpoint())
+	fleetShort(t, prom, []store{vm}, "http://"+col.OTLPHTTP)
 }
 
-// fleetShort runs the short fleet into endpoint, whose metrics end in prom.
-func fleetShort(t *testing.T, prom *backends.Prometheus, endpoint string) {
+// fleetShort runs the short fleet into endpoint, whose metrics end in prom
+// and in the other stores.
+func fleetShort(t *testing.T, prom *backends.Prometheus, others []store, endpoint string) {
+	stores := append([]store{prom}, others...)
+	match := func(tr *Truth) {
+		t.Helper()
+		for _, s := range stores {
+			matchTruth(t, s, tr)
+		}
+	}
 	ctx := context.Background()
 	f, err := New(ctx, shortFleet(endpoint, 100))
 	if err != nil {
@@ -195,7 +220,7 @@ func fleetShort(t *testing.T, prom *backends.Prometheus, endpoint string) {
 	for range 2 {
 		round()
 	}
-	matchTruth(t, prom, f.Truth())
+	match(f.Truth())
 
 	// A rolling upgrade of the security agent's tracepoint program: new
 	// ids and tag on every node, 40 a round; the series stay.
@@ -205,14 +230,32 @@ func fleetShort(t *testing.T, prom *backends.Prometheus, endpoint string) {
 	if tr := f.Truth(); before != float64(tr.Program(upgraded).Nodes) {
 		t.Fatalf("%v series of %s before the upgrade, the truth says %d nodes run it", before, upgraded, tr.Program(upgraded).Nodes)
 	}
+	created, fromRound := self(t, prom, "prometheus_tsdb_head_series_created_total"), f.Truth().Round
 	f.Upgrade(upgraded, "00c0ffee00c0ffee", 40)
 	for f.Upgraded(upgraded) < len(f.Nodes()) {
 		round()
 	}
 	round()
-	matchTruth(t, prom, f.Truth())
-	if after := query(t, prom, seriesOf)[""]; after != before {
-		t.Errorf("the upgrade of %s on every node made %v series of it from %v: a reload must not start new series", upgraded, after, before)
+	match(f.Truth())
+	for _, s := range stores {
+		if after := query(t, s, seriesOf)[""]; after != before {
+			t.Errorf("%s: the upgrade of %s on every node made %v series of it from %v: a reload must not start new series", storeName(s), upgraded, after, before)
+		}
+	}
+	// Nor did the pod restarts meanwhile: a pod restarts as its
+	// workload, whose series go on. The only new series the truth has are
+	// causes a node's program missed by for the first time: one
+	// bpf.program.recursion_misses series of its workload key, one
+	// bpf.attach_type.recursion_misses of its attach type (the canary is
+	// the one program that misses, so no other shares it).
+	newCauses := 0
+	for _, m := range f.Truth().Misses {
+		if m.FirstRound > fromRound {
+			newCauses++
+		}
+	}
+	if n := self(t, prom, "prometheus_tsdb_head_series_created_total") - created; n != float64(2*newCauses) {
+		t.Errorf("%v new series over the upgrade and pod restarts; the truth has %d causes first counted meanwhile, 2 series each", n, newCauses)
 	}
 
 	// Ten agents restart (counters start over), three nodes join, two
@@ -229,10 +272,41 @@ func fleetShort(t *testing.T, prom *backends.Prometheus, endpoint string) {
 	round()
 	round()
 	tr := f.Truth()
-	matchTruth(t, prom, tr)
+	match(tr)
 	if len(tr.Misses) == 0 || tr.InFleet() != 101 {
 		t.Fatalf("the fleet is not what the test set up: %d miss series, %d nodes", len(tr.Misses), tr.InFleet())
 	}
-	t.Logf("%d nodes, %d rounds in %v: %d programs, %d miss series; Prometheus holds the truth after each step",
-		tr.InFleet(), tr.Round, time.Since(start).Round(time.Second), len(tr.Programs), len(tr.Misses))
+	t.Logf("%d nodes, %d rounds in %v: %d programs, %d miss series; %d stores hold the truth after each step",
+		tr.InFleet(), tr.Round, time.Since(start).Round(time.Second), len(tr.Programs), len(tr.Misses), len(stores))
+}
+
+// self is one of Prometheus' own metrics, summed over its labels.
+func self(t testing.TB, prom *backends.Prometheus, name string) float64 {
+	t.Helper()
+	resp, err := httpGet("http://" + prom.Addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := 0.0
+	for _, line := range strings.Split(resp, "\n") {
+		if !strings.HasPrefix(line, name) || (len(line) > len(name) && line[len(name)] != ' ' && line[len(name)] != '{') {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		x, err := strconv.ParseFloat(line[i+1:], 64)
+		if err == nil {
+			v += x
+		}
+	}
+	return v
+}
+
+func httpGet(u string) (string, error) {
+	resp, err := http.Get(u)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
 }

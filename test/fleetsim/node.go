@@ -118,10 +118,13 @@ func (n *node) load(f *Fleet, t *agent.ProgramStat, r Role, p *simPod, now time.
 	return sp
 }
 
-// startPod starts one pod with the node's per-pod programs.
-func (n *node) startPod(f *Fleet, now time.Time, afterStart bool) {
+// startPod starts one pod of workload w (nil: one drawn from the seed)
+// with the node's per-pod programs.
+func (n *node) startPod(f *Fleet, w *[3]string, now time.Time, afterStart bool) {
 	n.podSeq++
-	w := f.workloads[n.rng.IntN(len(f.workloads))]
+	if w == nil {
+		w = &f.workloads[n.rng.IntN(len(f.workloads))]
+	}
 	hash := fmt.Sprintf("%08x", n.rng.Uint32())
 	p := &simPod{
 		name:      fmt.Sprintf("%s-%s-%d", w[2], hash[:5], n.podSeq),
@@ -141,8 +144,8 @@ func (n *node) startPod(f *Fleet, now time.Time, afterStart bool) {
 	n.pods = append(n.pods, p)
 }
 
-// stopPod unloads a pod's programs.
-func (n *node) stopPod(i int) {
+// stopPod unloads a pod's programs and says its workload.
+func (n *node) stopPod(i int) *[3]string {
 	p := n.pods[i]
 	n.pods = append(n.pods[:i], n.pods[i+1:]...)
 	gone := map[*simProg]bool{}
@@ -156,6 +159,7 @@ func (n *node) stopPod(i int) {
 		}
 	}
 	n.progs = kept
+	return &[3]string{p.namespace, p.kind, p.workload}
 }
 
 func (n *node) has(r Role) bool {
