@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
@@ -123,9 +124,25 @@ func TestFleetCommandAgainstTruthVM(t *testing.T) {
 	checkFleetErrors(t, url)
 }
 
-// checkFleetErrors: a store down and a store without bpfleet's series
-// each give their one line.
+// checkFleetErrors: --watch prints a document per refresh; a store down
+// and a store without bpfleet's series each give their one line.
 func checkFleetErrors(t *testing.T, url string) {
+	w := simFleetConfig(url)
+	w.Watch, w.Interval, w.Count = true, time.Second, 2
+	var out strings.Builder
+	if err := runFleet(context.Background(), w, fleetQuestions()[3], &out); err != nil {
+		t.Fatalf("fleet nodes --watch: %v", err)
+	}
+	docs := strings.Split(strings.TrimSpace(out.String()), "\n")
+	for _, d := range docs {
+		var nd nodesDoc
+		if err := json.Unmarshal([]byte(d), &nd); err != nil || nd.Agents != simNodes {
+			t.Errorf("fleet nodes --watch -o json: %v, %d agents in %s", err, nd.Agents, d)
+		}
+	}
+	if len(docs) != 2 {
+		t.Errorf("fleet nodes --watch --count 2 -o json: %d documents, want 2:\n%s", len(docs), out.String())
+	}
 
 	c := simFleetConfig(url)
 	c.Prometheus = fmt.Sprintf("http://127.0.0.1:%d", backends.FreePort(t)) // nothing listens there
