@@ -273,7 +273,7 @@ func fleet(n *names) *dashboard.DashboardBuilder {
 		WithPanel(answer("Worst node per program (fleet top)", "The node where one run of each program cost the most over the time range (run time / runs), in seconds per run: bpfleet fleet top's query.", "s", 12, q.TopWorst())).
 		WithPanel(answer("Misses by node and cause (fleet misses)", "Recursion misses in the time range by node, program, cause and owner (pods at --metrics-level=program, workloads at workload): bpfleet fleet misses' query.", "short", 24, q.MissesByNode())).
 		WithPanel(answer("Attach-type overhead by kernel and pool (fleet overhead)", "The median over nodes of each attach type's calibrated overhead per triggered call, by kernel release (os.version) and node pool (the k8s.nodepool.name resource attribute): bpfleet fleet overhead's figures.", "s", 12, q.OverheadMedian())).
-		WithPanel(answer("Agents' last export (fleet nodes)", "When each agent last exported in the time range: bpfleet fleet nodes calls one silent for over 5 minutes absent.", "dateTimeAsIso", 12, q.LastSeen() + " * 1000"))
+		WithPanel(answer("Agents' last export (fleet nodes)", "When each agent last exported in the time range: bpfleet fleet nodes calls one silent for over 5 minutes absent.", "dateTimeAsIso", 12, "("+q.LastSeen()+") * 1000"))
 
 	b = b.WithRow(dashboard.NewRowBuilder("Cost")).
 		WithPanel(series("CPU time by attach type", "Time BPF programs ran, in CPUs (CPU-seconds per second), by attach type, summed across nodes. Accrues only while BPF stats are enabled.", "percentunit", 12,
