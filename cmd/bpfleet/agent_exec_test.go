@@ -12,8 +12,8 @@ import (
 // TestAgentExecShim: the CLI build's `agent` runs bpfleet-agent from its
 // own directory (a usage error comes back from the agent with its exit
 // status), and says in one line what is wrong when that binary is missing
-// or is itself a CLI build; so does its `top --remote` (TestTopRemote runs
-// it through bpfleet-agent against a real agent).
+// or is itself a CLI build; so do its `top --remote` (TestTopRemote runs
+// it through bpfleet-agent against a real agent) and `fleet`.
 func TestAgentExecShim(t *testing.T) {
 	bin := bpfleetBin(t)
 	out, err := exec.Command(bin, "agent", "--interval", "0s").CombinedOutput()
@@ -31,7 +31,7 @@ func TestAgentExecShim(t *testing.T) {
 		if tc.agent != "" {
 			copyFile(t, tc.agent, filepath.Join(filepath.Dir(alone), "bpfleet-agent"))
 		}
-		for _, args := range [][]string{{"agent"}, {"top", "--remote", "http://127.0.0.1:9", "--count", "1"}} {
+		for _, args := range [][]string{{"agent"}, {"top", "--remote", "http://127.0.0.1:9", "--count", "1"}, {"fleet", "nodes", "--prometheus", "http://127.0.0.1:9"}} {
 			out, err := exec.Command(alone, args...).CombinedOutput()
 			lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 			if !errors.As(err, &ee) || ee.ExitCode() != exitFailure || len(lines) != 1 || !strings.Contains(lines[0], tc.want) {

@@ -29,9 +29,11 @@ import (
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
 	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
 	"github.com/grafana/grafana-foundation-sdk/go/stat"
+	"github.com/grafana/grafana-foundation-sdk/go/table"
 	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
 
 	"github.com/bpfleet/bpfleet/exporter"
+	"github.com/bpfleet/bpfleet/internal/fleetquery"
 )
 
 // The chart's dashboards are this package's Files; exporter/internal/gendocs
@@ -226,6 +228,19 @@ const fullestLegend = "{{bpf_map_name}} ({{bpf_map_type}}) " + mapWorkloadLegend
 // program missed").
 const causePanelDesc = "Recursion misses per second by bpf.miss.cause, as the miss watcher measured them from the kernel stack of each run turned away: recursion (the program re-entered itself: fix it), interrupt (an irq/softirq/NMI hit it), preempted (another task held its guard, preempted or asleep: contention), nested (another program held bpf_prog_active), unexplained (not sampled: not watched, no watcher, over budget)."
 
+// answer is a table of one instant query's answer, as `bpfleet fleet`
+// reads it.
+func answer(title, description, unit string, w uint32, q string) *table.PanelBuilder {
+	return table.NewPanelBuilder().
+		Title(title).Description(description).Datasource(ds).
+		Unit(unit).Height(8).Span(w).
+		WithTarget(query(q, "").RefId("A").Instant().Format(prometheus.PromQueryFormatTable))
+}
+
+// fleetQuestions are `bpfleet fleet`'s queries (internal/fleetquery: the
+// same strings) over the dashboard's time range and nodes.
+var fleetQuestions = fleetquery.Params{Sel: fleetSel, Range: "$__range", RangeSeconds: "$__range_s", Window: "5m", Step: "1m", Pool: fleetquery.DefaultPoolLabel}
+
 func fleet(n *names) *dashboard.DashboardBuilder {
 	b := base("bpfleet / Fleet", "bpfleet-fleet",
 		"BPF programs across the fleet: recursion misses, cost by attach type and workload, agent health. Metrics: exporter/METRICS.md.")
@@ -251,6 +266,14 @@ func fleet(n *names) *dashboard.DashboardBuilder {
 			query(fmt.Sprintf("sum by (bpf_attach_type, instance) (%s)", rate(atMisses, fleetSel)), "{{instance}} {{bpf_attach_type}}"))).
 		WithPanel(series("Misses by cause", causePanelDesc, "short", 24,
 			query(fmt.Sprintf("sum by (bpf_miss_cause) (%s)", rate(atMisses, fleetSel)), "{{bpf_miss_cause}}")))
+
+	q := fleetQuestions
+	b = b.WithRow(dashboard.NewRowBuilder("The fleet's questions (bpfleet fleet)")).
+		WithPanel(answer("Programs by CPU (fleet top)", "Each program's run time across the selected nodes over the time range, in CPUs, by name and attach type: bpfleet fleet top's query.", "percentunit", 12, q.TopCPU())).
+		WithPanel(answer("Worst node per program (fleet top)", "The node where one run of each program cost the most over the time range (run time / runs), in seconds per run: bpfleet fleet top's query.", "s", 12, q.TopWorst())).
+		WithPanel(answer("Misses by node and cause (fleet misses)", "Recursion misses in the time range by node, program, cause and owner (pods at --metrics-level=program, workloads at workload): bpfleet fleet misses' query.", "short", 24, q.MissesByNode())).
+		WithPanel(answer("Attach-type overhead by kernel and pool (fleet overhead)", "The median over nodes of each attach type's calibrated overhead per triggered call, by kernel release (os.version) and node pool (the k8s.nodepool.name resource attribute): bpfleet fleet overhead's figures.", "s", 12, q.OverheadMedian())).
+		WithPanel(answer("Agents' last export (fleet nodes)", "When each agent last exported in the time range: bpfleet fleet nodes calls one silent for over 5 minutes absent.", "dateTimeAsIso", 12, "("+q.LastSeen()+") * 1000"))
 
 	b = b.WithRow(dashboard.NewRowBuilder("Cost")).
 		WithPanel(series("CPU time by attach type", "Time BPF programs ran, in CPUs (CPU-seconds per second), by attach type, summed across nodes. Accrues only while BPF stats are enabled.", "percentunit", 12,

@@ -144,6 +144,7 @@ func checkDashboards(t *testing.T, prom querier, node string, absent map[string]
 		"$"+dashboards.VarJob, "bpfleet-agent",
 		"$"+dashboards.VarNode, node,
 		"$__rate_interval", "1m",
+		"$__range_s", "300", // before $__range, which it starts with
 		"$__range", "5m",
 	)
 	n := 0

@@ -29,6 +29,10 @@ func TestRulesCatch(t *testing.T) {
 		{pkg{"cmd/bpfleet", []string{"internal/syncbuf"}}, "no product package imports"},
 		{pkg{"agent", []string{"exporter/internal/faultaddr"}}, "no product package imports"},
 		{pkg{"test/backends", []string{"internal/syncbuf"}}, ""},
+		{pkg{"exporter/dashboards", []string{"exporter", "internal/fleetquery"}}, ""},
+		{pkg{"exporter", []string{"internal/fleetquery"}}, "exporter imports agent"},
+		{pkg{"exporter/dashboards", []string{"agent/history"}}, "exporter/dashboards imports exporter"},
+		{pkg{"internal/fleetquery", []string{"internal/config"}}, "internal/fleetquery is a leaf"},
 	} {
 		got := strings.Join(importFaults([]pkg{c.p}), "\n")
 		if c.want == "" && got != "" || c.want != "" && !strings.Contains(got, c.want) {

@@ -55,7 +55,7 @@ type VMNode struct {
 // job and instance; the rest (the SDK's version, the agent's own
 // attributes) would be in every series' identity and start new series
 // with every agent upgrade.
-var VMResourceAttributes = []string{"service.name", "service.namespace", "service.instance.id", "host.name", "os.version", "host.cpu.model.name", "k8s.node.name"}
+var VMResourceAttributes = []string{"service.name", "service.namespace", "service.instance.id", "host.name", "os.version", "host.cpu.model.name", "k8s.node.name", "k8s.nodepool.name"}
 
 // vmRelabel turns the OTLP resource's service attributes into job and
 // instance as Prometheus' OTLP receiver does (job: service.namespace/

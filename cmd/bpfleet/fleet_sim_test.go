@@ -1,0 +1,265 @@
+//go:build !lean
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/test/backends"
+	"github.com/bpfleet/bpfleet/test/fleetsim"
+)
+
+// The fleet questions against test/fleetsim's truth: nodes replaying
+// snapshots recorded on real kernels (three pools, three kernels, the
+// agent's default workload level), misses with known causes on known
+// nodes, then a node stalled, one degraded and one leaving.
+
+func TestFleetCommandAgainstFleetsim(t *testing.T) {
+	prom := backends.StartPrometheus(t)
+	fleetsimAgainstTruth(t, "http://"+prom.Addr+"/api/v1/otlp", "http://"+prom.Addr, false)
+}
+
+// On VictoriaMetrics MetricsQL's increase() may leave out the first value
+// of a series that begins in the range (a cause's first misses on a node,
+// which Prometheus counts from the zero it writes at the series' start):
+// up to one round of a node's misses short.
+func TestFleetCommandAgainstFleetsimVM(t *testing.T) {
+	vm := backends.StartVictoriaMetrics(t, backends.VMConfig{Nodes: 2})
+	fleetsimAgainstTruth(t, strings.TrimSuffix(vm.OTLPEndpoint(), "/v1/metrics"), "http://"+vm.AuthAddr, true)
+}
+
+func fleetsimAgainstTruth(t *testing.T, endpoint, url string, firstUncounted bool) {
+	ctx := context.Background()
+	rec := func(prefix string) string {
+		for _, r := range fleetsim.Recordings() {
+			if strings.HasPrefix(r, prefix) {
+				return r
+			}
+		}
+		t.Fatalf("no recording of a %s kernel in %v", prefix, fleetsim.Recordings())
+		return ""
+	}
+	f, err := fleetsim.New(ctx, fleetsim.Config{Seed: 45, Endpoint: endpoint,
+		Pools: []fleetsim.Pool{
+			{Name: "web", Kernel: rec("6.18"), Nodes: 6, Roles: []fleetsim.Role{fleetsim.RoleCNI, fleetsim.RoleRunc, fleetsim.RoleSecurity}, Pods: 2},
+			{Name: "batch", Kernel: rec("7.2"), Nodes: 4, Roles: []fleetsim.Role{fleetsim.RoleSecurity}},
+			{Name: "infra", Kernel: rec("6.1."), Nodes: 4, Roles: []fleetsim.Role{fleetsim.RoleSecurity}},
+		},
+		Misses: []fleetsim.MissPlan{
+			{Program: "canary", Cause: agent.CauseInterrupt, Pool: "batch", From: 2, PerRound: 7},
+			{Program: "canary", Cause: agent.CausePreempted, Nodes: []string{"infra-0001"}, From: 4, PerRound: 11},
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close(ctx) })
+	rounds := func(n int) {
+		for range n {
+			t0 := time.Now()
+			if err := f.Round(ctx); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Until(t0.Add(time.Second)))
+		}
+	}
+	rounds(12)
+	c := simFleetConfig(url)
+	c.Limit, c.Window = 0, 8*time.Second
+	tr := f.Truth()
+	byUse := map[string]fleetQuestion{}
+	for _, q := range fleetQuestions() {
+		byUse[q.use] = q
+	}
+	var top *topDoc
+	err = backends.Eventually(15*time.Second, func() error {
+		d, err := askWith(t, c, byUse["top"])
+		if err != nil {
+			return err
+		}
+		top = d.(*topDoc)
+		for _, p := range tr.Programs {
+			if p.Nodes > 0 && !fleetHas(top, p.Name) {
+				return fmt.Errorf("%s not yet in top", p.Name)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logDoc(t, c, top)
+
+	t.Run("top", func(t *testing.T) {
+		for _, p := range tr.Programs {
+			var rows []topRow
+			for _, r := range top.Programs {
+				if r.Program == p.Name {
+					rows = append(rows, r)
+				}
+			}
+			if len(rows) == 0 {
+				if p.Nodes > 0 {
+					t.Errorf("%s: not answered, runs on %d nodes", p.Name, p.Nodes)
+				}
+				continue
+			}
+			// The truth is by name; a name under several attach types
+			// (on_kretprobe: kprobe and kretprobe links) is held to it
+			// by the sums of its rows.
+			r := rows[0]
+			for _, o := range rows[1:] {
+				r.CPU += o.CPU
+				r.Misses += o.Misses
+				r.Nodes = max(r.Nodes, o.Nodes)
+				r.NsPerRun, r.WorstNode = 0, ""
+			}
+			// The workload-level counters since the agents started are
+			// the increase over --since (a minute: all of it).
+			if want := float64(p.RunTimeNs) / 1e9 / c.Since.Seconds(); !near(r.CPU, want, 0.1) && want > 0 {
+				t.Errorf("%s: %.6f CPUs, fed %.6f", p.Name, r.CPU, want)
+			}
+			if r.Nodes != p.Nodes && len(rows) == 1 {
+				t.Errorf("%s: %d nodes, fed on %d", p.Name, r.Nodes, p.Nodes)
+			}
+			if p.Runs > 0 && len(rows) == 1 {
+				if want := float64(p.RunTimeNs) / float64(p.Runs); !near(r.NsPerRun, want, 0.05) {
+					t.Errorf("%s: %.1f ns per run, fed %.1f", p.Name, r.NsPerRun, want)
+				}
+			}
+			if p.WorstNode != "" && p.RoundRuns > 0 && len(rows) == 1 && (r.WorstNode != p.WorstNode || !near(r.WorstNsPerRun, p.WorstNsPerRun, 0.05)) {
+				t.Errorf("%s: worst node %s at %.1f ns per run, fed %s at %.1f", p.Name, r.WorstNode, r.WorstNsPerRun, p.WorstNode, p.WorstNsPerRun)
+			}
+			if !near(r.Misses, float64(p.Misses), 0.1) {
+				t.Errorf("%s: %.1f misses, fed %d", p.Name, r.Misses, p.Misses)
+			}
+		}
+	})
+
+	t.Run("misses", func(t *testing.T) {
+		d, err := askWith(t, c, byUse["misses"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		logDoc(t, c, d)
+		rows := d.(*missDoc).Misses
+		fed := 0
+		for _, m := range tr.Misses {
+			if m.Misses == 0 {
+				continue
+			}
+			fed++
+			var found *missAt
+			for _, r := range rows {
+				if r.Program != m.Program || r.Cause != m.Cause {
+					continue
+				}
+				for i := range r.Nodes {
+					if r.Nodes[i].Node == m.Node {
+						found = &r.Nodes[i]
+					}
+				}
+			}
+			if found == nil {
+				t.Errorf("%s %s on %s: %d misses fed, none answered", m.Program, m.Cause, m.Node, m.Misses)
+				continue
+			}
+			first := tr.RoundTimes[m.FirstRound-1]
+			want := float64(m.Misses)
+			if perRound := want / float64(tr.Round-m.FirstRound+1); firstUncounted && found.Misses >= want-perRound-0.5 && found.Misses < want {
+				want = found.Misses
+			}
+			if !near(found.Misses, want, 0.1) || found.Kernel != m.Kernel || found.Pool != m.Pool ||
+				found.Since.Before(first.Add(-time.Second)) || found.Since.After(first.Add(3*time.Second)) {
+				t.Errorf("%s %s on %s: %+v; fed %d misses, kernel %s, pool %s, first in round %d at %v", m.Program, m.Cause, m.Node, *found,
+					m.Misses, m.Kernel, m.Pool, m.FirstRound, first.Format(time.StampMilli))
+			}
+		}
+		n := 0
+		for _, r := range rows {
+			n += len(r.Nodes)
+		}
+		if n != fed || fed == 0 {
+			t.Errorf("%d program/cause/node misses answered, %d fed", n, fed)
+		}
+	})
+
+	t.Run("overhead", func(t *testing.T) {
+		d, err := askWith(t, c, byUse["overhead"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		logDoc(t, c, d)
+		rows := d.(*overheadDoc).Overhead
+		if len(rows) != len(tr.Overhead) {
+			t.Errorf("%d rows, fed %d", len(rows), len(tr.Overhead))
+		}
+		for _, o := range tr.Overhead {
+			ok := false
+			for _, r := range rows {
+				if r.AttachType == o.AttachType && r.Kernel == o.Kernel && r.Pool == o.Pool {
+					ok = r.Nodes == o.Nodes && near(r.MinNs, o.MinNs, 1e-6) && near(r.MaxNs, o.MaxNs, 1e-6) && r.MedianNs >= r.MinNs && r.MedianNs <= r.MaxNs
+				}
+			}
+			if !ok {
+				t.Errorf("overhead %+v: not answered as fed", o)
+			}
+		}
+	})
+
+	t.Run("nodes", func(t *testing.T) {
+		if err := f.Stall(true, "web-0001"); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Degrade(true, false, "web-0002"); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Degrade(false, true, "infra-0002"); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Leave(ctx, "batch-0003"); err != nil {
+			t.Fatal(err)
+		}
+		rounds(12) // past --window since the node left and the other stalled
+		tr := f.Truth()
+		time.Sleep(time.Second) // the last round into the store
+		d, err := askWith(t, c, byUse["nodes"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		logDoc(t, c, d)
+		got := map[string]string{}
+		for _, r := range d.(*nodesDoc).Nodes {
+			got[r.Node] = r.State
+		}
+		for _, n := range tr.Nodes {
+			want := map[string]string{fleetsim.StateUp: "", fleetsim.StateAbsent: nodeLeft, fleetsim.StateStalled: nodeStalled, fleetsim.StateDegraded: nodeDegraded}[n.State]
+			// A node whose recorded kernel refused the miss watcher is
+			// up to the simulator and blind to causes to the command:
+			// degraded, no watcher.
+			rec, err := fleetsim.Recording(n.Kernel)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want == "" && !rec.MissWatch.Available {
+				want = nodeDegraded
+			}
+			if got[n.Name] != want {
+				t.Errorf("%s: %q, fed %s %q (a node that left sent its final export: left)", n.Name, got[n.Name], n.State, n.Reasons)
+			}
+		}
+	})
+}
+
+func fleetHas(d *topDoc, name string) bool {
+	for _, r := range d.Programs {
+		if r.Program == name {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,111 @@
+//go:build !lean
+
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/api"
+	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
+
+	"github.com/bpfleet/bpfleet/internal/config"
+)
+
+// promClient asks the query API through client_golang's v1 API (the CLI
+// build runs bpfleet-agent for `fleet` instead: fleetclient_lean.go).
+type promClient struct{ api promv1.API }
+
+// newFleetClient is a client of c's query API with its token and TLS.
+func newFleetClient(c *config.Fleet) (querier, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if strings.HasPrefix(c.Prometheus, "https://") {
+		tc := &tls.Config{InsecureSkipVerify: c.Insecure, MinVersion: tls.VersionTLS12}
+		if c.CAFile != "" {
+			pem, err := os.ReadFile(c.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("reading --ca-file: %w", err)
+			}
+			tc.RootCAs = x509.NewCertPool()
+			if !tc.RootCAs.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("--ca-file %s holds no PEM certificate", c.CAFile)
+			}
+		}
+		if c.CertFile != "" {
+			cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+			if err != nil {
+				return nil, fmt.Errorf("loading --cert-file and --key-file: %w", err)
+			}
+			tc.Certificates = []tls.Certificate{cert}
+		}
+		tr.TLSClientConfig = tc
+	}
+	var rt http.RoundTripper = tr
+	if c.Token != "" {
+		rt = bearer{token: c.Token, next: tr}
+	}
+	cl, err := api.NewClient(api.Config{Address: c.Prometheus, RoundTripper: rt})
+	if err != nil {
+		return nil, fmt.Errorf("--prometheus: %w", err)
+	}
+	return promClient{promv1.NewAPI(cl)}, nil
+}
+
+// bearer adds the token to every request.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+func (p promClient) query(ctx context.Context, q string, at time.Time) ([]sample, error) {
+	v, _, err := p.api.Query(ctx, q, at)
+	if err != nil {
+		return nil, queryError(err)
+	}
+	vec, ok := v.(model.Vector)
+	if !ok {
+		return nil, fmt.Errorf("want an instant vector, the API answered a %s", v.Type())
+	}
+	out := make([]sample, len(vec))
+	for i, s := range vec {
+		l := make(map[string]string, len(s.Metric))
+		for k, v := range s.Metric {
+			l[string(k)] = string(v)
+		}
+		out[i] = sample{labels: l, value: float64(s.Value)}
+	}
+	return out, nil
+}
+
+// queryError tells a store that cannot be reached from one that refused
+// the query, on one line.
+func queryError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) && !ue.Timeout() && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+		return unreachableError{ue.Err}
+	}
+	var pe *promv1.Error
+	if errors.As(err, &pe) {
+		msg := pe.Msg
+		if d := strings.Join(strings.Fields(pe.Detail), " "); d != "" && len(d) < 200 {
+			msg += ": " + d
+		}
+		return fmt.Errorf("%s: %s", pe.Type, msg)
+	}
+	return err
+}
