@@ -236,9 +236,9 @@ func (e *Exporter) grpcDialOptions(s *config.Signal, tlsConf *tls.Config) ([]grp
 }
 
 func (e *Exporter) metricExporter(ctx context.Context, s *config.Signal) (sdkmetric.Exporter, error) {
-	tlsConf, err := otlp.LoadTLS(s.TLS)
+	tlsConf, err := s.TLS.Load()
 	if err != nil {
-		return nil, fmt.Errorf("creating OTLP %s metric exporter: %w", s.Protocol, err)
+		return nil, fmt.Errorf("creating OTLP %s metric exporter: OTLP %w", s.Protocol, err)
 	}
 	var exp sdkmetric.Exporter
 	if s.Protocol == config.ProtocolGRPC {
@@ -278,9 +278,9 @@ func (e *Exporter) metricExporter(ctx context.Context, s *config.Signal) (sdkmet
 }
 
 func (e *Exporter) spanExporter(ctx context.Context, s *config.Signal) (sdktrace.SpanExporter, error) {
-	tlsConf, err := otlp.LoadTLS(s.TLS)
+	tlsConf, err := s.TLS.Load()
 	if err != nil {
-		return nil, fmt.Errorf("creating OTLP %s span exporter: %w", s.Protocol, err)
+		return nil, fmt.Errorf("creating OTLP %s span exporter: OTLP %w", s.Protocol, err)
 	}
 	var exp sdktrace.SpanExporter
 	if s.Protocol == config.ProtocolGRPC {

@@ -5,12 +5,10 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -29,24 +27,14 @@ type promClient struct{ api promv1.API }
 func newFleetClient(c *config.Fleet) (querier, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if strings.HasPrefix(c.Prometheus, "https://") {
-		tc := &tls.Config{InsecureSkipVerify: c.Insecure, MinVersion: tls.VersionTLS12}
-		if c.CAFile != "" {
-			pem, err := os.ReadFile(c.CAFile)
-			if err != nil {
-				return nil, fmt.Errorf("reading --ca-file: %w", err)
-			}
-			tc.RootCAs = x509.NewCertPool()
-			if !tc.RootCAs.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("--ca-file %s holds no PEM certificate", c.CAFile)
-			}
+		tc, err := config.TLSFiles{Certificate: c.CAFile, ClientCertificate: c.CertFile, ClientKey: c.KeyFile}.Load()
+		if err != nil {
+			return nil, fmt.Errorf("--ca-file, --cert-file, --key-file: %w", err)
 		}
-		if c.CertFile != "" {
-			cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
-			if err != nil {
-				return nil, fmt.Errorf("loading --cert-file and --key-file: %w", err)
-			}
-			tc.Certificates = []tls.Certificate{cert}
+		if tc == nil {
+			tc = &tls.Config{MinVersion: tls.VersionTLS12}
 		}
+		tc.InsecureSkipVerify = c.Insecure
 		tr.TLSClientConfig = tc
 	}
 	var rt http.RoundTripper = tr
