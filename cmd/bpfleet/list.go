@@ -101,14 +101,9 @@ With --watch it keeps scanning and prints one JSON object per interval
 scripts and log pipelines.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			scanFlagsSet(cmd, &c.Scan)
-			c.IntervalSet, c.CountSet = cmd.Flags().Changed("interval"), cmd.Flags().Changed("count")
-			if err := c.Validate(); err != nil {
+			output, err := resolveList(cmd, &c, c.Validate)
+			if err != nil {
 				return err
-			}
-			output := c.Output
-			if c.Watch && output == "json" {
-				output = "jsonl"
 			}
 			pretty = c.Pretty
 			if !c.Watch {
@@ -164,25 +159,48 @@ scripts and log pipelines.`,
 			return watchList(ctx, a, out, output, c.Interval, c.Count)
 		},
 	}
-	registerScanFlags(cmd, &c.Scan)
-	cmd.Flags().StringVarP(&c.Output, "output", "o", "table", "output format: table, json or jsonl")
-	cmd.Flags().BoolVarP(&c.Pretty, "pretty", "p", false, "indent -o json output")
-	cmd.Flags().BoolVarP(&c.Watch, "watch", "w", false, "keep scanning and print every interval (deltas and rates)")
-	cmd.Flags().DurationVarP(&c.Interval, "interval", "i", time.Second, fmt.Sprintf("scan interval with --watch (at least %v)", config.MinToolInterval))
-	cmd.Flags().IntVarP(&c.Count, "count", "n", 0, "with --watch, stop after this many intervals (0: until interrupted)")
+	registerListFlags(cmd, &c, "scanning", "scan", " (deltas and rates)")
 	cmd.Flags().BoolVar(&tax, "stats-tax", false, "first measure what BPF run-time stats cost per run here (about a second), then show the stats tax: with one scan from runs since each program's load")
 	rootCmd.AddCommand(cmd)
+}
+
+// registerListFlags binds the flags list and maps share: the scan's, the
+// output and --watch with its interval and count (verb, what: how the help
+// names a repeated read).
+func registerListFlags(cmd *cobra.Command, c *config.List, verb, what, shows string) {
+	registerScanFlags(cmd, &c.Scan)
+	f := cmd.Flags()
+	f.StringVarP(&c.Output, "output", "o", "table", "output format: table, json or jsonl")
+	f.BoolVarP(&c.Pretty, "pretty", "p", false, "indent -o json output")
+	f.BoolVarP(&c.Watch, "watch", "w", false, "keep "+verb+" and print every interval"+shows)
+	f.DurationVarP(&c.Interval, "interval", "i", time.Second, fmt.Sprintf("%s interval with --watch (at least %v)", what, config.MinToolInterval))
+	f.IntVarP(&c.Count, "count", "n", 0, "with --watch, stop after this many intervals (0: until interrupted)")
+}
+
+// resolveList notes which of those flags were given, runs validate (the
+// command's whole check) and returns the output: jsonl where --watch is
+// asked for json, one object per interval.
+func resolveList(cmd *cobra.Command, c *config.List, validate func() error) (string, error) {
+	scanFlagsSet(cmd, &c.Scan)
+	c.IntervalSet, c.CountSet = cmd.Flags().Changed("interval"), cmd.Flags().Changed("count")
+	if err := validate(); err != nil {
+		return "", err
+	}
+	if c.Watch && c.Output == "json" {
+		return "jsonl", nil
+	}
+	return c.Output, nil
 }
 
 func watchList(ctx context.Context, a *agent.Agent, out io.Writer, output string, every time.Duration, count int) error {
 	return everyInterval(ctx, a.Scan, every, count, true, func(s *agent.Snapshot) error { return printList(out, output, s) })
 }
 
-// everyInterval hands fn one snapshot per tick, count times (0: until ctx
-// ends). With baseline, a first snapshot is taken and not shown (the first
-// delta needs one); without (maps have no deltas), the first is shown at
-// once.
-func everyInterval(ctx context.Context, src snapshotSource, every time.Duration, count int, baseline bool, fn func(*agent.Snapshot) error) error {
+// everyInterval hands fn what src gives once per tick (a snapshot, the
+// misses' batch), count times (0: until ctx ends). With baseline, src is
+// first called once and that not shown (the first delta needs one);
+// without (maps have no deltas), the first is shown at once.
+func everyInterval[T any](ctx context.Context, src func(context.Context) (T, error), every time.Duration, count int, baseline bool, fn func(T) error) error {
 	if baseline {
 		if _, err := src(ctx); err != nil {
 			return err

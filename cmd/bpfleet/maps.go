@@ -11,7 +11,6 @@ import (
 	"strings"
 	"syscall"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -37,14 +36,9 @@ With --watch it keeps reading and prints one JSON object per interval
 (-o jsonl).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			scanFlagsSet(cmd, &c.Scan)
-			c.IntervalSet, c.CountSet = cmd.Flags().Changed("interval"), cmd.Flags().Changed("count")
-			if err := c.Validate(); err != nil {
+			output, err := resolveList(cmd, &c.List, c.Validate)
+			if err != nil {
 				return err
-			}
-			output := c.Output
-			if c.Watch && output == "json" {
-				output = "jsonl"
 			}
 			cfg := agentConfig(c.Scan)
 			cfg.Maps = true
@@ -77,13 +71,8 @@ With --watch it keeps reading and prints one JSON object per interval
 			return everyInterval(ctx, a.Scan, c.Interval, c.Count, false, show)
 		},
 	}
-	registerScanFlags(cmd, &c.Scan)
+	registerListFlags(cmd, &c.List, "reading", "read", "")
 	f := cmd.Flags()
-	f.StringVarP(&c.Output, "output", "o", "table", "output format: table, json or jsonl")
-	f.BoolVarP(&c.Pretty, "pretty", "p", false, "indent -o json output")
-	f.BoolVarP(&c.Watch, "watch", "w", false, "keep reading and print every interval")
-	f.DurationVarP(&c.Interval, "interval", "i", time.Second, fmt.Sprintf("read interval with --watch (at least %v)", config.MinToolInterval))
-	f.IntVarP(&c.Count, "count", "n", 0, "with --watch, stop after this many intervals (0: until interrupted)")
 	f.StringVarP(&c.Sort, "sort", "s", "memory", "order: "+strings.Join(config.MapSorts, ", ")+" (all but id and name descending)")
 	f.StringVarP(&c.Type, "type", "t", "", "only maps of this type (as bpftool names it: hash, array, ringbuf, ...)")
 	f.Int64Var(&c.Prog, "prog", 0, "only the maps this program id uses")

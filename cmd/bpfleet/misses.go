@@ -183,26 +183,22 @@ func runMisses(ctx context.Context, src missSource, output string, out io.Writer
 			count--
 		}
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for n := 0; count == 0 || n < count; n++ {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
+	// first is the baseline of the intervals that follow: the source is
+	// not asked for it again.
+	pending := true
+	next := func(ctx context.Context) (missBatch, error) {
+		if pending {
+			pending = false
+			return first, nil
 		}
-		b, err := src(ctx)
-		if err != nil {
-			return err
-		}
+		return src(ctx)
+	}
+	return everyInterval(ctx, next, every, count, true, func(b missBatch) error {
 		if err := state(b.watch); err != nil {
 			return err
 		}
-		if err := printMisses(out, output, b); err != nil {
-			return err
-		}
-	}
-	return nil
+		return printMisses(out, output, b)
+	})
 }
 
 // The records of -o json|jsonl, told apart by type: the watcher's state

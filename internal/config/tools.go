@@ -58,22 +58,15 @@ var MapSorts = []string{"memory", "fullness", "entries", "id", "name"}
 
 // Maps is `bpfleet maps`' configuration.
 type Maps struct {
-	Scan     Scan
-	Output   string // table, json or jsonl
-	Pretty   bool
-	Watch    bool
-	Interval time.Duration
-	Count    int
-	Sort     string
-	Type     string // keep maps of this type
-	Prog     int64  // keep the maps this program uses; 0: all
-	// IntervalSet and CountSet say the flags were given (see List).
-	IntervalSet, CountSet bool
+	List // the scan, output and --watch flags, as list has them
+	Sort string
+	Type string // keep maps of this type
+	Prog int64  // keep the maps this program uses; 0: all
 }
 
 // Validate checks every flag.
 func (c *Maps) Validate() error {
-	errs := append([]error{c.Scan.Validate()}, validateWatch(c.Output, c.Watch, c.Interval, c.Count, c.IntervalSet, c.CountSet)...)
+	errs := []error{c.List.Validate()}
 	if c.Scan.NoMaps {
 		errs = append(errs, problem("--no-maps", "true", "bpfleet maps reads the maps: drop it"))
 	}
