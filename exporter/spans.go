@@ -80,17 +80,7 @@ func (s *spanState) owners(snap *agent.Snapshot) {
 				kv = append(kv, a)
 			}
 		}
-		o := primaryOwner(p)
-		if o.PID > 0 {
-			kv = append(kv, attribute.Int(attrProcessPID, o.PID))
-		}
-		if o.ContainerID != "" {
-			kv = append(kv, attribute.String(attrContainerID, o.ContainerID))
-		}
-		if o.PodName != "" {
-			kv = append(kv, attribute.String(attrK8sPodName, o.PodName))
-		}
-		m[p.ID] = kv
+		m[p.ID] = appendOwnerIDs(kv, p)
 	}
 	s.mu.Lock()
 	s.prev, s.cur = s.cur, m

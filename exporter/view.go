@@ -175,6 +175,23 @@ func primaryOwner(p *agent.Program) agent.Owner {
 	return agent.Owner{}
 }
 
+// appendOwnerIDs appends what identifies a program's primary owner (its
+// pid, container and pod, where known) to kv: a span's and a program info
+// series' attributes.
+func appendOwnerIDs(kv []attribute.KeyValue, p *agent.Program) []attribute.KeyValue {
+	o := primaryOwner(p)
+	if o.PID > 0 {
+		kv = append(kv, attribute.Int(attrProcessPID, o.PID))
+	}
+	if o.ContainerID != "" {
+		kv = append(kv, attribute.String(attrContainerID, o.ContainerID))
+	}
+	if o.PodName != "" {
+		kv = append(kv, attribute.String(attrK8sPodName, o.PodName))
+	}
+	return kv
+}
+
 func ownerKVs(kv []attribute.KeyValue, pid int, comm, exe, container, pod, ns string) []attribute.KeyValue {
 	if pid > 0 {
 		kv = append(kv, attribute.Int(attrProcessPID, pid))

@@ -295,17 +295,7 @@ func (e *Exporter) buildWorkloads(s *agent.Snapshot, v *view, now time.Time) {
 		}
 		*prev = cur
 		if e.cfg.ProgramInfo {
-			o := primaryOwner(p)
-			kv := append(make([]attribute.KeyValue, 0, 14), attribute.Int64(attrProgramID, int64(p.ID)), attribute.String(attrProgramTag, p.Tag))
-			if o.PID > 0 {
-				kv = append(kv, attribute.Int(attrProcessPID, o.PID))
-			}
-			if o.ContainerID != "" {
-				kv = append(kv, attribute.String(attrContainerID, o.ContainerID))
-			}
-			if o.PodName != "" {
-				kv = append(kv, attribute.String(attrK8sPodName, o.PodName))
-			}
+			kv := appendOwnerIDs(append(make([]attribute.KeyValue, 0, 14), attribute.Int64(attrProgramID, int64(p.ID)), attribute.String(attrProgramTag, p.Tag)), p)
 			kv = append(kv, w.kv...)
 			prev.info = attribute.NewSet(kv...)
 			v.info = append(v.info, prev.info)
