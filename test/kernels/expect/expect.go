@@ -144,6 +144,10 @@ func init() {
 	}
 }
 
+// FeatMapEvictions: the fexit program on htab_lru_map_delete_node that
+// counts each LRU hash map's evictions (probes/mappressure).
+const FeatMapEvictions = "LRU eviction counter"
+
 // FeatLoop: the bpf_loop helper (Linux 5.17), which the interrupt
 // scenario's spinning program calls (test/kernels/ktest's ktestloop object).
 const FeatLoop = "bpf_loop helper"
