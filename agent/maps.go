@@ -35,6 +35,17 @@ type Map struct {
 	// ProgramIDs are the loaded programs whose map_ids name the map,
 	// ascending; empty for a map only a pin or a process's fd keeps.
 	ProgramIDs []uint32 `json:"program_ids"`
+	// Evictions is how many entries an LRU hash map (lru_hash,
+	// lru_percpu_hash) evicted, counted by the agent's probe since it was
+	// attached (MapScan.EvictionsSince); nil for other types and where the
+	// probe is absent (MapScan.EvictionsReason). EvictionsPerSecond is its
+	// rate between the last two map reads (nil at a map's first).
+	Evictions          *uint64  `json:"evictions"`
+	EvictionsPerSecond *float64 `json:"evictions_per_second"`
+	// EvictionsSinceStart says the map may be older than the agent's
+	// probe, so Evictions are those since the probe was attached, not
+	// since the map was made: the kernel keeps no count of its own.
+	EvictionsSinceStart bool `json:"evictions_since_agent_start,omitempty"`
 }
 
 // MapScan says how the maps of a snapshot were read.
@@ -50,6 +61,11 @@ type MapScan struct {
 	// ReadAt is when the maps were read: an earlier scan's time where
 	// the agent reads them every Config.MapInterval.
 	ReadAt time.Time `json:"read_at"`
+	// EvictionsSince is when the agent's eviction counter was attached
+	// (the LRU maps' Evictions count from then); EvictionsReason says why
+	// there is none (the kernel refused it, or --map-pressure=false).
+	EvictionsSince  time.Time `json:"evictions_since,omitzero"`
+	EvictionsReason string    `json:"evictions_reason,omitempty"`
 }
 
 // mapReader reads the node's maps for Scan; nil when Config.Maps is off.
@@ -71,6 +87,8 @@ type mapReader struct {
 	// when a program came, went or was read anew.
 	users   map[uint32][]uint32
 	usersOf []progMaps
+	// pressure counts LRU evictions (Config.MapPressure); nil without.
+	pressure *pressure
 }
 
 // progMaps is one program's map_ids as the join last saw them: the slice
@@ -86,7 +104,11 @@ func newMapReader(cfg *Config) *mapReader {
 	if err != nil {
 		return &mapReader{err: fmt.Errorf("reading maps: %w", err)}
 	}
-	return &mapReader{r: r, interval: cfg.MapInterval}
+	m := &mapReader{r: r, interval: cfg.MapInterval}
+	if cfg.MapPressure {
+		m.pressure = newPressure()
+	}
+	return m
 }
 
 // read returns the node's maps joined with the programs that use them, as
@@ -101,6 +123,7 @@ func (m *mapReader) read(progs []*ProgramStat, now time.Time) ([]*Map, MapScan) 
 		return m.prev, m.scan
 	}
 	maps, src, err := m.r.Read()
+	dt := now.Sub(m.scan.ReadAt)
 	m.scan = MapScan{Source: ScanSourceSyscall, FallbackReason: src.Reason, ReadAt: now}
 	if src.Iterator {
 		m.scan = MapScan{Source: ScanSourceIterator, ReadAt: now}
@@ -110,11 +133,33 @@ func (m *mapReader) read(progs []*ProgramStat, now time.Time) ([]*Map, MapScan) 
 		m.prev = nil
 		return nil, m.scan
 	}
-	return m.build(maps, progs), m.scan
+	m.pressureScan()
+	if err := m.pressure.read(func(yield func(uint32) bool) {
+		for i := range maps {
+			if !yield(maps[i].ID) {
+				return
+			}
+		}
+	}); err != nil {
+		m.scan.EvictionsReason = err.Error()
+	}
+	return m.build(maps, progs, dt), m.scan
+}
+
+// pressureScan says in the scan where the evictions come from.
+func (m *mapReader) pressureScan() {
+	switch {
+	case m.pressure == nil:
+		m.scan.EvictionsReason = "not counted (--map-pressure=false)"
+	case m.pressure.p == nil:
+		m.scan.EvictionsReason = m.pressure.reason
+	default:
+		m.scan.EvictionsSince = m.pressure.since
+	}
 }
 
 // build makes a snapshot's maps from the reader's, joined with progs.
-func (m *mapReader) build(maps []mapstats.Map, progs []*ProgramStat) []*Map {
+func (m *mapReader) build(maps []mapstats.Map, progs []*ProgramStat, dt time.Duration) []*Map {
 	joined := m.join(progs)
 	out := make([]*Map, len(maps))
 	j := 0 // prev's first map whose id is not below maps[i]'s
@@ -130,11 +175,16 @@ func (m *mapReader) build(maps []mapstats.Map, progs []*ProgramStat) []*Map {
 		} else {
 			users = m.users[s.ID]
 		}
-		if have && sameMap(m.prev[j], s, users) {
-			out[i] = m.prev[j]
+		var prev *Map
+		if have {
+			prev = m.prev[j]
+		}
+		ev := m.pressure.of(s.ID, isLRU(reader.MapTypeName(uint32(s.Type))), prev, dt)
+		if have && sameMap(prev, s, users) && ev.same(prev) {
+			out[i] = prev
 			continue
 		}
-		out[i] = newMap(s, users)
+		out[i] = newMap(s, users, ev)
 	}
 	m.prev = out
 	return out
@@ -206,14 +256,21 @@ func sameMap(e *Map, s *mapstats.Map, users []uint32) bool {
 // allocation per new or changed map.
 type mapEntry struct {
 	Map
-	mem, entries uint64
-	full         float64
+	mem, entries, evicted uint64
+	full, evictRate       float64
 }
 
-func newMap(s *mapstats.Map, users []uint32) *Map {
+func newMap(s *mapstats.Map, users []uint32, ev evictions) *Map {
 	e := &mapEntry{Map: Map{ID: s.ID, Name: s.Name, Type: reader.MapTypeName(uint32(s.Type)), KeySize: s.KeySize,
 		ValueSize: s.ValueSize, MaxEntries: s.MaxEntries, Flags: s.Flags, ProgramIDs: users}}
 	m := &e.Map
+	if ev.known {
+		e.evicted, m.Evictions, m.EvictionsSinceStart = ev.n, &e.evicted, ev.sinceStart
+	}
+	if ev.rateKnown {
+		e.evictRate = ev.rate
+		m.EvictionsPerSecond = &e.evictRate
+	}
 	if s.MemoryKnown {
 		e.mem = s.Memory
 		m.MemoryBytes = &e.mem
@@ -244,6 +301,7 @@ func countMethod(h mapstats.CountMethod) string {
 func (m *mapReader) close() {
 	if m != nil && m.r != nil {
 		m.r.Close()
+		m.pressure.close()
 	}
 }
 

@@ -50,6 +50,9 @@ With --watch it keeps reading and prints one JSON object per interval
 			cfg.Maps = true
 			cfg.NoPins = true // the maps view shows no pins
 			cfg.OneShot = !c.Watch
+			// Evictions count from the probe's attach: only a watch
+			// sees any.
+			cfg.MapPressure = c.Watch
 			cfg.Parallel = runtime.NumCPU()
 			a, err := newAgent(cfg)
 			if err != nil {
@@ -103,7 +106,7 @@ func printMaps(w io.Writer, output string, pretty bool, l mapview.List) error {
 
 func printMapsTable(w io.Writer, l *mapview.List) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tTYPE\tMAX ENTRIES\tENTRIES\tFULL\tMEMORY\tUSERS")
+	fmt.Fprintln(tw, "ID\tNAME\tTYPE\tMAX ENTRIES\tENTRIES\tFULL\tEVICTED\tMEMORY\tUSERS")
 	unknown, reason := 0, ""
 	for i := range l.Maps {
 		m := &l.Maps[i]
@@ -118,8 +121,8 @@ func printMapsTable(w io.Writer, l *mapview.List) error {
 		if m.MemoryBytes != nil {
 			mem = fmtBytes(*m.MemoryBytes)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", m.ID, m.Name, m.Type, m.MaxEntries, entries,
-			fullBar(m.Fullness, 10, false), mem, usersCell(m.Users))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Name, m.Type, m.MaxEntries, entries,
+			fullBar(m.Fullness, 10, false), evictedCell(&m.Map), mem, usersCell(m.Users))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -128,7 +131,35 @@ func printMapsTable(w io.Writer, l *mapview.List) error {
 	if unknown > 0 {
 		fmt.Fprintf(w, "entries unknown for %d hash maps: %s\n", unknown, reason)
 	}
+	fmt.Fprintln(w, evictedLine(l.Scan))
 	return nil
+}
+
+// evictedCell is an LRU map's evictions and their rate ("-" for other
+// maps, "?" where they are not counted).
+func evictedCell(m *agent.Map) string {
+	switch {
+	case m.Evictions == nil && (m.Type == "lru_hash" || m.Type == "lru_percpu_hash"):
+		return "?"
+	case m.Evictions == nil:
+		return "-"
+	}
+	s := strconv.FormatUint(*m.Evictions, 10)
+	if m.EvictionsSinceStart {
+		s += "+" // the map is older than the count
+	}
+	if m.EvictionsPerSecond != nil {
+		s += " (" + strconv.FormatFloat(*m.EvictionsPerSecond, 'f', 1, 64) + "/s)"
+	}
+	return s
+}
+
+// evictedLine says since when evictions are counted, or why they are not.
+func evictedLine(s agent.MapScan) string {
+	if s.EvictionsSince.IsZero() {
+		return "evictions not counted: " + s.EvictionsReason
+	}
+	return "evictions counted since " + s.EvictionsSince.Format(time.RFC3339) + " (+: the map is older, its earlier evictions unknown)"
 }
 
 // mapScanLine says how the maps were read.

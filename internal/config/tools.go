@@ -54,7 +54,7 @@ func validateWatch(output string, watch bool, interval time.Duration, count int,
 
 // MapSorts are the orders `bpfleet maps --sort` accepts (agent/mapview's
 // Sorts, which a test holds to this list).
-var MapSorts = []string{"memory", "fullness", "entries", "id", "name"}
+var MapSorts = []string{"memory", "fullness", "entries", "evictions", "id", "name"}
 
 // Maps is `bpfleet maps`' configuration.
 type Maps struct {
