@@ -81,11 +81,29 @@ func putFromUser(t *testing.T, lru *ebpf.Map, m int) {
 // array) and counting refused inserts beside it.
 func putFromProgram(t *testing.T, lru *ebpf.Map, m int) {
 	t.Helper()
+	prog, next := inserter(t, lru)
+	if _, err := prog.Run(&ebpf.RunOptions{Data: make([]byte, 64), Repeat: uint32(m)}); err != nil {
+		t.Fatalf("running the inserting program: %v", err)
+	}
+	var got struct{ Next, Refused uint32 }
+	if err := next.Lookup(uint32(0), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Next != uint32(m) || got.Refused != 0 {
+		t.Fatalf("the program inserted %d keys, %d refused; want %d, 0", got.Next, got.Refused, m)
+	}
+}
+
+// inserter loads the XDP program that inserts the next key into lru at
+// each run, and the array that holds the next key and the refusals; both
+// are closed with the test.
+func inserter(t testing.TB, lru *ebpf.Map) (*ebpf.Program, *ebpf.Map) {
+	t.Helper()
 	next, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer next.Close()
+	t.Cleanup(func() { next.Close() })
 	insns := asm.Instructions{
 		asm.StoreImm(asm.RFP, -4, 0, asm.Word),
 		asm.Mov.Reg(asm.R2, asm.RFP),
@@ -119,17 +137,8 @@ func putFromProgram(t *testing.T, lru *ebpf.Map, m int) {
 	if err != nil {
 		t.Fatalf("loading the inserting program: %v", err)
 	}
-	defer prog.Close()
-	if _, err := prog.Run(&ebpf.RunOptions{Data: make([]byte, 64), Repeat: uint32(m)}); err != nil {
-		t.Fatalf("running the inserting program: %v", err)
-	}
-	var got struct{ Next, Refused uint32 }
-	if err := next.Lookup(uint32(0), &got); err != nil {
-		t.Fatal(err)
-	}
-	if got.Next != uint32(m) || got.Refused != 0 {
-		t.Fatalf("the program inserted %d keys, %d refused; want %d, 0", got.Next, got.Refused, m)
-	}
+	t.Cleanup(func() { prog.Close() })
+	return prog, next
 }
 
 // TestEvictionsKnownAnswer fills LRU maps of n entries with m > n distinct

@@ -138,6 +138,11 @@ func init() {
 		present[e] = append(present[e], FeatFsessionOnBPF)
 	}
 	present["trixie-amd64"] = append(present["trixie-amd64"], FeatFentryOnBPF)
+	// Measured 2026-12-07 (probes/mappressure): the eviction counter loads,
+	// attaches and gives the known answers on every entry, 5.10 included.
+	for _, e := range []string{"bookworm-amd64", "trixie-amd64", "sid-amd64", "sid-rt-amd64", "sid-arm64", "bullseye-amd64"} {
+		present[e] = append(present[e], FeatMapEvictions)
+	}
 	// bpf_loop (5.17): every entry but bullseye's 5.10.
 	for _, e := range []string{"bookworm-amd64", "trixie-amd64", "sid-amd64", "sid-rt-amd64", "sid-arm64"} {
 		present[e] = append(present[e], FeatLoop)
