@@ -44,3 +44,42 @@ func TestEvictionCost(t *testing.T) {
 	mo, mn := off[len(off)/2], on[len(on)/2]
 	t.Logf("insert into a full LRU (evicting): %v per insert without the probe, %v with it: %+.1f ns per insert (rounds of %d, medians of 7)", mo, mn, float64(mn-mo), runs)
 }
+
+// TestRefusalCost measures what the refused-update counter adds to every
+// update of a hash map (it runs on each one, refused or not): the same
+// program updating 200,000 existing keys of a hash map, rounds
+// alternating the probe detached and attached, medians compared.
+func TestRefusalCost(t *testing.T) {
+	const runs = 200000
+	h, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: runs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	prog, next := inserter(t, h)
+	round := func() time.Duration {
+		if err := next.Put(uint32(0), uint64(0)); err != nil {
+			t.Fatal(err)
+		}
+		_, d, err := prog.Benchmark(make([]byte, 64), runs, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	round() // every later update replaces a key
+	var off, on []time.Duration
+	for range 7 {
+		off = append(off, round())
+		r, err := LoadRefusals()
+		if err != nil {
+			t.Skipf("refused-update counter: %v", err)
+		}
+		on = append(on, round())
+		r.Close()
+	}
+	slices.Sort(off)
+	slices.Sort(on)
+	mo, mn := off[len(off)/2], on[len(on)/2]
+	t.Logf("update of an existing key in a hash map: %v per update without the probe, %v with it: %+.1f ns per update (rounds of %d, medians of 7)", mo, mn, float64(mn-mo), runs)
+}

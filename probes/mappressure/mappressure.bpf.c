@@ -1,6 +1,7 @@
 //go:build ignore
 
-// Map pressure: the entries each LRU hash map evicted, per map id.
+// Map pressure: the entries each LRU hash map evicted, and the updates each
+// hash-family map refused, per map id.
 //
 // The kernel keeps no eviction counter. Every eviction of an LRU hash map
 // (LRU_HASH and LRU_PERCPU_HASH, common and per-CPU LRU lists) goes through
@@ -53,5 +54,63 @@ int BPF_PROG(count_eviction, void *arg, struct bpf_lru_node *node, bool removed)
 		__sync_fetch_and_add(n, 1);
 	else
 		__sync_fetch_and_add(&dropped, 1);
+	return 0;
+}
+
+// Updates the hash family refused because the map was full (E2BIG) or
+// memory ran out (ENOMEM, an LRU without a free node), per map id. An LPM
+// trie, not a hash: count_refusal watches the hash family's update
+// functions, and a hash of its own would run it again on its own insert
+// (a nested run the kernel turns away from 5.12, and on 5.10 nothing
+// guards). Entries are /32 prefixes of the map id: exact matches only.
+struct refusal_key {
+	__u32 prefixlen;
+	__u32 id;
+};
+
+struct refusal_counts {
+	__u64 full;   // -E2BIG
+	__u64 nomem;  // -ENOMEM
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 8192);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct refusal_key);
+	__type(value, struct refusal_counts);
+} refusals SEC(".maps");
+
+// Refusals not counted because refusals was full.
+__u64 refusals_dropped;
+
+#define E2BIG_ 7
+#define ENOMEM_ 12
+
+// The loader attaches one copy to each of htab_map_update_elem,
+// htab_lru_map_update_elem, htab_percpu_map_update_elem,
+// htab_lru_percpu_map_update_elem (programs' updates and most syscalls) and
+// bpf_percpu_hash_update (the per-CPU types' syscall path), which share
+// this signature. Only the failure path does more than a compare.
+SEC("fexit/htab_map_update_elem")
+int BPF_PROG(count_refusal, struct bpf_map *map, void *key, void *value, __u64 flags, int ret)
+{
+	if (ret != -E2BIG_ && ret != -ENOMEM_)
+		return 0;
+	struct refusal_key k = { .prefixlen = 32, .id = BPF_CORE_READ(map, id) };
+	struct refusal_counts *c = bpf_map_lookup_elem(&refusals, &k);
+	if (!c) {
+		struct refusal_counts zero = {};
+		bpf_map_update_elem(&refusals, &k, &zero, BPF_NOEXIST);
+		c = bpf_map_lookup_elem(&refusals, &k);
+		if (!c) {
+			__sync_fetch_and_add(&refusals_dropped, 1);
+			return 0;
+		}
+	}
+	if (ret == -E2BIG_)
+		__sync_fetch_and_add(&c->full, 1);
+	else
+		__sync_fetch_and_add(&c->nomem, 1);
 	return 0;
 }

@@ -1,5 +1,6 @@
 // Package mappressure is the agent's own probe of map pressure: how many
-// entries each LRU hash map evicted. The kernel keeps no such counter, so
+// entries each LRU hash map evicted, and (Refusals) how many updates each
+// hash-family map refused because it was full. The kernel keeps no such counter, so
 // an fexit program on htab_lru_map_delete_node(), the LRU's delete callback
 // that every eviction of LRU_HASH and LRU_PERCPU_HASH maps goes through,
 // counts them per map id (mappressure.bpf.c; ARCHITECTURE.md, "Maps").
@@ -13,6 +14,7 @@ package mappressure
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -85,7 +87,7 @@ func Load() (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading map pressure spec: %w", err)
 	}
-	coll, err := ebpf.NewCollection(spec.Copy())
+	coll, err := ebpf.NewCollection(only(spec, "count_eviction", "evictions"))
 	if err != nil {
 		if refused(err) {
 			return nil, &Refused{Stage: "load", Err: err}
@@ -102,6 +104,23 @@ func Load() (*Probe, error) {
 		return nil, fmt.Errorf("attaching map pressure probe: %w", err)
 	}
 	return p, nil
+}
+
+// only is a copy of spec with program prog and, of the maps, keep and the
+// globals: each probe loads its own part of the object.
+func only(spec *ebpf.CollectionSpec, prog, keep string) *ebpf.CollectionSpec {
+	s := spec.Copy()
+	for n := range s.Programs {
+		if n != prog {
+			delete(s.Programs, n)
+		}
+	}
+	for n := range s.Maps {
+		if n != keep && !strings.HasPrefix(n, ".") {
+			delete(s.Maps, n)
+		}
+	}
+	return s
 }
 
 // Read fills dst (cleared first) with each map id's evictions since the

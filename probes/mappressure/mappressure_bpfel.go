@@ -8,17 +8,33 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
+	"structs"
 
 	"github.com/cilium/ebpf"
 )
+
+type mappressureRefusalCounts struct {
+	_     structs.HostLayout
+	Full  uint64
+	Nomem uint64
+}
+
+type mappressureRefusalKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Id        uint32
+}
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	mappressureMapEvictions      = "evictions"
-	mappressureProgCountEviction = "count_eviction"
-	mappressureVarDropped        = "dropped"
+	mappressureMapEvictions       = "evictions"
+	mappressureMapRefusals        = "refusals"
+	mappressureProgCountEviction  = "count_eviction"
+	mappressureProgCountRefusal   = "count_refusal"
+	mappressureVarDropped         = "dropped"
+	mappressureVarRefusalsDropped = "refusals_dropped"
 )
 
 // loadMappressure returns the embedded CollectionSpec for mappressure.
@@ -64,6 +80,7 @@ type mappressureSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type mappressureProgramSpecs struct {
 	CountEviction *ebpf.ProgramSpec `ebpf:"count_eviction"`
+	CountRefusal  *ebpf.ProgramSpec `ebpf:"count_refusal"`
 }
 
 // mappressureMapSpecs contains maps before they are loaded into the kernel.
@@ -71,13 +88,15 @@ type mappressureProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type mappressureMapSpecs struct {
 	Evictions *ebpf.MapSpec `ebpf:"evictions"`
+	Refusals  *ebpf.MapSpec `ebpf:"refusals"`
 }
 
 // mappressureVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type mappressureVariableSpecs struct {
-	Dropped *ebpf.VariableSpec `ebpf:"dropped"`
+	Dropped         *ebpf.VariableSpec `ebpf:"dropped"`
+	RefusalsDropped *ebpf.VariableSpec `ebpf:"refusals_dropped"`
 }
 
 // mappressureObjects contains all objects after they have been loaded into the kernel.
@@ -101,11 +120,13 @@ func (o *mappressureObjects) Close() error {
 // It can be passed to loadMappressureObjects or ebpf.CollectionSpec.LoadAndAssign.
 type mappressureMaps struct {
 	Evictions *ebpf.Map `ebpf:"evictions"`
+	Refusals  *ebpf.Map `ebpf:"refusals"`
 }
 
 func (m *mappressureMaps) Close() error {
 	return _MappressureClose(
 		m.Evictions,
+		m.Refusals,
 	)
 }
 
@@ -113,7 +134,8 @@ func (m *mappressureMaps) Close() error {
 //
 // It can be passed to loadMappressureObjects or ebpf.CollectionSpec.LoadAndAssign.
 type mappressureVariables struct {
-	Dropped *ebpf.Variable `ebpf:"dropped"`
+	Dropped         *ebpf.Variable `ebpf:"dropped"`
+	RefusalsDropped *ebpf.Variable `ebpf:"refusals_dropped"`
 }
 
 // mappressurePrograms contains all programs after they have been loaded into the kernel.
@@ -121,11 +143,13 @@ type mappressureVariables struct {
 // It can be passed to loadMappressureObjects or ebpf.CollectionSpec.LoadAndAssign.
 type mappressurePrograms struct {
 	CountEviction *ebpf.Program `ebpf:"count_eviction"`
+	CountRefusal  *ebpf.Program `ebpf:"count_refusal"`
 }
 
 func (p *mappressurePrograms) Close() error {
 	return _MappressureClose(
 		p.CountEviction,
+		p.CountRefusal,
 	)
 }
 
