@@ -8,101 +8,178 @@ import (
 	"github.com/bpfleet/bpfleet/probes/mappressure"
 )
 
-// pressure counts each LRU hash map's evictions with the agent's own probe
-// (probes/mappressure), read with the maps. The kernel keeps no eviction
-// counter, so the counts start when the probe was attached: a map older
-// than that has its evictions since then only (Map.EvictionsSinceStart).
+// pressure counts each LRU hash map's evictions and, with
+// Config.MapRefusals, each hash-family map's refused updates with the
+// agent's own probes (probes/mappressure), read with the maps. The kernel
+// keeps neither count, so they start when the probes were attached: a map
+// older than that has its counts since then only (Map.PressureSinceStart).
 type pressure struct {
 	p *mappressure.Probe
-	// reason is why there are no counts (the kernel refused the probe).
-	reason string
-	since  time.Time
+	r *mappressure.Refusals
+	// reason and refusedReason say why there are no counts.
+	reason, refusedReason string
+	since                 time.Time
 	// olderThan: maps up to this id were there at the first read after
-	// the probe was attached, so may be older than it.
+	// the probes were attached, so may be older than them.
 	olderThan uint32
 	counts    map[uint32]uint64
+	refused   map[uint32]mappressure.RefusedCounts
 	gone      []uint32
 }
 
-// newPressure attaches the probe; a refusal is kept as the reason the maps
-// carry no evictions, never an error of the agent.
-func newPressure() *pressure {
-	p, err := mappressure.Load()
-	if err != nil {
-		var r *mappressure.Refused
-		if errors.As(err, &r) {
-			return &pressure{reason: "the kernel refused the eviction counter (fexit on " + mappressure.EvictTarget + "): " + r.Reason()}
-		}
-		return &pressure{reason: fmt.Sprintf("eviction counter: %v", err)}
+// newPressure attaches the probes; a refusal is kept as the reason the
+// maps carry no counts, never an error of the agent.
+func newPressure(refusals bool) *pressure {
+	pr := &pressure{since: time.Now(), counts: map[uint32]uint64{}, refused: map[uint32]mappressure.RefusedCounts{},
+		refusedReason: "not counted (--map-refusals=false)"}
+	var err error
+	if pr.p, err = mappressure.Load(); err != nil {
+		pr.reason = refusalReason("the eviction counter (fexit on "+mappressure.EvictTarget+")", err)
 	}
-	return &pressure{p: p, since: time.Now(), counts: map[uint32]uint64{}}
+	if refusals {
+		pr.refusedReason = ""
+		if pr.r, err = mappressure.LoadRefusals(); err != nil {
+			pr.refusedReason = refusalReason("the refused-update counter (fexit on the hash family's update functions)", err)
+		}
+	}
+	return pr
+}
+
+func refusalReason(what string, err error) string {
+	var r *mappressure.Refused
+	if errors.As(err, &r) {
+		return "the kernel refused " + what + ": " + r.Reason()
+	}
+	return fmt.Sprintf("%s: %v", what, err)
 }
 
 // read takes the counts for this map read; ids are the maps read, in
 // ascending order. Counts of maps that are gone are deleted from the
-// probe's table.
+// probes' tables.
 func (pr *pressure) read(ids func(yield func(uint32) bool)) error {
-	if pr == nil || pr.p == nil {
+	if pr == nil || pr.p == nil && pr.r == nil {
 		return nil
 	}
-	if err := pr.p.Read(pr.counts); err != nil {
-		clear(pr.counts)
-		return err
-	}
-	seen := make(map[uint32]struct{}, len(pr.counts))
-	var max uint32
+	present := map[uint32]struct{}{}
+	var last uint32
 	for id := range ids {
-		max = id
-		if _, ok := pr.counts[id]; ok {
-			seen[id] = struct{}{}
-		}
+		last = id
+		present[id] = struct{}{}
 	}
 	if pr.olderThan == 0 {
-		pr.olderThan = max
+		pr.olderThan = last
 	}
-	pr.gone = pr.gone[:0]
-	for id := range pr.counts {
-		if _, ok := seen[id]; !ok {
-			pr.gone = append(pr.gone, id)
+	var errs []error
+	if pr.p != nil {
+		if err := pr.p.Read(pr.counts); err != nil {
+			clear(pr.counts)
+			errs = append(errs, err)
+		}
+		errs = append(errs, pr.p.Forget(gone(pr.gone[:0], pr.counts, present)))
+	}
+	if pr.r != nil {
+		if err := pr.r.Read(pr.refused); err != nil {
+			clear(pr.refused)
+			errs = append(errs, err)
+		}
+		errs = append(errs, pr.r.Forget(gone(pr.gone[:0], pr.refused, present)))
+	}
+	return errors.Join(errs...)
+}
+
+// gone appends to dst the ids of counts that are not present.
+func gone[V any](dst []uint32, counts map[uint32]V, present map[uint32]struct{}) []uint32 {
+	for id := range counts {
+		if _, ok := present[id]; !ok {
+			dst = append(dst, id)
 		}
 	}
-	return pr.p.Forget(pr.gone)
+	return dst
 }
 
-// evictions is one map's count for newMap and sameMap.
-type evictions struct {
-	known, sinceStart bool
-	n                 uint64
-	rate              float64
-	rateKnown         bool
+// counted is one of a map's pressure counts for newMap and sameMap.
+type counted struct {
+	known     bool
+	n         uint64
+	rate      float64
+	rateKnown bool
 }
 
-// of is map id's evictions as read, with its rate from prev, the map's
-// entry at the last read dt ago (nil for a new map).
-func (pr *pressure) of(id uint32, lru bool, prev *Map, dt time.Duration) evictions {
-	if pr == nil || pr.p == nil || !lru {
-		return evictions{}
+// newCounted is a count n with its rate from prev, the map's count at the
+// last read dt ago (nil for a new map).
+func newCounted(n uint64, prev *uint64, dt time.Duration) counted {
+	c := counted{known: true, n: n}
+	if prev != nil && dt > 0 && n >= *prev {
+		c.rate, c.rateKnown = float64(n-*prev)/dt.Seconds(), true
 	}
-	e := evictions{known: true, n: pr.counts[id], sinceStart: id <= pr.olderThan}
-	if prev != nil && prev.Evictions != nil && dt > 0 && e.n >= *prev.Evictions {
-		e.rate, e.rateKnown = float64(e.n-*prev.Evictions)/dt.Seconds(), true
-	}
-	return e
+	return c
 }
 
-// same says m carries e.
-func (e evictions) same(m *Map) bool {
-	if (m.Evictions != nil) != e.known || (m.EvictionsPerSecond != nil) != e.rateKnown || m.EvictionsSinceStart != e.sinceStart {
+// same says the fields n and rate carry c.
+func (c counted) same(n *uint64, rate *float64) bool {
+	if (n != nil) != c.known || (rate != nil) != c.rateKnown {
 		return false
 	}
-	return (!e.known || *m.Evictions == e.n) && (!e.rateKnown || *m.EvictionsPerSecond == e.rate)
+	return (!c.known || *n == c.n) && (!c.rateKnown || *rate == c.rate)
+}
+
+// mapPressure is a map's counts.
+type mapPressure struct {
+	evicted, refused counted
+	sinceStart       bool
+}
+
+// of is map id's counts as read; prev is its entry at the last read dt ago
+// (nil for a new map).
+func (pr *pressure) of(id uint32, typ string, prev *Map, dt time.Duration) mapPressure {
+	var mp mapPressure
+	if pr == nil {
+		return mp
+	}
+	var pe, pr2 *uint64
+	if prev != nil {
+		pe, pr2 = prev.Evictions, prev.RefusedUpdates
+	}
+	if pr.p != nil && (typ == "lru_hash" || typ == "lru_percpu_hash") {
+		mp.evicted = newCounted(pr.counts[id], pe, dt)
+	}
+	if pr.r != nil && hashFamily(typ) {
+		c := pr.refused[id]
+		mp.refused = newCounted(c.Full+c.NoMem, pr2, dt)
+	}
+	mp.sinceStart = (mp.evicted.known || mp.refused.known) && id <= pr.olderThan
+	return mp
+}
+
+// same says m carries mp.
+func (mp mapPressure) same(m *Map) bool {
+	return m.PressureSinceStart == mp.sinceStart && mp.evicted.same(m.Evictions, m.EvictionsPerSecond) &&
+		mp.refused.same(m.RefusedUpdates, m.RefusedUpdatesPerSecond)
+}
+
+// scan says in the maps' scan where the counts come from.
+func (pr *pressure) scan(s *MapScan) {
+	if pr == nil {
+		s.EvictionsReason, s.RefusedReason = "not counted (--map-pressure=false)", "not counted (--map-pressure=false)"
+		return
+	}
+	s.EvictionsReason, s.RefusedReason = pr.reason, pr.refusedReason
+	if pr.p != nil || pr.r != nil {
+		s.PressureSince = pr.since
+	}
+	if pr.r != nil && len(pr.r.Missing) > 0 {
+		s.RefusedReason = fmt.Sprintf("the kernel refused %d of the update functions, whose maps' refusals are not counted: %v", len(pr.r.Missing), pr.r.Missing)
+	}
 }
 
 func (pr *pressure) close() {
-	if pr != nil && pr.p != nil {
+	if pr == nil {
+		return
+	}
+	if pr.p != nil {
 		pr.p.Close()
 	}
+	if pr.r != nil {
+		pr.r.Close()
+	}
 }
-
-// isLRU says the kernel's LRU hash evicts entries of maps of this type.
-func isLRU(typ string) bool { return typ == "lru_hash" || typ == "lru_percpu_hash" }

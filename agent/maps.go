@@ -37,15 +37,21 @@ type Map struct {
 	ProgramIDs []uint32 `json:"program_ids"`
 	// Evictions is how many entries an LRU hash map (lru_hash,
 	// lru_percpu_hash) evicted, counted by the agent's probe since it was
-	// attached (MapScan.EvictionsSince); nil for other types and where the
+	// attached (MapScan.PressureSince); nil for other types and where the
 	// probe is absent (MapScan.EvictionsReason). EvictionsPerSecond is its
 	// rate between the last two map reads (nil at a map's first).
 	Evictions          *uint64  `json:"evictions"`
 	EvictionsPerSecond *float64 `json:"evictions_per_second"`
-	// EvictionsSinceStart says the map may be older than the agent's
-	// probe, so Evictions are those since the probe was attached, not
-	// since the map was made: the kernel keeps no count of its own.
-	EvictionsSinceStart bool `json:"evictions_since_agent_start,omitempty"`
+	// RefusedUpdates is how many updates of a hash-family map the kernel
+	// refused because it was full (E2BIG) or out of memory (ENOMEM), from
+	// programs and syscalls, since the probe was attached; nil for other
+	// types and without the probe (MapScan.RefusedReason).
+	RefusedUpdates          *uint64  `json:"refused_updates"`
+	RefusedUpdatesPerSecond *float64 `json:"refused_updates_per_second"`
+	// PressureSinceStart says the map may be older than the agent's
+	// probes, so its counts are those since they were attached, not since
+	// the map was made: the kernel keeps no count of its own.
+	PressureSinceStart bool `json:"pressure_since_agent_start,omitempty"`
 }
 
 // MapScan says how the maps of a snapshot were read.
@@ -61,11 +67,13 @@ type MapScan struct {
 	// ReadAt is when the maps were read: an earlier scan's time where
 	// the agent reads them every Config.MapInterval.
 	ReadAt time.Time `json:"read_at"`
-	// EvictionsSince is when the agent's eviction counter was attached
-	// (the LRU maps' Evictions count from then); EvictionsReason says why
-	// there is none (the kernel refused it, or --map-pressure=false).
-	EvictionsSince  time.Time `json:"evictions_since,omitzero"`
+	// PressureSince is when the agent's eviction and refused-update
+	// counters were attached (Evictions and RefusedUpdates count from
+	// then); EvictionsReason and RefusedReason say why one is absent (the
+	// kernel refused it, or the flag is off).
+	PressureSince   time.Time `json:"pressure_since,omitzero"`
 	EvictionsReason string    `json:"evictions_reason,omitempty"`
+	RefusedReason   string    `json:"refused_reason,omitempty"`
 }
 
 // mapReader reads the node's maps for Scan; nil when Config.Maps is off.
@@ -87,7 +95,8 @@ type mapReader struct {
 	// when a program came, went or was read anew.
 	users   map[uint32][]uint32
 	usersOf []progMaps
-	// pressure counts LRU evictions (Config.MapPressure); nil without.
+	// pressure counts LRU evictions and refused updates
+	// (Config.MapPressure); nil without.
 	pressure *pressure
 }
 
@@ -106,7 +115,7 @@ func newMapReader(cfg *Config) *mapReader {
 	}
 	m := &mapReader{r: r, interval: cfg.MapInterval}
 	if cfg.MapPressure {
-		m.pressure = newPressure()
+		m.pressure = newPressure(cfg.MapRefusals)
 	}
 	return m
 }
@@ -133,7 +142,7 @@ func (m *mapReader) read(progs []*ProgramStat, now time.Time) ([]*Map, MapScan) 
 		m.prev = nil
 		return nil, m.scan
 	}
-	m.pressureScan()
+	m.pressure.scan(&m.scan)
 	if err := m.pressure.read(func(yield func(uint32) bool) {
 		for i := range maps {
 			if !yield(maps[i].ID) {
@@ -141,22 +150,12 @@ func (m *mapReader) read(progs []*ProgramStat, now time.Time) ([]*Map, MapScan) 
 			}
 		}
 	}); err != nil {
-		m.scan.EvictionsReason = err.Error()
+		m.scan.EvictionsReason, m.scan.RefusedReason = err.Error(), err.Error()
 	}
 	return m.build(maps, progs, dt), m.scan
 }
 
-// pressureScan says in the scan where the evictions come from.
-func (m *mapReader) pressureScan() {
-	switch {
-	case m.pressure == nil:
-		m.scan.EvictionsReason = "not counted (--map-pressure=false)"
-	case m.pressure.p == nil:
-		m.scan.EvictionsReason = m.pressure.reason
-	default:
-		m.scan.EvictionsSince = m.pressure.since
-	}
-}
+
 
 // build makes a snapshot's maps from the reader's, joined with progs.
 func (m *mapReader) build(maps []mapstats.Map, progs []*ProgramStat, dt time.Duration) []*Map {
@@ -179,7 +178,7 @@ func (m *mapReader) build(maps []mapstats.Map, progs []*ProgramStat, dt time.Dur
 		if have {
 			prev = m.prev[j]
 		}
-		ev := m.pressure.of(s.ID, isLRU(reader.MapTypeName(uint32(s.Type))), prev, dt)
+		ev := m.pressure.of(s.ID, reader.MapTypeName(uint32(s.Type)), prev, dt)
 		if have && sameMap(prev, s, users) && ev.same(prev) {
 			out[i] = prev
 			continue
@@ -256,20 +255,26 @@ func sameMap(e *Map, s *mapstats.Map, users []uint32) bool {
 // allocation per new or changed map.
 type mapEntry struct {
 	Map
-	mem, entries, evicted uint64
-	full, evictRate       float64
+	mem, entries, evicted, refused uint64
+	full, evictRate, refuseRate    float64
 }
 
-func newMap(s *mapstats.Map, users []uint32, ev evictions) *Map {
+func newMap(s *mapstats.Map, users []uint32, mp mapPressure) *Map {
 	e := &mapEntry{Map: Map{ID: s.ID, Name: s.Name, Type: reader.MapTypeName(uint32(s.Type)), KeySize: s.KeySize,
 		ValueSize: s.ValueSize, MaxEntries: s.MaxEntries, Flags: s.Flags, ProgramIDs: users}}
 	m := &e.Map
-	if ev.known {
-		e.evicted, m.Evictions, m.EvictionsSinceStart = ev.n, &e.evicted, ev.sinceStart
+	m.PressureSinceStart = mp.sinceStart
+	if c := mp.evicted; c.known {
+		e.evicted, m.Evictions = c.n, &e.evicted
+		if c.rateKnown {
+			e.evictRate, m.EvictionsPerSecond = c.rate, &e.evictRate
+		}
 	}
-	if ev.rateKnown {
-		e.evictRate = ev.rate
-		m.EvictionsPerSecond = &e.evictRate
+	if c := mp.refused; c.known {
+		e.refused, m.RefusedUpdates = c.n, &e.refused
+		if c.rateKnown {
+			e.refuseRate, m.RefusedUpdatesPerSecond = c.rate, &e.refuseRate
+		}
 	}
 	if s.MemoryKnown {
 		e.mem = s.Memory
@@ -307,8 +312,10 @@ func (m *mapReader) close() {
 
 // HashFamily says the kernel keeps an element count for maps of this
 // type (the only ones with Entries where the kernel has the kfunc).
-func (m *Map) HashFamily() bool {
-	switch m.Type {
+func (m *Map) HashFamily() bool { return hashFamily(m.Type) }
+
+func hashFamily(typ string) bool {
+	switch typ {
 	case "hash", "percpu_hash", "lru_hash", "lru_percpu_hash", "hash_of_maps":
 		return true
 	}

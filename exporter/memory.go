@@ -75,6 +75,9 @@ type mapSeries struct {
 	// summed; hasEvictions where one of the key's maps is counted.
 	evictions    uint64
 	hasEvictions bool
+	// refused: the hash-family maps' refused updates, the same way.
+	refused    uint64
+	hasRefused bool
 }
 
 func (ms *mapSeries) add(m *agent.Map) {
@@ -90,6 +93,10 @@ func (ms *mapSeries) add(m *agent.Map) {
 	if m.Evictions != nil {
 		ms.evictions += *m.Evictions
 		ms.hasEvictions = true
+	}
+	if m.RefusedUpdates != nil {
+		ms.refused += *m.RefusedUpdates
+		ms.hasRefused = true
 	}
 	if m.Fullness != nil && (!ms.hasFullness || *m.Fullness > ms.fullness) {
 		ms.fullness = *m.Fullness
@@ -190,7 +197,7 @@ func (st *mapState) index(s *agent.Snapshot, v *view) (byID map[uint32]*agent.Ma
 		}
 	}
 	st.prev = s.Maps
-	v.node.mapsRead, v.node.count, v.node.evictionsSince = true, len(s.Maps), s.MapScan.EvictionsSince
+	v.node.mapsRead, v.node.count, v.node.evictionsSince = true, len(s.Maps), s.MapScan.PressureSince
 	v.node.source = attribute.NewSet(attribute.String(attrScanSource, s.MapScan.Source),
 		attribute.String(attrScanFallbackReason, s.MapScan.FallbackReason))
 	return st.byID, seen

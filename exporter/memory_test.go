@@ -43,6 +43,12 @@ func evicted(m agent.Map, n uint64) agent.Map {
 	return m
 }
 
+// refusedUpdates is m with n refused updates counted.
+func refusedUpdates(m agent.Map, n uint64) agent.Map {
+	m.RefusedUpdates = &n
+	return m
+}
+
 // withMaps is s with maps, their users joined as the agent joins them.
 func withMaps(s *agent.Snapshot, maps ...agent.Map) *agent.Snapshot {
 	for i := range maps {
@@ -103,7 +109,7 @@ func TestMapRollups(t *testing.T) {
 		memProg(3, "filter", "net", "cni", "cni", 10, 14),
 	}
 	maps := []agent.Map{
-		bpfMap(10, "events", "hash", 4096, 100, 95),
+		refusedUpdates(bpfMap(10, "events", "hash", 4096, 100, 95), 7),
 		bpfMap(11, "cfg", "array", 512, 4, -1),
 		evicted(bpfMap(12, "state_1a2b3c", "lru_hash", 2048, 10, 2), 40),
 		evicted(bpfMap(13, "state_4d5e6f", "lru_hash", 1024, 10, 5), 2),
@@ -158,6 +164,11 @@ func TestMapRollups(t *testing.T) {
 			// The LRU maps' evictions summed under their key.
 			"bpf.map.evictions": {
 				"bpf.map.name=state_*,bpf.map.type=lru_hash,k8s.workload.name=tracer 42",
+			},
+			// events is used by both workloads: each key has its count.
+			"bpf.map.updates.refused": {
+				"bpf.map.name=events,bpf.map.type=hash,k8s.workload.name=cni 7",
+				"bpf.map.name=events,bpf.map.type=hash,k8s.workload.name=tracer 7",
 			},
 			// Per program key: enter uses events, cfg, state_1a2b3c; exit
 			// events, cfg, state_4d5e6f; filter events, cnt.

@@ -68,6 +68,7 @@ const (
 	seriesMapCapacity
 	seriesMapFullness
 	seriesMapEvictions
+	seriesMapRefused
 	seriesKinds
 )
 
@@ -78,8 +79,8 @@ const (
 	familyMemory
 	familyInsns // verified instructions: the counters' attribute set
 	familyMap   // memory, entries, max entries, fullness of a map key
-	// familyMapEvictions: a map key's evictions, a counter with its own
-	// start (the eviction probe's attach).
+	// familyMapEvictions: a map key's evictions and refused updates,
+	// counters with their own start (the probes' attach).
 	familyMapEvictions
 )
 
@@ -219,8 +220,24 @@ func (pr *produce) maps(ms []mapSeries, evictionsSince time.Time) {
 	}
 	for i := range ms[:min(len(ms), pr.gaugeRoom)] {
 		m := &ms[i]
-		if m.hasEvictions && pr.due(familyMapEvictions, m.attrs, evictionsSince, [4]uint64{m.evictions, noValue, noValue, noValue}) {
+		if !m.hasEvictions && !m.hasRefused {
+			continue
+		}
+		vals := [4]uint64{noValue, noValue, noValue, noValue}
+		if m.hasEvictions {
+			vals[0] = m.evictions
+		}
+		if m.hasRefused {
+			vals[1] = m.refused
+		}
+		if !pr.due(familyMapEvictions, m.attrs, evictionsSince, vals) {
+			continue
+		}
+		if m.hasEvictions {
 			pr.int(seriesMapEvictions, m.attrs, evictionsSince, int64(m.evictions))
+		}
+		if m.hasRefused {
+			pr.int(seriesMapRefused, m.attrs, evictionsSince, int64(m.refused))
 		}
 	}
 }

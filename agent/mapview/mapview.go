@@ -68,6 +68,12 @@ var Sorts = map[string]func(a, b *Map) int{
 		}
 		return descNil(a.Evictions, b.Evictions)
 	},
+	"refused": func(a, b *Map) int {
+		if c := descNil(a.RefusedUpdatesPerSecond, b.RefusedUpdatesPerSecond); c != 0 {
+			return c
+		}
+		return descNil(a.RefusedUpdates, b.RefusedUpdates)
+	},
 }
 
 // descNil orders larger values first and nil after every value.

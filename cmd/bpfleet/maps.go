@@ -52,7 +52,7 @@ With --watch it keeps reading and prints one JSON object per interval
 			cfg.OneShot = !c.Watch
 			// Evictions count from the probe's attach: only a watch
 			// sees any.
-			cfg.MapPressure = c.Watch
+			cfg.MapPressure, cfg.MapRefusals = c.Watch, c.Watch && c.Refusals
 			cfg.Parallel = runtime.NumCPU()
 			a, err := newAgent(cfg)
 			if err != nil {
@@ -90,6 +90,7 @@ With --watch it keeps reading and prints one JSON object per interval
 	f.StringVarP(&c.Sort, "sort", "s", "memory", "order: "+strings.Join(config.MapSorts, ", ")+" (all but id and name descending)")
 	f.StringVarP(&c.Type, "type", "t", "", "only maps of this type (as bpftool names it: hash, array, ringbuf, ...)")
 	f.Int64Var(&c.Prog, "prog", 0, "only the maps this program id uses")
+	f.BoolVar(&c.Refusals, "refusals", false, "with --watch, also count each hash map's refused updates (E2BIG, ENOMEM) with an fexit program on every hash map update of the node while it runs")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -106,7 +107,7 @@ func printMaps(w io.Writer, output string, pretty bool, l mapview.List) error {
 
 func printMapsTable(w io.Writer, l *mapview.List) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tTYPE\tMAX ENTRIES\tENTRIES\tFULL\tEVICTED\tMEMORY\tUSERS")
+	fmt.Fprintln(tw, "ID\tNAME\tTYPE\tMAX ENTRIES\tENTRIES\tFULL\tEVICTED\tREFUSED\tMEMORY\tUSERS")
 	unknown, reason := 0, ""
 	for i := range l.Maps {
 		m := &l.Maps[i]
@@ -121,8 +122,9 @@ func printMapsTable(w io.Writer, l *mapview.List) error {
 		if m.MemoryBytes != nil {
 			mem = fmtBytes(*m.MemoryBytes)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Name, m.Type, m.MaxEntries, entries,
-			fullBar(m.Fullness, 10, false), evictedCell(&m.Map), mem, usersCell(m.Users))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Name, m.Type, m.MaxEntries, entries,
+			fullBar(m.Fullness, 10, false), pressureCell(&m.Map, m.Evictions, m.EvictionsPerSecond, m.Type == "lru_hash" || m.Type == "lru_percpu_hash"),
+			pressureCell(&m.Map, m.RefusedUpdates, m.RefusedUpdatesPerSecond, m.HashFamily()), mem, usersCell(m.Users))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -131,35 +133,45 @@ func printMapsTable(w io.Writer, l *mapview.List) error {
 	if unknown > 0 {
 		fmt.Fprintf(w, "entries unknown for %d hash maps: %s\n", unknown, reason)
 	}
-	fmt.Fprintln(w, evictedLine(l.Scan))
+	for _, l := range pressureLines(l.Scan) {
+		fmt.Fprintln(w, l)
+	}
 	return nil
 }
 
-// evictedCell is an LRU map's evictions and their rate ("-" for other
-// maps, "?" where they are not counted).
-func evictedCell(m *agent.Map) string {
+// pressureCell is a map's evictions or refused updates (n) and their rate:
+// "-" where the map's type has none, "?" where they are not counted.
+func pressureCell(m *agent.Map, n *uint64, rate *float64, applies bool) string {
 	switch {
-	case m.Evictions == nil && (m.Type == "lru_hash" || m.Type == "lru_percpu_hash"):
+	case n == nil && applies:
 		return "?"
-	case m.Evictions == nil:
+	case n == nil:
 		return "-"
 	}
-	s := strconv.FormatUint(*m.Evictions, 10)
-	if m.EvictionsSinceStart {
+	s := strconv.FormatUint(*n, 10)
+	if m.PressureSinceStart {
 		s += "+" // the map is older than the count
 	}
-	if m.EvictionsPerSecond != nil {
-		s += " (" + strconv.FormatFloat(*m.EvictionsPerSecond, 'f', 1, 64) + "/s)"
+	if rate != nil {
+		s += " (" + strconv.FormatFloat(*rate, 'f', 1, 64) + "/s)"
 	}
 	return s
 }
 
-// evictedLine says since when evictions are counted, or why they are not.
-func evictedLine(s agent.MapScan) string {
-	if s.EvictionsSince.IsZero() {
-		return "evictions not counted: " + s.EvictionsReason
+// pressureLines say since when evictions and refused updates are
+// counted, and why one is not.
+func pressureLines(s agent.MapScan) []string {
+	var out []string
+	if !s.PressureSince.IsZero() {
+		out = append(out, "evictions and refused updates counted since "+s.PressureSince.Format(time.RFC3339)+" (+: the map is older, its earlier counts unknown)")
 	}
-	return "evictions counted since " + s.EvictionsSince.Format(time.RFC3339) + " (+: the map is older, its earlier evictions unknown)"
+	if s.EvictionsReason != "" {
+		out = append(out, "evictions not counted: "+s.EvictionsReason)
+	}
+	if s.RefusedReason != "" {
+		out = append(out, "refused updates not counted: "+s.RefusedReason)
+	}
+	return out
 }
 
 // mapScanLine says how the maps were read.

@@ -40,6 +40,9 @@ type Agent struct {
 	// with the agent's own probe (an fexit program that runs only when an
 	// LRU map evicts; docs/maps.md).
 	MapPressure bool
+	// MapRefusals is --map-refusals: also count each hash-family map's
+	// refused updates (an fexit program on every hash update: opt-in).
+	MapRefusals bool
 	MissBudget  int
 	Compression string // --otlp-compression; "": OTEL_EXPORTER_OTLP_COMPRESSION, else gzip
 	Console     bool
@@ -257,6 +260,7 @@ func (c *Agent) Settings() []any {
 		"span_budget", c.SpanBudget,
 		"miss_watch", c.MissWatch,
 		"map_pressure", c.MapPressure,
+		"map_refusals", c.MapRefusals,
 		"miss_budget", c.MissBudget,
 		"stats", string(c.Stats.Mode),
 	}
