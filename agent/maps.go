@@ -143,19 +143,11 @@ func (m *mapReader) read(progs []*ProgramStat, now time.Time) ([]*Map, MapScan) 
 		return nil, m.scan
 	}
 	m.pressure.scan(&m.scan)
-	if err := m.pressure.read(func(yield func(uint32) bool) {
-		for i := range maps {
-			if !yield(maps[i].ID) {
-				return
-			}
-		}
-	}); err != nil {
+	if err := m.pressure.read(maps); err != nil {
 		m.scan.EvictionsReason, m.scan.RefusedReason = err.Error(), err.Error()
 	}
 	return m.build(maps, progs, dt), m.scan
 }
-
-
 
 // build makes a snapshot's maps from the reader's, joined with progs.
 func (m *mapReader) build(maps []mapstats.Map, progs []*ProgramStat, dt time.Duration) []*Map {
