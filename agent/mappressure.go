@@ -34,7 +34,7 @@ type pressure struct {
 // maps carry no counts, never an error of the agent.
 func newPressure(refusals bool) *pressure {
 	pr := &pressure{since: time.Now(), counts: map[uint32]uint64{}, refused: map[uint32]mappressure.RefusedCounts{},
-		refusedReason: "not counted (--map-refusals=false)"}
+		refusedReason: offRefusals}
 	var err error
 	if pr.p, err = mappressure.Load(); err != nil {
 		pr.reason = refusalReason("the eviction counter (fexit on "+mappressure.EvictTarget+")", err)
@@ -47,6 +47,12 @@ func newPressure(refusals bool) *pressure {
 	}
 	return pr
 }
+
+// Why a count is off, for the agent and for bpfleet maps alike.
+const (
+	offPressure = "off (the agent's --map-pressure; bpfleet maps counts with --watch)"
+	offRefusals = "off (the agent's --map-refusals; bpfleet maps counts with --watch --refusals)"
+)
 
 func refusalReason(what string, err error) string {
 	var r *mappressure.Refused
@@ -162,7 +168,7 @@ func (mp mapPressure) same(m *Map) bool {
 // scan says in the maps' scan where the counts come from.
 func (pr *pressure) scan(s *MapScan) {
 	if pr == nil {
-		s.EvictionsReason, s.RefusedReason = "not counted (--map-pressure=false)", "not counted (--map-pressure=false)"
+		s.EvictionsReason, s.RefusedReason = offPressure, offRefusals
 		return
 	}
 	s.EvictionsReason, s.RefusedReason = pr.reason, pr.refusedReason
