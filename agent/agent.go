@@ -88,6 +88,13 @@ type Config struct {
 	// the kernel cannot give (no bpf_map_sum_elem_count, before Linux
 	// 6.6) by walking at most that many keys: one syscall per key.
 	MapCountBound int
+	// MapPressure counts each LRU hash map's evictions with the agent's
+	// own probe (probes/mappressure), read with the maps: Map.Evictions.
+	MapPressure bool
+	// MapRefusals adds, with MapPressure, the count of each hash-family
+	// map's refused updates (Map.RefusedUpdates): an fexit program on
+	// every hash update of the node, so opt-in.
+	MapRefusals bool
 	// Parallel is how many goroutines read programs seen for the first
 	// time (default 1). One-shot commands set it to the CPU count; the
 	// long-running agent keeps one, since after its first scan nearly

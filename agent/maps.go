@@ -35,6 +35,23 @@ type Map struct {
 	// ProgramIDs are the loaded programs whose map_ids name the map,
 	// ascending; empty for a map only a pin or a process's fd keeps.
 	ProgramIDs []uint32 `json:"program_ids"`
+	// Evictions is how many entries an LRU hash map (lru_hash,
+	// lru_percpu_hash) evicted, counted by the agent's probe since it was
+	// attached (MapScan.PressureSince); nil for other types and where the
+	// probe is absent (MapScan.EvictionsReason). EvictionsPerSecond is its
+	// rate between the last two map reads (nil at a map's first).
+	Evictions          *uint64  `json:"evictions"`
+	EvictionsPerSecond *float64 `json:"evictions_per_second"`
+	// RefusedUpdates is how many updates of a hash-family map the kernel
+	// refused because it was full (E2BIG) or out of memory (ENOMEM), from
+	// programs and syscalls, since the probe was attached; nil for other
+	// types and without the probe (MapScan.RefusedReason).
+	RefusedUpdates          *uint64  `json:"refused_updates"`
+	RefusedUpdatesPerSecond *float64 `json:"refused_updates_per_second"`
+	// PressureSinceStart says the map may be older than the agent's
+	// probes, so its counts are those since they were attached, not since
+	// the map was made: the kernel keeps no count of its own.
+	PressureSinceStart bool `json:"pressure_since_agent_start,omitempty"`
 }
 
 // MapScan says how the maps of a snapshot were read.
@@ -50,6 +67,13 @@ type MapScan struct {
 	// ReadAt is when the maps were read: an earlier scan's time where
 	// the agent reads them every Config.MapInterval.
 	ReadAt time.Time `json:"read_at"`
+	// PressureSince is when the agent's eviction and refused-update
+	// counters were attached (Evictions and RefusedUpdates count from
+	// then); EvictionsReason and RefusedReason say why one is absent (the
+	// kernel refused it, or the flag is off).
+	PressureSince   time.Time `json:"pressure_since,omitzero"`
+	EvictionsReason string    `json:"evictions_reason,omitempty"`
+	RefusedReason   string    `json:"refused_reason,omitempty"`
 }
 
 // mapReader reads the node's maps for Scan; nil when Config.Maps is off.
@@ -71,6 +95,9 @@ type mapReader struct {
 	// when a program came, went or was read anew.
 	users   map[uint32][]uint32
 	usersOf []progMaps
+	// pressure counts LRU evictions and refused updates
+	// (Config.MapPressure); nil without.
+	pressure *pressure
 }
 
 // progMaps is one program's map_ids as the join last saw them: the slice
@@ -86,7 +113,11 @@ func newMapReader(cfg *Config) *mapReader {
 	if err != nil {
 		return &mapReader{err: fmt.Errorf("reading maps: %w", err)}
 	}
-	return &mapReader{r: r, interval: cfg.MapInterval}
+	m := &mapReader{r: r, interval: cfg.MapInterval}
+	if cfg.MapPressure {
+		m.pressure = newPressure(cfg.MapRefusals)
+	}
+	return m
 }
 
 // read returns the node's maps joined with the programs that use them, as
@@ -101,6 +132,7 @@ func (m *mapReader) read(progs []*ProgramStat, now time.Time) ([]*Map, MapScan) 
 		return m.prev, m.scan
 	}
 	maps, src, err := m.r.Read()
+	dt := now.Sub(m.scan.ReadAt)
 	m.scan = MapScan{Source: ScanSourceSyscall, FallbackReason: src.Reason, ReadAt: now}
 	if src.Iterator {
 		m.scan = MapScan{Source: ScanSourceIterator, ReadAt: now}
@@ -110,11 +142,15 @@ func (m *mapReader) read(progs []*ProgramStat, now time.Time) ([]*Map, MapScan) 
 		m.prev = nil
 		return nil, m.scan
 	}
-	return m.build(maps, progs), m.scan
+	m.pressure.scan(&m.scan)
+	if err := m.pressure.read(maps); err != nil {
+		m.scan.EvictionsReason, m.scan.RefusedReason = err.Error(), err.Error()
+	}
+	return m.build(maps, progs, dt), m.scan
 }
 
 // build makes a snapshot's maps from the reader's, joined with progs.
-func (m *mapReader) build(maps []mapstats.Map, progs []*ProgramStat) []*Map {
+func (m *mapReader) build(maps []mapstats.Map, progs []*ProgramStat, dt time.Duration) []*Map {
 	joined := m.join(progs)
 	out := make([]*Map, len(maps))
 	j := 0 // prev's first map whose id is not below maps[i]'s
@@ -130,11 +166,16 @@ func (m *mapReader) build(maps []mapstats.Map, progs []*ProgramStat) []*Map {
 		} else {
 			users = m.users[s.ID]
 		}
-		if have && sameMap(m.prev[j], s, users) {
-			out[i] = m.prev[j]
+		var prev *Map
+		if have {
+			prev = m.prev[j]
+		}
+		ev := m.pressure.of(s.ID, reader.MapTypeName(uint32(s.Type)), prev, dt)
+		if have && sameMap(prev, s, users) && ev.same(prev) {
+			out[i] = prev
 			continue
 		}
-		out[i] = newMap(s, users)
+		out[i] = newMap(s, users, ev)
 	}
 	m.prev = out
 	return out
@@ -206,14 +247,27 @@ func sameMap(e *Map, s *mapstats.Map, users []uint32) bool {
 // allocation per new or changed map.
 type mapEntry struct {
 	Map
-	mem, entries uint64
-	full         float64
+	mem, entries, evicted, refused uint64
+	full, evictRate, refuseRate    float64
 }
 
-func newMap(s *mapstats.Map, users []uint32) *Map {
+func newMap(s *mapstats.Map, users []uint32, mp mapPressure) *Map {
 	e := &mapEntry{Map: Map{ID: s.ID, Name: s.Name, Type: reader.MapTypeName(uint32(s.Type)), KeySize: s.KeySize,
 		ValueSize: s.ValueSize, MaxEntries: s.MaxEntries, Flags: s.Flags, ProgramIDs: users}}
 	m := &e.Map
+	m.PressureSinceStart = mp.sinceStart
+	if c := mp.evicted; c.known {
+		e.evicted, m.Evictions = c.n, &e.evicted
+		if c.rateKnown {
+			e.evictRate, m.EvictionsPerSecond = c.rate, &e.evictRate
+		}
+	}
+	if c := mp.refused; c.known {
+		e.refused, m.RefusedUpdates = c.n, &e.refused
+		if c.rateKnown {
+			e.refuseRate, m.RefusedUpdatesPerSecond = c.rate, &e.refuseRate
+		}
+	}
 	if s.MemoryKnown {
 		e.mem = s.Memory
 		m.MemoryBytes = &e.mem
@@ -244,13 +298,16 @@ func countMethod(h mapstats.CountMethod) string {
 func (m *mapReader) close() {
 	if m != nil && m.r != nil {
 		m.r.Close()
+		m.pressure.close()
 	}
 }
 
 // HashFamily says the kernel keeps an element count for maps of this
 // type (the only ones with Entries where the kernel has the kfunc).
-func (m *Map) HashFamily() bool {
-	switch m.Type {
+func (m *Map) HashFamily() bool { return hashFamily(m.Type) }
+
+func hashFamily(typ string) bool {
+	switch typ {
 	case "hash", "percpu_hash", "lru_hash", "lru_percpu_hash", "hash_of_maps":
 		return true
 	}

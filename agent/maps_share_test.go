@@ -59,7 +59,7 @@ func TestMapEntriesShared(t *testing.T) {
 	stat := slices.Clone(base)
 	for _, sc := range scans {
 		stat = sc.maps(slices.Clone(stat))
-		got := r.build(stat, sc.progs)
+		got := r.build(stat, sc.progs, 0)
 		if len(got) != len(stat) {
 			t.Fatalf("%s: %d maps, want %d", sc.what, len(got), len(stat))
 		}
@@ -107,13 +107,13 @@ func BenchmarkMapBuild(b *testing.B) {
 				progs[i] = usingProg(uint32(5000+i), uint32(3*i+1), uint32(3*i+2))
 			}
 			var r mapReader
-			r.build(stat, progs)
+			r.build(stat, progs, 0)
 			b.ReportAllocs()
 			for n := 0; b.Loop(); n++ {
 				for k := range moving {
 					stat[(2*(n*moving+k)+1)%len(stat)].Entries.Count++
 				}
-				r.build(stat, progs)
+				r.build(stat, progs, 0)
 			}
 		})
 	}

@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"slices"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 
@@ -70,6 +71,13 @@ type mapSeries struct {
 	hasMemory, hasEntries     bool
 	fullness                  float64
 	hasFullness               bool
+	// evictions: the LRU maps' evictions since the probe was attached,
+	// summed; hasEvictions where one of the key's maps is counted.
+	evictions    uint64
+	hasEvictions bool
+	// refused: the hash-family maps' refused updates, the same way.
+	refused    uint64
+	hasRefused bool
 }
 
 func (ms *mapSeries) add(m *agent.Map) {
@@ -81,6 +89,14 @@ func (ms *mapSeries) add(m *agent.Map) {
 	if m.Entries != nil {
 		ms.entries += *m.Entries
 		ms.hasEntries = true
+	}
+	if m.Evictions != nil {
+		ms.evictions += *m.Evictions
+		ms.hasEvictions = true
+	}
+	if m.RefusedUpdates != nil {
+		ms.refused += *m.RefusedUpdates
+		ms.hasRefused = true
 	}
 	if m.Fullness != nil && (!ms.hasFullness || *m.Fullness > ms.fullness) {
 		ms.fullness = *m.Fullness
@@ -103,6 +119,9 @@ type nodeMemory struct {
 	maps     uint64
 	count    int
 	source   attribute.Set
+	// evictionsSince is when the eviction counter was attached: the
+	// start of the bpf.map.evictions counters.
+	evictionsSince time.Time
 }
 
 // mapState is what the exporter keeps of the maps between scans. The
@@ -178,7 +197,7 @@ func (st *mapState) index(s *agent.Snapshot, v *view) (byID map[uint32]*agent.Ma
 		}
 	}
 	st.prev = s.Maps
-	v.node.mapsRead, v.node.count = true, len(s.Maps)
+	v.node.mapsRead, v.node.count, v.node.evictionsSince = true, len(s.Maps), s.MapScan.PressureSince
 	v.node.source = attribute.NewSet(attribute.String(attrScanSource, s.MapScan.Source),
 		attribute.String(attrScanFallbackReason, s.MapScan.FallbackReason))
 	return st.byID, seen

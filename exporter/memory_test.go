@@ -37,6 +37,18 @@ func bpfMap(id uint32, name, typ string, memory uint64, max uint32, entries int)
 	return m
 }
 
+// evicted is m, an LRU map, with n evictions counted.
+func evicted(m agent.Map, n uint64) agent.Map {
+	m.Evictions = &n
+	return m
+}
+
+// refusedUpdates is m with n refused updates counted.
+func refusedUpdates(m agent.Map, n uint64) agent.Map {
+	m.RefusedUpdates = &n
+	return m
+}
+
 // withMaps is s with maps, their users joined as the agent joins them.
 func withMaps(s *agent.Snapshot, maps ...agent.Map) *agent.Snapshot {
 	for i := range maps {
@@ -97,10 +109,10 @@ func TestMapRollups(t *testing.T) {
 		memProg(3, "filter", "net", "cni", "cni", 10, 14),
 	}
 	maps := []agent.Map{
-		bpfMap(10, "events", "hash", 4096, 100, 95),
+		refusedUpdates(bpfMap(10, "events", "hash", 4096, 100, 95), 7),
 		bpfMap(11, "cfg", "array", 512, 4, -1),
-		bpfMap(12, "state_1a2b3c", "lru_hash", 2048, 10, 2),
-		bpfMap(13, "state_4d5e6f", "lru_hash", 1024, 10, 5),
+		evicted(bpfMap(12, "state_1a2b3c", "lru_hash", 2048, 10, 2), 40),
+		evicted(bpfMap(13, "state_4d5e6f", "lru_hash", 1024, 10, 5), 2),
 		bpfMap(14, "cnt", "percpu_array", 256, 1, -1),
 		bpfMap(15, "pinned", "hash", 128, 8, 0),
 	}
@@ -149,6 +161,15 @@ func TestMapRollups(t *testing.T) {
 				"bpf.map.name=pinned,bpf.map.type=hash 0",
 				"bpf.map.name=state_*,bpf.map.type=lru_hash,k8s.workload.name=tracer 0.5",
 			},
+			// The LRU maps' evictions summed under their key.
+			"bpf.map.evictions": {
+				"bpf.map.name=state_*,bpf.map.type=lru_hash,k8s.workload.name=tracer 42",
+			},
+			// events is used by both workloads: each key has its count.
+			"bpf.map.updates.refused": {
+				"bpf.map.name=events,bpf.map.type=hash,k8s.workload.name=cni 7",
+				"bpf.map.name=events,bpf.map.type=hash,k8s.workload.name=tracer 7",
+			},
 			// Per program key: enter uses events, cfg, state_1a2b3c; exit
 			// events, cfg, state_4d5e6f; filter events, cnt.
 			"bpf.program.memory": {
@@ -177,6 +198,10 @@ func TestMapRollups(t *testing.T) {
 				"bpf.map.id=12,bpf.map.name=state_1a2b3c,bpf.map.type=lru_hash,k8s.workload.name=tracer 0.2",
 				"bpf.map.id=13,bpf.map.name=state_4d5e6f,bpf.map.type=lru_hash,k8s.workload.name=tracer 0.5",
 				"bpf.map.id=15,bpf.map.name=pinned,bpf.map.type=hash 0",
+			},
+			"bpf.map.evictions": {
+				"bpf.map.id=12,bpf.map.name=state_1a2b3c,bpf.map.type=lru_hash,k8s.workload.name=tracer 40",
+				"bpf.map.id=13,bpf.map.name=state_4d5e6f,bpf.map.type=lru_hash,k8s.workload.name=tracer 2",
 			},
 			"bpf.program.memory": {
 				fmt.Sprintf("bpf.memory.kind=map,bpf.program.id=1,bpf.program.name=enter %d", 4096+512+2048),

@@ -234,7 +234,9 @@ counted in ` + "`bpf.agent.programs.dropped`" + `.
 
 Which maps fail when full: ` + "`hash`, `percpu_hash`, `hash_of_maps`" + ` refuse a new key (-E2BIG)
 once at max entries (BPFMapNearlyFull alerts on them); ` + "`lru_hash`" + ` and ` + "`lru_percpu_hash`" + ` evict
-the least recently used key instead (full is their steady state); arrays are always full.
+the least recently used key instead (full is their steady state), in batches and before they
+look full: ` + "`bpf.map.evictions`" + ` counts them (BPFMapEvicting), and with ` + "`--map-refusals`" + `
+` + "`bpf.map.updates.refused`" + ` counts the refused updates (BPFMapRefusingUpdates); arrays are always full.
 
 `
 

@@ -67,6 +67,8 @@ const (
 	seriesMapEntries
 	seriesMapCapacity
 	seriesMapFullness
+	seriesMapEvictions
+	seriesMapRefused
 	seriesKinds
 )
 
@@ -77,6 +79,9 @@ const (
 	familyMemory
 	familyInsns // verified instructions: the counters' attribute set
 	familyMap   // memory, entries, max entries, fullness of a map key
+	// familyMapEvictions: a map key's evictions and refused updates,
+	// counters with their own start (the probes' attach).
+	familyMapEvictions
 )
 
 type sentKey struct {
@@ -186,7 +191,7 @@ func (pr *produce) gauges(k seriesKind, family uint8, ss []valueSeries) {
 }
 
 // maps adds the map keys' gauges.
-func (pr *produce) maps(ms []mapSeries) {
+func (pr *produce) maps(ms []mapSeries, evictionsSince time.Time) {
 	for i := range ms[:min(len(ms), pr.gaugeRoom)] {
 		m := &ms[i]
 		vals := [4]uint64{noValue, noValue, m.capacity, noValue}
@@ -211,6 +216,28 @@ func (pr *produce) maps(ms []mapSeries) {
 		pr.int(seriesMapCapacity, m.attrs, time.Time{}, int64(m.capacity))
 		if m.hasFullness {
 			pr.float(seriesMapFullness, m.attrs, time.Time{}, m.fullness)
+		}
+	}
+	for i := range ms[:min(len(ms), pr.gaugeRoom)] {
+		m := &ms[i]
+		if !m.hasEvictions && !m.hasRefused {
+			continue
+		}
+		vals := [4]uint64{noValue, noValue, noValue, noValue}
+		if m.hasEvictions {
+			vals[0] = m.evictions
+		}
+		if m.hasRefused {
+			vals[1] = m.refused
+		}
+		if !pr.due(familyMapEvictions, m.attrs, evictionsSince, vals) {
+			continue
+		}
+		if m.hasEvictions {
+			pr.int(seriesMapEvictions, m.attrs, evictionsSince, int64(m.evictions))
+		}
+		if m.hasRefused {
+			pr.int(seriesMapRefused, m.attrs, evictionsSince, int64(m.refused))
 		}
 	}
 }
@@ -295,7 +322,7 @@ func (p *seriesProducer) Produce(context.Context) ([]metricdata.ScopeMetrics, er
 	}
 	pr.gauges(seriesMemory, familyMemory, v.memory)
 	pr.gauges(seriesInsns, familyInsns, v.insns)
-	pr.maps(v.maps)
+	pr.maps(v.maps, v.node.evictionsSince)
 	if pr.after > 0 && len(p.sent) > len(v.programs)+len(v.links)+len(v.workloads)+linkSets+len(v.memory)+len(v.insns)+len(v.maps) {
 		for k, s := range p.sent {
 			if s.gen != p.gen {

@@ -78,6 +78,15 @@ if selected statstax; then
 	go test -tags bench -count=1 -timeout 5m -run 'TestBenchStatsModes' -v ./agent | grep -E 'BENCH|FAIL|ok'
 fi
 
+if selected mappressure; then
+	section "mappressure: the eviction and refused-update counters' cost per evicting insert and per hash update (kernel matrix, sid-amd64 under TCG; the host refuses fexit)"
+	# Twins in one guest: rounds alternate the probe detached and attached.
+	# TCG timings: read the ratios, not the ns (docs/scan.md, "Evictions").
+	work=${TMPDIR:-/tmp}/bpfleet-bench-mappressure
+	make -s test-kernels KERNELS=sid-amd64 KERNEL_FLAGS="-packages ./probes/mappressure -tags bench -run Cost -cmd none -work $work"
+	grep -ah 'per insert without\|per update without' "$work/sid-amd64/console.log" | sed 's/.*"Output":"//; s/\\n"}.*$//; s/^ *cost_bench_test.go:[0-9]*: //' | sort -u || true
+fi
+
 if selected profiler; then
 	section "profiler: its cost per run against the stats tax (kernel matrix, sid-amd64 and sid-arm64 under TCG; the host refuses fentry)"
 	# Each variant against stats on measured around it, same VM run: the

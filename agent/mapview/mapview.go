@@ -62,6 +62,18 @@ var Sorts = map[string]func(a, b *Map) int{
 	"memory":   func(a, b *Map) int { return descNil(a.MemoryBytes, b.MemoryBytes) },
 	"entries":  func(a, b *Map) int { return descNil(a.Entries, b.Entries) },
 	"fullness": func(a, b *Map) int { return descNil(a.Fullness, b.Fullness) },
+	"evictions": func(a, b *Map) int {
+		if c := descNil(a.EvictionsPerSecond, b.EvictionsPerSecond); c != 0 {
+			return c
+		}
+		return descNil(a.Evictions, b.Evictions)
+	},
+	"refused": func(a, b *Map) int {
+		if c := descNil(a.RefusedUpdatesPerSecond, b.RefusedUpdatesPerSecond); c != 0 {
+			return c
+		}
+		return descNil(a.RefusedUpdates, b.RefusedUpdates)
+	},
 }
 
 // descNil orders larger values first and nil after every value.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -44,6 +45,9 @@ With --watch it keeps reading and prints one JSON object per interval
 			cfg.Maps = true
 			cfg.NoPins = true // the maps view shows no pins
 			cfg.OneShot = !c.Watch
+			// Evictions count from the probe's attach: only a watch
+			// sees any.
+			cfg.MapPressure, cfg.MapRefusals = c.Watch, c.Watch && c.Refusals
 			cfg.Parallel = runtime.NumCPU()
 			a, err := newAgent(cfg)
 			if err != nil {
@@ -76,6 +80,7 @@ With --watch it keeps reading and prints one JSON object per interval
 	f.StringVarP(&c.Sort, "sort", "s", "memory", "order: "+strings.Join(config.MapSorts, ", ")+" (all but id and name descending)")
 	f.StringVarP(&c.Type, "type", "t", "", "only maps of this type (as bpftool names it: hash, array, ringbuf, ...)")
 	f.Int64Var(&c.Prog, "prog", 0, "only the maps this program id uses")
+	f.BoolVar(&c.Refusals, "refusals", false, "with --watch, also count each hash map's refused updates (E2BIG, ENOMEM) with an fexit program on every hash map update of the node while it runs")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -92,7 +97,7 @@ func printMaps(w io.Writer, output string, pretty bool, l mapview.List) error {
 
 func printMapsTable(w io.Writer, l *mapview.List) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tTYPE\tMAX ENTRIES\tENTRIES\tFULL\tMEMORY\tUSERS")
+	fmt.Fprintln(tw, "ID\tNAME\tTYPE\tMAX ENTRIES\tENTRIES\tFULL\tEVICTED\tREFUSED\tMEMORY\tUSERS")
 	unknown, reason := 0, ""
 	for i := range l.Maps {
 		m := &l.Maps[i]
@@ -107,8 +112,9 @@ func printMapsTable(w io.Writer, l *mapview.List) error {
 		if m.MemoryBytes != nil {
 			mem = fmtBytes(*m.MemoryBytes)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", m.ID, m.Name, m.Type, m.MaxEntries, entries,
-			fullBar(m.Fullness, 10, false), mem, usersCell(m.Users))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Name, m.Type, m.MaxEntries, entries,
+			fullBar(m.Fullness, 10, false), pressureCell(&m.Map, m.Evictions, m.EvictionsPerSecond, m.Type == "lru_hash" || m.Type == "lru_percpu_hash"),
+			pressureCell(&m.Map, m.RefusedUpdates, m.RefusedUpdatesPerSecond, m.HashFamily()), mem, usersCell(m.Users))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -117,7 +123,45 @@ func printMapsTable(w io.Writer, l *mapview.List) error {
 	if unknown > 0 {
 		fmt.Fprintf(w, "entries unknown for %d hash maps: %s\n", unknown, reason)
 	}
+	for _, l := range pressureLines(l.Scan) {
+		fmt.Fprintln(w, l)
+	}
 	return nil
+}
+
+// pressureCell is a map's evictions or refused updates (n) and their rate:
+// "-" where the map's type has none, "?" where they are not counted.
+func pressureCell(m *agent.Map, n *uint64, rate *float64, applies bool) string {
+	switch {
+	case n == nil && applies:
+		return "?"
+	case n == nil:
+		return "-"
+	}
+	s := strconv.FormatUint(*n, 10)
+	if m.PressureSinceStart {
+		s += "+" // the map is older than the count
+	}
+	if rate != nil {
+		s += " (" + strconv.FormatFloat(*rate, 'f', 1, 64) + "/s)"
+	}
+	return s
+}
+
+// pressureLines say since when evictions and refused updates are
+// counted, and why one is not.
+func pressureLines(s agent.MapScan) []string {
+	var out []string
+	if !s.PressureSince.IsZero() {
+		out = append(out, "evictions and refused updates counted since "+s.PressureSince.Format(time.RFC3339)+" (+: the map is older, its earlier counts unknown)")
+	}
+	if s.EvictionsReason != "" {
+		out = append(out, "evictions not counted: "+s.EvictionsReason)
+	}
+	if s.RefusedReason != "" {
+		out = append(out, "refused updates not counted: "+s.RefusedReason)
+	}
+	return out
 }
 
 // mapScanLine says how the maps were read.

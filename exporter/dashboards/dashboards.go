@@ -224,6 +224,15 @@ func fullestMaps(n *names, sel, by string, k int) string {
 
 const fullestLegend = "{{bpf_map_name}} ({{bpf_map_type}}) " + mapWorkloadLegend
 
+// evictingMaps is the k LRU map keys that evict the most entries per
+// second, by the labels in by and each map's name, type and workload.
+func evictingMaps(n *names, sel, by string, k int) string {
+	return fmt.Sprintf("topk(%d, sum by (%s, bpf_map_name, bpf_map_type, %s) (%s))", k, by, mapWorkload, rate(n.m("bpf.map.evictions"), sel))
+}
+
+// evictingDesc says what the evictions panel shows.
+const evictingDesc = "Entries per second the LRU hash maps evict (the agent's probe: the kernel keeps no count), the 10 highest, by map name, type and workload. An LRU frees in batches and evicts before it looks full, so a map evicting steadily is undersized even at 60% fullness (BPFMapEvicting). Absent where the kernel refuses the probe."
+
 // causePanelDesc says what the miss causes mean (METRICS.md, "Why a
 // program missed").
 const causePanelDesc = "Recursion misses per second by bpf.miss.cause, as the miss watcher measured them from the kernel stack of each run turned away: recursion (the program re-entered itself: fix it), interrupt (an irq/softirq/NMI hit it), preempted (another task held its guard, preempted or asleep: contention), nested (another program held bpf_prog_active), unexplained (not sampled: not watched, no watcher, over budget)."
@@ -289,7 +298,9 @@ func fleet(n *names) *dashboard.DashboardBuilder {
 		WithPanel(series("BPF memory by node", "Kernel memory of every BPF program and map on each node, each map once (in no process's RSS).", "bytes", 12,
 			query(fmt.Sprintf("sum by (instance, bpf_memory_kind) (%s{%s})", n.m("bpf.node.memory"), fleetSel), "{{instance}} {{bpf_memory_kind}}"))).
 		WithPanel(series("Fullest maps", "The 10 fullest hash-family maps of the selected nodes (entries / max entries), by node, map name and type, workload; hash, percpu_hash and hash_of_maps refuse new keys when full (BPFMapNearlyFull), LRU maps evict.", "percentunit", 12,
-			query(fullestMaps(n, fleetSel, "instance", 10), "{{instance}} "+fullestLegend)))
+			query(fullestMaps(n, fleetSel, "instance", 10), "{{instance}} "+fullestLegend))).
+		WithPanel(series("Evicting maps", evictingDesc, "short", 12,
+			query(evictingMaps(n, fleetSel, "instance", 10), "{{instance}} "+fullestLegend)))
 
 	b = b.WithRow(dashboard.NewRowBuilder("Stats tax and the agent's cost")).
 		WithPanel(series("Stats tax by node", "CPU seconds per second (in CPUs) that BPF run-time stats accounting adds on each node now, and what it would add with stats always on. Absent where it cannot be measured (stats held by another tool, calibration off).", "percentunit", 8,
@@ -363,7 +374,9 @@ func node(n *names) *dashboard.DashboardBuilder {
 		WithPanel(series("BPF memory by workload", "The maps each workload's programs use (each map once per workload; a map shared by several workloads is in each) and the programs' own memory (JIT image, instructions), by namespace, workload and executable; and the node's total, each map once. Maps no owned program uses have no workload.", "bytes", 12,
 			memoryByWorkload(n, nodeSel)...)).
 		WithPanel(series("Fullest maps", "The 10 fullest hash-family maps (entries / max entries) by name, type and workload, continued across reloads; hash, percpu_hash and hash_of_maps refuse new keys when full (BPFMapNearlyFull), LRU maps evict.", "percentunit", 12,
-			query(fullestMaps(n, nodeSel, "instance", 10), fullestLegend)))
+			query(fullestMaps(n, nodeSel, "instance", 10), fullestLegend))).
+		WithPanel(series("Evicting maps", evictingDesc, "short", 12,
+			query(evictingMaps(n, nodeSel, "instance", 10), fullestLegend)))
 
 	b = b.WithRow(dashboard.NewRowBuilder("Agent")).
 		WithPanel(series("Scan duration", "Time one scan took: median and 99th percentile.", "s", 12,

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/bpfleet/bpfleet/exporter"
 	"github.com/bpfleet/bpfleet/exporter/dashboards"
+	"github.com/bpfleet/bpfleet/probes/mappressure"
 	"github.com/bpfleet/bpfleet/test/backends"
 	"github.com/bpfleet/bpfleet/test/canary/canarytest"
 )
@@ -147,6 +149,7 @@ func checkDashboards(t *testing.T, prom querier, node string, absent map[string]
 		"$__range_s", "300", // before $__range, which it starts with
 		"$__range", "5m",
 	)
+	absent = withEvictionsAbsent(t, absent)
 	n := 0
 	for _, f := range files {
 		b, err := os.ReadFile(f)
@@ -186,6 +189,39 @@ func checkDashboards(t *testing.T, prom querier, node string, absent map[string]
 		}
 	}
 	t.Logf("%s: %d dashboard queries of %d dashboards returned data", node, n, len(files))
+}
+
+// withEvictionsAbsent is absent plus bpf.map.evictions where this kernel
+// refuses the agent's eviction counter (the CI kernel refuses every
+// trampoline program), with the kernel's reason.
+func withEvictionsAbsent(t *testing.T, absent map[string]string) map[string]string {
+	t.Helper()
+	why := evictionsRefused(t)
+	if why == "" {
+		return absent
+	}
+	out := map[string]string{evictionsName: why}
+	maps.Copy(out, absent)
+	return out
+}
+
+// evictionsName is bpf.map.evictions in Prometheus.
+const evictionsName = "bpf_map_evictions_total"
+
+// evictionsRefused is why this kernel refuses the agent's eviction counter
+// (the kernel's words), "" where it loads.
+func evictionsRefused(t *testing.T) string {
+	t.Helper()
+	p, err := mappressure.Load()
+	if err == nil {
+		p.Close()
+		return ""
+	}
+	var r *mappressure.Refused
+	if !errors.As(err, &r) {
+		t.Fatalf("loading the eviction counter: %v", err)
+	}
+	return "the kernel refused the eviction counter: " + r.Reason()
 }
 
 // absentMetric returns the metric of absent that q uses, else "".

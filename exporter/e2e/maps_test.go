@@ -51,6 +51,13 @@ func holdHashMap(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// An LRU map, so that where the kernel allows the eviction counter
+	// the evictions panels have a series (0 evictions).
+	lru, err := ebpf.NewMap(&ebpf.MapSpec{Name: "e2e_held_lru", Type: ebpf.LRUHash, KeySize: 4, ValueSize: 4, MaxEntries: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lru.Close() })
 }
 
 // TestMapsToPrometheus: a hash map with 10 entries of 64, an array and a

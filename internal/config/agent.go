@@ -35,7 +35,14 @@ type Agent struct {
 	// watchpoints on the miss counters of programs that miss), and
 	// MissBudget --miss-budget, its samples per CPU per watched program
 	// per interval (at least 1).
-	MissWatch   bool
+	MissWatch bool
+	// MapPressure is --map-pressure: count each LRU hash map's evictions
+	// with the agent's own probe (an fexit program that runs only when an
+	// LRU map evicts; docs/maps.md).
+	MapPressure bool
+	// MapRefusals is --map-refusals: also count each hash-family map's
+	// refused updates (an fexit program on every hash update: opt-in).
+	MapRefusals bool
 	MissBudget  int
 	Compression string // --otlp-compression; "": OTEL_EXPORTER_OTLP_COMPRESSION, else gzip
 	Console     bool
@@ -96,6 +103,7 @@ func DefaultAgent() Agent {
 		MaxPrograms:     1000,
 		SpanBudget:      600,
 		MissWatch:       true,
+		MapPressure:     true,
 		MissBudget:      DefaultMissBudget,
 		ClusterName:     os.Getenv("K8S_CLUSTER_NAME"),
 		NodeName:        os.Getenv("K8S_NODE_NAME"),
@@ -251,6 +259,8 @@ func (c *Agent) Settings() []any {
 		"max_programs", c.MaxPrograms,
 		"span_budget", c.SpanBudget,
 		"miss_watch", c.MissWatch,
+		"map_pressure", c.MapPressure,
+		"map_refusals", c.MapRefusals,
 		"miss_budget", c.MissBudget,
 		"stats", string(c.Stats.Mode),
 	}

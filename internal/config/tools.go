@@ -54,7 +54,7 @@ func validateWatch(output string, watch bool, interval time.Duration, count int,
 
 // MapSorts are the orders `bpfleet maps --sort` accepts (agent/mapview's
 // Sorts, which a test holds to this list).
-var MapSorts = []string{"memory", "fullness", "entries", "id", "name"}
+var MapSorts = []string{"memory", "fullness", "entries", "evictions", "refused", "id", "name"}
 
 // Maps is `bpfleet maps`' configuration.
 type Maps struct {
@@ -62,6 +62,8 @@ type Maps struct {
 	Sort string
 	Type string // keep maps of this type
 	Prog int64  // keep the maps this program uses; 0: all
+	// Refusals is --refusals: with Watch, count refused updates too.
+	Refusals bool
 }
 
 // Validate checks every flag.

@@ -41,7 +41,7 @@ func main() {
 	fetchOnly := flag.Bool("fetch-only", false, "only resolve and download the kernels")
 	timeout := flag.Duration("timeout", 8*time.Minute, "wall-clock limit of one boot")
 	work := flag.String("work", "", "directory for builds and console logs (default: a temporary one)")
-	pkgs := flag.String("packages", "./test/kernels/ktest,./test/kernels/contention,./test/kernels/privilege,./probes/progiter,./probes/taskfile,./probes/profiler,./probes/progstats,./probes/linkstats,./probes/mapstats,./probes/internal/coreload,./probes/bpfevents,./probes/statstable,./probes/misswatch,./test/kernels/confine", "comma separated test packages to run in the VMs")
+	pkgs := flag.String("packages", "./test/kernels/ktest,./test/kernels/contention,./test/kernels/privilege,./probes/progiter,./probes/taskfile,./probes/profiler,./probes/progstats,./probes/linkstats,./probes/mapstats,./probes/mappressure,./probes/internal/coreload,./probes/bpfevents,./probes/statstable,./probes/misswatch,./test/kernels/confine", "comma separated test packages to run in the VMs")
 	tags := flag.String("tags", "", "build tags for the test binaries (make bench passes bench)")
 	loglevel := flag.Int("loglevel", 2, "guest console loglevel (7 prints the stacks of soft lockups and warnings)")
 	net := flag.Bool("net", false, "give each guest a NIC on qemu's user-mode network (eth0 "+guestAddr+"/24; the host's loopback is "+guestHostAddr+")")

@@ -138,11 +138,25 @@ func init() {
 		present[e] = append(present[e], FeatFsessionOnBPF)
 	}
 	present["trixie-amd64"] = append(present["trixie-amd64"], FeatFentryOnBPF)
+	// Measured 2026-12-07 (probes/mappressure): the eviction and
+	// refused-update counters load, attach (every refusal target) and give
+	// the known answers on every entry, 5.10 included.
+	for _, e := range []string{"bookworm-amd64", "trixie-amd64", "sid-amd64", "sid-rt-amd64", "sid-arm64", "bullseye-amd64"} {
+		present[e] = append(present[e], FeatMapEvictions, FeatMapRefusals)
+	}
 	// bpf_loop (5.17): every entry but bullseye's 5.10.
 	for _, e := range []string{"bookworm-amd64", "trixie-amd64", "sid-amd64", "sid-rt-amd64", "sid-arm64"} {
 		present[e] = append(present[e], FeatLoop)
 	}
 }
+
+// FeatMapEvictions: the fexit program on htab_lru_map_delete_node that
+// counts each LRU hash map's evictions (probes/mappressure).
+const FeatMapEvictions = "LRU eviction counter"
+
+// FeatMapRefusals: the fexit programs on the hash family's update
+// functions that count each map's refused updates (probes/mappressure).
+const FeatMapRefusals = "refused-update counter"
 
 // FeatLoop: the bpf_loop helper (Linux 5.17), which the interrupt
 // scenario's spinning program calls (test/kernels/ktest's ktestloop object).
