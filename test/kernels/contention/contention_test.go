@@ -50,7 +50,7 @@ func armedSpec(t *testing.T) *ebpf.CollectionSpec {
 func load(t *testing.T, feature string, objs any) {
 	t.Helper()
 	if err := armedSpec(t).LoadAndAssign(objs, nil); err != nil {
-		expect.SkipUnlessExpected(t, feature, fmt.Errorf("loading: %w", err))
+		expect.SkipLoadUnlessExpected(t, feature, fmt.Errorf("loading: %w", err))
 	}
 }
 

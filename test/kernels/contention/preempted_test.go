@@ -103,7 +103,7 @@ func loadSpin(t *testing.T, c spinCase) *spinObjs {
 	}
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
-		expect.SkipUnlessExpected(t, c.feature, fmt.Errorf("loading: %w", err))
+		expect.SkipLoadUnlessExpected(t, c.feature, fmt.Errorf("loading: %w", err))
 	}
 	t.Cleanup(func() { coll.Close() })
 	v := coll.Variables

@@ -10,6 +10,10 @@ import (
 	"os"
 	"testing"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/features"
+
 	"github.com/bpfleet/bpfleet/test/canary"
 )
 
@@ -93,6 +97,20 @@ func SkipUnlessExpected(t testing.TB, feature string, err error) {
 		t.Fatalf("%s refused on %s, where it was measured present: %v", feature, Entry(), err)
 	}
 	t.Skipf("%s not available on this kernel: %v", feature, err)
+}
+
+// SkipLoadUnlessExpected ends a test whose BPF object, which has a
+// bpf_loop callback, the kernel refused: a skip with both answers where the
+// kernel has no bpf_loop helper (asked of it; 5.17+), since a verifier
+// without it refuses every program of such an object whatever its attach
+// type ("number of funcs in func_info doesn't match number of subprogs" on
+// 5.10); else as SkipUnlessExpected for feature.
+func SkipLoadUnlessExpected(t testing.TB, feature string, err error) {
+	t.Helper()
+	if lerr := features.HaveProgramHelper(ebpf.SocketFilter, asm.FnLoop); lerr != nil {
+		t.Skipf("the object has a bpf_loop callback and this kernel has no bpf_loop (%v): %v", lerr, err)
+	}
+	SkipUnlessExpected(t, feature, err)
 }
 
 // FeatProgRanges: the iter/bpf_prog program that reads each program's
