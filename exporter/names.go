@@ -56,3 +56,20 @@ func PrometheusNames(l Level) []string {
 	}
 	return out
 }
+
+// PrometheusLabels returns the labels Prometheus' OTLP receiver gives the
+// attributes of the metric the table calls name at level l (dots become
+// underscores): the closed set a backend test holds a series to.
+func PrometheusLabels(name string, l Level) ([]string, error) {
+	for _, d := range metricDefs {
+		if d.Name != name || !slices.Contains(d.Levels, l) {
+			continue
+		}
+		out := make([]string, len(d.Attrs))
+		for i, a := range d.Attrs {
+			out[i] = strings.ReplaceAll(a, ".", "_")
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("metric %s at level %v is not in exporter's metrics table", name, l)
+}

@@ -1,10 +1,7 @@
 package exportcauses
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -49,7 +46,7 @@ func TestExportCauses(t *testing.T) {
 	// The first scan: the watcher says whether this kernel lets it watch.
 	var ml api.MissList
 	guestagent.Wait(t, 60*time.Second, "the agent's first scan", func() error {
-		return get("/v1/misses", &ml)
+		return guestagent.Get("/v1/misses", &ml)
 	})
 	if !ml.Watch.Available {
 		expect.SkipUnlessExpected(t, expect.FeatMissWatch, fmt.Errorf("%s", ml.Watch.Reason))
@@ -60,7 +57,7 @@ func TestExportCauses(t *testing.T) {
 		t.Fatal(err)
 	}
 	guestagent.Wait(t, 30*time.Second, fmt.Sprintf("the watcher watching canary %d", id), func() error {
-		if err := get("/v1/misses", &ml); err != nil {
+		if err := guestagent.Get("/v1/misses", &ml); err != nil {
 			return err
 		}
 		if !slices.ContainsFunc(ml.Watch.Watched, func(w agent.WatchedProgram) bool { return w.ProgID == id }) {
@@ -86,7 +83,7 @@ func TestExportCauses(t *testing.T) {
 	// not the export's.
 	var p agent.ProgramStat
 	guestagent.Wait(t, 30*time.Second, "the agent's causes adding up to the kernel's misses", func() error {
-		if err := get("/v1/programs/"+strconv.FormatUint(uint64(id), 10), &p); err != nil {
+		if err := guestagent.Get("/v1/programs/"+strconv.FormatUint(uint64(id), 10), &p); err != nil {
 			return err
 		}
 		if p.MissCauses == nil || p.MissCauses.Sum() != total {
@@ -108,23 +105,4 @@ func TestExportCauses(t *testing.T) {
 		"os_version": unix.ByteSliceToString(u.Release[:]), "provoked": Provoked, "kernel_misses": total} {
 		t.Logf("metric %s%s=%v", MetricPrefix, k, v)
 	}
-}
-
-// get reads one of the agent's API answers.
-func get(path string, v any) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+guestagent.APIAddr+path, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", path, resp.Status)
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
 }

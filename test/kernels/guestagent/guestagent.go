@@ -1,12 +1,17 @@
 // Package guestagent runs the real bpfleet agent inside a kernel-matrix
 // guest, for the guest halves of exporter/e2e's guest tests
-// (test/kernels/exportcauses, test/kernels/exportabsent): the harness's
+// (test/kernels/exportcauses, test/kernels/exportabsent,
+// test/kernels/exportevictions): the harness's
 // -agent puts the binary at Bin.
 package guestagent
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"syscall"
@@ -89,4 +94,23 @@ func Wait(t *testing.T, limit time.Duration, what string, f func() error) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// Get decodes the agent's API answer at path (e.g. /v1/maps) into v.
+func Get(path string, v any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+APIAddr+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
 }
