@@ -142,13 +142,7 @@ func checkDashboards(t *testing.T, prom querier, node string, absent map[string]
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no dashboards in charts/bpfleet/dashboards: %v", err)
 	}
-	vars := strings.NewReplacer(
-		"$"+dashboards.VarJob, "bpfleet-agent",
-		"$"+dashboards.VarNode, node,
-		"$__rate_interval", "1m",
-		"$__range_s", "300", // before $__range, which it starts with
-		"$__range", "5m",
-	)
+	vars := dashboardVars(node)
 	absent = withEvictionsAbsent(t, absent)
 	n := 0
 	for _, f := range files {
@@ -189,6 +183,18 @@ func checkDashboards(t *testing.T, prom querier, node string, absent map[string]
 		}
 	}
 	t.Logf("%s: %d dashboard queries of %d dashboards returned data", node, n, len(files))
+}
+
+// dashboardVars sets the dashboards' variables as Grafana would for one
+// node of the agents' job.
+func dashboardVars(node string) *strings.Replacer {
+	return strings.NewReplacer(
+		"$"+dashboards.VarJob, "bpfleet-agent",
+		"$"+dashboards.VarNode, node,
+		"$__rate_interval", "1m",
+		"$__range_s", "300", // before $__range, which it starts with
+		"$__range", "5m",
+	)
 }
 
 // withEvictionsAbsent is absent plus bpf.map.evictions where this kernel

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bpfleet/bpfleet/exporter"
+	"github.com/bpfleet/bpfleet/exporter/dashboards"
 	"github.com/bpfleet/bpfleet/test/backends"
 	"github.com/bpfleet/bpfleet/test/kernels/exportevictions"
 )
@@ -97,7 +99,38 @@ func TestGuestMapEvictions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%s node %s: map %s evicted %s of %d keys (kept %s), map %s refused %s; BPFMapEvicting pending",
+	// Each dashboard's Evicting maps panel shows the LRU map.
+	for _, f := range []string{"bpfleet-node.json", "bpfleet-fleet.json"} {
+		b, err := os.ReadFile(filepath.Join("../../charts/bpfleet/dashboards", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		qs, err := dashboards.Queries(b)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		q, ok := qs["Evicting maps A"]
+		if !ok {
+			t.Fatalf("%s has no Evicting maps panel", f)
+		}
+		q = dashboardVars(got["instance"]).Replace(q)
+		err = backends.Eventually(30*time.Second, func() error {
+			ss, err := prom.Query(context.Background(), q)
+			if err != nil {
+				return err
+			}
+			for _, s := range ss {
+				if s.Labels["bpf_map_name"] == exportevictions.LRUName && s.Value > 0 {
+					return nil
+				}
+			}
+			return fmt.Errorf("%v; want map %s evicting", ss, exportevictions.LRUName)
+		})
+		if err != nil {
+			t.Errorf("%s panel Evicting maps: %v\n%s", f, err, q)
+		}
+	}
+	t.Logf("%s node %s: map %s evicted %s of %d keys (kept %s), map %s refused %s; BPFMapEvicting pending; the Evicting maps panels show it",
 		got["os_version"], got["instance"], got["lru_id"], got["evicted"], exportevictions.LRUKeys, got["lru_kept"], got["hash_id"], got["refused"])
 }
 
