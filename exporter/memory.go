@@ -80,24 +80,21 @@ type mapSeries struct {
 	hasRefused bool
 }
 
+// addKnown adds v to sum where the kernel gave it (v not nil), noting in
+// known that one of the sum's maps had it.
+func addKnown(sum *uint64, known *bool, v *uint64) {
+	if v != nil {
+		*sum += *v
+		*known = true
+	}
+}
+
 func (ms *mapSeries) add(m *agent.Map) {
 	ms.capacity += uint64(m.MaxEntries)
-	if m.MemoryBytes != nil {
-		ms.memory += *m.MemoryBytes
-		ms.hasMemory = true
-	}
-	if m.Entries != nil {
-		ms.entries += *m.Entries
-		ms.hasEntries = true
-	}
-	if m.Evictions != nil {
-		ms.evictions += *m.Evictions
-		ms.hasEvictions = true
-	}
-	if m.RefusedUpdates != nil {
-		ms.refused += *m.RefusedUpdates
-		ms.hasRefused = true
-	}
+	addKnown(&ms.memory, &ms.hasMemory, m.MemoryBytes)
+	addKnown(&ms.entries, &ms.hasEntries, m.Entries)
+	addKnown(&ms.evictions, &ms.hasEvictions, m.Evictions)
+	addKnown(&ms.refused, &ms.hasRefused, m.RefusedUpdates)
 	if m.Fullness != nil && (!ms.hasFullness || *m.Fullness > ms.fullness) {
 		ms.fullness = *m.Fullness
 		ms.hasFullness = true

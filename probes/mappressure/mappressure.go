@@ -126,35 +126,50 @@ func only(spec *ebpf.CollectionSpec, prog, keep string) *ebpf.CollectionSpec {
 // Read fills dst (cleared first) with each map id's evictions since the
 // probe was attached; only maps that evicted are present.
 func (p *Probe) Read(dst map[uint32]uint64) error {
-	clear(dst)
-	var id uint32
-	var n uint64
-	it := p.counts.Iterate()
-	for it.Next(&id, &n) {
-		dst[id] = n
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("reading evictions: %w", err)
-	}
-	return nil
+	return readCounts(p.counts, dst, func(id uint32) uint32 { return id }, "evictions")
 }
 
 // Dropped is how many evictions were not counted because the probe's own
 // table was full (more maps evicting than it holds).
-func (p *Probe) Dropped() (uint64, error) {
-	var n uint64
-	if err := p.dropped.Get(&n); err != nil {
-		return 0, fmt.Errorf("reading dropped evictions: %w", err)
-	}
-	return n, nil
-}
+func (p *Probe) Dropped() (uint64, error) { return readDropped(p.dropped, "evictions") }
 
 // Forget deletes the counts of maps that are gone, so their ids' entries
 // are free for maps that evict later. Map ids are never reused while the
 // kernel runs, so a gone id never comes back.
 func (p *Probe) Forget(ids []uint32) error {
+	return forget(p.counts, ids, func(id uint32) uint32 { return id })
+}
+
+// readCounts fills dst (cleared first) with every entry of counts, by the
+// map id mapID takes from its key.
+func readCounts[K, V any](counts *ebpf.Map, dst map[uint32]V, mapID func(K) uint32, what string) error {
+	clear(dst)
+	var k K
+	var v V
+	it := counts.Iterate()
+	for it.Next(&k, &v) {
+		dst[mapID(k)] = v
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("reading %s: %w", what, err)
+	}
+	return nil
+}
+
+// readDropped reads a probe's count of what its full table could not hold.
+func readDropped(dropped *ebpf.Variable, what string) (uint64, error) {
+	var n uint64
+	if err := dropped.Get(&n); err != nil {
+		return 0, fmt.Errorf("reading dropped %s: %w", what, err)
+	}
+	return n, nil
+}
+
+// forget deletes the entries of counts for the maps ids (gone), key making
+// each entry's key.
+func forget[K any](counts *ebpf.Map, ids []uint32, key func(uint32) K) error {
 	for _, id := range ids {
-		if err := p.counts.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		if err := counts.Delete(key(id)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return fmt.Errorf("forgetting map %d: %w", id, err)
 		}
 	}

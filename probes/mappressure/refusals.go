@@ -87,37 +87,16 @@ func LoadRefusals() (*Refusals, error) {
 // Read fills dst (cleared first) with each map id's refused updates since
 // the probe was attached; only maps that refused one are present.
 func (r *Refusals) Read(dst map[uint32]RefusedCounts) error {
-	clear(dst)
-	var k refusalKey
-	var c RefusedCounts
-	it := r.counts.Iterate()
-	for it.Next(&k, &c) {
-		dst[k.ID] = c
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("reading refused updates: %w", err)
-	}
-	return nil
+	return readCounts(r.counts, dst, func(k refusalKey) uint32 { return k.ID }, "refused updates")
 }
 
 // Dropped is how many refusals were not counted because the probe's own
 // table was full.
-func (r *Refusals) Dropped() (uint64, error) {
-	var n uint64
-	if err := r.dropped.Get(&n); err != nil {
-		return 0, fmt.Errorf("reading dropped refusals: %w", err)
-	}
-	return n, nil
-}
+func (r *Refusals) Dropped() (uint64, error) { return readDropped(r.dropped, "refusals") }
 
 // Forget deletes the counts of maps that are gone.
 func (r *Refusals) Forget(ids []uint32) error {
-	for _, id := range ids {
-		if err := r.counts.Delete(refusalKey{32, id}); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("forgetting map %d: %w", id, err)
-		}
-	}
-	return nil
+	return forget(r.counts, ids, func(id uint32) refusalKey { return refusalKey{32, id} })
 }
 
 // Close detaches and unloads every copy.
