@@ -230,6 +230,18 @@ func alternate(ctx context.Context, rounds int, h half) (off, on, tax []float64,
 	return off, on, tax, nil
 }
 
+// measure alternates h with stats off and on (alternate) and fills r from
+// what it measured, or says why it could not.
+func (r TaxResult) measure(ctx context.Context, rounds int, h half) TaxResult {
+	off, on, tax, err := alternate(ctx, rounds, h)
+	if err != nil {
+		r.Reason = taxReason(err)
+		return r
+	}
+	r.fill(off, on, tax)
+	return r
+}
+
 func (r *TaxResult) fill(off, on, tax []float64) {
 	r.Measured = true
 	r.OffNs, r.OnNs, r.TaxNs = median(off), median(on), median(tax)
@@ -267,13 +279,7 @@ func taxTestRun(ctx context.Context, kind string, opts TaxOptions) TaxResult {
 		}
 		return float64(d.Nanoseconds()), after.RunCount - before.RunCount, nil
 	}
-	off, on, tax, err := alternate(ctx, opts.Rounds, h)
-	if err != nil {
-		res.Reason = taxReason(err)
-		return res
-	}
-	res.fill(off, on, tax)
-	return res
+	return res.measure(ctx, opts.Rounds, h)
 }
 
 func taxProbe(ctx context.Context, t catalog.AttachType, opts TaxOptions) TaxResult {
@@ -309,13 +315,7 @@ func taxProbe(ctx context.Context, t catalog.AttachType, opts TaxOptions) TaxRes
 		}
 		return ns, after.RunCount - before.RunCount, nil
 	}
-	off, on, tax, err := alternate(ctx, opts.Rounds, h)
-	if err != nil {
-		res.Reason = taxReason(err)
-		return res
-	}
-	res.fill(off, on, tax)
-	return res
+	return res.measure(ctx, opts.Rounds, h)
 }
 
 // WriteTaxTable prints the tax results as a Markdown table.
