@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,16 +24,9 @@ import (
 // 40 refreshes each (make bench BENCH=fleet; BPFLEET_FLEET_SIZES=100,300
 // for fewer).
 func TestBenchFleetQueries(t *testing.T) {
-	sizes := []int{100, 300, 1000}
-	if s := os.Getenv("BPFLEET_FLEET_SIZES"); s != "" {
-		sizes = nil
-		for _, f := range strings.Split(s, ",") {
-			n, err := strconv.Atoi(f)
-			if err != nil {
-				t.Fatalf("BPFLEET_FLEET_SIZES=%q: %v", s, err)
-			}
-			sizes = append(sizes, n)
-		}
+	sizes, err := fleetsim.BenchSizes()
+	if err != nil {
+		t.Fatal(err)
 	}
 	// The short fleet's kernels (test/fleetsim): the miss watcher runs
 	// on 6.1's and 7.2's recordings, where the miss plans need it.

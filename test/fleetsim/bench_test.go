@@ -124,16 +124,9 @@ func measure(t *testing.T, f *Fleet, prom *backends.Prometheus, col *backends.Co
 // for 5 simulated minutes (30 rounds). After each phase Prometheus holds
 // the truth.
 func TestBenchFleetSim(t *testing.T) {
-	sizes := []int{100, 300, 1000}
-	if s := os.Getenv("BPFLEET_FLEET_SIZES"); s != "" {
-		sizes = nil
-		for _, f := range strings.Split(s, ",") {
-			n, err := strconv.Atoi(f)
-			if err != nil {
-				t.Fatalf("BPFLEET_FLEET_SIZES=%q: %v", s, err)
-			}
-			sizes = append(sizes, n)
-		}
+	sizes, err := BenchSizes()
+	if err != nil {
+		t.Fatal(err)
 	}
 	// The rules are evaluated every second unless BPFLEET_FLEET_EVAL says
 	// otherwise (1m: Prometheus' default, what a fleet runs): the rounds
@@ -316,16 +309,9 @@ func vmSelf(t testing.TB, addr, name string) float64 {
 // VictoriaMetrics after each; the storage nodes' and vmagent's CPU and
 // memory.
 func TestBenchFleetSimVM(t *testing.T) {
-	sizes := []int{100, 300, 1000}
-	if s := os.Getenv("BPFLEET_FLEET_SIZES"); s != "" {
-		sizes = nil
-		for _, f := range strings.Split(s, ",") {
-			n, err := strconv.Atoi(f)
-			if err != nil {
-				t.Fatalf("BPFLEET_FLEET_SIZES=%q: %v", s, err)
-			}
-			sizes = append(sizes, n)
-		}
+	sizes, err := BenchSizes()
+	if err != nil {
+		t.Fatal(err)
 	}
 	for _, n := range sizes {
 		t.Run(strconv.Itoa(n), func(t *testing.T) {
