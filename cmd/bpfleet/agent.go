@@ -48,7 +48,9 @@ local API). SIGTERM or SIGINT ends open miss episodes and flushes.
 
 With K8S_NODE_NAME set (the chart sets it from the downward API) owners get
 pod names from the pods of that node, watched with the pod's ServiceAccount,
-or with the kubeconfig $KUBECONFIG names on a host outside any pod.`,
+or with the kubeconfig $KUBECONFIG names on a host outside any pod, and the
+resource gets k8s.nodepool.name from the node's pool label (--node-pool-labels,
+read once at start) unless OTEL_RESOURCE_ATTRIBUTES names it.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			scanFlagsSet(cmd, &c.Scan)
