@@ -479,6 +479,7 @@ func watchExpired(t *testing.T, rv string) error {
 // compacted past it) while pods changed.
 func TestAgentAttribution(t *testing.T) {
 	logVersion(t)
+	registerNode(t, nil) // a node without a pool label: one info line, no warning
 	token := agentToken(t)
 	parent := cgroupParent(t)
 	startIn := func(uid string) *container { return startContainer(t, parent, uid) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -24,14 +25,8 @@ func TestAgentNodePool(t *testing.T) {
 	logVersion(t)
 	ctx := context.Background()
 	nodes := srv.admin(t).CoreV1().Nodes()
-	// The node as a kubelet on GKE would register it (no kubelet here).
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{
-		"kubernetes.io/hostname": nodeName, "cloud.google.com/gke-nodepool": "web-pool",
-	}}}
-	if _, err := nodes.Create(ctx, node, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = nodes.Delete(context.Background(), nodeName, metav1.DeleteOptions{}) })
+	// The node as a kubelet on GKE would register it.
+	registerNode(t, map[string]string{"cloud.google.com/gke-nodepool": "web-pool"})
 	token := agentToken(t)
 
 	t.Run("labeled", func(t *testing.T) {
@@ -97,4 +92,22 @@ func grepLines(s, sub string) []string {
 		}
 	}
 	return out
+}
+
+// registerNode creates the agent's Node with the kubelet's hostname label
+// and labels, as a kubelet registers its node (there is none here), and
+// deletes it when the test ends.
+func registerNode(t *testing.T, labels map[string]string) {
+	t.Helper()
+	l := map[string]string{"kubernetes.io/hostname": nodeName}
+	maps.Copy(l, labels)
+	nodes := srv.admin(t).CoreV1().Nodes()
+	if _, err := nodes.Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: l}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := nodes.Delete(context.Background(), nodeName, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("deleting node %s: %v", nodeName, err)
+		}
+	})
 }
