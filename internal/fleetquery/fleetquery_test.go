@@ -31,7 +31,11 @@ var pure = func() fq.Params { p := params; p.MissIncrease = fq.IncreasePure; ret
 // (each selector carries the job matcher), over the range or window it
 // is given, with nothing left unset.
 func TestQueriesSelectAgents(t *testing.T) {
-	for name, q := range params.Queries() {
+	all := params.Queries()
+	for name, q := range pure.Queries() {
+		all[name+" (MetricsQL)"] = q
+	}
+	for name, q := range all {
 		t.Run(name, func(t *testing.T) {
 			n := 0
 			for _, m := range append(slices.Collect(maps.Keys(fq.OTelNames)), fq.TargetInfo) {
@@ -46,7 +50,7 @@ func TestQueriesSelectAgents(t *testing.T) {
 				t.Fatalf("reads no metric of ours: %s", q)
 			}
 			// Top's node count is of now: the store's lookback.
-			if !strings.Contains(q, "[1h") && !strings.Contains(q, "[5m]") && name != "top nodes" {
+			if !strings.Contains(q, "[1h") && !strings.Contains(q, "[5m]") && !strings.HasPrefix(name, "top nodes") {
 				t.Errorf("neither the range nor the window: %s", q)
 			}
 			if strings.Count(q, "(") != strings.Count(q, ")") || strings.Count(q, "[") != strings.Count(q, "]") {
