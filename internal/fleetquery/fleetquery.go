@@ -71,9 +71,9 @@ const (
 const DefaultJob = `(.+/)?bpfleet-agent`
 
 // DefaultPoolLabel is the label naming a node's pool: the resource
-// attribute k8s.nodepool.name, which fleets set through
-// OTEL_RESOURCE_ATTRIBUTES (the chart's extraEnv); there is no semantic
-// convention for it. Prometheus keeps it in target_info unless promoted;
+// attribute k8s.nodepool.name, which each agent sets from its Node's pool
+// label (--node-pool-labels) or OTEL_RESOURCE_ATTRIBUTES sets; there is
+// no semantic convention for it. Prometheus keeps it in target_info unless promoted;
 // VictoriaMetrics makes it a label of every series.
 const DefaultPoolLabel = "k8s_nodepool_name"
 
