@@ -1,6 +1,10 @@
 package exporter
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/bpfleet/bpfleet/internal/config"
+)
 
 // Attribute keys: every key the exporter writes on a data point, a span or
 // the resource, named once here and used everywhere in exporter/ (the
@@ -75,6 +79,7 @@ const (
 	attrKernelPreempt     = "bpf.kernel.preempt"
 	attrK8sNodeName       = "k8s.node.name"
 	attrK8sClusterName    = "k8s.cluster.name"
+	attrK8sNodePoolName   = config.NodePoolAttr
 )
 
 // Attribute lists of the metrics table's rows, named once so the doc and

@@ -76,6 +76,9 @@ type Config struct {
 	NodeName string
 	// ClusterName is k8s.cluster.name, omitted when empty.
 	ClusterName string
+	// NodePool is k8s.nodepool.name (the agent reads it from its Node's
+	// labels), omitted when empty; OTEL_RESOURCE_ATTRIBUTES' wins.
+	NodePool string
 
 	// OTel is where metrics and spans go and how: the OTEL_* variables and
 	// --otlp-* flags as internal/config resolved and checked them (one

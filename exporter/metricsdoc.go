@@ -57,7 +57,9 @@ name, else host name: Prometheus keys series by it), ` + "`host.name`" + ` (the 
 ` + "`K8S_NODE_NAME`" + ` is set, else the hostname: in a pod that is the pod's name), ` + "`host.arch`" + `,
 ` + "`host.cpu.model.name`" + `, ` + "`os.type`" + `, ` + "`os.version`" + ` (kernel release),
 ` + "`bpf.kernel.preempt`" + `, ` + "`k8s.node.name`" + ` (` + "`K8S_NODE_NAME`" + `),
-` + "`k8s.cluster.name`" + ` (` + "`--cluster-name`" + `), then ` + "`OTEL_RESOURCE_ATTRIBUTES`" + ` /
+` + "`k8s.cluster.name`" + ` (` + "`--cluster-name`" + `), ` + "`k8s.nodepool.name`" + ` (from the first of
+` + "`--node-pool-labels`" + ` that the agent's Node carries, read once at start), then
+` + "`OTEL_RESOURCE_ATTRIBUTES`" + ` /
 ` + "`OTEL_SERVICE_NAME`" + `, which win, but for ` + "`bpfleet.agent.pod.name`" + `, ` + "`k8s.pod.name`" + ` and
 ` + "`k8s.pod.uid`" + `, which the agent leaves out (and says so once): the resource names the
 node, never the agent's pod, whose name changes at every rollout and would renew

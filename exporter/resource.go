@@ -79,6 +79,7 @@ func newResource(ctx context.Context, cfg Config) (res *resource.Resource, dropp
 	add(attrKernelPreempt, cfg.Kernel.Preempt)
 	add(attrK8sNodeName, node)
 	add(attrK8sClusterName, cfg.ClusterName)
+	add(attrK8sNodePoolName, cfg.NodePool)
 
 	var fromEnv []attribute.KeyValue
 	for _, k := range slices.Sorted(maps.Keys(cfg.OTel.ResourceAttributes)) {

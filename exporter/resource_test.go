@@ -24,7 +24,7 @@ func TestResourceNamesTheNode(t *testing.T) {
 	if err := c.Resolve(env); err != nil {
 		t.Fatal(err)
 	}
-	res, dropped, err := newResource(context.Background(), Config{NodeName: c.NodeName, ClusterName: c.ClusterName, OTel: c.OTel})
+	res, dropped, err := newResource(context.Background(), Config{NodeName: c.NodeName, ClusterName: c.ClusterName, NodePool: "web", OTel: c.OTel})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,6 +37,7 @@ func TestResourceNamesTheNode(t *testing.T) {
 		attrK8sNodeName:       "node-7",
 		attrServiceInstanceID: "node-7",
 		attrK8sClusterName:    "prod",
+		attrK8sNodePoolName:   "web", // from the node's labels
 		// The namespace is the release's: it does not change with a rollout.
 		"bpfleet.agent.pod.namespace": "bpfleet-system",
 	} {

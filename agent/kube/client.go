@@ -46,6 +46,13 @@ func newRESTPods(cfg *rest.Config) (*restPods, error) {
 	return &restPods{rc: rc, params: runtime.NewParameterCodec(scheme)}, nil
 }
 
+// getNode reads one Node object (its labels: the node pool).
+func (p *restPods) getNode(ctx context.Context, name string) (*corev1.Node, error) {
+	var n corev1.Node
+	err := p.rc.Get().Resource("nodes").Name(name).Do(ctx).Into(&n)
+	return &n, err
+}
+
 func (p *restPods) List(ctx context.Context, opts metav1.ListOptions) (*corev1.PodList, error) {
 	var l corev1.PodList
 	err := p.rc.Get().Resource("pods").VersionedParams(&opts, p.params).Do(ctx).Into(&l)

@@ -58,6 +58,20 @@ const KubeconfigEnv = "KUBECONFIG"
 // KUBERNETES_SERVICE_HOST) and no kubeconfig is given, which callers treat
 // as "no pod names".
 func NewInCluster(node string) (*Pods, error) {
+	cfg, err := inClusterConfig()
+	if err != nil {
+		return nil, err
+	}
+	client, err := newRESTPods(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return New(client, node, 0)
+}
+
+// inClusterConfig is the agent's API server and credentials: $KUBECONFIG
+// where set, else the pod's ServiceAccount.
+func inClusterConfig() (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
 	if path := os.Getenv(KubeconfigEnv); path != "" {
@@ -69,14 +83,10 @@ func NewInCluster(node string) (*Pods, error) {
 		return nil, fmt.Errorf("kubernetes API: %w", err)
 	}
 	cfg.UserAgent = "bpfleet-agent"
-	// One list and one long watch: a low rate is plenty and spares the
-	// API server across thousands of nodes.
+	// One list and one long watch (and one get of the node): a low rate
+	// is plenty and spares the API server across thousands of nodes.
 	cfg.QPS, cfg.Burst = 5, 10
-	client, err := newRESTPods(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return New(client, node, 0)
+	return cfg, nil
 }
 
 // New watches the pods of node through client, the pods of all namespaces

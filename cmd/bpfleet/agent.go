@@ -48,7 +48,9 @@ local API). SIGTERM or SIGINT ends open miss episodes and flushes.
 
 With K8S_NODE_NAME set (the chart sets it from the downward API) owners get
 pod names from the pods of that node, watched with the pod's ServiceAccount,
-or with the kubeconfig $KUBECONFIG names on a host outside any pod.`,
+or with the kubeconfig $KUBECONFIG names on a host outside any pod, and the
+resource gets k8s.nodepool.name from the node's pool label (--node-pool-labels,
+read once at start) unless OTEL_RESOURCE_ATTRIBUTES names it.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			scanFlagsSet(cmd, &c.Scan)
@@ -80,6 +82,7 @@ or with the kubeconfig $KUBECONFIG names on a host outside any pod.`,
 	f.StringVar(&c.OTLPEndpoint, "otlp-endpoint", "", "OTLP base URL, e.g. http://collector:4318, or host:port with grpc (overrides OTEL_EXPORTER_OTLP_ENDPOINT)")
 	f.StringVar(&c.OTLPProtocol, "otlp-protocol", "", "grpc or http/protobuf (overrides OTEL_EXPORTER_OTLP_PROTOCOL)")
 	f.StringVar(&c.ClusterName, "cluster-name", c.ClusterName, "k8s.cluster.name resource attribute (default $K8S_CLUSTER_NAME)")
+	f.StringSliceVar(&c.NodePoolLabels, "node-pool-labels", c.NodePoolLabels, "node labels tried in order for the k8s.nodepool.name resource attribute, read once from the agent's Node (K8S_NODE_NAME; needs get on nodes) unless OTEL_RESOURCE_ATTRIBUTES names it (empty: do not read the node)")
 	f.StringVar(&c.APIAddr, "api-addr", c.APIAddr, "address of the local read-only HTTP API (empty: off); a non-loopback address needs --api-token-file")
 	f.StringVar(&c.APITokenFile, "api-token-file", "", fmt.Sprintf("file holding the bearer token the local API requires (at least %d bytes; default $%s)", config.MinTokenLen, api.TokenEnv))
 	f.BoolVar(&c.Calibrate, "calibrate", c.Calibrate, "measure each attach type's overhead with the agent's own probes at start (bounded: about half a second of CPU)")
@@ -171,6 +174,7 @@ func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 	}()
 	defer agent.PublishIterators(c.Scan, log).Close()
 
+	pool := nodePool(ctx, c, log)
 	exp, err := exporter.New(ctx, exporter.Config{
 		Level:           c.Level,
 		MaxPrograms:     c.MaxPrograms,
@@ -182,6 +186,7 @@ func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 		Kernel:          a.Kernel(),
 		ClusterName:     c.ClusterName,
 		NodeName:        c.NodeName,
+		NodePool:        pool,
 		OTel:            c.OTel, // the --otlp-* flags and OTEL_* variables, resolved once
 		Console:         c.Console,
 		Log:             log,
@@ -296,6 +301,35 @@ func runAgent(ctx context.Context, c config.Agent, log *slog.Logger) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// nodePoolTimeout bounds the one read of the agent's Node: a server that
+// does not answer delays the start by this much, once.
+const nodePoolTimeout = 5 * time.Second
+
+// nodePool names the node's pool for the k8s.nodepool.name resource
+// attribute from the first of --node-pool-labels its Node carries (one
+// read at start: a node does not change pools), unless
+// OTEL_RESOURCE_ATTRIBUTES names the attribute (the user's word wins) or
+// the agent runs outside Kubernetes (no K8S_NODE_NAME). Whatever fails
+// leaves the attribute out with one line; the agent goes on.
+func nodePool(ctx context.Context, c config.Agent, log *slog.Logger) string {
+	if _, set := c.OTel.ResourceAttributes[config.NodePoolAttr]; set || c.NodeName == "" || len(c.NodePoolLabels) == 0 {
+		return ""
+	}
+	pool, key, err := kube.NodePool(ctx, c.NodeName, c.NodePoolLabels, nodePoolTimeout)
+	const set = "; or set " + config.NodePoolAttr + " in OTEL_RESOURCE_ATTRIBUTES"
+	switch {
+	case kube.Refused(err):
+		log.Warn("no node pool: the Kubernetes API refuses the agent's get of its node; grant get on nodes (the chart's rbac.create)"+set, "node", c.NodeName, "err", err)
+	case err != nil:
+		log.Warn("no node pool: the agent's node could not be read from the Kubernetes API"+set, "node", c.NodeName, "err", err)
+	case pool == "":
+		log.Info("no node pool: the node has none of the --node-pool-labels; name its pool label there"+set, "node", c.NodeName, "node_pool_labels", c.NodePoolLabels)
+	default:
+		log.Info("node pool", "pool", pool, "label", key)
+	}
+	return pool
 }
 
 // shutdownAgent ends the open miss episodes (flagged as ended by shutdown),

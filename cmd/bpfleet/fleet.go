@@ -33,9 +33,11 @@ type sample struct {
 	value  float64
 }
 
-// querier asks one instant query at time at.
+// querier asks one instant query at time at, and says which increase
+// function the miss questions take on its store (fleetquery.MissIncrease).
 type querier interface {
 	query(ctx context.Context, q string, at time.Time) ([]sample, error)
+	missIncrease(ctx context.Context) (string, error)
 }
 
 // fleetQuestion is one subcommand: the queries it asks (by name) and what
@@ -178,6 +180,11 @@ func askFleet(ctx context.Context, c *config.Fleet, q fleetQuestion, api querier
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
 	p := fleetParams(c)
+	inc, err := api.missIncrease(ctx)
+	if err != nil {
+		return nil, fleetError(c, err)
+	}
+	p.MissIncrease = inc
 	qs := q.queries(p)
 	ans, err := runQueries(ctx, api, qs, now)
 	if err != nil {

@@ -5,11 +5,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/bpfleet/bpfleet/agent"
+	"github.com/bpfleet/bpfleet/internal/config"
+	"github.com/bpfleet/bpfleet/internal/fleetquery"
 	"github.com/bpfleet/bpfleet/test/backends"
 	"github.com/bpfleet/bpfleet/test/fleetsim"
 )
@@ -24,17 +27,25 @@ func TestFleetCommandAgainstFleetsim(t *testing.T) {
 	fleetsimAgainstTruth(t, "http://"+prom.Addr+"/api/v1/otlp", "http://"+prom.Addr, false)
 }
 
-// On VictoriaMetrics MetricsQL's increase() may leave out the first value
-// of a series that begins in the range (a cause's first misses on a node,
-// which Prometheus counts from the zero it writes at the series' start):
-// up to one round of a node's misses short.
+// On VictoriaMetrics the miss questions use increase_pure(), which counts
+// a series that begins in the range (a cause's first misses on a node)
+// from 0 where MetricsQL's increase() may leave its first value out, and
+// which does not extrapolate: every node's misses are exactly those fed.
 func TestFleetCommandAgainstFleetsimVM(t *testing.T) {
 	vm := backends.StartVictoriaMetrics(t, backends.VMConfig{Nodes: 2})
 	fleetsimAgainstTruth(t, strings.TrimSuffix(vm.OTLPEndpoint(), "/v1/metrics"), "http://"+vm.AuthAddr, true)
 }
 
-func fleetsimAgainstTruth(t *testing.T, endpoint, url string, firstUncounted bool) {
+// exactMisses holds misses to the count fed (VictoriaMetrics); else to
+// 10%: Prometheus' increase() extrapolates to the range's end.
+func fleetsimAgainstTruth(t *testing.T, endpoint, url string, exactMisses bool) {
 	ctx := context.Background()
+	missesMatch := func(got float64, fed uint64) bool {
+		if exactMisses {
+			return math.Abs(got-float64(fed)) < 0.5
+		}
+		return near(got, float64(fed), 0.1)
+	}
 	rec := func(prefix string) string {
 		for _, r := range fleetsim.Recordings() {
 			if strings.HasPrefix(r, prefix) {
@@ -53,6 +64,10 @@ func fleetsimAgainstTruth(t *testing.T, endpoint, url string, firstUncounted boo
 		Misses: []fleetsim.MissPlan{
 			{Program: "canary", Cause: agent.CauseInterrupt, Pool: "batch", From: 2, PerRound: 7},
 			{Program: "canary", Cause: agent.CausePreempted, Nodes: []string{"infra-0001"}, From: 4, PerRound: 11},
+			// One burst, then none: the series' first value is all its
+			// increase, which MetricsQL's increase() takes for a counter
+			// begun before the store saw it and leaves out.
+			{Program: "canary", Cause: agent.CauseNested, Nodes: []string{"infra-0003"}, From: 5, To: 6, PerRound: 40},
 		}})
 	if err != nil {
 		t.Fatal(err)
@@ -71,6 +86,7 @@ func fleetsimAgainstTruth(t *testing.T, endpoint, url string, firstUncounted boo
 	c := simFleetConfig(url)
 	c.Limit, c.Window = 0, 8*time.Second
 	tr := f.Truth()
+	waitLastRound(t, c, tr)
 	byUse := map[string]fleetQuestion{}
 	for _, q := range fleetQuestions() {
 		byUse[q.use] = q
@@ -134,7 +150,7 @@ func fleetsimAgainstTruth(t *testing.T, endpoint, url string, firstUncounted boo
 			if p.WorstNode != "" && p.RoundRuns > 0 && len(rows) == 1 && (r.WorstNode != p.WorstNode || !near(r.WorstNsPerRun, p.WorstNsPerRun, 0.05)) {
 				t.Errorf("%s: worst node %s at %.1f ns per run, fed %s at %.1f", p.Name, r.WorstNode, r.WorstNsPerRun, p.WorstNode, p.WorstNsPerRun)
 			}
-			if !near(r.Misses, float64(p.Misses), 0.1) {
+			if !missesMatch(r.Misses, p.Misses) {
 				t.Errorf("%s: %.1f misses, fed %d", p.Name, r.Misses, p.Misses)
 			}
 		}
@@ -169,11 +185,7 @@ func fleetsimAgainstTruth(t *testing.T, endpoint, url string, firstUncounted boo
 				continue
 			}
 			first := tr.RoundTimes[m.FirstRound-1]
-			want := float64(m.Misses)
-			if perRound := want / float64(tr.Round-m.FirstRound+1); firstUncounted && found.Misses >= want-perRound-0.5 && found.Misses < want {
-				want = found.Misses
-			}
-			if !near(found.Misses, want, 0.1) || found.Kernel != m.Kernel || found.Pool != m.Pool ||
+			if !missesMatch(found.Misses, m.Misses) || found.Kernel != m.Kernel || found.Pool != m.Pool ||
 				found.Since.Before(first.Add(-time.Second)) || found.Since.After(first.Add(3*time.Second)) {
 				t.Errorf("%s %s on %s: %+v; fed %d misses, kernel %s, pool %s, first in round %d at %v", m.Program, m.Cause, m.Node, *found,
 					m.Misses, m.Kernel, m.Pool, m.FirstRound, first.Format(time.StampMilli))
@@ -262,4 +274,32 @@ func fleetHas(d *topDoc, name string) bool {
 		}
 	}
 	return false
+}
+
+// waitLastRound waits until the store holds every node's last round
+// (vmagent forwards a second or so after the export), so that a count
+// short of the truth is the query's, not a sample still on its way.
+func waitLastRound(t *testing.T, c *config.Fleet, tr *fleetsim.Truth) {
+	t.Helper()
+	api, err := newFleetClient(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Rounds are a second apart: half a second before the last began
+	// is after the one before it.
+	q := fmt.Sprintf("count(timestamp(%s{job=~%q}) >= %.3f)", fleetquery.Scans, c.Job,
+		float64(tr.RoundTimes[len(tr.RoundTimes)-1].Add(-500*time.Millisecond).UnixMilli())/1000)
+	err = backends.Eventually(15*time.Second, func() error {
+		ss, err := api.query(context.Background(), q, time.Now())
+		if err != nil {
+			return err
+		}
+		if len(ss) == 0 || int(ss[0].value) != len(tr.Nodes) {
+			return fmt.Errorf("%v of %d nodes' last round in the store", ss, len(tr.Nodes))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

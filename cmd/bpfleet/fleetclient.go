@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/api"
@@ -17,11 +18,19 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/bpfleet/bpfleet/internal/config"
+	"github.com/bpfleet/bpfleet/internal/fleetquery"
 )
 
 // promClient asks the query API through client_golang's v1 API (the CLI
 // build runs bpfleet-agent for `fleet` instead: fleetclient_lean.go).
-type promClient struct{ api promv1.API }
+type promClient struct {
+	api promv1.API
+	// inc is the store's answer to fleetquery.MetricsQLProbe, asked until
+	// it answers, then kept (under --watch too: a store does not change
+	// language).
+	mu  sync.Mutex
+	inc string
+}
 
 // newFleetClient is a client of c's query API with its token and TLS.
 func newFleetClient(c *config.Fleet) (querier, error) {
@@ -45,7 +54,7 @@ func newFleetClient(c *config.Fleet) (querier, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--prometheus: %w", err)
 	}
-	return promClient{promv1.NewAPI(cl)}, nil
+	return &promClient{api: promv1.NewAPI(cl)}, nil
 }
 
 // bearer adds the token to every request.
@@ -60,7 +69,7 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return b.next.RoundTrip(r)
 }
 
-func (p promClient) query(ctx context.Context, q string, at time.Time) ([]sample, error) {
+func (p *promClient) query(ctx context.Context, q string, at time.Time) ([]sample, error) {
 	v, _, err := p.api.Query(ctx, q, at)
 	if err != nil {
 		return nil, queryError(err)
@@ -78,6 +87,30 @@ func (p promClient) query(ctx context.Context, q string, at time.Time) ([]sample
 		out[i] = sample{labels: l, value: float64(s.Value)}
 	}
 	return out, nil
+}
+
+// missIncrease asks the store, once, whether it speaks MetricsQL: a store
+// that answers fleetquery.MetricsQLProbe has increase_pure(), which counts
+// a cause's first misses on a node that its increase() may leave out; one
+// that refuses the query as bad_data (PromQL: an unknown function) gets
+// increase(). Any other failure (unreachable, timeout) is the run's error.
+func (p *promClient) missIncrease(ctx context.Context) (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.inc != "" {
+		return p.inc, nil
+	}
+	_, _, err := p.api.Query(ctx, fleetquery.MetricsQLProbe, time.Now())
+	var pe *promv1.Error
+	switch {
+	case err == nil:
+		p.inc = fleetquery.IncreasePure
+	case errors.As(err, &pe) && pe.Type == promv1.ErrBadData:
+		p.inc = fleetquery.IncreasePromQL
+	default:
+		return "", fmt.Errorf("asking which query language the store speaks: %w", queryError(err))
+	}
+	return p.inc, nil
 }
 
 // queryError tells a store that cannot be reached from one that refused

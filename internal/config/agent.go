@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -49,7 +50,11 @@ type Agent struct {
 	ClusterName string // K8S_CLUSTER_NAME or --cluster-name: k8s.cluster.name
 	// NodeName is K8S_NODE_NAME (the chart sets it from the downward API):
 	// k8s.node.name, and the node whose pods name the owners.
-	NodeName        string
+	NodeName string
+	// NodePoolLabels is --node-pool-labels: the node labels tried, in
+	// order, for the k8s.nodepool.name resource attribute (read from the
+	// agent's Node at start unless OTEL_RESOURCE_ATTRIBUTES names it).
+	NodePoolLabels  []string
 	Calibrate       bool
 	ShutdownTimeout time.Duration
 
@@ -87,6 +92,48 @@ const DefaultMapInterval = 30 * time.Second
 // of every series.
 const DefaultResendUnchanged = 30 * time.Second
 
+// DefaultNodePoolLabels are the node labels that name a node's pool where
+// the provider sets one, in the order they are tried: GKE's node pool, an
+// EKS managed node group, an AKS agent pool, a Karpenter NodePool. There
+// is no Kubernetes-wide label for a pool: a cluster that labels its pools
+// itself names its key in --node-pool-labels.
+var DefaultNodePoolLabels = []string{
+	"cloud.google.com/gke-nodepool",
+	"eks.amazonaws.com/nodegroup",
+	"kubernetes.azure.com/agentpool",
+	"karpenter.sh/nodepool",
+}
+
+// labelKey says k is a Kubernetes label key: an optional prefix (a DNS
+// subdomain, at most 253 bytes) and a slash, then a name of 1 to 63
+// alphanumerics, '-', '_' or '.', beginning and ending alphanumeric.
+// (No regexp: this package is in every one-shot command's start.)
+func labelKey(k string) bool {
+	prefix, name, ok := strings.Cut(k, "/")
+	if !ok {
+		prefix, name = "", k
+	} else if prefix == "" || len(prefix) > 253 || strings.Trim(prefix, "abcdefghijklmnopqrstuvwxyz0123456789-.") != "" ||
+		!alnum(prefix[0]) || !alnum(prefix[len(prefix)-1]) {
+		return false
+	}
+	if name == "" || len(name) > 63 || !alnum(name[0]) || !alnum(name[len(name)-1]) {
+		return false
+	}
+	for i := range len(name) {
+		if c := name[i]; !alnum(c) && c != '-' && c != '_' && c != '.' {
+			return false
+		}
+	}
+	return true
+}
+
+func alnum(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' }
+
+// NodePoolAttr is the resource attribute naming the node's pool (no
+// semantic convention has one; the fleet questions read it as
+// k8s_nodepool_name).
+const NodePoolAttr = "k8s.nodepool.name"
+
 // DefaultMissBudget is --miss-budget's default: agent.DefaultMissBudget
 // (this package is below agent; a test in cmd/bpfleet keeps them equal).
 const DefaultMissBudget = 64
@@ -107,6 +154,7 @@ func DefaultAgent() Agent {
 		MissBudget:      DefaultMissBudget,
 		ClusterName:     os.Getenv("K8S_CLUSTER_NAME"),
 		NodeName:        os.Getenv("K8S_NODE_NAME"),
+		NodePoolLabels:  slices.Clone(DefaultNodePoolLabels),
 		Calibrate:       true,
 		ShutdownTimeout: 10 * time.Second,
 		Stats:           DefaultStats(),
@@ -192,6 +240,11 @@ func (c *Agent) Validate() error {
 	}
 	if c.ResendUnchanged < 0 {
 		add(problem("--resend-unchanged", c.ResendUnchanged.String(), "want 0 (every series in every export) or a duration"))
+	}
+	for _, k := range c.NodePoolLabels {
+		if !labelKey(k) {
+			add(problem("--node-pool-labels", k, "want node label keys, [prefix/]name, comma separated (e.g. cloud.google.com/gke-nodepool)"))
+		}
 	}
 	if l, err := ParseMetricsLevel(c.LevelName); err != nil {
 		add(problem("--metrics-level", c.LevelName, levelWant))

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -81,6 +82,13 @@ func TestAgentResolve(t *testing.T) {
 		{name: "profile every run", mod: func(c *Agent) { c.Profile.Window, c.Profile.Period = 0, 0 }},
 		{name: "profile window negative", mod: func(c *Agent) { c.Profile.Window = -time.Second }, want: []string{"--profile-window"}},
 		{name: "profile window not shorter", mod: func(c *Agent) { c.Profile.Window, c.Profile.Period = 10*time.Second, 10*time.Second }, want: []string{"--profile-window"}},
+		{name: "node pool labels: a cluster's own", mod: func(c *Agent) {
+			c.NodePoolLabels = []string{"example.com/pool", "pool", "node.kubernetes.io/pool_name.1"}
+		}},
+		{name: "node pool labels: none (do not read the node)", mod: func(c *Agent) { c.NodePoolLabels = nil }},
+		{name: "node pool labels: not label keys", mod: func(c *Agent) {
+			c.NodePoolLabels = []string{"", "a=b", "/pool", "Example.com/pool", "example.com/", "-pool", "pool-", "a/b/c", strings.Repeat("p", 64)}
+		}, want: slices.Repeat([]string{"--node-pool-labels"}, 9)},
 		{name: "pprof loopback", mod: func(c *Agent) { c.Pprof = "127.0.0.1:6060" }},
 		{name: "pprof any port", mod: func(c *Agent) { c.Pprof = "[::1]:0" }},
 		{name: "pprof not loopback", mod: func(c *Agent) { c.Pprof = "0.0.0.0:6060" }, want: []string{"--pprof"}},

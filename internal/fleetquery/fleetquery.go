@@ -71,9 +71,9 @@ const (
 const DefaultJob = `(.+/)?bpfleet-agent`
 
 // DefaultPoolLabel is the label naming a node's pool: the resource
-// attribute k8s.nodepool.name, which fleets set through
-// OTEL_RESOURCE_ATTRIBUTES (the chart's extraEnv); there is no semantic
-// convention for it. Prometheus keeps it in target_info unless promoted;
+// attribute k8s.nodepool.name, which each agent sets from its Node's pool
+// label (--node-pool-labels) or OTEL_RESOURCE_ATTRIBUTES sets; there is
+// no semantic convention for it. Prometheus keeps it in target_info unless promoted;
 // VictoriaMetrics makes it a label of every series.
 const DefaultPoolLabel = "k8s_nodepool_name"
 
@@ -97,6 +97,37 @@ type Params struct {
 	Step string
 	// Pool is the target_info label naming the node pool.
 	Pool string
+	// MissIncrease is the function the miss counters' increase is taken
+	// with: "" or IncreasePromQL, or IncreasePure on a store that speaks
+	// MetricsQL (a cause's first misses on a node are a new series, and
+	// MetricsQL's increase() may leave out a new series' first value).
+	MissIncrease string
+}
+
+// The increase functions of the miss questions.
+const (
+	// IncreasePromQL is PromQL's increase(): Prometheus counts a new
+	// series from the zero its created-timestamp ingestion writes at the
+	// counter's start (exporter/starttime.go).
+	IncreasePromQL = "increase"
+	// IncreasePure is MetricsQL's increase_pure(): increase() but for a
+	// series with no sample before the range, which it counts from 0
+	// where increase() drops a first value large against the next change
+	// (taking it for a counter that began before the store saw it).
+	IncreasePure = "increase_pure"
+)
+
+// MetricsQLProbe is a query only a MetricsQL store answers (PromQL
+// refuses the function as unknown: bad_data): asked once, it tells the
+// CLI whether IncreasePure is there. It reads no series.
+const MetricsQLProbe = IncreasePure + "(vector(0)[1m:1m])"
+
+// missIncrease is the function the miss counters are read with.
+func (p Params) missIncrease() string {
+	if p.MissIncrease == "" {
+		return IncreasePromQL
+	}
+	return p.MissIncrease
 }
 
 // JobSel is the matcher of an agents' job regex.
@@ -125,7 +156,7 @@ func (p Params) TopRuns() string {
 
 // TopMisses is each program's misses in the range by cause.
 func (p Params) TopMisses() string {
-	return fmt.Sprintf("sum by (%s, %s) (increase(%s[%s]))", key, Cause, p.sel(Misses), p.Range)
+	return fmt.Sprintf("sum by (%s, %s) (%s(%s[%s]))", key, Cause, p.missIncrease(), p.sel(Misses), p.Range)
 }
 
 // TopNodes is how many nodes run each program now (a series of its runs
@@ -157,7 +188,7 @@ const missWhere = Namespace + ", " + WlKind + ", " + WlName + ", " + Pod
 // MissesByNode is every program that missed in the range, per node,
 // cause and owner.
 func (p Params) MissesByNode() string {
-	return fmt.Sprintf("sum by (%s, %s, %s, %s) (increase(%s[%s])) > 0", Instance, key, Cause, missWhere, p.sel(Misses), p.Range)
+	return fmt.Sprintf("sum by (%s, %s, %s, %s) (%s(%s[%s])) > 0", Instance, key, Cause, missWhere, p.missIncrease(), p.sel(Misses), p.Range)
 }
 
 // MissesSince is, per node, program and cause, the first time in the
@@ -170,8 +201,8 @@ func (p Params) MissesSince(programs ...string) string {
 	if len(programs) > 0 {
 		sel = fmt.Sprintf("%s{%s, %s}", Misses, p.Sel, oneOf(Program, programs))
 	}
-	return fmt.Sprintf("min_over_time(timestamp(sum by (%s, %s, %s) (increase(%s[%s])) > 0)[%s:%s])",
-		Instance, key, Cause, sel, p.Window, p.Range, p.Step)
+	return fmt.Sprintf("min_over_time(timestamp(sum by (%s, %s, %s) (%s(%s[%s])) > 0)[%s:%s])",
+		Instance, key, Cause, p.missIncrease(), sel, p.Window, p.Range, p.Step)
 }
 
 // nodeInfo is 1 per node with its kernel and pool from the newest

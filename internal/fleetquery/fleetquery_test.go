@@ -24,11 +24,18 @@ func TestNames(t *testing.T) {
 
 var params = fq.Params{Sel: fq.JobSel("bpfleet-agent"), Range: "1h", RangeSeconds: "3600", Window: "5m", Step: "30s", Pool: "pool_x"}
 
+// pure is params as the CLI asks a store that answered fq.MetricsQLProbe.
+var pure = func() fq.Params { p := params; p.MissIncrease = fq.IncreasePure; return p }()
+
 // TestQueriesSelectAgents: every question reads only the agents' series
 // (each selector carries the job matcher), over the range or window it
 // is given, with nothing left unset.
 func TestQueriesSelectAgents(t *testing.T) {
-	for name, q := range params.Queries() {
+	all := params.Queries()
+	for name, q := range pure.Queries() {
+		all[name+" (MetricsQL)"] = q
+	}
+	for name, q := range all {
 		t.Run(name, func(t *testing.T) {
 			n := 0
 			for _, m := range append(slices.Collect(maps.Keys(fq.OTelNames)), fq.TargetInfo) {
@@ -43,7 +50,7 @@ func TestQueriesSelectAgents(t *testing.T) {
 				t.Fatalf("reads no metric of ours: %s", q)
 			}
 			// Top's node count is of now: the store's lookback.
-			if !strings.Contains(q, "[1h") && !strings.Contains(q, "[5m]") && name != "top nodes" {
+			if !strings.Contains(q, "[1h") && !strings.Contains(q, "[5m]") && !strings.HasPrefix(name, "top nodes") {
 				t.Errorf("neither the range nor the window: %s", q)
 			}
 			if strings.Count(q, "(") != strings.Count(q, ")") || strings.Count(q, "[") != strings.Count(q, "]") {
@@ -67,6 +74,10 @@ func TestQueriesKeys(t *testing.T) {
 		{"overhead with the node's kernel and pool", params.OverheadByNode(), []string{"group_left (os_version, pool_x)", "by (job, instance, os_version, pool_x)", "topk by (job, instance) (1,"}},
 		{"node facts fall back to the agent's labels", params.NodeInfo(), []string{"target_info{", "or on (job, instance)", "bpf_agent_scans_total{"}},
 		{"the dashboard's median", params.OverheadMedian(), []string{"quantile by (bpf_attach_type, os_version, pool_x) (0.5, " + params.OverheadByNode() + ")"}},
+		{"MetricsQL: misses from a new series' zero", pure.MissesByNode(), []string{`increase_pure(bpf_program_recursion_misses_total{job=~"bpfleet-agent"}[1h])`}},
+		{"MetricsQL: top misses too", pure.TopMisses(), []string{`(increase_pure(bpf_program_recursion_misses_total{`}},
+		{"MetricsQL: since too", pure.MissesSince(), []string{`(increase_pure(bpf_program_recursion_misses_total{job=~"bpfleet-agent"}[5m])`}},
+		{"MetricsQL: run time keeps increase()", pure.TopCPU(), []string{` (increase(bpf_program_run_time_seconds_total{`}},
 		{"stats off but by choice", params.StatsOff(), []string{"== 0 unless on (job, instance)", `bpf_stats_mode="off"`}},
 	} {
 		for _, w := range tc.want {

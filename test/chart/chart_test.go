@@ -317,18 +317,24 @@ func TestDefaultsLeastPrivilege(t *testing.T) {
 		t.Errorf("ports %v: a loopback API on the pod network is no port of the pod's", c.Ports)
 	}
 
-	// RBAC: pods get/list/watch, nothing else, bound to the pod's account.
+	// RBAC: pods get/list/watch and nodes get (the node's pool), nothing
+	// else, bound to the pod's account.
 	if r.ClusterRole == nil || r.ClusterRoleBinding == nil || r.ServiceAccount == nil {
 		t.Fatalf("RBAC missing: rendered %v", r.kinds)
 	}
-	if len(r.ClusterRole.Rules) != 1 {
-		t.Fatalf("ClusterRole has %d rules, want 1", len(r.ClusterRole.Rules))
+	if len(r.ClusterRole.Rules) != 2 {
+		t.Fatalf("ClusterRole has %d rules, want 2", len(r.ClusterRole.Rules))
 	}
-	rule := r.ClusterRole.Rules[0]
-	verbs := slices.Clone(rule.Verbs)
-	slices.Sort(verbs)
-	if !slices.Equal(rule.APIGroups, []string{""}) || fmt.Sprint(rule.Resources) != "[pods]" || fmt.Sprint(verbs) != "[get list watch]" || len(rule.ResourceNames) != 0 {
-		t.Errorf("ClusterRole rule = %+v, want get/list/watch on core pods", rule)
+	for i, want := range []struct{ resources, verbs string }{{"[pods]", "[get list watch]"}, {"[nodes]", "[get]"}} {
+		rule := r.ClusterRole.Rules[i]
+		verbs := slices.Clone(rule.Verbs)
+		slices.Sort(verbs)
+		if !slices.Equal(rule.APIGroups, []string{""}) || fmt.Sprint(rule.Resources) != want.resources || fmt.Sprint(verbs) != want.verbs || len(rule.ResourceNames) != 0 {
+			t.Errorf("ClusterRole rule %d = %+v, want %s on core %s", i, rule, want.verbs, want.resources)
+		}
+	}
+	if !hasArg(c, "--node-pool-labels=cloud.google.com/gke-nodepool,eks.amazonaws.com/nodegroup,kubernetes.azure.com/agentpool,karpenter.sh/nodepool") {
+		t.Errorf("args %v: want the default --node-pool-labels", c.Args)
 	}
 	b := r.ClusterRoleBinding
 	if b.RoleRef.Name != r.ClusterRole.Name || b.RoleRef.Kind != "ClusterRole" || len(b.Subjects) != 1 ||

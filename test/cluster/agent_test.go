@@ -479,6 +479,7 @@ func watchExpired(t *testing.T, rv string) error {
 // compacted past it) while pods changed.
 func TestAgentAttribution(t *testing.T) {
 	logVersion(t)
+	registerNode(t, nil) // a node without a pool label: one info line, no warning
 	token := agentToken(t)
 	parent := cgroupParent(t)
 	startIn := func(uid string) *container { return startContainer(t, parent, uid) }
@@ -582,14 +583,21 @@ func TestAgentWithoutRBAC(t *testing.T) {
 		return nil
 	})
 
+	// One line for the pods and one for the node (the pool), each
+	// saying what the server refused.
 	var forbidden []string
 	for _, l := range strings.Split(a.stderr.String(), "\n") {
-		if strings.Contains(strings.ToLower(l), "forbidden") {
+		if strings.Contains(strings.ToLower(l), "forbidden") && !strings.Contains(l, "no node pool") {
 			forbidden = append(forbidden, l)
 		}
 	}
 	if len(forbidden) != 1 {
 		t.Fatalf("want one line saying the pods list is forbidden, got %d:\n%s", len(forbidden), strings.Join(forbidden, "\n"))
+	}
+	if pool := grepLines(a.stderr.String(), "no node pool"); len(pool) != 1 || !strings.Contains(pool[0], "forbidden") || !strings.Contains(pool[0], "get on nodes") {
+		t.Errorf("want one line saying the node's get is refused and what to grant, got %q", pool)
+	} else {
+		t.Logf("the agent said: %s", pool[0])
 	}
 	t.Logf("the agent said: %s", forbidden[0])
 	if !strings.Contains(forbidden[0], "system:serviceaccount:"+workloadNS+":no-rbac") || !strings.Contains(forbidden[0], "pods") {

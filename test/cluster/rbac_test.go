@@ -35,8 +35,8 @@ func agentToken(t *testing.T) string {
 }
 
 // TestServiceAccountLeastPrivilege asks the server what the chart's
-// ServiceAccount may do: get, list and watch pods, and nothing else a node
-// agent could abuse. Then it makes real requests with the token: the pod
+// ServiceAccount may do: get, list and watch pods, get a node (its pool
+// label), and nothing else a node agent could abuse. Then it makes real requests with the token: the pod
 // list of a node is served, the rest is refused.
 func TestServiceAccountLeastPrivilege(t *testing.T) {
 	logVersion(t)
@@ -51,6 +51,7 @@ func TestServiceAccountLeastPrivilege(t *testing.T) {
 	allowed := []access{
 		{"get", "", "pods", "", ""}, {"list", "", "pods", "", ""}, {"watch", "", "pods", "", ""},
 		{"list", "", "pods", "", "kube-system"}, {"watch", "", "pods", "", releaseNS},
+		{"get", "", "nodes", "", ""},
 	}
 	refused := []access{
 		{"create", "", "pods", "", ""}, {"update", "", "pods", "", ""}, {"patch", "", "pods", "", ""},
@@ -58,7 +59,8 @@ func TestServiceAccountLeastPrivilege(t *testing.T) {
 		{"update", "", "pods", "status", ""}, {"create", "", "pods", "exec", ""}, {"get", "", "pods", "log", ""},
 		{"create", "", "pods", "eviction", ""}, {"create", "", "pods", "ephemeralcontainers", ""},
 		{"get", "", "secrets", "", releaseNS}, {"list", "", "secrets", "", ""}, {"list", "", "configmaps", "", ""},
-		{"get", "", "nodes", "", ""}, {"list", "", "nodes", "", ""}, {"get", "", "nodes", "proxy", ""},
+		{"list", "", "nodes", "", ""}, {"watch", "", "nodes", "", ""}, {"get", "", "nodes", "proxy", ""}, {"get", "", "nodes", "status", ""},
+		{"update", "", "nodes", "", ""}, {"patch", "", "nodes", "", ""}, {"delete", "", "nodes", "", ""},
 		{"list", "", "namespaces", "", ""}, {"list", "", "services", "", ""}, {"create", "", "events", "", ""},
 		{"create", "", "serviceaccounts", "token", releaseNS},
 		{"list", "apps", "daemonsets", "", ""}, {"update", "apps", "daemonsets", "", releaseNS},
@@ -93,6 +95,9 @@ func TestServiceAccountLeastPrivilege(t *testing.T) {
 	}
 	if _, err := cs.CoreV1().Secrets(releaseNS).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("listing secrets: got %v, want Forbidden", err)
+	}
+	if _, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("getting node %s: %v", nodeName, err)
 	}
 	if _, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("listing nodes: got %v, want Forbidden", err)
