@@ -94,6 +94,13 @@ type Config struct {
 	// Log receives the exporter's messages; nil: slog.Default().
 	Log *slog.Logger
 
+	// Clock is the time every point, start time, span budget and resend
+	// decision is stamped with; nil: time.Now. A replay or a simulator
+	// sets it to stamp an hour of history in seconds (test/fleetsim): the
+	// SDK's own instruments stamp the wall clock, so with a Clock the
+	// OTLP export restamps their points too (restamp).
+	Clock func() time.Time
+
 	// Readers and SpanProcessors are added to the OTLP ones: an in-process
 	// consumer (tests use the SDK's ManualReader and span recorder). A
 	// reader sees the program and workload counters only with the
@@ -182,11 +189,11 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 		progLast:  map[uint32]*programLast{},
 		spans:     newSpanState(),
 		limit:     cardinalityLimit(cfg.MaxPrograms),
-		started:   time.Now(),
 	}
 	if e.log == nil {
 		e.log = slog.Default()
 	}
+	e.started = e.now()
 	e.prof = &profileProducer{e: e}
 	e.series = &seriesProducer{e: e}
 	res, dropped, err := newResource(ctx, cfg)
@@ -245,7 +252,7 @@ func (e *Exporter) Update(ctx context.Context, snap *agent.Snapshot) {
 		// and this is where the loss is counted.
 		e.scanErrors++
 	}
-	now := time.Now()
+	now := e.now()
 	e.view = e.buildView(snap, now)
 	e.mu.Unlock()
 	if e.push != nil {
@@ -365,7 +372,7 @@ func (e *Exporter) ScanFailed(err error) {
 	e.mu.Unlock()
 	e.errs.add("scan", err)
 	if e.push != nil {
-		e.push.updated(time.Now())
+		e.push.updated(e.now())
 	}
 }
 
@@ -375,6 +382,14 @@ func (e *Exporter) EndEpisodes(ctx context.Context, eps []agent.Episode) {
 	for i := range eps {
 		e.episodeSpan(ctx, &eps[i], true)
 	}
+}
+
+// now is the exporter's clock (Config.Clock).
+func (e *Exporter) now() time.Time {
+	if e.cfg.Clock != nil {
+		return e.cfg.Clock()
+	}
+	return time.Now()
 }
 
 func (e *Exporter) latest() *view {
