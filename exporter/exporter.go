@@ -98,7 +98,8 @@ type Config struct {
 	// decision is stamped with; nil: time.Now. A replay or a simulator
 	// sets it to stamp an hour of history in seconds (test/fleetsim): the
 	// SDK's own instruments stamp the wall clock, so with a Clock the
-	// OTLP export restamps their points too (restamp).
+	// OTLP export restamps their points too (restamp). With a Clock the
+	// points carry its time at the latest Update (stamp).
 	Clock func() time.Time
 
 	// Readers and SpanProcessors are added to the OTLP ones: an in-process
@@ -254,6 +255,7 @@ func (e *Exporter) Update(ctx context.Context, snap *agent.Snapshot) {
 	}
 	now := e.now()
 	e.view = e.buildView(snap, now)
+	e.view.at = now
 	e.mu.Unlock()
 	if e.push != nil {
 		e.push.updated(now)
@@ -390,6 +392,19 @@ func (e *Exporter) now() time.Time {
 		return e.cfg.Clock()
 	}
 	return time.Now()
+}
+
+// stamp is the time a collection of v is stamped with: now, or with a
+// Clock the clock's time at the Update that built v. A simulated clock
+// moves in steps: an export started by one Update (push.go) may run after
+// the clock's next step, and must not stamp the older scan's values with
+// the newer time, which a store holds against the newer values at that
+// time (Prometheus refuses the second as a duplicate).
+func (e *Exporter) stamp(v *view) time.Time {
+	if e.cfg.Clock != nil && v != nil && !v.at.IsZero() {
+		return v.at
+	}
+	return e.now()
 }
 
 func (e *Exporter) latest() *view {
