@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -274,6 +275,28 @@ func timeAlternatives(t *testing.T, store, url string, api querier, c *config.Fl
 		}
 		t.Logf("BENCH fleet top cpu as %q on %s: p50 %.1f ms, max %.1f ms, fleet CPU %.6f, samples read %s", alt.name, store,
 			float64(took[len(took)/2].Microseconds())/1000, float64(took[len(took)-1].Microseconds())/1000, total, samples)
+	}
+	// Where a question's time goes: each query alone (the median of 3,
+	// after one that warms), with the samples it read on Prometheus.
+	qs := p.Queries()
+	for _, name := range slices.Sorted(maps.Keys(qs)) {
+		var took []time.Duration
+		for i := range 4 {
+			t0 := time.Now()
+			if _, err := api.query(context.Background(), qs[name], now); err != nil {
+				t.Errorf("%s: %s: %v", store, name, err)
+				return
+			}
+			if i > 0 {
+				took = append(took, time.Since(t0))
+			}
+		}
+		slices.Sort(took)
+		samples := "-"
+		if store == "prometheus" {
+			samples = samplesRead(url, qs[name], now)
+		}
+		t.Logf("BENCH fleet query %q alone on %s: %.1f ms, samples read %s", name, store, float64(took[1].Microseconds())/1000, samples)
 	}
 }
 
