@@ -41,16 +41,20 @@ func pointTimes(rm *metricdata.ResourceMetrics, f func(metric string, tm, start 
 }
 
 // TestClockStampsEveryPoint: with Config.Clock an hour behind the wall,
-// the producers' points carry the clock's time, and restamp (the OTLP
-// export's) leaves no point of the SDK's instruments on the wall clock:
-// a simulator's history is not mixed with the present.
+// the producers' points carry the clock's time at the Update (not at the
+// collection: a simulated clock that stepped on in between would stamp
+// the older scan with the newer time), and restamp (the OTLP export's)
+// leaves no point of the SDK's instruments on the wall clock: a
+// simulator's history is not mixed with the present.
 func TestClockStampsEveryPoint(t *testing.T) {
 	now := time.Now().Add(-time.Hour).Truncate(time.Second)
-	e, r, _ := newTestExporter(t, Config{Level: LevelWorkload, NodeName: "node-a", Clock: func() time.Time { return now },
+	clock := now
+	e, r, _ := newTestExporter(t, Config{Level: LevelWorkload, NodeName: "node-a", Clock: func() time.Time { return clock },
 		Kernel: agent.KernelInfo{Release: "6.18.0-test", Arch: "x86_64"}})
 	p := prog(42, 2_500_000_000, u64(17))
 	p.LoadTime = now.Add(-time.Minute)
 	e.Update(context.Background(), snapshot(1, p))
+	clock = now.Add(10 * time.Second) // the next round's, before the export
 	_, rm := collect(t, r)
 	produced, wall := 0, 0
 	pointTimes(&rm, func(name string, tm, _ time.Time) {
@@ -63,7 +67,7 @@ func TestClockStampsEveryPoint(t *testing.T) {
 	if produced == 0 || wall == 0 {
 		t.Fatalf("collected %d points on the clock and %d off it: want both (the producers' on it, the SDK instruments' on the wall)", produced, wall)
 	}
-	restamp(&rm, now, e.started)
+	restamp(&rm, e.stamp(e.latest()), e.started)
 	pointTimes(&rm, func(name string, tm, start time.Time) {
 		if !tm.Equal(now) {
 			t.Errorf("%s: point at %v after restamp, want the clock's %v", name, tm, now)
