@@ -276,33 +276,6 @@ func timeAlternatives(t *testing.T, store, url string, api querier, c *config.Fl
 		t.Logf("BENCH fleet top cpu as %q on %s: p50 %.1f ms, max %.1f ms, fleet CPU %.6f, samples read %s", alt.name, store,
 			float64(took[len(took)/2].Microseconds())/1000, float64(took[len(took)-1].Microseconds())/1000, total, samples)
 	}
-	// Top in one round: CPU and runs per node and program (the CLI would
-	// sum the nodes and find the worst itself), misses and nodes as
-	// asked: no second round for the worst node, whose two increases
-	// over the shown programs' series come after the first round's.
-	inst := fleetquery.Instance + ", " + by
-	oneRound := map[string]string{
-		"cpu":    fmt.Sprintf("sum by (%s) (increase(%s[%s])) / %s", inst, rt, p.Range, p.RangeSeconds),
-		"runs":   fmt.Sprintf("sum by (%s) (increase(%s{%s}[%s])) / %s", inst, fleetquery.RunCount, p.Sel, p.Range, p.RangeSeconds),
-		"misses": p.TopMisses(), "nodes": p.TopNodes(),
-	}
-	var took []time.Duration
-	series := 0
-	for i := range 21 {
-		t0 := time.Now()
-		ans, err := runQueries(context.Background(), api, oneRound, now)
-		if err != nil {
-			t.Errorf("%s: top in one round: %v", store, err)
-			return
-		}
-		if i > 0 {
-			took = append(took, time.Since(t0))
-		}
-		series = len(ans["cpu"]) + len(ans["runs"])
-	}
-	slices.Sort(took)
-	t.Logf("BENCH fleet top in one round (per-node CPU and runs) on %s: p50 %.1f ms, p99 %.1f ms (%d refreshes), %d series answered", store,
-		float64(took[len(took)/2].Microseconds())/1000, float64(took[len(took)*99/100].Microseconds())/1000, len(took), series)
 	// Where a question's time goes: each query alone (the median of 3,
 	// after one that warms), with the samples it read on Prometheus.
 	qs := p.Queries()

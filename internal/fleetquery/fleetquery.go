@@ -298,6 +298,7 @@ func (p Params) Present() string {
 func (p Params) Queries() map[string]string {
 	return map[string]string{
 		"top cpu": p.TopCPU(), "top runs": p.TopRuns(), "top misses": p.TopMisses(), "top nodes": p.TopNodes(), "top worst": p.TopWorst(),
+		"top cpu by node": p.TopCPUByNode(), "top runs by node": p.TopRunsByNode(),
 		"misses by node": p.MissesByNode(), "misses since": p.MissesSince(), "node info": p.NodeInfo(),
 		"overhead by node": p.OverheadByNode(), "overhead median": p.OverheadMedian(),
 		"last seen": p.LastSeen(), "scans growth": p.ScansGrowth(), "shutdown": p.ShutdownLast(),
