@@ -97,6 +97,14 @@ type Config struct {
 	// Log receives the exporter's messages; nil: slog.Default().
 	Log *slog.Logger
 
+	// Clock is the time every point, start time, span budget and resend
+	// decision is stamped with; nil: time.Now. A replay or a simulator
+	// sets it to stamp an hour of history in seconds (test/fleetsim): the
+	// SDK's own instruments stamp the wall clock, so with a Clock the
+	// OTLP export restamps their points too (restamp). With a Clock the
+	// points carry its time at the latest Update (stamp).
+	Clock func() time.Time
+
 	// Readers and SpanProcessors are added to the OTLP ones: an in-process
 	// consumer (tests use the SDK's ManualReader and span recorder). A
 	// reader sees the program and workload counters only with the
@@ -185,11 +193,11 @@ func New(ctx context.Context, cfg Config) (*Exporter, error) {
 		progLast:  map[uint32]*programLast{},
 		spans:     newSpanState(),
 		limit:     cardinalityLimit(cfg.MaxPrograms),
-		started:   time.Now(),
 	}
 	if e.log == nil {
 		e.log = slog.Default()
 	}
+	e.started = e.now()
 	e.prof = &profileProducer{e: e}
 	e.series = &seriesProducer{e: e}
 	res, dropped, err := newResource(ctx, cfg)
@@ -248,8 +256,9 @@ func (e *Exporter) Update(ctx context.Context, snap *agent.Snapshot) {
 		// and this is where the loss is counted.
 		e.scanErrors++
 	}
-	now := time.Now()
+	now := e.now()
 	e.view = e.buildView(snap, now)
+	e.view.at = now
 	e.mu.Unlock()
 	if e.push != nil {
 		e.push.updated(now)
@@ -368,7 +377,7 @@ func (e *Exporter) ScanFailed(err error) {
 	e.mu.Unlock()
 	e.errs.add("scan", err)
 	if e.push != nil {
-		e.push.updated(time.Now())
+		e.push.updated(e.now())
 	}
 }
 
@@ -378,6 +387,27 @@ func (e *Exporter) EndEpisodes(ctx context.Context, eps []agent.Episode) {
 	for i := range eps {
 		e.episodeSpan(ctx, &eps[i], true)
 	}
+}
+
+// now is the exporter's clock (Config.Clock).
+func (e *Exporter) now() time.Time {
+	if e.cfg.Clock != nil {
+		return e.cfg.Clock()
+	}
+	return time.Now()
+}
+
+// stamp is the time a collection of v is stamped with: now, or with a
+// Clock the clock's time at the Update that built v. A simulated clock
+// moves in steps: an export started by one Update (push.go) may run after
+// the clock's next step, and must not stamp the older scan's values with
+// the newer time, which a store holds against the newer values at that
+// time (Prometheus refuses the second as a duplicate).
+func (e *Exporter) stamp(v *view) time.Time {
+	if e.cfg.Clock != nil && v != nil && !v.at.IsZero() {
+		return v.at
+	}
+	return e.now()
 }
 
 func (e *Exporter) latest() *view {

@@ -347,6 +347,9 @@ type countingMetricExporter struct {
 }
 
 func (c *countingMetricExporter) Export(ctx context.Context, rm *metricdata.ResourceMetrics) error {
+	if c.e.cfg.Clock != nil {
+		restamp(rm, c.e.stamp(c.e.latest()), c.e.started)
+	}
 	stampStarts(rm)
 	err := c.Exporter.Export(ctx, rm)
 	if err != nil {

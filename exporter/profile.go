@@ -89,7 +89,7 @@ func (p *profileProducer) Produce(context.Context) ([]metricdata.ScopeMetrics, e
 	if v == nil || len(v.profiles) == 0 {
 		return nil, nil
 	}
-	now := time.Now()
+	now := p.e.stamp(v)
 	h := metricdata.Histogram[float64]{Temporality: metricdata.CumulativeTemporality}
 	for _, s := range v.profiles {
 		counts := make([]uint64, len(profileBounds)+1)

@@ -265,7 +265,7 @@ func (p *seriesProducer) Produce(context.Context) ([]metricdata.ScopeMetrics, er
 	if v == nil {
 		return nil, nil
 	}
-	pr := produce{p: p, now: time.Now(), after: p.resendAfter(), final: e.stopping.Load(), gaugeRoom: math.MaxInt}
+	pr := produce{p: p, now: e.stamp(v), after: p.resendAfter(), final: e.stopping.Load(), gaugeRoom: math.MaxInt}
 	if e.limit > 0 {
 		pr.gaugeRoom = e.limit - 1 // as the SDK: the limit counts its overflow series
 	}

@@ -136,7 +136,7 @@ func (e *Exporter) episodeOpened(ctx context.Context, ep *agent.Episode) {
 	if done {
 		return
 	}
-	if !e.spans.take(e.cfg.SpanBudget, time.Now()) {
+	if !e.spans.take(e.cfg.SpanBudget, e.now()) {
 		e.spansDropped.Add(1)
 		// Remember it anyway: one drop per episode, not one per scan.
 		e.spans.mu.Lock()
@@ -174,7 +174,7 @@ func (e *Exporter) episodeSpan(ctx context.Context, ep *agent.Episode, shutdown 
 	openSC := e.spans.opened[k]
 	delete(e.spans.opened, k)
 	e.spans.mu.Unlock()
-	if !e.spans.take(e.cfg.SpanBudget, time.Now()) {
+	if !e.spans.take(e.cfg.SpanBudget, e.now()) {
 		e.spansDropped.Add(1)
 		return
 	}

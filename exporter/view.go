@@ -17,6 +17,8 @@ import (
 // own series, which the next Update changes: they are read with e.mu
 // held (series.go), with the view that Update made.
 type view struct {
+	// at is the clock's time at the Update that built it (stamp).
+	at        time.Time
 	programs  []programSeries
 	links     []linkSeries
 	workloads []*workloadSeries

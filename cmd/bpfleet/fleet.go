@@ -107,7 +107,7 @@ node pool), nodes (agents absent, stalled or degraded).`,
 func fleetQuestions() []fleetQuestion {
 	return []fleetQuestion{
 		{use: "top", short: "Programs across the fleet by CPU, with ns per run, misses by cause, nodes and the worst node",
-			queries: topQueries, then: topWorst, shape: shapeTop},
+			queries: topQueries, shape: shapeTop},
 		{use: "misses", short: "Programs missing runs fleet-wide, by cause, with their nodes, kernels, pods and since when",
 			queries: missesQueries, then: missesSince, shape: shapeMisses},
 		{use: "overhead", short: "What each attach type costs per call, by kernel release and node pool (the agents' calibration)",

@@ -56,8 +56,20 @@ func missesSince(_ *config.Fleet, p fq.Params, ans map[string][]sample) map[stri
 	if len(progs) == 0 {
 		return nil
 	}
-	return map[string]string{"since": p.MissesSince(slices.Sorted(maps.Keys(progs))...), "nodes": p.NodeInfo(slices.Sorted(maps.Keys(nodes))...)}
+	// The nodes narrow the node facts only while they are few: the regex
+	// is in NodeInfo four times, and 500 nodes made it 31 KB, past
+	// VictoriaMetrics' 16 KB -search.maxQueryLen (refused). Every node's
+	// facts are one series each, 51 ms at 1,000 nodes (docs/performance.md).
+	var facts []string
+	if len(nodes) <= maxNarrowNodes {
+		facts = slices.Sorted(maps.Keys(nodes))
+	}
+	return map[string]string{"since": p.MissesSince(slices.Sorted(maps.Keys(progs))...), "nodes": p.NodeInfo(facts...)}
 }
+
+// maxNarrowNodes is the most nodes a query names (a regex of their
+// instances); more, and it asks every node.
+const maxNarrowNodes = 100
 
 // nodeFacts is each node's kernel and pool from NodeInfo.
 func nodeFacts(ss []sample, pool string) map[string][2]string {

@@ -36,23 +36,11 @@ type topDoc struct {
 	Programs []topRow `json:"programs"`
 }
 
+// topQueries ask CPU and runs per node: shapeTop sums the nodes and
+// finds each program's worst node from the same answers, in one round
+// (fleetquery.TopCPUByNode says why).
 func topQueries(p fq.Params) map[string]string {
-	return map[string]string{"cpu": p.TopCPU(), "runs": p.TopRuns(), "misses": p.TopMisses(), "nodes": p.TopNodes()}
-}
-
-// topWorst asks for the worst node of the programs shown, once the
-// other answers say which those are.
-func topWorst(c *config.Fleet, p fq.Params, ans map[string][]sample) map[string]string {
-	names := map[string]bool{}
-	for _, r := range shapeTop(c, ans, time.Time{}).(*topDoc).Programs {
-		if r.RunsPerSec > 0 {
-			names[r.Program] = true
-		}
-	}
-	if len(names) == 0 {
-		return nil
-	}
-	return map[string]string{"worst": p.TopWorst(slices.Sorted(maps.Keys(names))...)}
+	return map[string]string{"cpu": p.TopCPUByNode(), "runs": p.TopRunsByNode(), "misses": p.TopMisses(), "nodes": p.TopNodes()}
 }
 
 func shapeTop(c *config.Fleet, ans map[string][]sample, _ time.Time) fleetDoc {
@@ -67,12 +55,27 @@ func shapeTop(c *config.Fleet, ans map[string][]sample, _ time.Time) fleetDoc {
 		return r
 	}
 	doc := &topDoc{Since: c.Since.String()}
+	// CPU and runs come per node: summed into the program's row, and the
+	// node where one run cost the most (run time over runs) is its worst.
+	type nodeKey struct{ row, node string }
+	cpuOf := map[nodeKey]float64{}
 	for _, s := range ans["cpu"] {
-		row(s.labels).CPU = s.value
+		r := row(s.labels)
+		r.CPU += s.value
 		doc.CPU += s.value
+		cpuOf[nodeKey{labelKey(s.labels, fq.Program, fq.AttachType), s.labels[fq.Instance]}] += s.value
 	}
 	for _, s := range ans["runs"] {
-		row(s.labels).RunsPerSec = s.value
+		r := row(s.labels)
+		r.RunsPerSec += s.value
+		node := s.labels[fq.Instance]
+		if s.value <= 0 {
+			continue
+		}
+		ns := cpuOf[nodeKey{labelKey(s.labels, fq.Program, fq.AttachType), node}] / s.value * 1e9
+		if ns > 0 && (ns > r.WorstNsPerRun || (ns == r.WorstNsPerRun && node < r.WorstNode)) {
+			r.WorstNode, r.WorstNsPerRun = node, ns
+		}
 	}
 	for _, s := range ans["misses"] {
 		r := row(s.labels)
@@ -86,10 +89,6 @@ func shapeTop(c *config.Fleet, ans map[string][]sample, _ time.Time) fleetDoc {
 	}
 	for _, s := range ans["nodes"] {
 		row(s.labels).Nodes = int(s.value)
-	}
-	for _, s := range ans["worst"] {
-		r := row(s.labels)
-		r.WorstNode, r.WorstNsPerRun = s.labels[fq.Instance], s.value*1e9
 	}
 	for _, r := range rows {
 		if r.RunsPerSec > 0 {

@@ -154,6 +154,21 @@ func (p Params) TopRuns() string {
 	return fmt.Sprintf("sum by (%s) (increase(%s[%s])) / %s", key, p.sel(RunCount), p.Range, p.RangeSeconds)
 }
 
+// TopCPUByNode is TopCPU per node (instance) too: bpfleet fleet top
+// sums the nodes and finds the worst node (TopWorst) from it and
+// TopRunsByNode in one round. Asking TopWorst after the first round's
+// answers cost a second pass over the shown programs' series, after the
+// first: at 1,000 nodes with an hour of history (360 samples a series)
+// it took top over 1 s (docs/performance.md).
+func (p Params) TopCPUByNode() string {
+	return fmt.Sprintf("sum by (%s, %s) (increase(%s[%s])) / %s", Instance, key, p.sel(RunTime), p.Range, p.RangeSeconds)
+}
+
+// TopRunsByNode is TopRuns per node, as TopCPUByNode.
+func (p Params) TopRunsByNode() string {
+	return fmt.Sprintf("sum by (%s, %s) (increase(%s[%s])) / %s", Instance, key, p.sel(RunCount), p.Range, p.RangeSeconds)
+}
+
 // TopMisses is each program's misses in the range by cause.
 func (p Params) TopMisses() string {
 	return fmt.Sprintf("sum by (%s, %s) (%s(%s[%s]))", key, Cause, p.missIncrease(), p.sel(Misses), p.Range)
@@ -314,6 +329,7 @@ func (p Params) Present() string {
 func (p Params) Queries() map[string]string {
 	return map[string]string{
 		"top cpu": p.TopCPU(), "top runs": p.TopRuns(), "top misses": p.TopMisses(), "top nodes": p.TopNodes(), "top worst": p.TopWorst(),
+		"top cpu by node": p.TopCPUByNode(), "top runs by node": p.TopRunsByNode(),
 		"misses by node": p.MissesByNode(), "misses since": p.MissesSince(), "node info": p.NodeInfo(),
 		"overhead by node": p.OverheadByNode(), "overhead median": p.OverheadMedian(),
 		"last seen": p.LastSeen(), "scans growth": p.ScansGrowth(), "shutdown": p.ShutdownLast(),

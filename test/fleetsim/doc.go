@@ -55,4 +55,14 @@
 // and a program loaded before the agent started counts from its first
 // scan. Rates in a backend divide by wall time between rounds
 // (Truth.RoundTimes), the truth's by Interval.
+//
+// History: with Config.Start the fleet runs on a simulated clock, round r
+// at Start + r × Interval, and the agents stamp every point with it
+// (exporter.Config.Clock); the motion lands half an Interval before a
+// round's scan. A bench starts an hour back and runs its rounds as fast as
+// they go: a store holds an hour of samples in minutes (Prometheus' head
+// takes nothing older than its newest less an hour: start within the
+// hour, and write nothing stamped now first). Config.Mirror has every
+// gate send each export to a second store too: one fleet's exporters
+// feed Prometheus and VictoriaMetrics at the cost of one.
 package fleetsim

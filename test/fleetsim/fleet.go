@@ -58,11 +58,21 @@ type Config struct {
 	// Collector's http://host:4318, Prometheus' http://host/api/v1/otlp);
 	// each pool's agents go through a gate of their own (Cut).
 	Endpoint string
+	// Mirror is a second OTLP/HTTP base URL every gate also sends each
+	// request to (empty: none): one fleet feeds two stores with the
+	// agents' work done once, where a gateway Collector fanning out would
+	// spend more CPU than the fleet. A request the mirror refuses fails.
+	Mirror string
 	// Interval is the simulated time one round stands for (default 10 s:
 	// the agent's default --interval).
 	Interval time.Duration
+	// Start is the simulated time of the fleet's boot; round r is at
+	// Start + r × Interval, and the agents stamp every point with it
+	// (exporter.Config.Clock): a bench backfills an hour of history in
+	// minutes. Zero: the wall clock, rounds whenever they run.
+	Start time.Time
 	// ResendUnchanged is the agents' --resend-unchanged (default 0: every
-	// series in every export). It runs on the wall clock.
+	// series in every export). It runs on the fleet's clock (Start).
 	ResendUnchanged time.Duration
 	// Cluster is k8s.cluster.name (empty: none).
 	Cluster string
@@ -95,9 +105,11 @@ type Fleet struct {
 	rng       *rand.Rand
 	uid       uint64
 	round     int
-	times     []time.Time
-	upgrades  []*upgrade
-	log       *slog.Logger
+	// clock is the simulated now (Config.Start).
+	clock    time.Time
+	times    []time.Time
+	upgrades []*upgrade
+	log      *slog.Logger
 	// simCPU is the CPU time the simulator itself spent on counters and
 	// snapshots (not the exporters'): benches keep it out of their figures.
 	simCPU time.Duration
@@ -131,6 +143,9 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 			{"search", "Deployment", "indexer"}, {"monitoring", "DaemonSet", "node-exporter"},
 		},
 	}
+	if !cfg.Start.IsZero() {
+		f.clock = cfg.Start
+	}
 	for i := range cfg.Pools {
 		p := &cfg.Pools[i]
 		if _, dup := f.pools[p.Name]; dup || p.Name == "" {
@@ -145,7 +160,7 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 			f.recs[p.Kernel] = rec
 		}
 		if cfg.Endpoint != "" {
-			g, err := startGate(cfg.Endpoint)
+			g, err := startGate(cfg.Endpoint, cfg.Mirror)
 			if err != nil {
 				f.Close(ctx)
 				return nil, err
@@ -172,6 +187,15 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 		}
 	}
 	return f, nil
+}
+
+// now is the fleet's time: the simulated clock (Config.Start), else the
+// wall clock.
+func (f *Fleet) now() time.Time {
+	if f.cfg.Start.IsZero() {
+		return time.Now()
+	}
+	return f.clock
 }
 
 // seedOf is a node's own seed: the fleet's and its name.
@@ -211,7 +235,8 @@ func (f *Fleet) addNode(ctx context.Context, p *Pool, round int) (*node, error) 
 			n.upgraded[u.program] = u.tag
 		}
 	}
-	boot := time.Now()
+	boot := f.now()
+	n.clock.Store(boot.UnixNano())
 	for _, r := range []Role{RoleBase, RoleSecurity} {
 		if n.has(r) {
 			for _, t := range n.tmpl[r] {
@@ -260,12 +285,16 @@ func (f *Fleet) startAgent(ctx context.Context, n *node) error {
 			return fmt.Errorf("fleetsim: node %s: %w", n.name, err)
 		}
 	}
+	var clock func() time.Time
+	if !f.cfg.Start.IsZero() {
+		clock = func() time.Time { return time.Unix(0, n.clock.Load()) }
+	}
 	e, err := exporter.New(ctx, exporter.Config{
 		Level: exporter.LevelWorkload, NodeName: n.name, ClusterName: f.cfg.Cluster, Kernel: n.rec.Kernel,
 		OTel: o, Log: f.log,
 		// Exported by ForceFlush once per round (and by the first
 		// Update): the rounds are the clock.
-		Interval: time.Hour, ScanInterval: f.cfg.Interval, ResendUnchanged: f.cfg.ResendUnchanged,
+		Interval: time.Hour, ScanInterval: f.cfg.Interval, ResendUnchanged: f.cfg.ResendUnchanged, Clock: clock,
 	})
 	if err != nil {
 		return fmt.Errorf("fleetsim: node %s: %w", n.name, err)
@@ -282,9 +311,20 @@ func (f *Fleet) startAgent(ctx context.Context, n *node) error {
 func (f *Fleet) Round(ctx context.Context) error {
 	f.round++
 	round := f.round
-	t0 := time.Now()
+	if !f.cfg.Start.IsZero() {
+		f.clock = f.cfg.Start.Add(time.Duration(round) * f.cfg.Interval)
+	}
+	t0 := f.now()
+	// The motion (upgrades, pod restarts) happens between scans: on the
+	// simulated clock half an interval before this round's, so that no
+	// program is loaded at the instant it is scanned (a counter's start
+	// equal to its point's time, which the exporter moves to its own).
+	moved := t0
+	if !f.cfg.Start.IsZero() {
+		moved = t0.Add(-f.cfg.Interval / 2)
+	}
 	for _, u := range f.upgrades {
-		f.stepUpgrade(u, t0)
+		f.stepUpgrade(u, moved)
 	}
 	for _, n := range f.nodes {
 		if n.left >= 0 || f.cfg.PodChurn == 0 || len(n.pods) == 0 {
@@ -294,7 +334,7 @@ func (f *Fleet) Round(ctx context.Context) error {
 			// The pod's controller makes a new one: new uid, container,
 			// interface and program ids, the same workload.
 			w := n.stopPod(n.rng.IntN(len(n.pods)))
-			n.startPod(f, w, t0, true)
+			n.startPod(f, w, moved, true)
 		}
 	}
 	// The simulator's own work, apart from the exporters' so a bench can
@@ -310,6 +350,7 @@ func (f *Fleet) Round(ctx context.Context) error {
 		if n.left >= 0 {
 			continue
 		}
+		n.clock.Store(f.now().UnixNano())
 		grow := n.advance(round)
 		if n.stalled {
 			// Its scans stopped: the kernel counts on, the agent exports
@@ -323,11 +364,11 @@ func (f *Fleet) Round(ctx context.Context) error {
 			jobs = append(jobs, job{n: n})
 			continue
 		}
-		snap, insts := n.snapshot(f, time.Now(), grow)
+		snap, insts := n.snapshot(f, f.now(), grow)
 		jobs = append(jobs, job{n, snap, insts})
 	}
 	f.simCPU += processCPU() - c0
-	f.times = append(f.times, time.Now())
+	f.times = append(f.times, f.now())
 	sem := make(chan struct{}, f.cfg.Parallel)
 	var wg sync.WaitGroup
 	for _, j := range jobs {

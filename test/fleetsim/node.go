@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/bpfleet/bpfleet/agent"
@@ -127,23 +128,28 @@ type simPod struct {
 // node is one simulated node.
 type node struct {
 	name, pool, kernel string
-	idx                int
-	rec                *agent.Snapshot
-	tmpl               map[Role][]*agent.ProgramStat
-	roles              []Role
-	spans              bool // episodes, as spans
-	rng                *rand.Rand
-	factor             float64 // the node's load
-	progs              []*simProg
-	pods               []*simPod
-	nextID             uint32
-	podSeq             int
-	exp                *exporter.Exporter
-	agentGen           int
-	seq                uint64
-	overhead           map[string]float64
-	calib              []agent.Calibration
-	ledger             *ledger
+	// clock is the node's time at its latest scan, in Unix ns, on the
+	// fleet's simulated clock: its agent stamps with it (an export the
+	// agent started on its own stamps the scan it read, as a real one
+	// reads the wall clock then; never the next round's time).
+	clock    atomic.Int64
+	idx      int
+	rec      *agent.Snapshot
+	tmpl     map[Role][]*agent.ProgramStat
+	roles    []Role
+	spans    bool // episodes, as spans
+	rng      *rand.Rand
+	factor   float64 // the node's load
+	progs    []*simProg
+	pods     []*simPod
+	nextID   uint32
+	podSeq   int
+	exp      *exporter.Exporter
+	agentGen int
+	seq      uint64
+	overhead map[string]float64
+	calib    []agent.Calibration
+	ledger   *ledger
 	// state
 	joined, left           int
 	restarts, exportErrors int
