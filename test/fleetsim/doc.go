@@ -55,4 +55,10 @@
 // and a program loaded before the agent started counts from its first
 // scan. Rates in a backend divide by wall time between rounds
 // (Truth.RoundTimes), the truth's by Interval.
+//
+// Round runs as soon as it is called: the short test's rounds go as fast
+// as the exports do. A Pacer starts rounds on a wall-clock tick instead
+// (the benches: every Interval, as agents export; BenchPace), so a
+// backend sees a fleet's exports, rule evaluations and its own per-second
+// work in a real fleet's proportions, and a 5-minute cut lasts 5 minutes.
 package fleetsim
