@@ -106,8 +106,11 @@ fi
 if selected fleet; then
 	section "fleet: 50 nodes x 1,000 programs and 100 pods reloaded into a real Prometheus, directly and through a Collector (series, bytes, CPU); 300 pods restarted 3 times (series ever per kind)"
 	go test -tags bench -count=1 -timeout 20m -run 'TestBenchFleet|TestBenchAgentProcess' -v ./exporter/e2e | grep -E 'BENCH|FAIL|ok'
-	section "fleet: 100, 300 and 1,000 simulated nodes replaying snapshots recorded on 5.10, 6.1, 6.18 and 7.2 (test/fleetsim) through a real Collector into a real Prometheus with the shipped rules (per-node cost, rollouts, 100 agents restarted at once, a pool cut off for 5 minutes), and into a replicated VictoriaMetrics"
-	go test -tags bench -count=1 -timeout 40m -run 'TestBenchFleetSim' -v ./test/fleetsim | grep -E 'BENCH|FAIL|ok'
+	section "fleet: 100, 300 and 1,000 simulated nodes replaying snapshots recorded on 5.10, 6.1, 6.18 and 7.2 (test/fleetsim) through a real Collector into a real Prometheus with the shipped rules (per-node cost with and without the rules, marginal cost, rollouts, 100 agents restarted at once, a pool cut off for 5 minutes), and into a replicated VictoriaMetrics; rounds paced every 10 s (about 60 min)"
+	# BPFLEET_FLEET_PACE=0 runs the rounds as fast as the exports go (any
+	# duration: that tick); BPFLEET_FLEET_EVAL the rules' interval (1m);
+	# BPFLEET_FLEET_STEADY the steady phases' rounds (18); BPFLEET_FLEET_SIZES.
+	go test -tags bench -count=1 -timeout 100m -run 'TestBenchFleetSim' -v ./test/fleetsim | grep -E 'BENCH|FAIL|ok'
 	section "fleet: bpfleet fleet top, misses, overhead and nodes against Prometheus and a replicated VictoriaMetrics holding an hour of 100, 300 and 1,000 simulated nodes (test/fleetsim, backfilled on its simulated clock): p50 and p99 of up to 40 refreshes each, answers held to the truth"
 	go test -tags bench -count=1 -timeout 60m -run 'TestBenchFleetQueries' -v ./cmd/bpfleet | grep -E 'BENCH|FAIL|ok'
 fi

@@ -145,6 +145,9 @@ type Prometheus struct {
 	config  string
 	bin     string
 	proc    *process
+	// cfg and scrape are the configuration less its rule_files (SetRules
+	// writes those).
+	cfg, scrape string
 }
 
 // prometheusConfig keeps the OTLP receiver's defaults except that it
@@ -222,27 +225,18 @@ func startPrometheus(t testing.TB, cfg string, rules []string, scrape []ScrapeTa
 		bin:     Bin(t, "prometheus", PrometheusVersion),
 	}
 	p.queryAPI = queryAPI("http://" + p.Addr)
-	if len(rules) > 0 {
-		cfg += "rule_files:\n"
-		for _, r := range rules {
-			abs, err := filepath.Abs(r)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg += fmt.Sprintf("  - %q\n", abs)
-		}
-	}
+	p.cfg = cfg
 	if len(scrape) > 0 {
-		cfg += "scrape_configs:\n"
+		p.scrape = "scrape_configs:\n"
 		for i, s := range scrape {
-			cfg += fmt.Sprintf("  - job_name: bpfleet-agent-%d\n    scrape_interval: 1s\n    scrape_timeout: 900ms\n    static_configs:\n      - targets: [%q]\n", i, s.Addr)
-			cfg += "    relabel_configs:\n      - target_label: job\n        replacement: bpfleet-agent\n"
+			p.scrape += fmt.Sprintf("  - job_name: bpfleet-agent-%d\n    scrape_interval: 1s\n    scrape_timeout: 900ms\n    static_configs:\n      - targets: [%q]\n", i, s.Addr)
+			p.scrape += "    relabel_configs:\n      - target_label: job\n        replacement: bpfleet-agent\n"
 			if s.Instance != "" {
-				cfg += fmt.Sprintf("      - target_label: instance\n        replacement: %q\n", s.Instance)
+				p.scrape += fmt.Sprintf("      - target_label: instance\n        replacement: %q\n", s.Instance)
 			}
 		}
 	}
-	if err := os.WriteFile(p.config, []byte(cfg), 0o644); err != nil {
+	if err := p.writeConfig(rules); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Stop)
@@ -274,6 +268,49 @@ func (p *Prometheus) Start() error {
 
 // Stop shuts Prometheus down cleanly.
 func (p *Prometheus) Stop() { p.proc.stop() }
+
+// writeConfig writes the configuration with the given rule files.
+func (p *Prometheus) writeConfig(rules []string) error {
+	cfg := p.cfg
+	if len(rules) > 0 {
+		cfg += "rule_files:\n"
+		for _, r := range rules {
+			abs, err := filepath.Abs(r)
+			if err != nil {
+				return err
+			}
+			cfg += fmt.Sprintf("  - %q\n", abs)
+		}
+	}
+	return os.WriteFile(p.config, []byte(cfg+p.scrape), 0o644)
+}
+
+// SetRules makes Prometheus evaluate the given rule files from now on
+// (none: no rule is evaluated) without a restart: the configuration is
+// rewritten and reloaded (SIGHUP), as a bench that measures what the
+// rules cost compares windows with and without them on one head.
+func (p *Prometheus) SetRules(rules []string) error {
+	if err := p.writeConfig(rules); err != nil {
+		return err
+	}
+	if err := p.proc.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		return fmt.Errorf("prometheus: reload: %w", err)
+	}
+	return Eventually(30*time.Second, func() error {
+		var body struct {
+			Data struct {
+				Groups []json.RawMessage `json:"groups"`
+			} `json:"data"`
+		}
+		if err := getJSON(context.Background(), "http://"+p.Addr+"/api/v1/rules", &body); err != nil {
+			return err
+		}
+		if got := len(body.Data.Groups); (got > 0) != (len(rules) > 0) {
+			return fmt.Errorf("prometheus: %d rule groups after reloading with %d rule files: %s", got, len(rules), tail(p.proc.out.String()))
+		}
+		return nil
+	})
+}
 
 // Log is Prometheus' output so far.
 func (p *Prometheus) Log() string { return p.proc.out.String() }

@@ -65,4 +65,10 @@
 // hour, and write nothing stamped now first). Config.Mirror has every
 // gate send each export to a second store too: one fleet's exporters
 // feed Prometheus and VictoriaMetrics at the cost of one.
+//
+// Round runs as soon as it is called: the short test's rounds go as fast
+// as the exports do. A Pacer starts rounds on a wall-clock tick instead
+// (the benches: every Interval, as agents export; BenchPace), so a
+// backend sees a fleet's exports, rule evaluations and its own per-second
+// work in a real fleet's proportions, and a 5-minute cut lasts 5 minutes.
 package fleetsim
