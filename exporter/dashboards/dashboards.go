@@ -279,7 +279,7 @@ func fleet(n *names) *dashboard.DashboardBuilder {
 	q := fleetQuestions
 	b = b.WithRow(dashboard.NewRowBuilder("The fleet's questions (bpfleet fleet)")).
 		WithPanel(answer("Programs by CPU (fleet top)", "Each program's run time across the selected nodes over the time range, in CPUs, by name and attach type: bpfleet fleet top's query.", "percentunit", 12, q.TopCPU())).
-		WithPanel(answer("Worst node per program (fleet top)", "The node where one run of each program cost the most over the time range (run time / runs), in seconds per run: bpfleet fleet top's query.", "s", 12, q.TopWorst())).
+		WithPanel(answer("Worst node per program (fleet top)", "The node where one run of each program cost the most over the time range (run time / runs), in seconds per run: the worst node bpfleet fleet top finds from its per-node answers.", "s", 12, q.TopWorst())).
 		WithPanel(answer("Misses by node and cause (fleet misses)", "Recursion misses in the time range by node, program, cause and owner (pods at --metrics-level=program, workloads at workload): bpfleet fleet misses' query.", "short", 24, q.MissesByNode())).
 		WithPanel(answer("Attach-type overhead by kernel and pool (fleet overhead)", "The median over nodes of each attach type's calibrated overhead per triggered call, by kernel release (os.version) and node pool (the k8s.nodepool.name resource attribute): bpfleet fleet overhead's figures.", "s", 12, q.OverheadMedian())).
 		WithPanel(answer("Agents' last export (fleet nodes)", "When each agent last exported in the time range: bpfleet fleet nodes calls one silent for over 5 minutes absent.", "dateTimeAsIso", 12, "("+q.LastSeen()+") * 1000"))
