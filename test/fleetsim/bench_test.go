@@ -152,9 +152,6 @@ func measure(t *testing.T, f *Fleet, prom *backends.Prometheus, col *backends.Co
 	return p
 }
 
-// benchRules is the shipped rules file the bench's Prometheus evaluates.
-var benchRules = []string{"../../charts/bpfleet/files/bpfleet.rules.yaml"}
-
 // loadAvg is /proc/loadavg's first three fields: how busy the machine
 // was, as the CPU figures are the processes' own.
 func loadAvg() string {
@@ -242,7 +239,7 @@ func TestBenchFleetSim(t *testing.T) {
 			// rules' CPU (their evaluations and the series they write) is
 			// the difference.
 			r.quiet = measure(t, f, prom, col, every, steadyRounds, nil)
-			if err := prom.SetRules(benchRules); err != nil {
+			if err := prom.SetRules(shippedRules); err != nil {
 				t.Fatal(err)
 			}
 			r.steady = measure(t, f, prom, col, every, steadyRounds, nil)

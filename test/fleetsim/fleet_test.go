@@ -49,6 +49,9 @@ func shortFleet(endpoint string, nodes int) Config {
 	}
 }
 
+// shippedRules is the chart's rules file, which the stores evaluate.
+var shippedRules = []string{"../../charts/bpfleet/files/bpfleet.rules.yaml"}
+
 // store is a Prometheus-compatible query API: Prometheus, or
 // VictoriaMetrics through vmauth.
 type store interface {
@@ -187,13 +190,16 @@ func mapsKeys(ms ...map[string]float64) func(func(string) bool) {
 // Prometheus and a replicated two-node VictoriaMetrics, with pod churn, a
 // rolling upgrade, agent restarts, nodes joining and leaving and misses
 // with known causes on known nodes. After each step both stores hold what
-// the truth says, and the upgrade adds no series.
+// the truth says, and the upgrade adds no series; at the end the shipped
+// rules, evaluated by Prometheus and by vmalert, fire the program miss
+// alerts on the nodes, programs and causes the truth says, once each.
 func TestFleetShort(t *testing.T) {
-	prom := backends.StartPrometheus(t)
-	vm := backends.StartVictoriaMetrics(t, backends.VMConfig{Nodes: 2})
+	prom := backends.StartPrometheusWithRulesEvery(t, shippedRules, time.Second)
+	vm := backends.StartVictoriaMetrics(t, backends.VMConfig{Nodes: 2, Rules: shippedRules})
 	jg := backends.StartJaeger(t)
 	col := backends.StartGateway(t, jg, prom.OTLPEndpoint(), vm.OTLPEndpoint())
 	tr := fleetShort(t, prom, []store{vm}, "http://"+col.OTLPHTTP)
+	missAlerts(t, tr, prom, vm)
 
 	// The miss episodes' spans, in Jaeger as the truth counts them: one
 	// when an episode opens, one when it closes (its agent stopped, here).
@@ -261,7 +267,11 @@ func fleetShort(t *testing.T, prom *backends.Prometheus, others []store, endpoin
 	if tr := f.Truth(); before != float64(tr.Program(upgraded).Nodes) {
 		t.Fatalf("%v series of %s before the upgrade, the truth says %d nodes run it", before, upgraded, tr.Program(upgraded).Nodes)
 	}
-	created, fromRound := self(t, prom, "prometheus_tsdb_head_series_created_total"), f.Truth().Round
+	// The agents' series (the rules' records and ALERTS are not theirs):
+	// OTLP writes no staleness markers, so every series of the last 5
+	// minutes is counted.
+	const agentSeries = `count({__name__=~"bpf_.+"})`
+	created, fromRound := query(t, prom, agentSeries)[""], f.Truth().Round
 	f.Upgrade(upgraded, "00c0ffee00c0ffee", 40)
 	for f.Upgraded(upgraded) < len(f.Nodes()) {
 		round()
@@ -285,7 +295,7 @@ func fleetShort(t *testing.T, prom *backends.Prometheus, others []store, endpoin
 			newCauses++
 		}
 	}
-	if n := self(t, prom, "prometheus_tsdb_head_series_created_total") - created; n != float64(2*newCauses) {
+	if n := query(t, prom, agentSeries)[""] - created; n != float64(2*newCauses) {
 		t.Errorf("%v new series over the upgrade and pod restarts; the truth has %d causes first counted meanwhile, 2 series each", n, newCauses)
 	}
 
@@ -368,4 +378,69 @@ func httpGet(u string) (string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return string(b), err
+}
+
+// missAlertCauses are the causes the program miss alerts page on
+// (BPFProgramRecursionMisses: recursion and unexplained, or
+// BPFProgramMissesContentionPossible for an unexplained miss of a kind
+// that may be contention; BPFProgramMissesPreempted: preempted). A miss
+// the watcher explained as an interrupt or a nested program raises none.
+var missAlertCauses = map[string]bool{agent.CauseRecursion: true, agent.CauseUnexplained: true, agent.CausePreempted: true}
+
+// missAlerts waits until Prometheus' and vmalert's firing program miss
+// alerts are, per node, program and cause, those of the truth's misses
+// (the short fleet's misses all grew within the rules' 5-minute window),
+// each exactly once: none missed, none doubled, none of a cause that does
+// not page.
+func missAlerts(t *testing.T, tr *Truth, prom *backends.Prometheus, vm *backends.VictoriaMetrics) {
+	t.Helper()
+	want := map[string]float64{}
+	for _, m := range tr.Misses {
+		if m.Misses > 0 && missAlertCauses[m.Cause] {
+			want[m.Node+"/"+m.Program+"/"+m.Cause] = 1
+		}
+	}
+	if len(want) == 0 {
+		t.Fatal("the truth has no miss an alert pages on: the fleet is not what the test set up")
+	}
+	const names = "BPFProgramRecursionMisses|BPFProgramMissesContentionPossible|BPFProgramMissesPreempted"
+	firing := map[string]func() (map[string]float64, error){
+		"Prometheus": func() (map[string]float64, error) {
+			res, err := prom.Query(context.Background(), `ALERTS{alertstate="firing", alertname=~"`+names+`"}`)
+			got := map[string]float64{}
+			for _, s := range res {
+				got[s.Labels["instance"]+"/"+s.Labels["bpf_program_name"]+"/"+s.Labels["bpf_miss_cause"]]++
+			}
+			return got, err
+		},
+		"vmalert": func() (map[string]float64, error) {
+			as, err := vm.Alerts(context.Background())
+			got := map[string]float64{}
+			for _, a := range as {
+				if a.State == "firing" && strings.Contains("|"+names+"|", "|"+a.Name+"|") {
+					got[a.Labels["instance"]+"/"+a.Labels["bpf_program_name"]+"/"+a.Labels["bpf_miss_cause"]]++
+				}
+			}
+			return got, err
+		},
+	}
+	for _, name := range []string{"Prometheus", "vmalert"} {
+		var last string
+		err := backends.Eventually(60*time.Second, func() error {
+			got, err := firing[name]()
+			if err != nil {
+				return err
+			}
+			if d := diff(want, got, 0); d != "" {
+				last = d
+				return fmt.Errorf("%s", d)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Errorf("%s: program miss alerts firing by node/program/cause (count) differ from the truth's misses: %s", name, last)
+			continue
+		}
+		t.Logf("%s fires the program miss alerts of the truth's %d node/program/cause misses, once each", name, len(want))
+	}
 }
