@@ -5,7 +5,9 @@ package fleetsim
 import (
 	"context"
 	"fmt"
+	"io"
 	"maps"
+	"net/http"
 	"os"
 	"runtime"
 	"slices"
@@ -473,8 +475,14 @@ func hostCPU() string {
 	return "unknown CPU"
 }
 
-// vmSelf sums one of a VictoriaMetrics process' own metrics (a storage
-// node's, vmagent's) from its /metrics.
+// self is one of Prometheus' own metrics, summed over its labels.
+func self(t testing.TB, prom *backends.Prometheus, name string) float64 {
+	t.Helper()
+	return vmSelf(t, prom.Addr, name)
+}
+
+// vmSelf sums one of a process' own metrics (Prometheus', a storage
+// node's, vmagent's) from its /metrics at addr.
 func vmSelf(t testing.TB, addr, name string) float64 {
 	t.Helper()
 	body, err := httpGet("http://" + addr + "/metrics")
@@ -492,6 +500,16 @@ func vmSelf(t testing.TB, addr, name string) float64 {
 		}
 	}
 	return v
+}
+
+func httpGet(u string) (string, error) {
+	resp, err := http.Get(u)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
 }
 
 // TestBenchFleetSimVM is the same fleet through the gateway Collector into

@@ -3,9 +3,7 @@ package fleetsim
 import (
 	"context"
 	"fmt"
-	"io"
 	"math"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -347,37 +345,6 @@ func fleetShort(t *testing.T, prom *backends.Prometheus, others []store, endpoin
 	t.Logf("%d nodes, %d rounds in %v: %d programs, %d miss series; %d stores hold the truth after each step",
 		tr.InFleet(), tr.Round, time.Since(start).Round(time.Second), len(tr.Programs), len(tr.Misses), len(stores))
 	return tr
-}
-
-// self is one of Prometheus' own metrics, summed over its labels.
-func self(t testing.TB, prom *backends.Prometheus, name string) float64 {
-	t.Helper()
-	resp, err := httpGet("http://" + prom.Addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := 0.0
-	for _, line := range strings.Split(resp, "\n") {
-		if !strings.HasPrefix(line, name) || (len(line) > len(name) && line[len(name)] != ' ' && line[len(name)] != '{') {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		x, err := strconv.ParseFloat(line[i+1:], 64)
-		if err == nil {
-			v += x
-		}
-	}
-	return v
-}
-
-func httpGet(u string) (string, error) {
-	resp, err := http.Get(u)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return string(b), err
 }
 
 // missAlertCauses are the causes the program miss alerts page on
