@@ -237,24 +237,15 @@ func (f *Fleet) addNode(ctx context.Context, p *Pool, round int) (*node, error) 
 	}
 	boot := f.now()
 	n.clock.Store(boot.UnixNano())
-	// The node's programs load before its agent starts. On the wall clock
-	// the agent's start is later anyway; on the simulated clock it is the
-	// same instant unless they load earlier, and the exporter counts a
-	// program loaded at its start, not before, from its load: the whole
-	// first scan's counters, which the truth leaves out.
-	loaded := boot
-	if !f.cfg.Start.IsZero() {
-		loaded = boot.Add(-f.cfg.Interval / 2)
-	}
 	for _, r := range []Role{RoleBase, RoleSecurity} {
 		if n.has(r) {
 			for _, t := range n.tmpl[r] {
-				n.load(f, t, r, nil, loaded, false)
+				n.load(f, t, r, nil, boot, false)
 			}
 		}
 	}
 	for range p.Pods {
-		n.startPod(f, nil, loaded, false)
+		n.startPod(f, nil, boot, false)
 	}
 	for _, mp := range f.cfg.Misses {
 		if (len(mp.Nodes) == 0 && mp.Pool == p.Name) || slices.Contains(mp.Nodes, name) {
