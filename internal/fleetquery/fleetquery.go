@@ -145,13 +145,15 @@ const key = Program + ", " + AttachType
 // rate(), which VictoriaMetrics divides by the span of the samples it
 // found (a program seen for a minute of the hour would cost 60 times as
 // much there).
-func (p Params) TopCPU() string {
-	return fmt.Sprintf("sum by (%s) (increase(%s[%s])) / %s", key, p.sel(RunTime), p.Range, p.RangeSeconds)
-}
+func (p Params) TopCPU() string { return p.perSecond(RunTime, key) }
 
 // TopRuns is each program's runs per second across the fleet, as TopCPU.
-func (p Params) TopRuns() string {
-	return fmt.Sprintf("sum by (%s) (increase(%s[%s])) / %s", key, p.sel(RunCount), p.Range, p.RangeSeconds)
+func (p Params) TopRuns() string { return p.perSecond(RunCount, key) }
+
+// perSecond is counter m's increase over the range, summed by the labels
+// by, over the range's length.
+func (p Params) perSecond(m, by string) string {
+	return fmt.Sprintf("sum by (%s) (increase(%s[%s])) / %s", by, p.sel(m), p.Range, p.RangeSeconds)
 }
 
 // TopCPUByNode is TopCPU per node (instance) too: bpfleet fleet top
@@ -160,14 +162,10 @@ func (p Params) TopRuns() string {
 // answers cost a second pass over the shown programs' series, after the
 // first: at 1,000 nodes with an hour of history (360 samples a series)
 // it took top over 1 s (docs/performance.md).
-func (p Params) TopCPUByNode() string {
-	return fmt.Sprintf("sum by (%s, %s) (increase(%s[%s])) / %s", Instance, key, p.sel(RunTime), p.Range, p.RangeSeconds)
-}
+func (p Params) TopCPUByNode() string { return p.perSecond(RunTime, Instance+", "+key) }
 
 // TopRunsByNode is TopRuns per node, as TopCPUByNode.
-func (p Params) TopRunsByNode() string {
-	return fmt.Sprintf("sum by (%s, %s) (increase(%s[%s])) / %s", Instance, key, p.sel(RunCount), p.Range, p.RangeSeconds)
-}
+func (p Params) TopRunsByNode() string { return p.perSecond(RunCount, Instance+", "+key) }
 
 // TopMisses is each program's misses in the range by cause.
 func (p Params) TopMisses() string {
@@ -184,16 +182,11 @@ func (p Params) TopNodes() string {
 }
 
 // TopWorst is, per program, the node where one run cost the most (run
-// time / runs over the range), in seconds per run; programs (none: all)
-// narrow it to those shown: it divides every node's series of each.
-func (p Params) TopWorst(programs ...string) string {
-	rt, rc := p.sel(RunTime), p.sel(RunCount)
-	if len(programs) > 0 {
-		m := oneOf(Program, programs)
-		rt, rc = fmt.Sprintf("%s{%s, %s}", RunTime, p.Sel, m), fmt.Sprintf("%s{%s, %s}", RunCount, p.Sel, m)
-	}
+// time / runs over the range), in seconds per run: the fleet dashboard's
+// panel (bpfleet fleet top finds it from TopCPUByNode and TopRunsByNode).
+func (p Params) TopWorst() string {
 	return fmt.Sprintf("topk by (%s) (1, sum by (%s, %s) (increase(%s[%s])) / sum by (%s, %s) (increase(%s[%s])) > 0)",
-		key, Instance, key, rt, p.Range, Instance, key, rc, p.Range)
+		key, Instance, key, p.sel(RunTime), p.Range, Instance, key, p.sel(RunCount), p.Range)
 }
 
 // missWhere is the owner the miss series carry: the workload (workload
