@@ -57,13 +57,16 @@ func shapeTop(c *config.Fleet, ans map[string][]sample, _ time.Time) fleetDoc {
 	doc := &topDoc{Since: c.Since.String()}
 	// CPU and runs come per node: summed into the program's row, and the
 	// node where one run cost the most (run time over runs) is its worst.
-	type nodeKey struct{ row, node string }
+	type nodeKey struct {
+		row  *topRow
+		node string
+	}
 	cpuOf := map[nodeKey]float64{}
 	for _, s := range ans["cpu"] {
 		r := row(s.labels)
 		r.CPU += s.value
 		doc.CPU += s.value
-		cpuOf[nodeKey{labelKey(s.labels, fq.Program, fq.AttachType), s.labels[fq.Instance]}] += s.value
+		cpuOf[nodeKey{r, s.labels[fq.Instance]}] += s.value
 	}
 	for _, s := range ans["runs"] {
 		r := row(s.labels)
@@ -72,7 +75,7 @@ func shapeTop(c *config.Fleet, ans map[string][]sample, _ time.Time) fleetDoc {
 		if s.value <= 0 {
 			continue
 		}
-		ns := cpuOf[nodeKey{labelKey(s.labels, fq.Program, fq.AttachType), node}] / s.value * 1e9
+		ns := cpuOf[nodeKey{r, node}] / s.value * 1e9
 		if ns > 0 && (ns > r.WorstNsPerRun || (ns == r.WorstNsPerRun && node < r.WorstNode)) {
 			r.WorstNode, r.WorstNsPerRun = node, ns
 		}
