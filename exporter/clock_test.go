@@ -5,40 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-
 	"github.com/bpfleet/bpfleet/agent"
 )
-
-// pointTimes calls f with every point's time and start in rm.
-func pointTimes(rm *metricdata.ResourceMetrics, f func(metric string, tm, start time.Time)) {
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			switch d := m.Data.(type) {
-			case metricdata.Gauge[int64]:
-				for _, p := range d.DataPoints {
-					f(m.Name, p.Time, p.StartTime)
-				}
-			case metricdata.Gauge[float64]:
-				for _, p := range d.DataPoints {
-					f(m.Name, p.Time, p.StartTime)
-				}
-			case metricdata.Sum[int64]:
-				for _, p := range d.DataPoints {
-					f(m.Name, p.Time, p.StartTime)
-				}
-			case metricdata.Sum[float64]:
-				for _, p := range d.DataPoints {
-					f(m.Name, p.Time, p.StartTime)
-				}
-			case metricdata.Histogram[float64]:
-				for _, p := range d.DataPoints {
-					f(m.Name, p.Time, p.StartTime)
-				}
-			}
-		}
-	}
-}
 
 // TestClockStampsEveryPoint: with Config.Clock an hour behind the wall,
 // the producers' points carry the clock's time at the Update (not at the
@@ -57,7 +25,7 @@ func TestClockStampsEveryPoint(t *testing.T) {
 	clock = now.Add(10 * time.Second) // the next round's, before the export
 	_, rm := collect(t, r)
 	produced, wall := 0, 0
-	pointTimes(&rm, func(name string, tm, _ time.Time) {
+	eachPoint(&rm, func(_ string, _ bool, tm, _ *time.Time) {
 		if tm.Equal(now) {
 			produced++
 		} else {
@@ -68,12 +36,12 @@ func TestClockStampsEveryPoint(t *testing.T) {
 		t.Fatalf("collected %d points on the clock and %d off it: want both (the producers' on it, the SDK instruments' on the wall)", produced, wall)
 	}
 	restamp(&rm, e.stamp(e.latest()), e.started)
-	pointTimes(&rm, func(name string, tm, start time.Time) {
+	eachPoint(&rm, func(name string, _ bool, tm, start *time.Time) {
 		if !tm.Equal(now) {
-			t.Errorf("%s: point at %v after restamp, want the clock's %v", name, tm, now)
+			t.Errorf("%s: point at %v after restamp, want the clock's %v", name, *tm, now)
 		}
 		if start.After(now) {
-			t.Errorf("%s: start %v after the point's time %v", name, start, now)
+			t.Errorf("%s: start %v after the point's time %v", name, *start, now)
 		}
 	})
 	if !e.started.Equal(now) {

@@ -14,23 +14,11 @@ import (
 // created-timestamp-zero-ingestion writes a zero sample there, so
 // increase() counts the misses of a reloaded program's first interval.
 func stampStarts(rm *metricdata.ResourceMetrics) {
-	for i := range rm.ScopeMetrics {
-		ms := rm.ScopeMetrics[i].Metrics
-		for j := range ms {
-			switch d := ms[j].Data.(type) {
-			case metricdata.Gauge[int64]:
-				clearStart(d.DataPoints)
-			case metricdata.Gauge[float64]:
-				clearStart(d.DataPoints)
-			}
+	eachPoint(rm, func(_ string, gauge bool, _, start *time.Time) {
+		if gauge {
+			*start = time.Time{}
 		}
-	}
-}
-
-func clearStart[N int64 | float64](pts []metricdata.DataPoint[N]) {
-	for k := range pts {
-		pts[k].StartTime = time.Time{}
-	}
+	})
 }
 
 // restamp stamps every point with now, and a start not before now with
@@ -39,37 +27,9 @@ func clearStart[N int64 | float64](pts []metricdata.DataPoint[N]) {
 // clock's points must not be mixed with. The producers' points already
 // carry the clock's time; the rule for starts is theirs (series.go).
 func restamp(rm *metricdata.ResourceMetrics, now, started time.Time) {
-	for i := range rm.ScopeMetrics {
-		ms := rm.ScopeMetrics[i].Metrics
-		for j := range ms {
-			switch d := ms[j].Data.(type) {
-			case metricdata.Gauge[int64]:
-				restampPoints(d.DataPoints, now, started)
-			case metricdata.Gauge[float64]:
-				restampPoints(d.DataPoints, now, started)
-			case metricdata.Sum[int64]:
-				restampPoints(d.DataPoints, now, started)
-			case metricdata.Sum[float64]:
-				restampPoints(d.DataPoints, now, started)
-			case metricdata.Histogram[float64]:
-				for k := range d.DataPoints {
-					p := &d.DataPoints[k]
-					p.Time, p.StartTime = now, startBefore(p.StartTime, now, started)
-				}
-			case metricdata.ExponentialHistogram[float64]:
-				for k := range d.DataPoints {
-					p := &d.DataPoints[k]
-					p.Time, p.StartTime = now, startBefore(p.StartTime, now, started)
-				}
-			}
-		}
-	}
-}
-
-func restampPoints[N int64 | float64](pts []metricdata.DataPoint[N], now, started time.Time) {
-	for k := range pts {
-		pts[k].Time, pts[k].StartTime = now, startBefore(pts[k].StartTime, now, started)
-	}
+	eachPoint(rm, func(_ string, _ bool, tm, start *time.Time) {
+		*tm, *start = now, startBefore(*start, now, started)
+	})
 }
 
 // startBefore is start, or started where start is not before now.
@@ -78,4 +38,39 @@ func startBefore(start, now, started time.Time) time.Time {
 		return started
 	}
 	return start
+}
+
+// eachPoint calls f with the metric's name, whether it is a gauge, and
+// the time and start of each of its points in rm, to read or set.
+func eachPoint(rm *metricdata.ResourceMetrics, f func(metric string, gauge bool, tm, start *time.Time)) {
+	for i := range rm.ScopeMetrics {
+		ms := rm.ScopeMetrics[i].Metrics
+		for j := range ms {
+			name := ms[j].Name
+			switch d := ms[j].Data.(type) {
+			case metricdata.Gauge[int64]:
+				points(d.DataPoints, name, true, f)
+			case metricdata.Gauge[float64]:
+				points(d.DataPoints, name, true, f)
+			case metricdata.Sum[int64]:
+				points(d.DataPoints, name, false, f)
+			case metricdata.Sum[float64]:
+				points(d.DataPoints, name, false, f)
+			case metricdata.Histogram[float64]:
+				for k := range d.DataPoints {
+					f(name, false, &d.DataPoints[k].Time, &d.DataPoints[k].StartTime)
+				}
+			case metricdata.ExponentialHistogram[float64]:
+				for k := range d.DataPoints {
+					f(name, false, &d.DataPoints[k].Time, &d.DataPoints[k].StartTime)
+				}
+			}
+		}
+	}
+}
+
+func points[N int64 | float64](pts []metricdata.DataPoint[N], name string, gauge bool, f func(string, bool, *time.Time, *time.Time)) {
+	for k := range pts {
+		f(name, gauge, &pts[k].Time, &pts[k].StartTime)
+	}
 }
